@@ -1,0 +1,120 @@
+"""perfkit's command line: a thin shell over the stages. Imported by nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+import click
+
+from perfkit import __version__
+from perfkit.errors import ExitCode, PerfkitError, ServerError
+
+_COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, help shown in the group listing)
+    "serve": ("perfkit.cli.serve", "Run a Triton server (local, docker) in the foreground."),
+    "profile": ("perfkit.cli.profile", "Measure throughput and latency under load (perf_analyzer's flags)."),
+    "tune": ("perfkit.cli.tune", "Search model configs for the most throughput within a latency budget."),
+    "report": ("perfkit.cli.report", "Write a self-contained HTML report from run records."),
+    "gate": ("perfkit.cli.gate", "Fail CI when performance regresses against a baseline."),
+    "baseline": ("perfkit.cli.baseline", "Save, show and list baselines in the results store."),
+    "run": ("perfkit.cli.run", "Run a whole campaign from a sweep file (serve, profile, tune, report, gate)."),
+}
+
+
+class _LazyGroup(click.Group):
+    """Imports a command's module only when that command runs (fast --help, light start-up)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module_name, _ = _COMMANDS[cmd_name]
+        try:
+            module = __import__(module_name, fromlist=["command"])
+        except ModuleNotFoundError as err:
+            if err.name != module_name:
+                raise
+            return _unavailable(cmd_name)
+        return module.command  # type: ignore[no-any-return]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, help_) for name, (_, help_) in _COMMANDS.items()])
+
+
+def _unavailable(name: str) -> click.Command:
+    @click.command(name=name, help=_COMMANDS[name][1] + "\n\nNot available in this build of perfkit.")
+    def cmd() -> None:
+        raise click.UsageError(f"'perfkit {name}' is not available in this build")
+
+    return cmd
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", "-V", prog_name="perfkit")
+@click.option("--traceback", is_flag=True, help="Show the Python stack for expected errors too.")
+@click.pass_context
+def cli(ctx: click.Context, traceback: bool) -> None:
+    """perfkit: measure, tune and gate NVIDIA Triton Inference Server deployments.
+
+    \b
+    Exit codes:
+      0  success             4  server error (start, unreachable, died)
+      1  internal error      5  measurement failed part-way (partial results saved)
+      2  usage error         10 gate: regression   11 gate: inconclusive   12 gate: invalid
+      3  bad input           130 interrupted (Ctrl-C / SIGTERM)
+    """
+    ctx.ensure_object(dict)
+    ctx.obj["traceback"] = traceback
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: runs the CLI and maps errors to documented exit codes."""
+    if threading_main():
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+    args = sys.argv[1:] if argv is None else argv
+    show_traceback = "--traceback" in args or os.environ.get("PERFKIT_TRACEBACK") == "1"
+    try:
+        cli.main(args=args, prog_name="perfkit", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return int(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("perfkit: interrupted", err=True)
+        return int(ExitCode.INTERRUPTED)
+    except KeyboardInterrupt:
+        click.echo("perfkit: interrupted", err=True)
+        return int(ExitCode.INTERRUPTED)
+    except PerfkitError as err:
+        if show_traceback:
+            import traceback  # noqa: PLC0415
+
+            traceback.print_exc()
+        click.echo(f"perfkit: error: {err.one_line()}", err=True)
+        if isinstance(err, ServerError) and err.log_tail:
+            click.echo("--- server log (last lines) ---", err=True)
+            click.echo(err.log_tail, err=True)
+        return int(err.exit_code)
+    return int(ExitCode.OK)
+
+
+def threading_main() -> bool:
+    """Whether we run on the main thread (signal handlers can only be set there)."""
+    import threading  # noqa: PLC0415
+
+    return threading.current_thread() is threading.main_thread()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""A running Triton server, whoever launched it, and its HTTP admin API."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfkit.errors import ModelLoadError, ModelNotFoundError, ServerError, ServerStartError
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a server listens. URLs are in tritonclient's form (host:port, no scheme)."""
+
+    host: str
+    http_port: int
+    grpc_port: int | None
+    metrics_port: int | None
+
+    @property
+    def http_url(self) -> str:
+        return f"{_bracket(self.host)}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str | None:
+        return None if self.grpc_port is None else f"{_bracket(self.host)}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str | None:
+        if self.metrics_port is None:
+            return None
+        return f"http://{_bracket(self.host)}:{self.metrics_port}/metrics"
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+class Server:
+    """A Triton server reachable over HTTP; subclasses add launching and teardown.
+
+    Usable as a context manager: leaving the block stops what was launched.
+    """
+
+    mode = "remote"
+
+    def __init__(self, endpoints: Endpoints, *, timeout_s: float = 30.0) -> None:
+        self.endpoints = endpoints
+        self.timeout_s = timeout_s
+
+    # -- lifecycle -------------------------------------------------------------------
+    def stop(self) -> None:
+        """Stop what this object launched (nothing for a remote server)."""
+
+    def alive(self) -> bool:
+        """Whether the server process (if we own one) still runs."""
+        return True
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the server's log, where perfkit has it."""
+        return ""
+
+    @property
+    def log_path(self) -> Path | None:
+        return None
+
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- admin API -------------------------------------------------------------------
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            f"http://{self.endpoints.http_url}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json"} if data is not None else {},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw else {})
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                payload = json.loads(raw) if raw else {}
+            except ValueError:
+                payload = {"error": raw.decode(errors="replace")}
+            return err.code, payload
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise ServerError(
+                f"Triton server at {self.endpoints.http_url} is unreachable: {reason}",
+                hint="check the URL and that the server runs",
+            ) from err
+
+    def is_ready(self) -> bool:
+        """True when /v2/health/ready answers 200; False on any error."""
+        try:
+            status, _ = self._request("GET", "/v2/health/ready", timeout_s=2.0)
+        except ServerError:
+            return False
+        return status == 200
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Poll readiness until timeout_s; raises ServerStartError with the log tail."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ServerStartError(
+                    f"{self.mode} Triton server exited during start-up",
+                    hint=f"log: {self.log_path}" if self.log_path else None,
+                    log_tail=self.log_tail(),
+                )
+            if self.is_ready():
+                return
+            time.sleep(0.1)
+        raise ServerStartError(
+            f"{self.mode} Triton server at {self.endpoints.http_url} not ready after {timeout_s:.0f} s",
+            hint="raise --startup-timeout or read the server log",
+            log_tail=self.log_tail(),
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """Server metadata (name, version, extensions)."""
+        status, payload = self._request("GET", "/v2")
+        if status != 200:
+            raise ServerError(f"GET /v2 failed with HTTP {status}: {payload.get('error', payload)}")
+        return payload
+
+    def version(self) -> str:
+        """Triton server version string, e.g. '2.51.0'."""
+        return str(self.metadata().get("version", "unknown"))
+
+    def load_model(self, name: str, *, config: dict[str, Any] | None = None) -> None:
+        """Load or reload a model (explicit model control); raises ModelLoadError."""
+        body: dict[str, Any] | None = None
+        if config is not None:
+            body = {"parameters": {"config": json.dumps(config)}}
+        status, payload = self._request("POST", f"/v2/repository/models/{name}/load", body, timeout_s=300)
+        if status != 200:
+            raise ModelLoadError(
+                f"model {name!r} failed to load: {payload.get('error', payload)}",
+                hint="check the model's config.pbtxt and the server log",
+            )
+
+    def unload_model(self, name: str) -> None:
+        """Unload a model; raises ModelLoadError."""
+        status, payload = self._request("POST", f"/v2/repository/models/{name}/unload", {})
+        if status != 200:
+            raise ModelLoadError(f"model {name!r} failed to unload: {payload.get('error', payload)}")
+
+    def repository_index(self) -> list[dict[str, Any]]:
+        """Models the server's repository holds, with their state."""
+        status, payload = self._request("POST", "/v2/repository/index", {})
+        if status != 200:
+            raise ServerError(f"repository index failed with HTTP {status}: {payload}")
+        return payload if isinstance(payload, list) else []
+
+    def model_config(self, name: str) -> dict[str, Any]:
+        """The config the server actually applied to a model; raises ModelNotFoundError."""
+        status, payload = self._request("GET", f"/v2/models/{name}/config")
+        if status != 200:
+            raise ModelNotFoundError(
+                f"model {name!r} is not available on {self.endpoints.http_url}: {payload.get('error', payload)}",
+                hint="check -m and that the model is loaded",
+            )
+        return payload
+
+    def model_stats(self, name: str = "") -> dict[str, Any]:
+        """Cumulative inference statistics (all models when name is empty)."""
+        path = f"/v2/models/{name}/stats" if name else "/v2/models/stats"
+        status, payload = self._request("GET", path)
+        if status != 200:
+            raise ServerError(f"statistics for {name or 'all models'!r} failed: {payload.get('error', payload)}")
+        return payload

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Make (or refresh) the project's virtual environment in .venv with perfkit installed
+# editable, with the bundled Triton server and the dev tools. Idempotent and quick when
+# nothing changed. Usage: source-free; other scripts call it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.perfkit-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+  .venv/bin/python -m pip install -q -e ".[server,dev]"
+  touch "$stamp"
+fi

@@ -1,0 +1,100 @@
+"""Holds the one-way data flow between perfkit's stages (see README "Design").
+
+Each top-level module or package of perfkit sits in a layer; a module may import
+its own stage and lower layers only. Stages in one layer (tuner, gate) do not
+import each other. Nothing imports the CLI.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import perfkit
+from perfkit.errors import ExitCode
+
+PKG = Path(perfkit.__file__).parent
+
+LAYERS: list[set[str]] = [
+    {"errors"},
+    {"records"},
+    {"target"},
+    {"schedule"},
+    {"recorder"},
+    {"loadgen"},
+    {"measure"},
+    {"store"},
+    {"tuner", "gate"},
+    {"report"},
+    {"campaign"},
+    {"cli"},
+    {"__main__"},
+]
+LAYER_OF = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def _stage(module_path: Path) -> str:
+    rel = module_path.relative_to(PKG)
+    return rel.parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "perfkit" and len(parts) > 1:
+                found.add(parts[1])
+    return found
+
+
+def _modules() -> list[Path]:
+    return [p for p in PKG.rglob("*.py") if p.name != "__init__.py" or p.parent != PKG]
+
+
+def test_every_stage_has_a_layer():
+    stages = {_stage(p) for p in _modules()}
+    assert stages <= set(LAYER_OF), f"add these to LAYERS: {sorted(stages - set(LAYER_OF))}"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PKG)))
+def test_imports_flow_one_way(path: Path):
+    stage = _stage(path)
+    for imported in _imports(path):
+        if imported in (stage, "__version__"):
+            continue
+        assert imported in LAYER_OF, f"{path.name} imports unknown stage perfkit.{imported}"
+        assert LAYER_OF[imported] < LAYER_OF[stage], (
+            f"{path.relative_to(PKG)} (stage {stage}) imports perfkit.{imported}, "
+            f"which is not in a lower layer: data flows one way"
+        )
+
+
+def test_the_layer_rule_catches_an_upward_import(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("from perfkit.cli import main\nimport perfkit.report\n")
+    assert _imports(bad) == {"cli", "report"}
+
+
+def test_exit_codes_are_pinned():
+    assert {c.name: int(c) for c in ExitCode} == {
+        "OK": 0,
+        "INTERNAL": 1,
+        "USAGE": 2,
+        "INPUT": 3,
+        "SERVER": 4,
+        "MEASUREMENT": 5,
+        "GATE_REGRESSION": 10,
+        "GATE_INCONCLUSIVE": 11,
+        "GATE_INVALID": 12,
+        "INTERRUPTED": 130,
+    }

@@ -268,3 +268,50 @@ def _decode(tp: Any, value: Any) -> Any:
         _, vt = typing.get_args(tp)
         return {k: _decode(vt, v) for k, v in value.items()}
     return value
+
+
+TUNE_SCHEMA = "perfkit.tune"
+TUNE_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """One tuner trial: the candidate's parameters and what it achieved within the budget."""
+
+    number: int
+    state: Literal["complete", "pruned", "failed", "running"]
+    params: dict[str, Any]  # e.g. max_batch_size, dynamic_batching, max_queue_delay_us, instance_count, precision
+    load: LoadLevel | None  # the highest load level whose percentile met the budget
+    throughput_infer_per_s: float | None
+    latency_us: float | None  # the budget percentile at that load
+    feasible: bool
+    fail_reason: str = ""
+    config_sha256: str = ""
+    duration_s: float = 0.0
+    is_original: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)  # every other figure, e.g. gpu_memory_bytes
+
+
+@dataclass(frozen=True)
+class TuneRecord:
+    """A whole tune run: the budget, every trial, the recommendation. Saved as tune.json."""
+
+    perfkit_version: str
+    created_utc: str
+    command: tuple[str, ...]
+    machine: dict[str, Any]
+    server: dict[str, Any]
+    model: str
+    latency_budget_ms: float
+    percentile: float
+    objective: Literal["throughput", "pareto"]
+    original_config: str  # config.pbtxt text, byte for byte
+    best_config: str | None  # config.pbtxt text of the recommendation
+    best_trial: int | None
+    trials: tuple[TrialRecord, ...]
+    pareto_trials: tuple[int, ...] = ()
+    importances: dict[str, float] = field(default_factory=dict)
+    status: Literal["ok", "failed", "interrupted"] = "ok"
+    error: str | None = None
+    schema: str = TUNE_SCHEMA
+    schema_version: int = TUNE_SCHEMA_VERSION

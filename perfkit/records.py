@@ -315,3 +315,40 @@ class TuneRecord:
     error: str | None = None
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    """What to measure and how: perf_analyzer's knobs under perfkit's names.
+
+    Stability: a level ends once the ~95% confidence half-widths of throughput and of
+    the chosen percentile are within stability_percentage (relative), after at least
+    min_windows windows; or after max_trials windows, flagged unstable.
+    """
+
+    model: str
+    levels: tuple[LoadLevel, ...]
+    model_version: str = ""
+    protocol: Literal["http", "grpc"] = "http"
+    batch_size: int = 1
+    input_data: str = "random"  # "random", "zero", or a perf_analyzer-format JSON file path
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    string_length: int = 128
+    shared_memory: Literal["none", "system", "cuda"] = "none"
+    output_shared_memory_size: int = 102400
+    measurement_interval_ms: float = 1000.0  # window length
+    stability_percentage: float = 10.0
+    max_trials: int = 10  # max windows per level
+    min_windows: int = 3
+    percentile: float | None = None  # None: stability and thresholds on the average latency
+    latency_threshold_ms: float | None = None  # stop the sweep past this latency
+    binary_search: bool = False
+    warmup_request_count: int = 0
+    warmup_s: float = 0.5
+    collect_metrics: bool = False
+    metrics_url: str | None = None
+    metrics_interval_ms: float = 1000.0
+    request_intervals_file: str | None = None
+    seed: int = 0
+    workers: int = 1  # load-generator processes
+    max_outstanding: int = 4096  # open loop: cap on requests in flight before sends count as dropped

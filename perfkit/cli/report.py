@@ -1,0 +1,71 @@
+"""`perfkit report`: one self-contained HTML file from run records or a tune folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from perfkit.errors import UsageError
+from perfkit.records import RunRecord
+from perfkit.report import (
+    load_inputs,
+    write_comparison_report,
+    write_profile_report,
+    write_tune_report,
+)
+
+
+@click.command(name="report")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="RUN_RECORD_OR_TUNE_DIR...")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="HTML file to write.",
+)
+@click.option("--compare", is_flag=True, help="Compare: the first input is the baseline, the others the current runs.")
+def command(inputs: tuple[Path, ...], output: Path, compare: bool) -> None:
+    """Write a self-contained HTML report (works offline) from run records or a tune folder.
+
+    \b
+    One tune folder (perfkit tune -o DIR)          -> tune report
+    --compare, or runs of one model with different
+    configs                                        -> comparison (first input = baseline)
+    otherwise                                      -> profile report of every run
+
+    Example:
+
+        perfkit report run.json -o report.html
+    """
+    runs, tunes = load_inputs(list(inputs))
+    if compare:
+        if len(inputs) < 2:
+            raise UsageError("--compare needs a baseline and at least one current input")
+        baseline, _ = load_inputs([inputs[0]])
+        current, _ = load_inputs(list(inputs[1:]))
+        if not baseline or not current:
+            raise UsageError("--compare needs run records on both sides (tune folders without runs/ have none)")
+        path = write_comparison_report(baseline, current, output)
+        kind = "comparison"
+    elif tunes:
+        if len(tunes) > 1:
+            raise UsageError(f"give one tune folder per report ({len(tunes)} given)")
+        path = write_tune_report(tunes[0], output, runs)
+        kind = "tune"
+    elif _is_config_comparison(runs):
+        path = write_comparison_report(runs[:1], runs[1:], output)
+        kind = "comparison"
+    else:
+        path = write_profile_report(runs, output)
+        kind = "profile"
+    size_kib = path.stat().st_size / 1024
+    click.echo(f"perfkit: wrote {kind} report {path} ({size_kib:,.0f} KiB)", err=True)
+
+
+def _is_config_comparison(runs: list[RunRecord]) -> bool:
+    models = {r.model.get("name") for r in runs}
+    configs = {r.model.get("config_sha256") for r in runs}
+    return len(runs) >= 2 and len(models) == 1 and len(configs) > 1

@@ -1,0 +1,56 @@
+"""HTML reports: one self-contained file per run that answers questions at a glance and holds every number.
+
+Layer "report": reads records only (perfkit.records), never tuner or gate internals.
+Figures are computed as data first (perfkit.report._figures, _tune, _compare), drawn second
+(_draw: matplotlib -> inline SVG), and laid out in one jinja2 page (_page, _template).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfkit.errors import InputError
+from perfkit.records import RunRecord, TuneRecord
+from perfkit.report._inputs import load_inputs
+from perfkit.report._other_pages import comparison_page, tune_page
+from perfkit.report._page import write
+from perfkit.report._profile_page import profile_page
+
+__all__ = ["load_inputs", "write_comparison_report", "write_profile_report", "write_tune_report"]
+
+
+def write_profile_report(records: list[RunRecord], path: Path | str) -> Path:
+    """Write the profile report of one or more runs to path; returns path.
+
+    Raises InputError when records is empty, a histogram cannot be decoded, or path cannot be written.
+    """
+    if not records:
+        raise InputError("a profile report needs at least one run record")
+    return write(profile_page(list(records)), path)
+
+
+def write_tune_report(tune: TuneRecord, path: Path | str, runs: list[RunRecord] | None = None) -> Path:
+    """Write the tune report (recommendation, trials, Pareto front, importances, config diff); returns path.
+
+    runs: the trial runs saved with the tune (runs/*.json), drawn as curves when given.
+    Raises InputError when path cannot be written.
+    """
+    return write(tune_page(tune, list(runs or [])), path)
+
+
+def write_comparison_report(
+    baseline: list[RunRecord],
+    current: list[RunRecord],
+    path: Path | str,
+    findings: list[dict[str, Any]] | None = None,
+) -> Path:
+    """Write the baseline-vs-current report; returns path.
+
+    findings: the gate's per-metric verdicts as plain dicts
+    {metric, baseline, current, delta_pct, verdict, confidence}, shown first when given.
+    Raises InputError when either side is empty or path cannot be written.
+    """
+    if not baseline or not current:
+        raise InputError("a comparison report needs at least one baseline and one current run record")
+    return write(comparison_page(list(baseline), list(current), findings), path)

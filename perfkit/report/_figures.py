@@ -1,0 +1,612 @@
+"""Figure data for profile reports: pure functions over run records, no drawing.
+
+Every figure is data first (series of (x, y) points, bar values) so tests check the
+numbers; _draw turns them into SVG. Latencies are in milliseconds here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from hdrh.histogram import HdrHistogram
+
+from perfkit.errors import InputError
+from perfkit.records import LatencySummary, LevelResult, RunRecord
+
+# CDFs are thinned to at most about this many points (plus the tail), so pages stay small.
+CDF_MAX_POINTS = 400
+MARKED_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
+# Latency axes turn logarithmic when values span more than this factor (an overloaded level would flatten the rest).
+LOG_SCALE_RATIO = 50.0
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line (or set of points) of a figure; `group` picks its colour, `variant` its line style."""
+
+    label: str
+    points: tuple[tuple[float, float], ...]
+    group: str = ""
+    variant: str = ""
+    kind: Literal["line", "step", "scatter"] = "line"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A labelled point (e.g. a percentile on a CDF, a highlighted trial)."""
+
+    x: float
+    y: float
+    label: str
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class LineFigure:
+    """An x-y figure: lines, steps or scatter points, with optional marks and reference lines."""
+
+    key: str
+    title: str
+    x_label: str
+    y_label: str
+    series: tuple[Series, ...]
+    marks: tuple[Mark, ...] = ()
+    hlines: tuple[tuple[float, str], ...] = ()
+    vlines: tuple[tuple[float, str], ...] = ()
+    x_log: bool = False
+    y_log: bool = False
+    caption: str = ""
+
+
+@dataclass(frozen=True)
+class BarSeries:
+    """One bar per category (None: no bar)."""
+
+    label: str
+    values: tuple[float | None, ...]
+    group: str = ""
+
+
+@dataclass(frozen=True)
+class BarFigure:
+    """Bars over categories, grouped side by side or stacked; horizontal for long labels."""
+
+    key: str
+    title: str
+    category_label: str
+    value_label: str
+    categories: tuple[str, ...]
+    series: tuple[BarSeries, ...]
+    stacked: bool = False
+    horizontal: bool = False
+    zero_line: bool = False
+    caption: str = ""
+
+
+Figure = LineFigure | BarFigure
+
+
+@dataclass(frozen=True)
+class Table:
+    """The numbers behind a figure (or a section): raw values; the page formats them."""
+
+    key: str
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    note: str = ""
+    cell_classes: tuple[tuple[str, ...], ...] = field(default=())
+
+
+def us_to_ms(value_us: float | None) -> float | None:
+    """Microseconds to milliseconds (None stays None)."""
+    return None if value_us is None else value_us / 1000.0
+
+
+def pct_name(pct: float) -> str:
+    """99.0 -> 'p99', 99.9 -> 'p99.9'."""
+    return f"p{pct:g}"
+
+
+def run_label(record: RunRecord, index: int, records: list[RunRecord]) -> str:
+    """A short name for a run among others: model, and config digest where runs differ."""
+    name = str(record.model.get("name", "model"))
+    if len(records) == 1:
+        return name
+    shas = {r.model.get("config_sha256", "") for r in records}
+    names = {r.model.get("name") for r in records}
+    sha = str(record.model.get("config_sha256", ""))[:8]
+    if len(shas) > 1 and sha:
+        return f"{name} @{sha}" if len(names) > 1 else f"config {sha}"
+    return f"{name} (run {index + 1})" if len(names) == 1 else name
+
+
+def level_kinds(record: RunRecord) -> tuple[str, ...]:
+    """The latency kinds measured in a run: ('service',) or ('service', 'corrected')."""
+    return ("service", "corrected") if any(lv.corrected is not None for lv in record.levels) else ("service",)
+
+
+def _summary(level: LevelResult, kind: str) -> LatencySummary | None:
+    return level.corrected if kind == "corrected" else level.service
+
+
+def throughput_latency(records: list[RunRecord], labels: list[str] | None = None) -> LineFigure:
+    """Throughput (x, infer/s) against p50 and p99 latency (y, ms) over load levels, per run and kind."""
+    series = []
+    for i, rec in enumerate(records):
+        label = labels[i] if labels else run_label(rec, i, records)
+        for kind in level_kinds(rec):
+            for pct in (50.0, 99.0):
+                pts = []
+                for lv in rec.levels:
+                    s = _summary(lv, kind)
+                    if s is not None and s.count > 0:
+                        pts.append((lv.throughput_infer_per_s, s.percentile_us(pct) / 1000.0))
+                name = f"{pct_name(pct)} {kind}" if len(records) == 1 else f"{label} {pct_name(pct)} {kind}"
+                series.append(
+                    Series(
+                        name,
+                        tuple(pts),
+                        group=label if len(records) > 1 else pct_name(pct),
+                        variant=f"{pct_name(pct)} {kind}" if len(records) > 1 else kind,
+                    )
+                )
+    ys = [y for s in series for _, y in s.points if y > 0]
+    log = bool(ys) and max(ys) / min(ys) > LOG_SCALE_RATIO
+    return LineFigure(
+        key="throughput-latency",
+        y_log=log,
+        title="Throughput vs latency",
+        x_label="throughput (infer/s)",
+        y_label="latency (ms, log scale)" if log else "latency (ms)",
+        series=tuple(series),
+        caption="One point per load level, in order of increasing load. 'corrected' latency counts from when "
+        "a request was due (coordinated omission corrected); 'service' from when it was sent.",
+    )
+
+
+def decode_histogram(summary: LatencySummary) -> HdrHistogram:
+    """The HdrHistogram of a summary; raises InputError when its encoding is unreadable."""
+    try:
+        hist = HdrHistogram.decode(summary.histogram)
+    except Exception as err:  # hdrh raises assorted errors (zlib, struct, base64) on bad input
+        raise InputError(f"latency histogram ({summary.kind}) cannot be decoded: {err}") from None
+    if hist is None:
+        raise InputError(f"latency histogram ({summary.kind}) cannot be decoded")
+    return hist
+
+
+def cdf_points(summary: LatencySummary, max_points: int = CDF_MAX_POINTS) -> tuple[tuple[float, float], ...]:
+    """(latency ms, fraction of requests at or below it) from the histogram, thinned; ends at (max, 1.0)."""
+    if not summary.histogram:
+        return ()
+    hist = decode_histogram(summary)
+    total = hist.get_total_count()
+    if total <= 0:
+        return ()
+    raw = [(it.value_iterated_to, it.total_count_to_this_value / total) for it in hist.get_recorded_iterator()]
+    if not raw:
+        return ()
+    # Keep a point when the fraction moved enough; in the tail (>= 0.99) keep finer steps.
+    step = 1.0 / max_points
+    kept = [raw[0]]
+    for value, frac in raw[1:-1]:
+        last = kept[-1][1]
+        if frac - last >= step or (frac >= 0.99 and frac - last >= step / 20):
+            kept.append((value, frac))
+    if len(raw) > 1:
+        kept.append(raw[-1])
+    return tuple((float(v) / 1000.0, float(f)) for v, f in kept)
+
+
+def latency_cdf(record: RunRecord, kind: str) -> LineFigure:
+    """Per-level latency CDFs of one kind, with the summary's percentiles marked."""
+    series = []
+    marks = []
+    for lv in record.levels:
+        s = _summary(lv, kind)
+        if s is None or s.count == 0:
+            continue
+        label = lv.load.label
+        series.append(Series(label, cdf_points(s), group=label, kind="step"))
+        for pct in MARKED_PERCENTILES:
+            marks.append(Mark(s.percentile_us(pct) / 1000.0, round(pct / 100.0, 6), pct_name(pct), group=label))
+    return LineFigure(
+        key=f"cdf-{kind}",
+        title=f"Latency distribution ({kind})",
+        x_label="latency (ms, log scale)",
+        y_label="fraction of requests ≤ latency",
+        series=tuple(series),
+        marks=tuple(marks),
+        x_log=True,
+        caption="Cumulative distribution per load level from the full HdrHistogram; dots mark p50, p90, p99 and p99.9.",
+    )
+
+
+def percentile_table(record: RunRecord, kind: str) -> Table:
+    """Percentiles (ms) per level of one latency kind."""
+    rows = []
+    for lv in record.levels:
+        s = _summary(lv, kind)
+        if s is None:
+            continue
+        rows.append(
+            (
+                lv.load.label,
+                s.count,
+                s.min_us / 1000,
+                s.mean_us / 1000,
+                s.std_us / 1000,
+                s.p50_us / 1000,
+                s.p90_us / 1000,
+                s.p95_us / 1000,
+                s.p99_us / 1000,
+                s.p999_us / 1000,
+                s.max_us / 1000,
+                ", ".join(s.thin) or "",
+            )
+        )
+    return Table(
+        key=f"percentiles-{kind}",
+        title=f"Latency percentiles ({kind}, ms)",
+        columns=("load", "requests", "min", "mean", "std", "p50", "p90", "p95", "p99", "p99.9", "max", "thin tail"),
+        rows=tuple(rows),
+        note="'thin tail': percentiles with fewer than ~10 samples beyond them; read them as indicative.",
+    )
+
+
+def levels_table(record: RunRecord) -> Table:
+    """The headline numbers of each level: load, throughput, send and completion rates, latency."""
+    rows = []
+    for lv in record.levels:
+        s = lv.latency()
+        rows.append(
+            (
+                lv.load.label,
+                lv.batch_size,
+                lv.throughput_infer_per_s,
+                lv.sent_rps,
+                lv.completed_rps,
+                s.kind,
+                s.p50_us / 1000,
+                s.p99_us / 1000,
+                lv.service.p99_us / 1000 if lv.corrected is not None else None,
+                lv.request_count,
+                lv.duration_s,
+            )
+        )
+    return Table(
+        key="levels",
+        title="Load levels",
+        columns=(
+            "load",
+            "batch",
+            "infer/s",
+            "sent req/s",
+            "completed req/s",
+            "latency kind",
+            "p50 ms",
+            "p99 ms",
+            "service p99 ms",
+            "requests",
+            "duration s",
+        ),
+        rows=tuple(rows),
+    )
+
+
+SERVER_PARTS = (
+    ("queue", "queue_avg_us"),
+    ("compute input", "compute_input_avg_us"),
+    ("compute infer", "compute_infer_avg_us"),
+    ("compute output", "compute_output_avg_us"),
+)
+
+
+def server_breakdown(record: RunRecord) -> tuple[BarFigure, Table] | None:
+    """Where a request's server time went per level (stacked, ms), and the table; None without server stats."""
+    levels = [lv for lv in record.levels if lv.server is not None]
+    if not levels:
+        return None
+    cats = tuple(lv.load.label for lv in levels)
+    series = tuple(
+        BarSeries(name, tuple(getattr(lv.server, attr) / 1000 for lv in levels), group=name)
+        for name, attr in SERVER_PARTS
+    )
+    rows = []
+    for lv in levels:
+        srv = lv.server
+        assert srv is not None
+        client_mean = lv.service.mean_us / 1000
+        rows.append(
+            (
+                lv.load.label,
+                srv.queue_avg_us / 1000,
+                srv.compute_input_avg_us / 1000,
+                srv.compute_infer_avg_us / 1000,
+                srv.compute_output_avg_us / 1000,
+                srv.request_avg_us / 1000,
+                client_mean,
+                client_mean - srv.request_avg_us / 1000,
+                srv.request_count,
+                srv.execution_count,
+                srv.failures,
+            )
+        )
+    fig = BarFigure(
+        key="server-breakdown",
+        title="Server-side time per request",
+        category_label="load level",
+        value_label="average time per request (ms)",
+        categories=cats,
+        series=series,
+        stacked=True,
+        caption="Triton's own statistics (deltas over each level): time queued, copying inputs, running the model, "
+        "copying outputs.",
+    )
+    table = Table(
+        key="server-breakdown",
+        title="Server-side breakdown (ms, averages per request)",
+        columns=(
+            "load",
+            "queue",
+            "compute input",
+            "compute infer",
+            "compute output",
+            "server total",
+            "client mean",
+            "client − server",
+            "requests",
+            "executions",
+            "failures",
+        ),
+        rows=tuple(rows),
+        note="'client − server': network, serialization and client overhead.",
+    )
+    return fig, table
+
+
+def batch_sizes(record: RunRecord) -> tuple[BarFigure, Table] | None:
+    """Share of executions by the batch size Triton formed, per level; None when not reported."""
+    levels = [lv for lv in record.levels if lv.server is not None and lv.server.batch_sizes]
+    if not levels:
+        return None
+    sizes = sorted({int(k) for lv in levels for k in lv.server.batch_sizes})  # type: ignore[union-attr]
+    series = []
+    for size in sizes:
+        vals: list[float | None] = []
+        for lv in levels:
+            counts = lv.server.batch_sizes  # type: ignore[union-attr]
+            total = sum(counts.values())
+            vals.append(100.0 * counts.get(str(size), 0) / total if total else None)
+        series.append(BarSeries(f"batch {size}", tuple(vals), group=f"batch {size}"))
+    rows = []
+    for lv in levels:
+        counts = lv.server.batch_sizes  # type: ignore[union-attr]
+        total = sum(counts.values())
+        mean = sum(int(k) * v for k, v in counts.items()) / total if total else None
+        rows.append((lv.load.label, total, mean, *(counts.get(str(s), 0) for s in sizes)))
+    fig = BarFigure(
+        key="batch-sizes",
+        title="Batch sizes formed by Triton",
+        category_label="load level",
+        value_label="share of executions (%)",
+        categories=tuple(lv.load.label for lv in levels),
+        series=tuple(series),
+        stacked=True,
+        caption="How many requests each model execution carried (dynamic batching at work).",
+    )
+    table = Table(
+        key="batch-sizes",
+        title="Executions by batch size",
+        columns=("load", "executions", "mean batch", *(f"batch {s}" for s in sizes)),
+        rows=tuple(rows),
+    )
+    return fig, table
+
+
+def _metric_times(record: RunRecord) -> list[tuple[float, LevelResult, Any]]:
+    # Sample times may run over the whole run or restart at each level; lay levels end to end if they restart.
+    out = []
+    offset = 0.0
+    last = float("-inf")
+    restarts = False
+    for lv in record.levels:
+        if lv.metrics and lv.metrics[0].t_s < last:
+            restarts = True
+        if lv.metrics:
+            last = lv.metrics[-1].t_s
+    for lv in record.levels:
+        for m in lv.metrics:
+            out.append(((offset if restarts else 0.0) + m.t_s, lv, m))
+        offset += lv.duration_s
+    return out
+
+
+def gpu_timeline(record: RunRecord) -> tuple[LineFigure, LineFigure, Table] | None:
+    """GPU utilization (%) and memory used (GiB) over time, per GPU; None when no metrics were collected."""
+    samples = _metric_times(record)
+    if not samples:
+        return None
+    gpus = list(dict.fromkeys(m.gpu for _, _, m in samples))
+    util_series = []
+    mem_series = []
+    for gpu in gpus:
+        util = tuple((t, m.utilization * 100) for t, _, m in samples if m.gpu == gpu and m.utilization is not None)
+        mem = tuple(
+            (t, m.memory_used_bytes / 2**30) for t, _, m in samples if m.gpu == gpu and m.memory_used_bytes is not None
+        )
+        util_series.append(Series(gpu, util, group=gpu))
+        mem_series.append(Series(gpu, mem, group=gpu))
+    starts: list[tuple[float, str]] = []
+    seen = set()
+    for t, lv, _ in samples:
+        if lv.load.label not in seen:
+            seen.add(lv.load.label)
+            starts.append((t, lv.load.label))
+    totals = [m.memory_total_bytes for _, _, m in samples if m.memory_total_bytes]
+    util_fig = LineFigure(
+        key="gpu-util",
+        title="GPU utilization",
+        x_label="time (s)",
+        y_label="utilization (%)",
+        series=tuple(util_series),
+        vlines=tuple(starts),
+        caption="Vertical lines mark the start of each load level.",
+    )
+    mem_fig = LineFigure(
+        key="gpu-memory",
+        title="GPU memory used",
+        x_label="time (s)",
+        y_label="memory used (GiB)",
+        series=tuple(mem_series),
+        vlines=tuple(starts),
+        hlines=((max(totals) / 2**30, "total"),) if totals else (),
+    )
+    rows = tuple(
+        (
+            round(t, 3),
+            lv.load.label,
+            m.gpu,
+            None if m.utilization is None else m.utilization * 100,
+            None if m.memory_used_bytes is None else m.memory_used_bytes / 2**30,
+            None if m.memory_total_bytes is None else m.memory_total_bytes / 2**30,
+            m.power_w,
+        )
+        for t, lv, m in samples
+    )
+    table = Table(
+        key="gpu",
+        title="GPU samples",
+        columns=("t s", "load", "gpu", "utilization %", "memory GiB", "total GiB", "power W"),
+        rows=rows,
+    )
+    return util_fig, mem_fig, table
+
+
+def windows_figure(record: RunRecord) -> tuple[LineFigure, Table] | None:
+    """Throughput of each measurement window over the run (stability at a glance); None without windows."""
+    series = []
+    rows = []
+    offset = 0.0
+    vlines = []
+    for lv in record.levels:
+        if not lv.windows:
+            offset += lv.duration_s
+            continue
+        vlines.append((offset, lv.load.label))
+        pts = tuple((offset + w.start_s + w.duration_s, w.infer_per_s) for w in lv.windows)
+        series.append(Series(lv.load.label, pts, group=lv.load.label))
+        for n, w in enumerate(lv.windows):
+            rows.append(
+                (
+                    lv.load.label,
+                    n + 1,
+                    w.start_s,
+                    w.duration_s,
+                    w.completed,
+                    w.errors,
+                    w.infer_per_s,
+                    w.p50_us / 1000,
+                    w.p99_us / 1000,
+                    w.mean_us / 1000,
+                )
+            )
+        offset += max(lv.duration_s, sum(w.duration_s for w in lv.windows))
+    if not series:
+        return None
+    fig = LineFigure(
+        key="windows",
+        title="Throughput per measurement window",
+        x_label="time since the first level (s)",
+        y_label="throughput (infer/s)",
+        series=tuple(series),
+        caption="A flat line within each level means a steady measurement.",
+    )
+    table = Table(
+        key="windows",
+        title="Measurement windows",
+        columns=("load", "window", "start s", "duration s", "completed", "errors", "infer/s", "p50", "p99", "mean"),
+        rows=tuple(rows),
+        note="Latencies in ms.",
+    )
+    return fig, table
+
+
+def quality_table(record: RunRecord) -> Table:
+    """Per level: stability, precision reached, errors, late and dropped sends, notes."""
+    rows = []
+    classes = []
+    for lv in record.levels:
+        errs = "; ".join(f"{msg} ×{n}" for msg, n in lv.errors.items())
+        rows.append(
+            (
+                lv.load.label,
+                "yes" if lv.stable else "NO",
+                None if lv.precision.throughput_rel is None else lv.precision.throughput_rel * 100,
+                None if lv.precision.latency_rel is None else lv.precision.latency_rel * 100,
+                len(lv.windows),
+                lv.error_count,
+                errs,
+                lv.late_count,
+                lv.dropped_count,
+                us_to_ms(lv.send_lateness_p99_us),
+                lv.note,
+            )
+        )
+        classes.append(
+            (
+                "",
+                "" if lv.stable else "bad",
+                "",
+                "",
+                "",
+                "bad" if lv.error_count else "",
+                "",
+                "warn" if lv.late_count else "",
+                "bad" if lv.dropped_count else "",
+                "",
+                "",
+            )
+        )
+    return Table(
+        key="quality",
+        title="Measurement quality",
+        columns=(
+            "load",
+            "stable",
+            "± throughput %",
+            "± latency %",
+            "windows",
+            "errors",
+            "error messages",
+            "late sends",
+            "dropped sends",
+            "send lateness p99 ms",
+            "note",
+        ),
+        rows=tuple(rows),
+        note="± columns: half-width of the ~95% confidence interval reached (relative). Late: sent behind schedule; "
+        "dropped: never sent because too many requests were in flight.",
+        cell_classes=tuple(classes),
+    )
+
+
+def headline(record: RunRecord) -> dict[str, Any]:
+    """The at-a-glance numbers: peak throughput and its latency, level counts, problems."""
+    levels = list(record.levels)
+    peak = max(levels, key=lambda lv: lv.throughput_infer_per_s) if levels else None
+    lat = peak.latency() if peak else None
+    return {
+        "peak_infer_per_s": peak.throughput_infer_per_s if peak else None,
+        "peak_level": peak.load.label if peak else None,
+        "peak_p99_ms": lat.p99_us / 1000 if lat else None,
+        "peak_p50_ms": lat.p50_us / 1000 if lat else None,
+        "latency_kind": lat.kind if lat else None,
+        "levels": len(levels),
+        "unstable": sum(1 for lv in levels if not lv.stable),
+        "errors": sum(lv.error_count for lv in levels),
+        "late": sum(lv.late_count for lv in levels),
+        "dropped": sum(lv.dropped_count for lv in levels),
+    }

@@ -1,0 +1,222 @@
+"""The tune report page and the comparison report page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perfkit.records import RunRecord, TuneRecord
+from perfkit.report import _compare as C
+from perfkit.report import _figures as F
+from perfkit.report import _tune as T
+from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, command_line, fmt_value, machine_facts
+
+
+def _run_labels_for_tune(tune: TuneRecord, runs: list[RunRecord]) -> list[str]:
+    by_sha = {t.config_sha256: t for t in tune.trials if t.config_sha256}
+    labels = []
+    for i, run in enumerate(runs):
+        trial = by_sha.get(str(run.model.get("config_sha256", "")))
+        if trial is None:
+            labels.append(F.run_label(run, i, runs))
+        else:
+            tag = " (best)" if trial.number == tune.best_trial else " (original)" if trial.is_original else ""
+            labels.append(f"trial {trial.number}{tag}")
+    return labels
+
+
+def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
+    """The tune report: recommendation, trials, Pareto front, importances, config diff, trial runs."""
+    pct = F.pct_name(tune.percentile)
+    page = Page(
+        kind="tune",
+        title=f"{tune.model}: config tuning within {tune.latency_budget_ms:g} ms {pct}",
+        subtitle=f"{len(tune.trials)} trials · objective {tune.objective} · Triton "
+        f"{tune.server.get('version', '?')} · {tune.created_utc}",
+        data={"tune": tune, "runs": runs},
+    )
+    page.sentence = T.recommendation(tune)
+    best = next((t for t in tune.trials if t.number == tune.best_trial), None)
+    orig = T.original_trial(tune)
+    page.sentence_bad = best is None
+    if tune.status != "ok":
+        page.banners.append(Banner("bad", f"The tune run {tune.status}: {tune.error or 'no reason recorded'}"))
+    counts = {g: sum(1 for t in tune.trials if T.trial_group(t) == g) for g in T.GROUP_ORDER}
+    if best is not None and best.throughput_infer_per_s is not None:
+        page.cards.append(
+            Card("best throughput", T.fmt_rate(best.throughput_infer_per_s), "infer/s", f"trial {best.number}", "good")
+        )
+        if best.latency_us is not None:
+            page.cards.append(
+                Card(
+                    f"{pct} at that load",
+                    fmt_value(best.latency_us / 1000),
+                    "ms",
+                    f"budget {tune.latency_budget_ms:g} ms",
+                )
+            )
+        if orig is not None and orig.throughput_infer_per_s:
+            gain = best.throughput_infer_per_s / orig.throughput_infer_per_s
+            page.cards.append(
+                Card(
+                    "gain over original",
+                    f"{gain:.1f}×",
+                    "",
+                    f"original {T.fmt_rate(orig.throughput_infer_per_s)} infer/s",
+                    "good" if gain > 1 else "",
+                )
+            )
+    page.cards.append(
+        Card(
+            "trials",
+            str(len(tune.trials)),
+            "",
+            f"{counts['feasible']} feasible, {counts['over budget']} over budget, {counts['pruned']} pruned, "
+            f"{counts['failed']} failed",
+            "warn" if counts["failed"] else "",
+        )
+    )
+
+    b = PageBuilder(page)
+    s = b.section("trials", "Trial history", "What each trial reached within the budget, in the order tried.")
+    thr, lat = T.trial_history(tune)
+    b.figure(s, thr)
+    b.figure(s, lat)
+    b.table(s, T.trials_table(tune))
+
+    s = b.section("pareto", "Pareto front", "The trade-off between throughput and latency across trials.")
+    front = set(T.pareto_front(tune))
+    front_table = T.trials_table(tune)
+    front_table = F.Table(
+        key="pareto",
+        title="Trials on the Pareto front",
+        columns=front_table.columns,
+        rows=tuple(r for r in front_table.rows if r[0] in front),
+    )
+    b.figure(s, T.pareto_figure(tune), front_table)
+
+    imp = T.importance_figure(tune)
+    if imp is not None:
+        s = b.section("importance", "Which parameters mattered")
+        b.figure(s, imp, T.importance_table(tune))
+
+    s = b.section("config", "Config change", "The recommended config.pbtxt against the original, line by line.")
+    s.blocks.append(
+        Block(
+            kind="diff",
+            title="original → best",
+            lines=T.config_diff(tune),
+            empty="No recommended config." if not tune.best_config else "The best config is the original.",
+        )
+    )
+    if tune.best_config:
+        s.blocks.append(Block(kind="pre", title="Best config.pbtxt", text=tune.best_config))
+    s.blocks.append(Block(kind="pre", title="Original config.pbtxt", text=tune.original_config))
+
+    if runs:
+        s = b.section("runs", "Trial runs", "Full throughput–latency curves of the trials whose runs were saved.")
+        b.figure(s, F.throughput_latency(runs, _run_labels_for_tune(tune, runs)), *(F.levels_table(r) for r in runs))
+
+    s = b.section("about", "About this run")
+    s.blocks.append(
+        Block(
+            kind="facts",
+            facts=[
+                ("model", tune.model),
+                ("budget", f"{pct} ≤ {tune.latency_budget_ms:g} ms"),
+                ("objective", tune.objective),
+                ("server", " · ".join(f"{k} {v}" for k, v in tune.server.items())),
+                ("command", command_line(tune.command)),
+                ("perfkit", tune.perfkit_version),
+                ("when", tune.created_utc),
+                ("status", tune.status + (f": {tune.error}" if tune.error else "")),
+            ],
+        )
+    )
+    s.blocks.append(Block(kind="facts", title="Machine", facts=machine_facts(tune.machine)))
+    return page
+
+
+def _side_facts(baseline: list[RunRecord], current: list[RunRecord]) -> F.Table:
+    def vals(recs: list[RunRecord], get: Any) -> str:
+        return ", ".join(dict.fromkeys(str(get(r)) for r in recs)) or "—"
+
+    fields = (
+        ("runs", lambda r: ""),
+        ("model", lambda r: r.model.get("name", "?")),
+        ("config sha256", lambda r: str(r.model.get("config_sha256", ""))[:16]),
+        ("server", lambda r: f"Triton {r.server.get('version', '?')}"),
+        ("machine", lambda r: r.machine.get("hostname", "?")),
+        ("perfkit", lambda r: r.perfkit_version),
+        ("when", lambda r: r.created_utc),
+        ("command", lambda r: command_line(r.command)),
+    )
+    rows = []
+    for name, get in fields:
+        if name == "runs":
+            rows.append((name, str(len(baseline)), str(len(current))))
+        else:
+            rows.append((name, vals(baseline, get), vals(current, get)))
+    return F.Table(key="sides", title="What is compared", columns=("", "baseline", "current"), rows=tuple(rows))
+
+
+def comparison_page(baseline: list[RunRecord], current: list[RunRecord], findings: list[dict[str, Any]] | None) -> Page:
+    """The comparison report: gate verdicts (if given), change per level and metric, overlaid curves."""
+    names = sorted({str(r.model.get("name", "?")) for r in (*baseline, *current)})
+    groups = C.group_current(current)
+    comps = [C.compare(baseline, recs, label) for label, recs in groups]
+    page = Page(
+        kind="comparison",
+        title=f"{', '.join(names)}: baseline vs current",
+        subtitle=f"{len(baseline)} baseline run(s) · {len(current)} current run(s)",
+        data={"baseline": baseline, "current": current, "findings": findings or []},
+    )
+    worse = sum(1 for c in comps for d in c.deltas if d.verdict == "worse")
+    better = sum(1 for c in comps for d in c.deltas if d.verdict == "better")
+    same = sum(1 for c in comps for d in c.deltas if d.verdict == "same")
+    page.cards = [
+        Card("better", str(better), "", "level × metric pairs", "good" if better else ""),
+        Card("worse", str(worse), "", "level × metric pairs", "bad" if worse else "good"),
+        Card("unchanged", str(same), "", "within noise"),
+    ]
+    thr = [d for c in comps for d in c.deltas if d.metric == "throughput" and d.delta_pct is not None]
+    if thr:
+        peak_b = max(d.baseline for d in thr)
+        peak_c = max(d.current for d in thr)
+        change = (peak_c - peak_b) / peak_b * 100 if peak_b else 0.0
+        page.cards.insert(
+            0,
+            Card(
+                "peak throughput",
+                f"{change:+.1f}%",
+                "",
+                f"{fmt_value(peak_b)} → {fmt_value(peak_c)} infer/s",
+                "good" if change > 1 else "bad" if change < -1 else "",
+            ),
+        )
+    if worse:
+        page.banners.append(Banner("bad", f"{worse} level × metric pairs are worse than the baseline beyond noise."))
+    if not any(c.deltas for c in comps):
+        page.banners.append(
+            Banner("warn", "No load level is present in both baseline and current: nothing to compare.")
+        )
+
+    b = PageBuilder(page)
+    if findings:
+        s = b.section("verdicts", "Gate verdicts", "The regression gate's judgement per metric.")
+        b.table(s, C.findings_table(findings))
+    s = b.section("curves", "Throughput vs latency", "Both sides on one figure.")
+    b.figure(s, C.overlay_figure([("baseline", baseline), *groups]))
+    for i, comp in enumerate(comps):
+        s = b.section(f"deltas-{i + 1}", f"Changes: {comp.label}" if len(comps) > 1 else "Changes per level")
+        fig = C.delta_figure(comp)
+        table = C.delta_table(comp)
+        if fig is not None:
+            b.figure(s, fig)
+        b.table(s, table)
+        if comp.unmatched:
+            s.blocks.append(
+                Block(kind="text", cls="note", text="Not compared (one side only): " + "; ".join(comp.unmatched))
+            )
+    s = b.section("sides", "What is compared")
+    b.table(s, _side_facts(baseline, current))
+    return page

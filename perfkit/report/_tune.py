@@ -1,0 +1,326 @@
+"""Figure data for tune reports: the recommendation, trial history, Pareto front, importances, config diff."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from perfkit.records import TrialRecord, TuneRecord
+from perfkit.report._figures import BarFigure, BarSeries, LineFigure, Mark, Series, Table, pct_name
+
+KNOWN_PARAMS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "instance_count", "precision")
+
+
+def fmt_rate(value: float) -> str:
+    """1840.3 -> '1,840'; small rates keep a decimal."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def fmt_ms(value_ms: float) -> str:
+    """14.23 -> '14.2 ms'; three significant figures, no exponent."""
+    if value_ms >= 100:
+        return f"{value_ms:,.0f} ms"
+    if value_ms >= 10:
+        return f"{value_ms:.1f} ms"
+    return f"{value_ms:.2f} ms"
+
+
+def describe_params(params: dict[str, Any]) -> str:
+    """Trial parameters in words: 'max_batch_size 8, dynamic batching with 500 µs queue delay, 2 instances, fp16'."""
+    parts = []
+    if "max_batch_size" in params:
+        parts.append(f"max_batch_size {params['max_batch_size']}")
+    if "dynamic_batching" in params:
+        if params["dynamic_batching"]:
+            delay = params.get("max_queue_delay_us")
+            parts.append(f"dynamic batching with {delay:g} µs queue delay" if delay is not None else "dynamic batching")
+        else:
+            parts.append("no dynamic batching")
+    elif "max_queue_delay_us" in params:
+        parts.append(f"{params['max_queue_delay_us']:g} µs queue delay")
+    if "instance_count" in params:
+        n = params["instance_count"]
+        parts.append(f"{n} instance{'s' if n != 1 else ''}")
+    if "precision" in params:
+        parts.append(str(params["precision"]))
+    for key, value in params.items():
+        if key not in KNOWN_PARAMS:
+            parts.append(f"{key} {value}")
+    return ", ".join(parts)
+
+
+def _trial(tune: TuneRecord, number: int | None) -> TrialRecord | None:
+    return next((t for t in tune.trials if t.number == number), None) if number is not None else None
+
+
+def original_trial(tune: TuneRecord) -> TrialRecord | None:
+    """The trial that measured the original config, if any."""
+    return next((t for t in tune.trials if t.is_original), None)
+
+
+def recommendation(tune: TuneRecord) -> str:
+    """The recommendation in one sentence: config, throughput, latency, gain over the original, budget."""
+    pct = pct_name(tune.percentile)
+    budget = f"{tune.latency_budget_ms:g} ms"
+    best = _trial(tune, tune.best_trial)
+    orig = original_trial(tune)
+    if best is None or best.throughput_infer_per_s is None:
+        done = sum(1 for t in tune.trials if t.state == "complete")
+        why = f" ({tune.error})" if tune.error else ""
+        return (
+            f"No recommendation: none of {len(tune.trials)} trials ({done} complete) met the {budget} {pct} "
+            f"budget{why}."
+        )
+    lat = f" at {pct} {fmt_ms(best.latency_us / 1000)}" if best.latency_us is not None else ""
+    what = f"trial {best.number} ({describe_params(best.params)})" if best.params else f"trial {best.number}"
+    sentence = f"Best: {what} gives {fmt_rate(best.throughput_infer_per_s)} infer/s{lat}"
+    if best.is_original:
+        sentence += ": the original config is already the best found"
+    elif orig is not None and orig.throughput_infer_per_s:
+        gain = best.throughput_infer_per_s / orig.throughput_infer_per_s
+        sentence += f", {gain:.1f}× the original config's {fmt_rate(orig.throughput_infer_per_s)} infer/s"
+        if not orig.feasible:
+            sentence += " (which missed the budget)"
+    sentence += f", within the {budget} budget."
+    if tune.status != "ok":
+        sentence += f" The tune run was {tune.status} before it finished."
+    return sentence
+
+
+def trial_group(trial: TrialRecord) -> str:
+    """'feasible', 'over budget', 'pruned', 'failed' or 'running'."""
+    if trial.state == "failed":
+        return "failed"
+    if trial.state == "pruned":
+        return "pruned"
+    if trial.state == "running":
+        return "running"
+    return "feasible" if trial.feasible else "over budget"
+
+
+GROUP_ORDER = ("feasible", "over budget", "pruned", "failed", "running")
+
+
+def trial_history(tune: TuneRecord) -> tuple[LineFigure, LineFigure]:
+    """Throughput and latency of each trial, by trial number, grouped by outcome; failed trials at zero."""
+    thr_series = []
+    lat_series = []
+    for group in GROUP_ORDER:
+        members = [t for t in tune.trials if trial_group(t) == group]
+        if not members:
+            continue
+        thr = tuple(
+            (float(t.number), t.throughput_infer_per_s if t.throughput_infer_per_s is not None else 0.0)
+            for t in members
+        )
+        lat = tuple((float(t.number), t.latency_us / 1000) for t in members if t.latency_us is not None)
+        label = "failed (no result)" if group == "failed" else group
+        thr_series.append(Series(label, thr, group=group, kind="scatter"))
+        if lat:
+            lat_series.append(Series(label, lat, group=group, kind="scatter"))
+    marks = []
+    best = _trial(tune, tune.best_trial)
+    if best is not None and best.throughput_infer_per_s is not None:
+        marks.append(Mark(float(best.number), best.throughput_infer_per_s, "best", group="best"))
+    orig = original_trial(tune)
+    if orig is not None and orig.throughput_infer_per_s is not None:
+        marks.append(Mark(float(orig.number), orig.throughput_infer_per_s, "original", group="original"))
+    pct = pct_name(tune.percentile)
+    thr_fig = LineFigure(
+        key="trial-throughput",
+        title="Throughput per trial",
+        x_label="trial",
+        y_label="throughput within budget (infer/s)",
+        series=tuple(thr_series),
+        marks=tuple(marks),
+        caption="Each trial's best throughput whose latency met the budget.",
+    )
+    lat_fig = LineFigure(
+        key="trial-latency",
+        title=f"{pct} latency per trial",
+        x_label="trial",
+        y_label=f"{pct} latency (ms)",
+        series=tuple(lat_series),
+        hlines=((tune.latency_budget_ms, f"budget {tune.latency_budget_ms:g} ms"),),
+    )
+    return thr_fig, lat_fig
+
+
+def pareto_front(tune: TuneRecord) -> tuple[int, ...]:
+    """Trial numbers on the throughput/latency Pareto front: TuneRecord.pareto_trials, else computed."""
+    if tune.pareto_trials:
+        return tuple(tune.pareto_trials)
+    done = [
+        t
+        for t in tune.trials
+        if t.state == "complete" and t.throughput_infer_per_s is not None and t.latency_us is not None
+    ]
+    front = []
+    for t in done:
+        dominated = any(
+            o is not t
+            and o.throughput_infer_per_s >= t.throughput_infer_per_s  # type: ignore[operator]
+            and o.latency_us <= t.latency_us  # type: ignore[operator]
+            and (o.throughput_infer_per_s > t.throughput_infer_per_s or o.latency_us < t.latency_us)  # type: ignore[operator]
+            for o in done
+        )
+        if not dominated:
+            front.append(t.number)
+    return tuple(sorted(front))
+
+
+def pareto_figure(tune: TuneRecord) -> LineFigure:
+    """Every measured trial as latency (x) vs throughput (y); the front as a line; the budget as a vertical line."""
+    front_ids = set(pareto_front(tune))
+    series = []
+    for group in GROUP_ORDER:
+        pts = tuple(
+            (t.latency_us / 1000, t.throughput_infer_per_s)
+            for t in tune.trials
+            if trial_group(t) == group and t.latency_us is not None and t.throughput_infer_per_s is not None
+        )
+        if pts:
+            series.append(Series(group, pts, group=group, kind="scatter"))
+    front = sorted(
+        (t.latency_us / 1000, t.throughput_infer_per_s)  # type: ignore[operator]
+        for t in tune.trials
+        if t.number in front_ids and t.latency_us is not None and t.throughput_infer_per_s is not None
+    )
+    if front:
+        series.append(Series("Pareto front", tuple(front), group="front", kind="step"))
+    marks = [
+        Mark(t.latency_us / 1000, t.throughput_infer_per_s, f"#{t.number}", group="label")
+        for t in tune.trials
+        if t.latency_us is not None and t.throughput_infer_per_s is not None
+    ]
+    pct = pct_name(tune.percentile)
+    return LineFigure(
+        key="pareto",
+        title="Throughput vs latency of every trial",
+        x_label=f"{pct} latency (ms)",
+        y_label="throughput (infer/s)",
+        series=tuple(series),
+        marks=tuple(marks),
+        vlines=((tune.latency_budget_ms, f"budget {tune.latency_budget_ms:g} ms"),),
+        caption="Up and to the left is better. No trial on the front is beaten on both throughput and latency.",
+    )
+
+
+def importance_figure(tune: TuneRecord) -> BarFigure | None:
+    """Parameter importances, largest first; None when the tuner reported none."""
+    if not tune.importances:
+        return None
+    items = sorted(tune.importances.items(), key=lambda kv: kv[1], reverse=True)
+    return BarFigure(
+        key="importances",
+        title="Which parameters mattered",
+        category_label="parameter",
+        value_label="importance (share of throughput variation explained)",
+        categories=tuple(k for k, _ in items),
+        series=(BarSeries("importance", tuple(v for _, v in items), group="importance"),),
+        horizontal=True,
+    )
+
+
+def importance_table(tune: TuneRecord) -> Table:
+    """Parameter importances as a table, largest first."""
+    items = sorted(tune.importances.items(), key=lambda kv: kv[1], reverse=True)
+    return Table(
+        key="importances", title="Parameter importances", columns=("parameter", "importance"), rows=tuple(items)
+    )
+
+
+def trials_table(tune: TuneRecord) -> Table:
+    """Every trial: state, parameters, the load reached, throughput, latency, feasibility, reason."""
+    front = set(pareto_front(tune))
+    rows = []
+    classes = []
+    for t in sorted(tune.trials, key=lambda t: t.number):
+        tags = [x for x, on in (("best", t.number == tune.best_trial), ("original", t.is_original)) if on]
+        if t.number in front:
+            tags.append("Pareto")
+        rows.append(
+            (
+                t.number,
+                ", ".join(tags),
+                t.state,
+                describe_params(t.params),
+                t.load.label if t.load else None,
+                t.throughput_infer_per_s,
+                None if t.latency_us is None else t.latency_us / 1000,
+                "yes" if t.feasible else "no",
+                t.fail_reason,
+                t.duration_s,
+            )
+        )
+        group = trial_group(t)
+        classes.append(
+            (
+                "",
+                "good" if t.number == tune.best_trial else "",
+                "bad" if group == "failed" else ("warn" if group in ("pruned", "over budget") else ""),
+                "",
+                "",
+                "",
+                "",
+                "" if t.feasible else "bad",
+                "",
+                "",
+            )
+        )
+    pct = pct_name(tune.percentile)
+    return Table(
+        key="trials",
+        title="Trials",
+        columns=(
+            "trial",
+            "",
+            "state",
+            "parameters",
+            "load reached",
+            "infer/s",
+            f"{pct} ms",
+            "feasible",
+            "reason",
+            "duration s",
+        ),
+        rows=tuple(rows),
+        cell_classes=tuple(classes),
+    )
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    """One line of a unified diff: kind is 'add', 'del', 'hunk', 'meta' or 'same'."""
+
+    kind: str
+    text: str
+
+
+def config_diff(tune: TuneRecord) -> tuple[DiffLine, ...]:
+    """Unified diff of original_config -> best_config (empty when there is no best or no change)."""
+    if not tune.best_config:
+        return ()
+    lines = difflib.unified_diff(
+        tune.original_config.splitlines(),
+        tune.best_config.splitlines(),
+        fromfile="original config.pbtxt",
+        tofile=f"best config.pbtxt (trial {tune.best_trial})",
+        lineterm="",
+        n=3,
+    )
+    out = []
+    for line in lines:
+        if line.startswith(("---", "+++")):
+            kind = "meta"
+        elif line.startswith("@@"):
+            kind = "hunk"
+        elif line.startswith("+"):
+            kind = "add"
+        elif line.startswith("-"):
+            kind = "del"
+        else:
+            kind = "same"
+        out.append(DiffLine(kind, line))
+    return tuple(out)

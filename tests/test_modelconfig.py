@@ -1,0 +1,297 @@
+"""config.pbtxt IO: lossless round-trips through tritonclient's protobuf, errors that name
+file and line, stable hashing, atomic writes, and the guard that always restores."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfkit.errors import ConfigError
+from perfkit.target.modelconfig import (
+    ConfigGuard,
+    ModelConfig,
+    config_from_dict,
+    config_sha256,
+    config_to_dict,
+    format_config,
+    parse_config,
+    read_config,
+    write_config,
+)
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+
+# Every top-level field of ModelConfig, with nested blocks users actually write.
+WIDE_CONFIGS = {
+    "everything": """
+name: "wide"
+platform: "onnxruntime_onnx"
+backend: "onnxruntime"
+runtime: "libtriton_onnxruntime.so"
+version_policy { specific { versions: [1, 3] } }
+max_batch_size: 16
+input [
+  { name: "IN" data_type: TYPE_FP16 format: FORMAT_NCHW dims: [3, -1, -1] allow_ragged_batch: true
+    reshape { shape: [3, 224, 224] } optional: true },
+  { name: "SHAPE" data_type: TYPE_INT32 dims: [2] is_shape_tensor: true }
+]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [1000] label_filename: "labels.txt" reshape { shape: [1, 1000] } } ]
+batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 source_input: "IN" } ]
+batch_output [ { target_name: "OUT" kind: BATCH_SCATTER_WITH_INPUT_SHAPE source_input: "IN" } ]
+optimization {
+  graph { level: 1 }
+  priority: PRIORITY_MAX
+  cuda { graphs: true busy_wait_events: true graph_spec { batch_size: 4 input { key: "IN" value { dim: [3, 8, 8] } } } }
+  execution_accelerators {
+    gpu_execution_accelerator [
+      { name: "tensorrt" parameters { key: "precision_mode" value: "FP16" } parameters { key: "max_workspace_size_bytes" value: "1073741824" } }
+    ]
+    cpu_execution_accelerator [ { name: "openvino" } ]
+  }
+  input_pinned_memory { enable: false }
+  output_pinned_memory { enable: true }
+  gather_kernel_buffer_threshold: 4
+  eager_batching: true
+}
+dynamic_batching {
+  preferred_batch_size: [4, 8]
+  max_queue_delay_microseconds: 500
+  preserve_ordering: true
+  priority_levels: 2
+  default_priority_level: 1
+  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 1000 allow_timeout_override: true max_queue_size: 10 }
+  priority_queue_policy { key: 2 value { max_queue_size: 3 } }
+}
+instance_group [
+  { name: "g0" kind: KIND_GPU count: 2 gpus: [0, 1] rate_limiter { resources [ { name: "R" count: 1 global: true } ] priority: 2 }
+    secondary_devices [ { kind: KIND_NVDLA device_id: 0 } ] profile: ["0"] passive: false host_policy: "numa0" },
+  { kind: KIND_CPU count: 1 }
+]
+default_model_filename: "model_fp16.onnx"
+cc_model_filenames { key: "7.5" value: "model_sm75.onnx" }
+metric_tags { key: "team" value: "vision" }
+parameters { key: "precision" value: { string_value: "fp16" } }
+parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" } }
+model_warmup [
+  { name: "w" batch_size: 2 count: 3 inputs { key: "IN" value { data_type: TYPE_FP16 dims: [3, 8, 8] random_data: true } } }
+]
+model_operations { op_library_filename: ["libcustom.so"] }
+model_transaction_policy { decoupled: true }
+model_repository_agents { agents [ { name: "checksum" parameters { key: "MD5:model.onnx" value: "abc" } } ] }
+response_cache { enable: true }
+model_metrics {
+  metric_control [ { metric_identifier { family: "nv_inference_request_duration" }
+                     histogram_options { buckets: [0.1, 1, 10] } } ]
+}
+""",
+    "sequence": """
+name: "seq"
+backend: "python"
+max_batch_size: 4
+version_policy { latest { num_versions: 2 } }
+sequence_batching {
+  max_sequence_idle_microseconds: 5000000
+  control_input [
+    { name: "START" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [0, 1] } ] },
+    { name: "CORRID" control [ { kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_UINT64 } ] }
+  ]
+  state [ { input_name: "S_IN" output_name: "S_OUT" data_type: TYPE_FP32 dims: [-1] initial_state { name: "zero" data_type: TYPE_FP32 dims: [1] zero_data: true } } ]
+  oldest { max_candidate_sequences: 8 preferred_batch_size: [2, 4] max_queue_delay_microseconds: 100 }
+}
+input [ { name: "X" data_type: TYPE_FP32 dims: [1] } ]
+output [ { name: "Y" data_type: TYPE_FP32 dims: [1] } ]
+""",
+    "ensemble": """
+name: "ens"
+platform: "ensemble"
+max_batch_size: 8
+version_policy: { all { } }
+input [ { name: "RAW" data_type: TYPE_STRING dims: [1] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [16] } ]
+ensemble_scheduling {
+  step [
+    { model_name: "pre" model_version: -1 input_map { key: "TEXT" value: "RAW" } output_map { key: "V" value: "mid" } },
+    { model_name: "batcher" model_version: 1 input_map { key: "INPUT0" value: "mid" } output_map { key: "OUTPUT0" value: "OUT" } }
+  ]
+}
+""",
+}
+
+
+def _fixture_configs() -> list[Path]:
+    return sorted(FIXTURES.glob("*/config.pbtxt"))
+
+
+def test_wide_configs_cover_every_top_level_field():
+    set_fields: set[str] = set()
+    for text in WIDE_CONFIGS.values():
+        set_fields |= {fd.name for fd, _ in parse_config(text).ListFields()}
+    all_fields = {f.name for f in ModelConfig.DESCRIPTOR.fields}
+    assert all_fields - set_fields == set(), "add these fields to WIDE_CONFIGS"
+
+
+@pytest.mark.parametrize("name", sorted(WIDE_CONFIGS))
+def test_text_round_trip_loses_nothing(name: str, tmp_path: Path):
+    cfg = parse_config(WIDE_CONFIGS[name], source=name)
+    path = tmp_path / "config.pbtxt"
+    write_config(path, cfg)
+    again = read_config(path)
+    assert again == cfg
+    assert config_sha256(again) == config_sha256(cfg)
+    # Printing is a fixed point: a second write gives the same bytes.
+    first = path.read_bytes()
+    write_config(path, again)
+    assert path.read_bytes() == first
+
+
+@pytest.mark.parametrize("name", sorted(WIDE_CONFIGS))
+def test_json_round_trip_loses_nothing(name: str):
+    cfg = parse_config(WIDE_CONFIGS[name])
+    data = config_to_dict(cfg)
+    assert "max_queue_delay_microseconds" in str(data) or name != "everything"  # proto field names kept
+    assert config_from_dict(data) == cfg
+
+
+@pytest.mark.parametrize("path", _fixture_configs(), ids=lambda p: p.parent.name)
+def test_fixture_configs_round_trip(path: Path):
+    cfg = read_config(path)
+    assert parse_config(format_config(cfg)) == cfg
+    assert config_from_dict(config_to_dict(cfg)) == cfg
+
+
+def test_sha256_ignores_layout_and_comments_but_not_content():
+    a = parse_config('name: "m"\nmax_batch_size: 8\n')
+    b = parse_config('# comment\nmax_batch_size: 8   name:"m"')
+    c = parse_config('name: "m"\nmax_batch_size: 4\n')
+    assert config_sha256(a) == config_sha256(b)
+    assert config_sha256(a) != config_sha256(c)
+    assert len(config_sha256(a)) == 64
+
+
+def test_server_json_with_unknown_fields_and_string_int64_is_read():
+    applied = {
+        "name": "m",
+        "max_batch_size": 8,
+        "a_field_from_a_newer_triton": 1,
+        "dynamic_batching": {"max_queue_delay_microseconds": "500", "preferred_batch_size": [4]},
+    }
+    cfg = config_from_dict(applied)
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 500
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "what"),
+    [
+        ('name: "m"\nmax_batch_size: "eight"\n', 2, "max_batch_size"),
+        ('name: "m"\n\nno_such_field: 1\n', 3, "no_such_field"),
+        ('name: "m"\ninput [ { name: "x" data_type: TYPE_NOPE } ]\n', 2, "TYPE_NOPE"),
+        ('name: "m"\ninstance_group [ { count: 1 \n', 2, 'Expected "}"'),
+    ],
+)
+def test_invalid_config_names_file_line_and_problem(tmp_path: Path, text: str, line: int, what: str):
+    path = tmp_path / "config.pbtxt"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_config(path)
+    msg = err.value.one_line()
+    assert f"{path}:{line}:" in msg
+    assert what in msg
+    assert err.value.exit_code == 3
+
+
+def test_missing_and_non_utf8_configs_are_config_errors(tmp_path: Path):
+    with pytest.raises(ConfigError, match="no such model config"):
+        read_config(tmp_path / "nope.pbtxt")
+    bad = tmp_path / "config.pbtxt"
+    bad.write_bytes(b'name: "\xff"')
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        read_config(bad)
+
+
+def test_atomic_write_keeps_mode_and_leaves_no_temp_files(tmp_path: Path):
+    path = tmp_path / "config.pbtxt"
+    path.write_text("old")
+    os.chmod(path, 0o640)
+    write_config(path, 'name: "m"\n')
+    assert path.read_text() == 'name: "m"\n'
+    assert (path.stat().st_mode & 0o777) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["config.pbtxt"]
+
+
+class _FakeServer:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.loaded: list[bytes] = []
+
+    def load_model(self, name: str) -> None:
+        self.loaded.append(self.path.read_bytes())
+
+    def alive(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("ending", ["normal", "exception", "keyboard"])
+def test_guard_restores_bytes_and_reloads(tmp_path: Path, ending: str):
+    path = tmp_path / "config.pbtxt"
+    original = b'# my comments and odd   spacing\nname: "m"   \nmax_batch_size: 8\n'
+    path.write_bytes(original)
+    server = _FakeServer(path)
+    with pytest.raises((RuntimeError, KeyboardInterrupt)) if ending != "normal" else _nullcontext():
+        with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]
+            write_config(path, 'name: "m"\nmax_batch_size: 2\n')
+            if ending == "exception":
+                raise RuntimeError("boom")
+            if ending == "keyboard":
+                raise KeyboardInterrupt
+    assert path.read_bytes() == original
+    assert server.loaded == [original]
+
+
+def test_guard_does_not_reload_when_nothing_changed(tmp_path: Path):
+    path = tmp_path / "config.pbtxt"
+    path.write_bytes(b'name: "m"\n')
+    server = _FakeServer(path)
+    with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]
+        pass
+    assert server.loaded == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_guard_restores_on_signal_in_a_real_process(tmp_path: Path, sig: int):
+    path = tmp_path / "config.pbtxt"
+    original = b'name: "m"  # keep me\n'
+    path.write_bytes(original)
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from perfkit.target.modelconfig import ConfigGuard, write_config
+        p = Path({str(path)!r})
+        with ConfigGuard(p):
+            write_config(p, 'name: "changed"\\n')
+            print("changed", flush=True)
+            time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"changed"
+    assert path.read_bytes() != original
+    proc.send_signal(sig)
+    proc.wait(timeout=20)
+    assert proc.returncode != 0
+    assert path.read_bytes() == original
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: object) -> None:
+        return None

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (the configs below are data, kept one block per line as users write them)
 """config.pbtxt IO: lossless round-trips through tritonclient's protobuf, errors that name
 file and line, stable hashing, atomic writes, and the guard that always restores."""
 

@@ -47,6 +47,11 @@ def server_options(*, url_flag: bool = True) -> Callable[[F], F]:
             click.option("--gpus", default=None, help="GPUs for docker mode: 'all' or ids '0,1'. Default: none."),
             click.option("--shm-size", default="1g", show_default=True, help="Container shm size (docker mode)."),
             click.option(
+                "--docker-url",
+                default=None,
+                help="Docker Engine for docker mode, e.g. unix:///var/run/docker.sock. Default: DOCKER_HOST or local.",
+            ),
+            click.option(
                 "--bind-host",
                 default="127.0.0.1",
                 show_default=True,
@@ -81,6 +86,7 @@ SERVER_KWARGS = (
     "image",
     "gpus",
     "shm_size",
+    "docker_url",
     "bind_host",
     "http_port",
     "grpc_port",
@@ -118,6 +124,7 @@ def build_server_options(
         image=k["image"],
         gpus=k["gpus"],
         shm_size=k["shm_size"],
+        docker_url=k["docker_url"],
         url=url,
         grpc_url=grpc_url,
         metrics_url=metrics_url,

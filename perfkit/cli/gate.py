@@ -1,0 +1,252 @@
+"""`perfkit gate`: fail CI when performance regresses against a baseline (or in an A/B run)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfkit.cli._server_options import build_server_options, server_options
+from perfkit.errors import ExitCode, UsageError
+from perfkit.gate import (
+    EXIT_OF,
+    GateFailed,
+    GateOptions,
+    GateResult,
+    append_step_summary,
+    compare_records,
+    overall_verdict,
+    parse_thresholds,
+    render_table,
+    report_findings,
+    resolve_run,
+    write_json,
+    write_junit,
+)
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord
+
+
+def emit(
+    results: Sequence[GateResult],
+    pairs: Sequence[tuple[RunRecord, RunRecord]],
+    *,
+    confidence: float,
+    junit: Path | None,
+    json_path: Path | None,
+    report: Path | None,
+) -> int:
+    """Print every finding, write every output asked for, and return the exit code (shared with `run`)."""
+    click.echo(render_table(results, confidence))
+    if junit:
+        click.echo(f"perfkit: JUnit XML: {write_junit(results, junit)}", err=True)
+    if json_path:
+        click.echo(f"perfkit: JSON: {write_json(results, json_path)}", err=True)
+    summary = append_step_summary(results, confidence)
+    if summary:
+        click.echo(f"perfkit: summary appended to {summary}", err=True)
+    if report:
+        write_report(results, pairs, report)
+    verdict = overall_verdict(results)
+    return int(EXIT_OF[verdict])
+
+
+def finish(results: Sequence[GateResult]) -> None:
+    """Exit with the gate's code: return on pass/improvement, else raise GateFailed (10/11/12)."""
+    verdict = overall_verdict(results)
+    code = EXIT_OF[verdict]
+    if code == ExitCode.OK:
+        click.echo(f"perfkit gate: {verdict.upper()} (exit 0)", err=True)
+        return
+    counts: dict[str, int] = {}
+    for r in results:
+        for f in r.findings:
+            if f.verdict not in ("pass", "improvement"):
+                counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    detail = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no comparable levels"
+    raise GateFailed(verdict.upper(), code, f"{detail}; exit {int(code)}")
+
+
+def write_report(results: Sequence[GateResult], pairs: Sequence[tuple[RunRecord, RunRecord]], path: Path) -> None:
+    """The HTML comparison report (every model's baseline and current, the verdicts first)."""
+    try:
+        from perfkit.report import write_comparison_report  # noqa: PLC0415
+    except ImportError:
+        click.echo("perfkit: --report: this build has no HTML report; skipped", err=True)
+        return
+    target = write_comparison_report(
+        [b for b, _ in pairs], [c for _, c in pairs], path, findings=report_findings(results)
+    )
+    click.echo(f"perfkit: report: {target}", err=True)
+
+
+def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution: str) -> tuple[LoadLevel, ...]:
+    if concurrency and rates:
+        raise UsageError("--concurrency and --request-rate are exclusive: one load mode per A/B run")
+    if rates:
+        dist: Any = distribution
+        return tuple(LoadLevel("request_rate", float(r), dist) for r in rates)
+    return tuple(LoadLevel("concurrency", float(c)) for c in (concurrency or (1,)))
+
+
+@click.command(name="gate")
+@click.option("--baseline", "baseline_ref", metavar="RUN", help="Baseline: run-record file, directory, or store name.")
+@click.option("--current", "current_ref", metavar="RUN", help="Current run: run-record file, directory, or store name.")
+@click.option(
+    "--store", type=click.Path(path_type=Path), help="Results store for names (default .perfkit/results.sqlite)."
+)
+@click.option("-m", "--model", help="Model to pick from a directory of runs; the model to measure with --ab.")
+@click.option(
+    "--threshold",
+    "thresholds",
+    multiple=True,
+    metavar="METRIC:CHANGE",
+    help="Allowed change toward worse, repeatable: throughput:-5%, p99:+10%, p99:+2ms, throughput:-50/s. "
+    "Metrics: throughput, p50, p90, p95, p99, p999. Default: throughput:-5% and p99:+10%.",
+)
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+              help="Confidence of the intervals; a change is significant when its interval excludes zero.")  # fmt: skip
+@click.option("--allow-different-load", is_flag=True, help="Compare although levels, batch size or protocol differ.")
+@click.option("--allow-different-machine", is_flag=True, help="Compare although the hardware differs.")
+@click.option("--max-error-fraction", type=float, default=0.01, show_default=True, help="More errors: invalid.")
+@click.option("--junit", type=click.Path(path_type=Path), help="Write JUnit XML (a test case per level and metric).")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write every finding as JSON.")
+@click.option("--report", type=click.Path(path_type=Path), help="Write an HTML comparison report.")
+@click.option("--ab", is_flag=True, help="A/B mode: measure --baseline-config and --candidate-config alternately.")
+@click.option("--baseline-config", type=click.Path(path_type=Path), help="A/B: the baseline config.pbtxt.")
+@click.option("--candidate-config", type=click.Path(path_type=Path), help="A/B: the candidate config.pbtxt.")
+@click.option("--rounds", type=click.IntRange(1, 50), default=3, show_default=True, help="A/B: rounds per config.")
+@click.option("--concurrency", "concurrency", type=int, multiple=True, help="A/B: concurrency level (repeatable).")
+@click.option("--request-rate", "rates", type=float, multiple=True, help="A/B: request rate level (repeatable).")
+@click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant")
+@click.option("-b", "--batch-size", type=int, default=1, show_default=True, help="A/B: batch size.")
+@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
+@click.option("--measurement-interval", "interval_ms", type=float, default=1000.0, show_default=True,
+              help="A/B: window length in ms.")  # fmt: skip
+@click.option("--max-trials", type=int, default=6, show_default=True, help="A/B: most windows per level and round.")
+@click.option("--min-windows", type=int, default=3, show_default=True, help="A/B: fewest windows per level and round.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="A/B: save the pooled run records here.")
+@click.option("-u", "--url", help="A/B: a running Triton server (its repository must be --model-repository).")
+@server_options()
+def command(  # noqa: PLR0917  (click passes every option)
+    baseline_ref: str | None,
+    current_ref: str | None,
+    store: str | None,
+    model: str | None,
+    thresholds: tuple[str, ...],
+    confidence: float,
+    allow_different_load: bool,
+    allow_different_machine: bool,
+    max_error_fraction: float,
+    junit: Path | None,
+    json_path: Path | None,
+    report: Path | None,
+    ab: bool,
+    baseline_config: Path | None,
+    candidate_config: Path | None,
+    rounds: int,
+    concurrency: tuple[int, ...],
+    rates: tuple[float, ...],
+    request_distribution: str,
+    batch_size: int,
+    protocol: str,
+    interval_ms: float,
+    max_trials: int,
+    min_windows: int,
+    output: Path | None,
+    url: str | None,
+    **server_kwargs: Any,
+) -> None:
+    """Compare a run against a baseline and fail (exit 10) when it regressed.
+
+    \b
+    Stored baseline (any two runs):
+      perfkit gate --baseline baselines/ --current run.json --junit gate.xml
+    A/B in one job (recommended: both configs on the same server, alternately):
+      perfkit gate --ab -m MODEL --model-repository models \\
+          --baseline-config main.pbtxt --candidate-config pr.pbtxt --concurrency 4
+
+    A regression must be past its threshold AND significant (a seeded bootstrap over
+    the per-window samples of both runs). Every finding is printed before exiting.
+    Exit: 0 pass/improvement, 10 regression, 11 inconclusive, 12 invalid or not
+    comparable, 2 usage, 3 bad input. Markdown goes to $GITHUB_STEP_SUMMARY when set.
+    """
+    opts = GateOptions(
+        thresholds=tuple(parse_thresholds(list(thresholds))),
+        confidence=confidence,
+        allow_different_load=allow_different_load,
+        allow_different_machine=allow_different_machine,
+        max_error_fraction=max_error_fraction,
+    )
+    if ab:
+        if baseline_ref or current_ref:
+            raise UsageError("--ab measures both arms itself: drop --baseline/--current")
+        if not (baseline_config and candidate_config and model):
+            raise UsageError("--ab needs --baseline-config, --candidate-config and -m MODEL")
+        baseline, current = _run_ab(
+            server_kwargs,
+            url=url,
+            model=model,
+            baseline_config=baseline_config,
+            candidate_config=candidate_config,
+            rounds=rounds,
+            spec=ProfileSpec(
+                model=model,
+                levels=_levels(concurrency, rates, request_distribution),
+                protocol=protocol,  # type: ignore[arg-type]
+                batch_size=batch_size,
+                measurement_interval_ms=interval_ms,
+                max_trials=max_trials,
+                min_windows=min_windows,
+            ),
+        )
+        if output:
+            baseline.save(output / "baseline.json")
+            current.save(output / "candidate.json")
+            click.echo(f"perfkit: pooled run records in {output}", err=True)
+        result = compare_records(
+            baseline,
+            current,
+            opts,
+            comparison="ab",
+            baseline_label=f"{baseline_config} ({rounds} rounds)",
+            current_label=f"{candidate_config} ({rounds} rounds)",
+        )
+    else:
+        if not (baseline_ref and current_ref):
+            raise UsageError("give --baseline RUN and --current RUN (or --ab with two configs)")
+        current, c_label = resolve_run(current_ref, role="current", model=model, store=store)
+        baseline, b_label = resolve_run(
+            baseline_ref, role="baseline", model=model or str(current.model.get("name")), store=store
+        )
+        result = compare_records(baseline, current, opts, baseline_label=b_label, current_label=c_label)
+    emit([result], [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)
+    finish([result])
+
+
+def _run_ab(
+    server_kwargs: dict[str, Any],
+    *,
+    url: str | None,
+    model: str,
+    baseline_config: Path,
+    candidate_config: Path,
+    rounds: int,
+    spec: ProfileSpec,
+) -> tuple[RunRecord, RunRecord]:
+    from perfkit.gate.ab import ABPlan, run_ab  # noqa: PLC0415
+    from perfkit.target.launch import open_server  # noqa: PLC0415
+
+    server_opts = build_server_options(server_kwargs, url=url, models=(model,))
+    if server_opts.model_repository is None:
+        raise UsageError("--ab needs --model-repository DIR (the folder whose config.pbtxt is swapped)")
+    plan = ABPlan(model, server_opts.model_repository, baseline_config, candidate_config, spec, rounds)
+    click.echo(f"perfkit: A/B gate of {model}: {rounds} rounds per config ...", err=True)
+    with open_server(server_opts) as server:
+        return run_ab(
+            server,
+            plan,
+            command=("perfkit", "gate", "--ab"),
+            on_round=lambda n, arm: click.echo(f"perfkit: round {n}: {arm}", err=True),
+        )

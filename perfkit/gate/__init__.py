@@ -1,0 +1,59 @@
+"""Gate stage: decide, from two run records, whether serving got slower. Pure over records.
+
+compare_records() judges every load level and metric (throughput, latency percentiles)
+against thresholds, with a seeded bootstrap over the per-window samples for
+significance; verdicts pass / regression / improvement / inconclusive / invalid map
+to exit codes 0 / 10 / 0 / 11 / 12. run_ab() (the one part that touches a server)
+measures baseline and candidate configs alternately in one job.
+"""
+
+from perfkit.gate.compare import (
+    EXIT_OF,
+    Finding,
+    GateFailed,
+    GateOptions,
+    GateRefused,
+    GateResult,
+    compare_records,
+    config_changes,
+    machine_differences,
+)
+from perfkit.gate.output import (
+    append_step_summary,
+    overall_verdict,
+    render_markdown,
+    render_table,
+    report_findings,
+    write_json,
+    write_junit,
+)
+from perfkit.gate.resolve import default_store_path, resolve_run
+from perfkit.gate.stats import bootstrap_rel_diff, min_samples
+from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, Threshold, parse_threshold, parse_thresholds
+
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "EXIT_OF",
+    "Finding",
+    "GateFailed",
+    "GateOptions",
+    "GateRefused",
+    "GateResult",
+    "Threshold",
+    "append_step_summary",
+    "bootstrap_rel_diff",
+    "compare_records",
+    "config_changes",
+    "default_store_path",
+    "machine_differences",
+    "min_samples",
+    "overall_verdict",
+    "parse_threshold",
+    "parse_thresholds",
+    "render_markdown",
+    "render_table",
+    "report_findings",
+    "resolve_run",
+    "write_json",
+    "write_junit",
+]

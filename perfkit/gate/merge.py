@@ -1,0 +1,132 @@
+"""Pool the rounds of an A/B run into one record per arm (windows kept, histograms merged)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from perfkit.records import LatencySummary, LevelResult, Precision, RunRecord, Window
+
+
+def merge_summaries(summaries: Sequence[LatencySummary]) -> LatencySummary:
+    """One summary over several: HdrHistograms merged when they decode, else count-weighted means."""
+    first = summaries[0]
+    if len(summaries) == 1:
+        return first
+    total = sum(s.count for s in summaries)
+    try:
+        from hdrh.histogram import HdrHistogram  # noqa: PLC0415
+
+        hists = [HdrHistogram.decode(s.histogram) for s in summaries]
+        if any(h is None for h in hists):
+            raise ValueError("undecodable")
+        merged = hists[0]
+        for h in hists[1:]:
+            merged.add(h)
+
+        def pct(p: float) -> float:
+            return float(merged.get_value_at_percentile(p))
+
+        return dataclasses.replace(
+            first,
+            count=total,
+            min_us=float(merged.get_min_value()),
+            max_us=float(merged.get_max_value()),
+            mean_us=float(merged.get_mean_value()),
+            std_us=float(merged.get_stddev()),
+            p50_us=pct(50),
+            p90_us=pct(90),
+            p95_us=pct(95),
+            p99_us=pct(99),
+            p999_us=pct(99.9),
+            histogram=merged.encode().decode() if isinstance(merged.encode(), bytes) else str(merged.encode()),
+            thin=tuple(sorted(set.intersection(*(set(s.thin) for s in summaries)))),
+        )
+    except Exception:  # no/garbled histograms: fall back to weighted means of the figures
+        w = [s.count / total if total else 1 / len(summaries) for s in summaries]
+
+        def avg(attr: str) -> float:
+            return sum(getattr(s, attr) * wi for s, wi in zip(summaries, w))
+
+        return dataclasses.replace(
+            first,
+            count=total,
+            min_us=min(s.min_us for s in summaries),
+            max_us=max(s.max_us for s in summaries),
+            mean_us=avg("mean_us"),
+            std_us=avg("std_us"),
+            p50_us=avg("p50_us"),
+            p90_us=avg("p90_us"),
+            p95_us=avg("p95_us"),
+            p99_us=avg("p99_us"),
+            p999_us=avg("p999_us"),
+            histogram="",
+            thin=tuple(sorted(set.intersection(*(set(s.thin) for s in summaries)))),
+        )
+
+
+def merge_levels(levels: Sequence[LevelResult]) -> LevelResult:
+    """One level over several rounds of the same load: counts summed, windows concatenated."""
+    first = levels[0]
+    if len(levels) == 1:
+        return first
+    duration = sum(lv.duration_s for lv in levels)
+    windows: list[Window] = []
+    offset = 0.0
+    for lv in levels:
+        windows += [dataclasses.replace(w, start_s=w.start_s + offset) for w in lv.windows]
+        offset += lv.duration_s
+    errors: dict[str, int] = {}
+    for lv in levels:
+        for k, v in lv.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    lateness = [lv.send_lateness_p99_us for lv in levels if lv.send_lateness_p99_us is not None]
+
+    def weighted(attr: str) -> float:
+        if duration <= 0:
+            return sum(getattr(lv, attr) for lv in levels) / len(levels)
+        return sum(getattr(lv, attr) * lv.duration_s for lv in levels) / duration
+
+    corrected = [lv.corrected for lv in levels if lv.corrected is not None]
+    return dataclasses.replace(
+        first,
+        stable=all(lv.stable for lv in levels),
+        precision=Precision(None, None, method=f"merged from {len(levels)} rounds"),
+        duration_s=duration,
+        request_count=sum(lv.request_count for lv in levels),
+        inference_count=sum(lv.inference_count for lv in levels),
+        throughput_infer_per_s=weighted("throughput_infer_per_s"),
+        sent_rps=weighted("sent_rps"),
+        completed_rps=weighted("completed_rps"),
+        error_count=sum(lv.error_count for lv in levels),
+        errors=errors,
+        late_count=sum(lv.late_count for lv in levels),
+        dropped_count=sum(lv.dropped_count for lv in levels),
+        send_lateness_p99_us=max(lateness) if lateness else None,
+        service=merge_summaries([lv.service for lv in levels]),
+        corrected=merge_summaries(corrected) if len(corrected) == len(levels) else None,
+        windows=tuple(windows),
+        server=None,
+        metrics=tuple(m for lv in levels for m in lv.metrics),
+        note=f"merged from {len(levels)} A/B rounds",
+    )
+
+
+def merge_runs(records: Sequence[RunRecord]) -> RunRecord:
+    """One record from the rounds of one arm; levels matched by position and load."""
+    first = records[0]
+    levels = []
+    for i, lv in enumerate(first.levels):
+        group = [
+            r.levels[i]
+            for r in records
+            if i < len(r.levels) and r.levels[i].load == lv.load and r.levels[i].batch_size == lv.batch_size
+        ]
+        levels.append(merge_levels(group))
+    bad = [r for r in records if r.status != "ok"]
+    return dataclasses.replace(
+        first,
+        levels=tuple(levels),
+        status=bad[0].status if bad else "ok",
+        error=bad[0].error if bad else None,
+    )

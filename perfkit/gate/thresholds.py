@@ -1,0 +1,69 @@
+"""Gate thresholds: `throughput:-5%`, `p99:+10%`, `p99:+2ms`, `throughput:-50/s`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from perfkit.errors import UsageError
+
+METRICS = ("throughput", "p50", "p90", "p95", "p99", "p999")
+PERCENTILE_OF = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+DEFAULT_THRESHOLDS = ("throughput:-5%", "p99:+10%")
+
+_UNIT_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
+_PATTERN = re.compile(r"^\s*([a-z0-9.]+)\s*:\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|us|ms|s|/s|infer/s)?\s*$")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """How much worse a metric may get: relative (pct) or absolute (us for latency, infer/s for throughput)."""
+
+    metric: str
+    kind: Literal["pct", "abs"]
+    value: float  # magnitude toward worse: percent points, or us / infer/s
+    text: str
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.metric == "throughput"
+
+    def exceeded(self, worse_pct: float, worse_abs: float) -> bool:
+        """Whether a change toward worse (positive = worse) is past the threshold."""
+        return (worse_pct if self.kind == "pct" else worse_abs) > self.value
+
+
+def parse_threshold(text: str) -> Threshold:
+    """Parse METRIC:[+-]VALUE[%|ms|us|s|/s]; raises UsageError naming the text and the forms accepted."""
+    m = _PATTERN.match(text.lower())
+    forms = "forms: throughput:-5%, throughput:-50/s, p99:+10%, p99:+2ms (metrics: " + ", ".join(METRICS) + ")"
+    if not m:
+        raise UsageError(f"--threshold {text!r} is not METRIC:[+-]VALUE[%|ms|us|/s]", hint=forms)
+    metric, sign, number, unit = m.groups()
+    metric = {"p99.9": "p999", "infer/s": "throughput", "tput": "throughput"}.get(metric, metric)
+    if metric not in METRICS:
+        raise UsageError(f"--threshold {text!r}: unknown metric {metric!r}", hint=forms)
+    value = float(number)
+    worse_sign = "-" if metric == "throughput" else "+"
+    if sign and sign != worse_sign:
+        direction = "a drop (-)" if metric == "throughput" else "a rise (+)"
+        raise UsageError(f"--threshold {text!r}: a {metric} regression is {direction}", hint=forms)
+    if unit == "%":
+        return Threshold(metric, "pct", value, text)
+    if metric == "throughput":
+        if unit not in (None, "/s", "infer/s"):
+            raise UsageError(f"--threshold {text!r}: throughput is in % or infer/s", hint=forms)
+        return Threshold(metric, "abs", value, text)
+    if unit not in _UNIT_US:
+        raise UsageError(f"--threshold {text!r}: latency needs a unit (%, ms, us or s)", hint=forms)
+    return Threshold(metric, "abs", value * _UNIT_US[unit], text)
+
+
+def parse_thresholds(texts: tuple[str, ...] | list[str]) -> list[Threshold]:
+    """Parse every threshold (defaults when none); the last one given for a metric wins."""
+    by_metric = {}
+    for text in texts or DEFAULT_THRESHOLDS:
+        t = parse_threshold(text)
+        by_metric[t.metric] = t
+    return [by_metric[m] for m in METRICS if m in by_metric]

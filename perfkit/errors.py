@@ -88,9 +88,15 @@ class ModelLoadError(ServerError):
 
 
 class MeasurementError(PerfkitError):
-    """A measurement failed part-way; what was measured is saved."""
+    """A measurement failed part-way; what was measured is saved (and kept in `.record`)."""
 
     exit_code = ExitCode.MEASUREMENT
+    record: object = None
+
+    def with_record(self, record: object) -> MeasurementError:
+        """Attach the partial run record; returns self for `raise err.with_record(rec)`."""
+        self.record = record
+        return self
 
 
 class Interrupted(PerfkitError):

@@ -184,3 +184,38 @@ class Server:
         if status != 200:
             raise ServerError(f"statistics for {name or 'all models'!r} failed: {payload.get('error', payload)}")
         return payload
+
+    # -- shared memory -----------------------------------------------------------------------------
+    def register_system_shared_memory(self, name: str, key: str, byte_size: int, offset: int = 0) -> None:
+        """Register a POSIX shared-memory region with the server; raises ServerError."""
+        body = {"key": key, "offset": offset, "byte_size": byte_size}
+        status, payload = self._request("POST", f"/v2/systemsharedmemory/region/{name}/register", body)
+        if status != 200:
+            raise ServerError(f"registering shared memory {name!r} failed: {payload.get('error', payload)}")
+
+    def unregister_system_shared_memory(self, name: str) -> None:
+        """Unregister a system shared-memory region (no error if unknown)."""
+        self._request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", {})
+
+    def register_cuda_shared_memory(self, name: str, raw_handle_b64: str, device_id: int, byte_size: int) -> None:
+        """Register a CUDA IPC region with the server; raises ServerError."""
+        body = {"raw_handle": {"b64": raw_handle_b64}, "device_id": device_id, "byte_size": byte_size}
+        status, payload = self._request("POST", f"/v2/cudasharedmemory/region/{name}/register", body)
+        if status != 200:
+            raise ServerError(f"registering CUDA shared memory {name!r} failed: {payload.get('error', payload)}")
+
+    def unregister_cuda_shared_memory(self, name: str) -> None:
+        """Unregister a CUDA shared-memory region (no error if unknown)."""
+        self._request("POST", f"/v2/cudasharedmemory/region/{name}/unregister", {})
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        """Inputs/outputs of a model; raises ModelNotFoundError."""
+        path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "")
+        status, payload = self._request("GET", path)
+        if status != 200:
+            raise ModelNotFoundError(
+                f"model {name!r}{' version ' + version if version else ''} is not available on "
+                f"{self.endpoints.http_url}: {payload.get('error', payload)}",
+                hint="check -m/-x and that the model is loaded",
+            )
+        return payload

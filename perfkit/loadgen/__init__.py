@@ -1,0 +1,80 @@
+"""Load generator: sends prebuilt requests on schedule and returns raw samples.
+
+Public API: `LoadGenerator` (one or more engines behind one interface), request
+building helpers, and `EngineConfig`.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter_ns
+
+from perfkit.loadgen._engine import Engine, EngineConfig
+from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, file_tensors, grpc_payload, http_payload
+from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
+from perfkit.loadgen._workers import ProcessEngine
+from perfkit.recorder import concat
+from perfkit.records import LoadLevel, Samples
+from perfkit.schedule import split_concurrency
+
+__all__ = [
+    "EngineConfig",
+    "LoadGenerator",
+    "ModelIO",
+    "ShmBinding",
+    "Tensor",
+    "file_tensors",
+    "grpc_payload",
+    "http_payload",
+    "synthetic_tensors",
+]
+
+START_LEAD_NS = 50_000_000  # open-loop schedules start this far ahead so every worker is ready
+
+
+class LoadGenerator:
+    """One engine in this process (workers=1) or one per worker process, merged exactly."""
+
+    def __init__(self, cfg: EngineConfig, workers: int = 1) -> None:
+        self.workers = max(1, workers)
+        self._engines: list[Engine] | list[ProcessEngine]
+        if self.workers == 1:
+            self._engines = [Engine(cfg)]
+        else:
+            self._engines = [ProcessEngine(cfg) for _ in range(self.workers)]
+        self._active: list[int] = []
+
+    def start(self, level: LoadLevel) -> int:
+        """Start a level on every engine; returns the level's start time (ns, monotonic)."""
+        if level.mode == "concurrency":
+            shares = split_concurrency(int(level.value), self.workers)
+            t0 = perf_counter_ns()
+            self._active = list(range(len(shares)))
+            for i, share in enumerate(shares):
+                self._engines[i].start(level, t0, share, i, len(shares))
+            return t0
+        t0 = perf_counter_ns() + START_LEAD_NS
+        self._active = list(range(self.workers))
+        for i in self._active:
+            self._engines[i].start(level, t0, 0, i, self.workers)
+        return t0
+
+    def drain(self) -> Samples:
+        """Everything completed since the last drain, from every engine."""
+        return concat([self._engines[i].drain() for i in self._active])
+
+    def stop(self, drain_timeout_s: float = 30.0) -> Samples:
+        """Stop sending, wait for requests in flight (bounded), return the rest."""
+        out = concat([self._engines[i].stop(drain_timeout_s) for i in self._active])
+        self._active = []
+        return out
+
+    def close(self) -> None:
+        """Release connections, threads and worker processes."""
+        for engine in self._engines:
+            engine.close()
+
+    def __enter__(self) -> LoadGenerator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

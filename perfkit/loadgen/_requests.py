@@ -1,0 +1,303 @@
+"""Requests built once, before the hot path: tensors from model metadata, payload bytes per protocol."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfkit.errors import InputError
+
+NP_DTYPES: dict[str, Any] = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BF16": np.float32,  # generated as float32, sent as the top 16 bits
+    "BYTES": np.object_,
+}
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One input tensor, ready to send: its wire bytes and shape (batch dim included)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ModelIO:
+    """What a model expects, from the server's metadata and config."""
+
+    name: str
+    version: str
+    max_batch_size: int
+    inputs: tuple[tuple[str, str, tuple[int, ...]], ...]  # name, datatype, dims without batch
+    outputs: tuple[str, ...]
+
+    @classmethod
+    def from_server(cls, metadata: dict[str, Any], config: dict[str, Any], version: str = "") -> ModelIO:
+        """Build from GET /v2/models/M and /config answers."""
+        mbs = int(config.get("max_batch_size", 0) or 0)
+        inputs = []
+        for t in metadata.get("inputs", []):
+            shape = tuple(int(d) for d in t["shape"])
+            inputs.append((t["name"], t["datatype"], shape[1:] if mbs > 0 else shape))
+        outputs = tuple(t["name"] for t in metadata.get("outputs", []))
+        return cls(metadata.get("name", config.get("name", "")), version, mbs, tuple(inputs), outputs)
+
+
+def to_wire(array: np.ndarray, datatype: str) -> bytes:
+    """Tensor bytes as Triton's binary extension carries them."""
+    if datatype == "BYTES":
+        flat = array.reshape(-1)
+        parts = []
+        for item in flat.tolist():
+            b = item if isinstance(item, bytes) else str(item).encode()
+            parts.append(len(b).to_bytes(4, "little") + b)
+        return b"".join(parts)
+    if datatype == "BF16":
+        bits = np.ascontiguousarray(array, dtype=np.float32).view(np.uint32) >> 16
+        return bits.astype("<u2").tobytes()
+    return (
+        np.ascontiguousarray(array, dtype=NP_DTYPES[datatype])
+        .astype(np.dtype(NP_DTYPES[datatype]).newbyteorder("<"))
+        .tobytes()
+    )
+
+
+def _resolve_dims(io: ModelIO, name: str, dims: tuple[int, ...], shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
+    if name in shapes:
+        given = tuple(shapes[name])
+        if len(given) != len(dims) or any(d not in (-1, g) for d, g in zip(dims, given)):
+            raise InputError(
+                f"--shape {name}:{','.join(map(str, given))} does not fit the model's dims {list(dims)}",
+                hint="give a shape with the model's rank, fixing only its -1 dims",
+            )
+        return given
+    if any(d < 0 for d in dims):
+        raise InputError(
+            f"input {name!r} of model {io.name!r} has variable dims {list(dims)}",
+            hint=f"give its shape with --shape {name}:" + ",".join("4" if d < 0 else str(d) for d in dims),
+        )
+    return dims
+
+
+def synthetic_tensors(
+    io: ModelIO, *, mode: str, batch_size: int, shapes: dict[str, tuple[int, ...]], string_length: int, seed: int
+) -> list[Tensor]:
+    """One step of random (seeded) or zero inputs for every model input."""
+    rng = np.random.default_rng(seed)
+    tensors = []
+    for name, datatype, dims in io.inputs:
+        dims = _resolve_dims(io, name, dims, shapes)
+        full = ((batch_size,) if io.max_batch_size > 0 else ()) + dims
+        count = int(np.prod(full)) if full else 1
+        if datatype == "BYTES":
+            if mode == "zero":
+                values = [b"0" * string_length] * count
+            else:
+                letters = rng.integers(97, 123, size=(count, string_length), dtype=np.uint8)
+                values = [row.tobytes() for row in letters]
+            array = np.array(values, dtype=np.object_).reshape(full)
+        elif mode == "zero":
+            array = np.zeros(full, dtype=NP_DTYPES[datatype])
+        elif datatype == "BOOL":
+            array = rng.integers(0, 2, size=full).astype(np.bool_)
+        elif datatype in ("FP16", "FP32", "FP64", "BF16"):
+            array = rng.random(full, dtype=np.float64).astype(NP_DTYPES[datatype])
+        else:
+            array = rng.integers(0, 100, size=full).astype(NP_DTYPES[datatype])
+        tensors.append(Tensor(name, datatype, full, to_wire(array, datatype)))
+    return tensors
+
+
+def file_tensors(io: ModelIO, path: Path, *, batch_size: int, shapes: dict[str, tuple[int, ...]]) -> list[list[Tensor]]:
+    """Steps from a perf_analyzer-format JSON data file; raises InputError naming file, step and input."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as err:
+        raise InputError(f"--input-data {path}: cannot read ({err.strerror})") from None
+    except ValueError as err:
+        raise InputError(f"--input-data {path}: not valid JSON ({err})") from None
+    steps = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(steps, list) or not steps:
+        raise InputError(f"--input-data {path}: expected an object with a non-empty 'data' list (perf_analyzer format)")
+    known = {name: (dt, dims) for name, dt, dims in io.inputs}
+    out = []
+    for i, step in enumerate(steps):
+        if isinstance(step, list):  # perf_analyzer allows a list of steps per stream; take the first
+            step = step[0] if step else {}
+        if not isinstance(step, dict):
+            raise InputError(f"--input-data {path}: data[{i}] is not an object of input name -> values")
+        unknown = set(step) - set(known)
+        if unknown:
+            raise InputError(
+                f"--input-data {path}: data[{i}] names {sorted(unknown)}, which model {io.name!r} does not have "
+                f"(inputs: {sorted(known)})"
+            )
+        missing = set(known) - set(step)
+        if missing:
+            raise InputError(f"--input-data {path}: data[{i}] lacks input(s) {sorted(missing)}")
+        tensors = []
+        for name, (datatype, dims) in known.items():
+            tensors.append(_tensor_from_json(io, path, i, name, datatype, dims, step[name], batch_size, shapes))
+        out.append(tensors)
+    return out
+
+
+def _tensor_from_json(
+    io: ModelIO,
+    path: Path,
+    i: int,
+    name: str,
+    datatype: str,
+    dims: tuple[int, ...],
+    value: Any,
+    batch_size: int,
+    shapes: dict[str, tuple[int, ...]],
+) -> Tensor:
+    where = f"--input-data {path}: data[{i}].{name}"
+    shape = None
+    if isinstance(value, dict):
+        if "shape" in value:
+            shape = tuple(int(d) for d in value["shape"])
+        if "b64" in value:
+            raw = base64.b64decode(value["b64"])
+            shape = shape or _resolve_dims(io, name, dims, shapes)
+            if datatype != "BYTES":
+                expect = int(np.prod(shape)) * np.dtype(NP_DTYPES[datatype]).itemsize
+                if datatype == "BF16":
+                    expect = int(np.prod(shape)) * 2
+                if len(raw) != expect:
+                    raise InputError(f"{where}: b64 holds {len(raw)} bytes, shape {list(shape)} needs {expect}")
+            full = ((batch_size,) if io.max_batch_size > 0 else ()) + shape
+            return Tensor(name, datatype, full, raw * (batch_size if io.max_batch_size > 0 else 1))
+        value = value.get("content")
+        if value is None:
+            raise InputError(f"{where}: an object needs 'content' or 'b64'")
+    if shape is None:
+        shape = _resolve_dims(io, name, dims, {**shapes} if name in shapes else shapes)
+    if len(shape) != len(dims) or any(d not in (-1, s) for d, s in zip(dims, shape)):
+        raise InputError(f"{where}: shape {list(shape)} does not fit the model's dims {list(dims)}")
+    flat = np.array(value, dtype=object).reshape(-1)
+    if flat.size != int(np.prod(shape)):
+        raise InputError(f"{where}: {flat.size} values do not fill shape {list(shape)} ({int(np.prod(shape))} needed)")
+    try:
+        if datatype == "BYTES":
+            array = np.array([v.encode() if isinstance(v, str) else bytes(v) for v in flat], dtype=np.object_)
+        else:
+            array = np.array(flat.tolist(), dtype=NP_DTYPES[datatype])
+    except (TypeError, ValueError) as err:
+        raise InputError(f"{where}: values are not {datatype} ({err})") from None
+    array = array.reshape(shape)
+    if io.max_batch_size > 0:
+        array = np.stack([array] * batch_size)
+    return Tensor(name, datatype, tuple(array.shape), to_wire(array, datatype))
+
+
+# -- payloads ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShmBinding:
+    """Where a tensor lives in a registered shared-memory region instead of the request body."""
+
+    region: str
+    byte_size: int
+    offset: int = 0
+
+
+def http_payload(
+    io: ModelIO,
+    tensors: list[Tensor],
+    host: str,
+    *,
+    shm_inputs: dict[str, ShmBinding] | None = None,
+    shm_outputs: dict[str, ShmBinding] | None = None,
+) -> bytes:
+    """A complete HTTP/1.1 request (headers and body) using the binary tensor extension."""
+    inputs = []
+    body_parts = []
+    for t in tensors:
+        entry: dict[str, Any] = {"name": t.name, "shape": list(t.shape), "datatype": t.datatype}
+        if shm_inputs and t.name in shm_inputs:
+            b = shm_inputs[t.name]
+            entry["parameters"] = {
+                "shared_memory_region": b.region,
+                "shared_memory_byte_size": b.byte_size,
+                "shared_memory_offset": b.offset,
+            }
+        else:
+            entry["parameters"] = {"binary_data_size": len(t.data)}
+            body_parts.append(t.data)
+        inputs.append(entry)
+    outputs = []
+    for name in io.outputs:
+        if shm_outputs and name in shm_outputs:
+            b = shm_outputs[name]
+            outputs.append(
+                {
+                    "name": name,
+                    "parameters": {
+                        "shared_memory_region": b.region,
+                        "shared_memory_byte_size": b.byte_size,
+                        "shared_memory_offset": b.offset,
+                    },
+                }
+            )
+        else:
+            outputs.append({"name": name, "parameters": {"binary_data": True}})
+    header = json.dumps({"inputs": inputs, "outputs": outputs}, separators=(",", ":")).encode()
+    body = header + b"".join(body_parts)
+    path = f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/infer"
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/octet-stream\r\n"
+        f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def grpc_payload(
+    io: ModelIO,
+    tensors: list[Tensor],
+    *,
+    shm_inputs: dict[str, ShmBinding] | None = None,
+    shm_outputs: dict[str, ShmBinding] | None = None,
+) -> bytes:
+    """A serialized ModelInferRequest (sent as raw bytes: no protobuf work per request)."""
+    from tritonclient.grpc import service_pb2
+
+    req = service_pb2.ModelInferRequest(model_name=io.name, model_version=io.version)
+    for t in tensors:
+        inp = req.inputs.add(name=t.name, datatype=t.datatype, shape=list(t.shape))
+        if shm_inputs and t.name in shm_inputs:
+            b = shm_inputs[t.name]
+            inp.parameters["shared_memory_region"].string_param = b.region
+            inp.parameters["shared_memory_byte_size"].int64_param = b.byte_size
+            inp.parameters["shared_memory_offset"].int64_param = b.offset
+        else:
+            req.raw_input_contents.append(t.data)
+    for name in io.outputs:
+        out = req.outputs.add(name=name)
+        if shm_outputs and name in shm_outputs:
+            b = shm_outputs[name]
+            out.parameters["shared_memory_region"].string_param = b.region
+            out.parameters["shared_memory_byte_size"].int64_param = b.byte_size
+            out.parameters["shared_memory_offset"].int64_param = b.offset
+    return bytes(req.SerializeToString())

@@ -1,0 +1,206 @@
+"""Measure stage: runs a ProfileSpec against a server and produces a RunRecord.
+
+Public API:
+- profile(server, spec, ...) -> RunRecord   (saved to record_path after every level)
+- levels_frame(record) -> pandas.DataFrame  (one row per level)
+- write_csv(record, path)                   (perf_analyzer's -f columns)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from perfkit.errors import InputError, MeasurementError, ServerError, UsageError
+from perfkit.loadgen import (
+    EngineConfig,
+    LoadGenerator,
+    ModelIO,
+    Tensor,
+    file_tensors,
+    grpc_payload,
+    http_payload,
+    synthetic_tensors,
+)
+from perfkit.measure._context import make_record, server_info
+from perfkit.measure._csv import levels_frame, write_csv
+from perfkit.measure._level import measure_level
+from perfkit.measure._metrics import MetricsSampler
+from perfkit.measure._server_stats import composing_models
+from perfkit.measure._shm import SharedMemory
+from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.schedule import read_intervals_file
+from perfkit.target.remote import parse_host_port
+from perfkit.target.server import Server
+
+__all__ = ["levels_frame", "profile", "write_csv"]
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+def _steps(io: ModelIO, spec: ProfileSpec) -> list[list[Tensor]]:
+    if spec.input_data in ("random", "zero"):
+        return [
+            synthetic_tensors(
+                io,
+                mode=spec.input_data,
+                batch_size=spec.batch_size,
+                shapes=spec.shapes,
+                string_length=spec.string_length,
+                seed=spec.seed,
+            )
+        ]
+    path = Path(spec.input_data)
+    if not path.is_file():
+        raise InputError(f"--input-data {spec.input_data}: not 'zero', 'random' or an existing JSON file")
+    return file_tensors(io, path, batch_size=spec.batch_size, shapes=spec.shapes)
+
+
+def _check_spec(io: ModelIO, spec: ProfileSpec) -> None:
+    if spec.batch_size < 1:
+        raise UsageError(f"-b {spec.batch_size}: batch size must be at least 1")
+    if io.max_batch_size == 0 and spec.batch_size > 1:
+        raise UsageError(f"-b {spec.batch_size}: model {io.name!r} does not support batching (max_batch_size 0)")
+    if io.max_batch_size > 0 and spec.batch_size > io.max_batch_size:
+        raise UsageError(f"-b {spec.batch_size} exceeds model {io.name!r}'s max_batch_size {io.max_batch_size}")
+    if not spec.levels:
+        raise UsageError("no load levels to measure")
+
+
+@contextlib.contextmanager
+def _payloads(server: Server, io: ModelIO, spec: ProfileSpec, steps: list[list[Tensor]]) -> Iterator[tuple[bytes, ...]]:
+    host = server.endpoints.http_url
+    if spec.shared_memory == "none":
+        if spec.protocol == "http":
+            yield tuple(http_payload(io, s, host) for s in steps)
+        else:
+            yield tuple(grpc_payload(io, s) for s in steps)
+        return
+    with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size) as shm:
+        if spec.protocol == "http":
+            yield tuple(
+                http_payload(io, s, host, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs)
+                for i, s in enumerate(steps)
+            )
+        else:
+            yield tuple(
+                grpc_payload(io, s, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs) for i, s in enumerate(steps)
+            )
+
+
+def _engine_target(server: Server, protocol: str) -> tuple[str, int]:
+    url = server.endpoints.http_url if protocol == "http" else server.endpoints.grpc_url
+    if url is None:
+        raise UsageError("-i grpc needs the server's gRPC URL", hint="pass -u HOST:GRPC_PORT with -i grpc")
+    return parse_host_port(url)
+
+
+def profile(
+    server: Server,
+    spec: ProfileSpec,
+    *,
+    command: tuple[str, ...] = (),
+    on_progress: Progress | None = None,
+    record_path: Path | None = None,
+) -> RunRecord:
+    """Measure every level of spec against server; returns the run record.
+
+    The record is saved to record_path after each level (so nothing is lost). Raises
+    InputError/UsageError for bad input (nothing measured), and MeasurementError (with
+    `.record` holding what was measured) when the server dies or the run is interrupted.
+    """
+    metadata = server.model_metadata(spec.model, spec.model_version)
+    config = server.model_config(spec.model)
+    io = ModelIO.from_server(metadata, config, spec.model_version)
+    _check_spec(io, spec)
+    steps = _steps(io, spec)
+    intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
+    stats_models = [spec.model, *composing_models(config)]
+    info = server_info(server, spec.protocol)
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    levels: list[LevelResult] = []
+
+    def record(status: str = "ok", error: str | None = None) -> RunRecord:
+        rec = make_record(
+            spec=spec,
+            command=command,
+            server=info,
+            model_config=config,
+            levels=levels,
+            status=status,
+            error=error,
+            created_utc=created,
+        )
+        if record_path is not None:
+            rec.save(record_path)
+        return rec
+
+    metrics = None
+    if spec.collect_metrics:
+        metrics = MetricsSampler(spec.metrics_url or server.endpoints.metrics_url, spec.metrics_interval_ms / 1e3)
+        metrics.start()
+    host, port = _engine_target(server, spec.protocol)
+    try:
+        with _payloads(server, io, spec, steps) as payloads:
+            cfg = EngineConfig(
+                spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
+            )
+            with LoadGenerator(cfg, workers=spec.workers) as gen:
+
+                def run(level: LoadLevel) -> LevelResult:
+                    if on_progress:
+                        on_progress({"event": "level_start", "level": level})
+                    outcome = measure_level(server, gen, spec, level, stats_models, metrics, on_progress)
+                    levels.append(outcome.result)
+                    if outcome.server_died:
+                        rec = record("failed", outcome.error)
+                        raise MeasurementError(outcome.error, hint="partial results saved").with_record(rec)
+                    record()
+                    if on_progress:
+                        on_progress({"event": "level_done", "level": level, "result": outcome.result})
+                    return outcome.result
+
+                if spec.binary_search and spec.latency_threshold_ms is not None:
+                    _binary_search(spec, run)
+                else:
+                    for level in spec.levels:
+                        result = run(level)
+                        if _over_threshold(spec, result):
+                            break
+    except KeyboardInterrupt:
+        record("interrupted", "interrupted by the user")
+        raise
+    except ServerError as err:
+        rec = record("failed", err.one_line())
+        raise MeasurementError(f"measurement failed: {err.one_line()}").with_record(rec) from err
+    finally:
+        if metrics is not None:
+            metrics.stop()
+    if spec.binary_search:
+        levels.sort(key=lambda r: r.load.value)
+    return record()
+
+
+def _over_threshold(spec: ProfileSpec, result: LevelResult) -> bool:
+    if spec.latency_threshold_ms is None:
+        return False
+    lat = result.latency()
+    value = lat.mean_us if spec.percentile is None else lat.percentile_us(spec.percentile)
+    return value > spec.latency_threshold_ms * 1e3
+
+
+def _binary_search(spec: ProfileSpec, run: Callable[[LoadLevel], LevelResult]) -> None:
+    """Highest level within the latency threshold, perf_analyzer's --binary-search over the range."""
+    values = sorted({lv.value for lv in spec.levels})
+    template = spec.levels[0]
+    lo, hi = 0, len(values) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        result = run(LoadLevel(template.mode, values[mid], template.distribution))
+        if _over_threshold(spec, result):
+            hi = mid - 1
+        else:
+            lo = mid + 1

@@ -1,0 +1,124 @@
+"""Tabular views of a run record: a pandas DataFrame, and perf_analyzer's -f CSV."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from perfkit.records import LevelResult, RunRecord
+
+# perf_analyzer's CSV header (concurrency mode); "Request Rate" replaces the first column in
+# request-rate modes. Times are microseconds, as perf_analyzer writes them.
+PA_COLUMNS = [
+    "Concurrency",
+    "Inferences/Second",
+    "Client Send",
+    "Network+Server Send/Recv",
+    "Server Queue",
+    "Server Compute Input",
+    "Server Compute Infer",
+    "Server Compute Output",
+    "Client Recv",
+    "p50 latency",
+    "p90 latency",
+    "p95 latency",
+    "p99 latency",
+    "Avg latency",
+    "request/response",
+    "response wait",
+]
+
+
+def _row(level: LevelResult) -> dict[str, float | int | str | bool | None]:
+    lat = level.latency()
+    srv = level.server
+    row: dict[str, float | int | str | bool | None] = {
+        "mode": level.load.mode,
+        "load": level.load.value,
+        "distribution": level.load.distribution,
+        "batch_size": level.batch_size,
+        "throughput_infer_per_s": level.throughput_infer_per_s,
+        "sent_rps": level.sent_rps,
+        "completed_rps": level.completed_rps,
+        "latency_kind": lat.kind,
+        "p50_us": lat.p50_us,
+        "p90_us": lat.p90_us,
+        "p95_us": lat.p95_us,
+        "p99_us": lat.p99_us,
+        "p999_us": lat.p999_us,
+        "avg_us": lat.mean_us,
+        "std_us": lat.std_us,
+        "min_us": lat.min_us,
+        "max_us": lat.max_us,
+        "service_p50_us": level.service.p50_us,
+        "service_p99_us": level.service.p99_us,
+        "requests": level.request_count,
+        "errors": level.error_count,
+        "late": level.late_count,
+        "dropped": level.dropped_count,
+        "send_lateness_p99_us": level.send_lateness_p99_us,
+        "stable": level.stable,
+        "throughput_ci_rel": level.precision.throughput_rel,
+        "latency_ci_rel": level.precision.latency_rel,
+        "windows": len(level.windows),
+        "duration_s": level.duration_s,
+    }
+    if srv is not None:
+        row.update(
+            {
+                "server_queue_us": srv.queue_avg_us,
+                "server_compute_input_us": srv.compute_input_avg_us,
+                "server_compute_infer_us": srv.compute_infer_avg_us,
+                "server_compute_output_us": srv.compute_output_avg_us,
+                "server_request_us": srv.request_avg_us,
+                "server_executions": srv.execution_count,
+            }
+        )
+    return row
+
+
+def levels_frame(record: RunRecord) -> pd.DataFrame:
+    """One row per load level with every headline figure (units in column names)."""
+    return pd.DataFrame([_row(level) for level in record.levels])
+
+
+def write_csv(record: RunRecord, path: Path) -> Path:
+    """perf_analyzer-compatible CSV (same header and units) so existing scripts keep working."""
+    rows = []
+    first = "Concurrency"
+    for level in record.levels:
+        if level.load.mode != "concurrency":
+            first = "Request Rate"
+        lat = level.latency("service")
+        srv = level.server
+        queue = srv.queue_avg_us if srv else 0.0
+        c_in = srv.compute_input_avg_us if srv else 0.0
+        c_inf = srv.compute_infer_avg_us if srv else 0.0
+        c_out = srv.compute_output_avg_us if srv else 0.0
+        server_total = srv.request_avg_us if srv else 0.0
+        rows.append(
+            [
+                level.load.value if level.load.mode != "concurrency" else int(level.load.value),
+                round(level.throughput_infer_per_s, 2),
+                0,  # client send: not separated by perfkit's client (included in network)
+                round(max(lat.mean_us - server_total, 0.0)),
+                round(queue),
+                round(c_in),
+                round(c_inf),
+                round(c_out),
+                0,
+                round(lat.p50_us),
+                round(lat.p90_us),
+                round(lat.p95_us),
+                round(lat.p99_us),
+                round(lat.mean_us),
+                0,
+                0,
+            ]
+        )
+    frame = pd.DataFrame(rows, columns=[first, *PA_COLUMNS[1:]])
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+    return path

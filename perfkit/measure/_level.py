@@ -1,0 +1,192 @@
+"""Measuring one load level: warm-up, windows until stable (or max), server-side deltas."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+from perfkit.errors import ServerError
+from perfkit.loadgen import LoadGenerator
+from perfkit.measure import _server_stats
+from perfkit.measure._metrics import MetricsSampler
+from perfkit.recorder import LevelRecorder, summarize
+from perfkit.records import (
+    STATUS_CONNECTION_CLOSED,
+    STATUS_CONNECTION_REFUSED,
+    LevelResult,
+    LoadLevel,
+    ProfileSpec,
+    Window,
+    status_name,
+)
+from perfkit.target.server import Server
+
+Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class LevelOutcome:
+    result: LevelResult
+    server_died: bool = False
+    error: str = ""
+
+
+def _target_rel(spec: ProfileSpec) -> tuple[float, float]:
+    # Throughput's CI half-width must be within half the stability percentage; the latency
+    # statistic's within the whole of it (tails are noisier): both stricter than
+    # perf_analyzer's "3 windows within +-10% of their mean", which bounds spread, not error.
+    return spec.stability_percentage / 200.0, spec.stability_percentage / 100.0
+
+
+def measure_level(
+    server: Server,
+    gen: LoadGenerator,
+    spec: ProfileSpec,
+    level: LoadLevel,
+    stats_models: list[str],
+    metrics: MetricsSampler | None,
+    progress: Progress | None = None,
+) -> LevelOutcome:
+    """Run one level to a stable result or max_trials windows; never raises for server death."""
+    closed = level.mode == "concurrency"
+    t0 = gen.start(level)
+    window_ns = int(spec.measurement_interval_ms * 1e6)
+    warm_until = t0 + int(spec.warmup_s * 1e9)
+    rec = LevelRecorder(start_ns=warm_until, window_ns=window_ns, closed_loop=closed, batch_size=spec.batch_size)
+    if spec.warmup_request_count > 0:
+        deadline = time.monotonic() + 30
+        seen = 0
+        while seen < spec.warmup_request_count and time.monotonic() < deadline:
+            time.sleep(0.02)
+            seen += len(gen.drain())
+        warm_until = max(warm_until, perf_counter_ns())
+        rec = LevelRecorder(start_ns=warm_until, window_ns=window_ns, closed_loop=closed, batch_size=spec.batch_size)
+    _sleep_until(warm_until)
+    rec.add(gen.drain())
+    before = after = None
+    try:
+        before = _server_stats.snapshot(server.model_stats, stats_models)
+    except ServerError:
+        before = None
+    tgt_tput, tgt_lat = _target_rel(spec)
+    windows: list[Window] = []
+    stable = False
+    died = False
+    error = ""
+    precision = None
+    for k in range(1, spec.max_trials + 1):
+        end_ns = warm_until + k * window_ns
+        _sleep_until(end_ns)
+        rec.add(gen.drain())
+        windows = rec.windows(k)
+        precision = rec.precision(windows, end_ns, spec.percentile)
+        if progress:
+            lat = rec.latencies_us(end_ns, "service" if closed else "corrected")
+            progress(
+                {
+                    "event": "window",
+                    "level": level,
+                    "window": k,
+                    "infer_per_s": windows[-1].infer_per_s,
+                    "p99_us": float(sorted(lat)[int(len(lat) * 0.99)]) if len(lat) else 0.0,
+                    "precision": precision,
+                }
+            )
+        last = windows[-1]
+        if last.completed == 0 and last.errors > 0 and _connection_errors(rec) and not server.is_ready():
+            died = True
+            error = f"server stopped answering during {level.label}"
+            break
+        if (
+            k >= spec.min_windows
+            and _within(precision.throughput_rel, tgt_tput)
+            and _within(precision.latency_rel, tgt_lat)
+        ):
+            stable = True
+            break
+    end_ns = warm_until + len(windows) * window_ns
+    if not died:
+        try:
+            after = _server_stats.snapshot(server.model_stats, stats_models)
+        except ServerError:
+            after = None
+    rec.add(gen.stop(drain_timeout_s=0.5 if died else 30.0))
+    result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
+    return LevelOutcome(result, died, error)
+
+
+def _within(value: float | None, target: float) -> bool:
+    return value is not None and value <= target
+
+
+def _connection_errors(rec: LevelRecorder) -> bool:
+    st = rec.samples.status
+    return bool(((st == STATUS_CONNECTION_REFUSED) | (st == STATUS_CONNECTION_CLOSED)).any()) or bool(
+        rec.samples.error_examples
+    )
+
+
+def _sleep_until(t_ns: int) -> None:
+    while True:
+        left = (t_ns - perf_counter_ns()) / 1e9
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.25))
+
+
+def _result(
+    rec: LevelRecorder,
+    spec: ProfileSpec,
+    level: LoadLevel,
+    windows: list[Window],
+    end_ns: int,
+    stable: bool,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    stats_models: list[str],
+    metrics: MetricsSampler | None,
+    t0_ns: int,
+    died: bool,
+) -> LevelResult:
+    closed = level.mode == "concurrency"
+    c = rec.counts(end_ns)
+    precision = rec.precision(windows, end_ns, spec.percentile)
+    server = None
+    if before is not None and after is not None:
+        server = _server_stats.delta(before, after, stats_models[0])
+    samples: tuple[Any, ...] = ()
+    if metrics is not None:
+        origin_ns = int(metrics.origin * 1e9)
+        samples = metrics.between((t0_ns - origin_ns) / 1e9, (end_ns - origin_ns) / 1e9)
+    examples = rec.samples.error_examples
+    note = ""
+    if examples:
+        note = "; ".join(f"{status_name(k)}: {v.strip()[:160]}" for k, v in sorted(examples.items()))
+    if died:
+        note = ("server died; " + note).strip("; ")
+    return LevelResult(
+        load=level,
+        batch_size=spec.batch_size,
+        stable=stable,
+        precision=precision,
+        duration_s=(end_ns - rec.start_ns) / 1e9,
+        request_count=c.request_count,
+        inference_count=c.inference_count,
+        throughput_infer_per_s=c.throughput_infer_per_s,
+        sent_rps=c.sent_rps,
+        completed_rps=c.completed_rps,
+        error_count=c.error_count,
+        errors=c.errors,
+        late_count=c.late_count,
+        dropped_count=c.dropped_count,
+        send_lateness_p99_us=c.send_lateness_p99_us,
+        service=summarize("service", rec.latencies_us(end_ns, "service")),
+        corrected=None if closed else summarize("corrected", rec.latencies_us(end_ns, "corrected")),
+        windows=tuple(windows),
+        server=server,
+        metrics=samples,
+        note=note,
+    )

@@ -1,0 +1,116 @@
+"""Shared-memory regions for inputs and outputs: created, registered, and always cleaned up."""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from typing import Any
+
+from perfkit.errors import UsageError
+from perfkit.loadgen import ModelIO, ShmBinding, Tensor
+from perfkit.target.server import Server
+
+
+class SharedMemory:
+    """Regions for every step's inputs and for each output; a context manager that cleans up."""
+
+    def __init__(self, server: Server, kind: str, io: ModelIO, steps: list[list[Tensor]], output_size: int):
+        self.server = server
+        self.kind = kind
+        self.io = io
+        self.steps = steps
+        self.output_size = output_size
+        self._tag = f"perfkit_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self._system: list[tuple[str, Any]] = []
+        self._cuda: list[tuple[str, Any]] = []
+        self.inputs: list[dict[str, ShmBinding]] = []
+        self.outputs: dict[str, ShmBinding] = {}
+
+    def __enter__(self) -> SharedMemory:
+        try:
+            for i, step in enumerate(self.steps):
+                bindings = {}
+                for t in step:
+                    name = f"{self._tag}_s{i}_{t.name}"
+                    self._create(name, t.data)
+                    bindings[t.name] = ShmBinding(name, len(t.data))
+                self.inputs.append(bindings)
+            for out in self.io.outputs:
+                name = f"{self._tag}_out_{out}"
+                self._create(name, None)
+                self.outputs[out] = ShmBinding(name, self.output_size)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _create(self, name: str, data: bytes | None) -> None:
+        size = len(data) if data is not None else self.output_size
+        size = max(size, 1)
+        if self.kind == "system":
+            import numpy as np
+            import tritonclient.utils.shared_memory as shm
+
+            key = f"/{name}"
+            handle = shm.create_shared_memory_region(name, key, size)
+            self._system.append((name, handle))
+            if data:
+                shm.set_shared_memory_region(handle, [np.frombuffer(data, dtype=np.uint8)])
+            self.server.register_system_shared_memory(name, key, size)
+            return
+        cudashm = _cuda_module()
+        try:
+            handle = cudashm.create_shared_memory_region(name, size, 0)
+        except Exception as err:
+            raise UsageError(
+                f"--shared-memory cuda: cannot allocate CUDA memory ({err})",
+                hint="CUDA shared memory needs an NVIDIA GPU and driver on the client machine; use system",
+            ) from None
+        self._cuda.append((name, handle))
+        if data:
+            import numpy as np
+
+            cudashm.set_shared_memory_region(handle, [np.frombuffer(data, dtype=np.uint8)])
+        raw = cudashm.get_raw_handle(handle)
+        raw_b64 = raw.decode() if isinstance(raw, bytes) else base64.b64encode(raw).decode()
+        self.server.register_cuda_shared_memory(name, raw_b64, 0, size)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unregister and destroy every region; never raises (called on error paths)."""
+        for name, handle in self._system:
+            try:
+                self.server.unregister_system_shared_memory(name)
+            except Exception:
+                pass
+            try:
+                import tritonclient.utils.shared_memory as shm
+
+                shm.destroy_shared_memory_region(handle)
+            except Exception:
+                pass
+        self._system.clear()
+        for name, handle in self._cuda:
+            try:
+                self.server.unregister_cuda_shared_memory(name)
+            except Exception:
+                pass
+            try:
+                _cuda_module().destroy_shared_memory_region(handle)
+            except Exception:
+                pass
+        self._cuda.clear()
+
+
+def _cuda_module() -> Any:
+    try:
+        import tritonclient.utils.cuda_shared_memory as cudashm
+    except Exception as err:
+        raise UsageError(
+            f"--shared-memory cuda is unavailable here ({err})",
+            hint="it needs CUDA (cuda-python and an NVIDIA driver); use --shared-memory system",
+        ) from None
+    return cudashm

@@ -1,0 +1,266 @@
+"""Recorder: raw samples -> HdrHistograms, windows, level figures, precision.
+
+Attribution rules (documented in README "Measurement"):
+- a request belongs to the level if it was *due* (open loop) or *sent* (closed loop)
+  inside the measurement period; its latency goes into the histograms whenever it
+  completes (stragglers are waited for, so the tail is not flattered);
+- throughput and windows count completions by *completion time* inside the period.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from hdrh.histogram import HdrHistogram
+
+from perfkit.records import (
+    STATUS_DROPPED,
+    STATUS_OK,
+    STATUS_UNFINISHED,
+    LatencyKind,
+    LatencySummary,
+    Precision,
+    Samples,
+    Window,
+    status_name,
+)
+
+HIST_LOWEST_US = 1
+HIST_HIGHEST_US = 3_600_000_000  # one hour
+HIST_DIGITS = 3
+LATE_THRESHOLD_NS = 1_000_000  # a send more than 1 ms after its due time counts as late
+MIN_TAIL_SAMPLES = 10  # a percentile needs this many samples beyond it, else it is flagged thin
+
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+_T95.update({11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 20: 2.086, 30: 2.042})
+
+
+def t95(dof: int) -> float:
+    """Two-sided 95% Student t quantile for dof degrees of freedom."""
+    if dof <= 0:
+        return math.inf
+    if dof in _T95:
+        return _T95[dof]
+    if dof < 20:
+        return _T95[15]
+    return 2.086 if dof < 30 else 1.96 + 2.4 / dof
+
+
+def concat(parts: Sequence[Samples]) -> Samples:
+    """Join sample batches (e.g. from several drains or worker processes) exactly."""
+    parts = [p for p in parts if len(p)]
+    examples: dict[int, str] = {}
+    for p in parts:
+        for k, v in p.error_examples.items():
+            examples.setdefault(k, v)
+    if not parts:
+        e = np.empty(0, dtype=np.int64)
+        return Samples(e, e, e, np.empty(0, dtype=np.int32), examples)
+    return Samples(
+        np.concatenate([p.due_ns for p in parts]),
+        np.concatenate([p.sent_ns for p in parts]),
+        np.concatenate([p.done_ns for p in parts]),
+        np.concatenate([p.status for p in parts]),
+        examples,
+    )
+
+
+def histogram_of(values_us: np.ndarray) -> HdrHistogram:
+    """An HdrHistogram (1 us .. 1 h, 3 significant digits) of latencies in microseconds."""
+    hist = HdrHistogram(HIST_LOWEST_US, HIST_HIGHEST_US, HIST_DIGITS)
+    vals = np.clip(np.rint(values_us), HIST_LOWEST_US, HIST_HIGHEST_US).astype(np.int64)
+    uniq, counts = np.unique(vals, return_counts=True)
+    for v, c in zip(uniq.tolist(), counts.tolist()):
+        hist.record_value(v, c)
+    return hist
+
+
+def merge_histograms(encoded: Sequence[str]) -> HdrHistogram:
+    """Add encoded histograms together (exact: counts add bucket by bucket)."""
+    total = HdrHistogram(HIST_LOWEST_US, HIST_HIGHEST_US, HIST_DIGITS)
+    for text in encoded:
+        total.add(HdrHistogram.decode(text.encode() if isinstance(text, str) else text))
+    return total
+
+
+def thin_percentiles(count: int) -> tuple[str, ...]:
+    """Percentiles that fewer than MIN_TAIL_SAMPLES samples lie beyond."""
+    names = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
+    return tuple(name for pct, name in names.items() if count * (1 - pct / 100) < MIN_TAIL_SAMPLES)
+
+
+def summarize(kind: LatencyKind, values_us: np.ndarray) -> LatencySummary:
+    """LatencySummary of one kind from raw latencies (us); percentiles from the histogram."""
+    hist = histogram_of(values_us)
+    n = int(values_us.size)
+    if n == 0:
+        return LatencySummary(kind, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, hist.encode().decode(), thin_percentiles(0))
+    pct = {p: float(hist.get_value_at_percentile(p)) for p in (50.0, 90.0, 95.0, 99.0, 99.9)}
+    return LatencySummary(
+        kind=kind,
+        count=n,
+        min_us=float(values_us.min()),
+        max_us=float(values_us.max()),
+        mean_us=float(values_us.mean()),
+        std_us=float(values_us.std()),
+        p50_us=pct[50.0],
+        p90_us=pct[90.0],
+        p95_us=pct[95.0],
+        p99_us=pct[99.0],
+        p999_us=pct[99.9],
+        histogram=hist.encode().decode(),
+        thin=thin_percentiles(n),
+    )
+
+
+def quantile_ci_rel(sorted_us: np.ndarray, pct: float) -> float | None:
+    """Relative half-width of a distribution-free ~95% CI of a quantile (order statistics)."""
+    n = sorted_us.size
+    if n < 2:
+        return None
+    q = pct / 100
+    half = 1.96 * math.sqrt(n * q * (1 - q))
+    lo = int(max(0, math.floor(n * q - half) - 1))
+    hi = int(min(n - 1, math.ceil(n * q + half)))
+    mid = float(sorted_us[min(n - 1, int(n * q))])
+    if mid <= 0:
+        return None
+    return (float(sorted_us[hi]) - float(sorted_us[lo])) / 2 / mid
+
+
+def mean_ci_rel(values: Sequence[float]) -> float | None:
+    """Relative half-width of the 95% t-interval of the mean of per-window values (batch means)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size < 2 or arr.mean() <= 0:
+        return None
+    return float(t95(arr.size - 1) * arr.std(ddof=1) / math.sqrt(arr.size) / arr.mean())
+
+
+@dataclass(frozen=True)
+class LevelCounts:
+    """Counts and rates over a level's measurement period."""
+
+    request_count: int
+    inference_count: int
+    throughput_infer_per_s: float
+    sent_rps: float
+    completed_rps: float
+    error_count: int
+    errors: dict[str, int]
+    late_count: int
+    dropped_count: int
+    send_lateness_p99_us: float | None
+
+
+class LevelRecorder:
+    """Accumulates one level's samples and turns them into windows and figures."""
+
+    def __init__(self, *, start_ns: int, window_ns: int, closed_loop: bool, batch_size: int) -> None:
+        self.start_ns = start_ns
+        self.window_ns = window_ns
+        self.closed_loop = closed_loop
+        self.batch_size = batch_size
+        self._parts: list[Samples] = []
+        self._all: Samples | None = None
+
+    def add(self, samples: Samples) -> None:
+        """Add a batch of samples (any order, warm-up ones included: they are filtered)."""
+        if len(samples) or samples.error_examples:
+            self._parts.append(samples)
+            self._all = None
+
+    @property
+    def samples(self) -> Samples:
+        if self._all is None:
+            self._all = concat(self._parts)
+            self._parts = [self._all]
+        return self._all
+
+    def _in_level(self, s: Samples, end_ns: int) -> np.ndarray:
+        t = s.sent_ns if self.closed_loop else s.due_ns
+        return (t >= self.start_ns) & (t < end_ns)
+
+    def windows(self, count: int) -> list[Window]:
+        """The first `count` full windows, by completion time."""
+        s = self.samples
+        out = []
+        ok = s.status == STATUS_OK
+        for k in range(count):
+            w0 = self.start_ns + k * self.window_ns
+            w1 = w0 + self.window_ns
+            inw = (s.done_ns >= w0) & (s.done_ns < w1)
+            done_ok = inw & ok
+            lat = (s.done_ns[done_ok] - s.sent_ns[done_ok]) / 1e3
+            n_ok = int(done_ok.sum())
+            dur = self.window_ns / 1e9
+            out.append(
+                Window(
+                    start_s=k * dur,
+                    duration_s=dur,
+                    completed=n_ok,
+                    inferences=n_ok * self.batch_size,
+                    errors=int((inw & ~ok).sum()),
+                    infer_per_s=n_ok * self.batch_size / dur,
+                    p50_us=float(np.percentile(lat, 50)) if lat.size else 0.0,
+                    p99_us=float(np.percentile(lat, 99)) if lat.size else 0.0,
+                    mean_us=float(lat.mean()) if lat.size else 0.0,
+                )
+            )
+        return out
+
+    def latencies_us(self, end_ns: int, kind: LatencyKind) -> np.ndarray:
+        """Latencies of the level's requests: service (ok only) or corrected (ok + unfinished)."""
+        s = self.samples
+        mask = self._in_level(s, end_ns)
+        if kind == "service":
+            mask &= s.status == STATUS_OK
+            return (s.done_ns[mask] - s.sent_ns[mask]) / 1e3
+        mask &= (s.status == STATUS_OK) | (s.status == STATUS_UNFINISHED)
+        return (s.done_ns[mask] - s.due_ns[mask]) / 1e3
+
+    def precision(self, windows: Sequence[Window], end_ns: int, percentile: float | None) -> Precision:
+        """~95% CI half-widths (relative) of throughput and of the chosen latency statistic."""
+        tput = mean_ci_rel([w.infer_per_s for w in windows])
+        lat = self.latencies_us(end_ns, "service" if self.closed_loop else "corrected")
+        if percentile is None:
+            lat_rel = mean_ci_rel([w.mean_us for w in windows if w.completed])
+        else:
+            lat_rel = quantile_ci_rel(np.sort(lat), percentile)
+        return Precision(throughput_rel=tput, latency_rel=lat_rel, method="batch-means/order-statistics")
+
+    def counts(self, end_ns: int) -> LevelCounts:
+        """Request, error, late and dropped counts and send figures over the period."""
+        s = self.samples
+        mask = self._in_level(s, end_ns)
+        status = s.status[mask]
+        errors: dict[str, int] = {}
+        for code, n in zip(*np.unique(status[status != STATUS_OK], return_counts=True)):
+            errors[status_name(int(code))] = int(n)
+        period_s = (end_ns - self.start_ns) / 1e9
+        in_period = (s.done_ns >= self.start_ns) & (s.done_ns < end_ns)
+        ok_done = int((in_period & (s.status == STATUS_OK)).sum())
+        sent = s.sent_ns[mask]
+        sent = sent[sent >= 0]
+        late = 0
+        lateness_p99_us = None
+        if not self.closed_loop:
+            lateness = s.sent_ns[mask] - s.due_ns[mask]
+            lateness = lateness[s.sent_ns[mask] >= 0]
+            late = int((lateness > LATE_THRESHOLD_NS).sum())
+            lateness_p99_us = float(np.percentile(lateness, 99) / 1e3) if lateness.size else None
+        per_s = 1 / period_s if period_s > 0 else 0.0
+        return LevelCounts(
+            request_count=int(mask.sum()),
+            inference_count=ok_done * self.batch_size,
+            throughput_infer_per_s=ok_done * self.batch_size * per_s,
+            sent_rps=sent.size * per_s,
+            completed_rps=int(in_period.sum()) * per_s,
+            error_count=int((status != STATUS_OK).sum()),
+            errors=errors,
+            late_count=late,
+            dropped_count=int((status == STATUS_DROPPED).sum()),
+            send_lateness_p99_us=lateness_p99_us,
+        )

@@ -1,0 +1,176 @@
+"""`perfkit tune`: search model configs for the most throughput within a latency budget."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfkit.cli._server_options import build_server_options, server_options
+from perfkit.errors import InputError, UsageError
+from perfkit.target.launch import open_server
+from perfkit.tuner import (
+    SETTINGS_KEYS,
+    TuneSettings,
+    TuneSpace,
+    parse_bytes,
+    parse_duration_s,
+    parse_latency_ms,
+    tune,
+)
+
+
+def _read_tune_table(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as err:
+        raise InputError(f"sweep file {path}: cannot read: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"sweep file {path}: invalid TOML: {err}") from None
+    table = data.get("tune")
+    if not isinstance(table, dict):
+        raise InputError(f"sweep file {path} has no [tune] section")
+    return table
+
+
+@click.command(name="tune")
+@click.option("-m", "--model", required=True, help="Model to tune (its folder in the model repository).")
+@click.option("--latency-budget", required=True, help="Latency budget for the percentile, e.g. 20ms, 0.5s, 800us.")
+@click.option("--percentile", type=float, default=99.0, show_default=True, help="Percentile held to the budget.")
+@click.option("--trials", type=int, default=None, help="Trials in the study (default 20; counts resumed ones).")
+@click.option("--max-time", default=None, help="Stop starting trials after this long, e.g. 10m.")
+@click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Default: runs/tune-<model>-<timestamp>.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted study (same -o DIR or --storage).")
+@click.option("--storage", help="Optuna storage URL (default sqlite:///DIR/study.db; postgresql://... to share).")
+@click.option("--study-name", help="Study name (default tune-<model>); naming one joins it if it exists.")
+@click.option("--apply", is_flag=True, help="Write the best config into the repository (backup kept).")
+@click.option("--objective", type=click.Choice(["throughput", "pareto"]), default=None, help="Default: throughput.")
+@click.option("--seed", type=int, default=None, help="Sampler seed (default 0).")
+@click.option("--min-throughput", type=float, help="Constraint: infer/s at least this.")
+@click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB.")
+@click.option("--max-batch-sizes", help="max_batch_size values, e.g. 1,2,4,8 (default: powers of 2 up to the model's).")
+@click.option(
+    "--dynamic-batching/--no-dynamic-batching",
+    default=None,
+    help="Only with / only without the dynamic batcher (default: search both).",
+)
+@click.option("--queue-delays-us", help="max_queue_delay_microseconds range LOW:HIGH (log scale), e.g. 100:10000.")
+@click.option("--preferred-batch-sizes", help="Choices among none,max,pow2 (default: all three).")
+@click.option("--instance-counts", help="Instance counts, e.g. 1,2,3 (default 1,2,3,4).")
+@click.option("--instance-kinds", help="Instance kinds cpu,gpu (default: both where a GPU exists and it applies).")
+@click.option("--precisions", help="Precisions, e.g. fp32,fp16,int8 (default: fp32,fp16, or the engines present).")
+@click.option(
+    "--precision-parameter", help="Config parameter holding precision for other backends (default precision)."
+)
+@click.option("--max-concurrency", type=int, default=None, help="Highest concurrency tried per trial (default 64).")
+@click.option("--measurement-interval", type=float, default=None, help="Window length in ms (default 800).")
+@click.option("--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these.")
+@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=None, help="Default: http.")
+@click.option("-u", "--url", help="A running Triton (explicit model control) to tune on; needs --model-repository.")
+@server_options()
+def command(  # noqa: PLR0917
+    model: str,
+    latency_budget: str,
+    percentile: float,
+    trials: int | None,
+    max_time: str | None,
+    output_dir: Path | None,
+    resume: bool,
+    storage: str | None,
+    study_name: str | None,
+    apply: bool,
+    objective: str | None,
+    seed: int | None,
+    min_throughput: float | None,
+    max_gpu_memory: str | None,
+    max_batch_sizes: str | None,
+    dynamic_batching: bool | None,
+    queue_delays_us: str | None,
+    preferred_batch_sizes: str | None,
+    instance_counts: str | None,
+    instance_kinds: str | None,
+    precisions: str | None,
+    precision_parameter: str | None,
+    max_concurrency: int | None,
+    measurement_interval: float | None,
+    space_file: Path | None,
+    protocol: str | None,
+    url: str | None,
+    **kwargs: Any,
+) -> None:
+    """Search configs of one model for the most throughput within a latency budget.
+
+    Searches max_batch_size, dynamic batching (queue delay, preferred batch sizes), instance
+    count (and kind) and precision; reloads the model for each candidate; always puts your
+    config.pbtxt back. Example:
+
+        perfkit tune -m batcher --model-repository models --latency-budget 20ms --trials 20
+    """
+    table = _read_tune_table(space_file) if space_file else {}
+    flags: dict[str, Any] = {
+        "max_batch_sizes": max_batch_sizes,
+        "dynamic_batching": dynamic_batching,
+        "queue_delays_us": queue_delays_us,
+        "preferred_batch_sizes": preferred_batch_sizes,
+        "instance_counts": instance_counts,
+        "instance_kinds": instance_kinds,
+        "precisions": precisions,
+        "precision_parameter": precision_parameter,
+    }
+    merged = {**table, **{k: v for k, v in flags.items() if v is not None}}
+    source = f"{space_file} [tune]" if space_file else "flags"
+    space = TuneSpace.from_mapping(merged, source=source, ignore=SETTINGS_KEYS)
+    overrides: dict[str, Any] = {"latency_budget_ms": parse_latency_ms(latency_budget), "percentile": percentile}
+    for key, value in (
+        ("objective", objective),
+        ("seed", seed),
+        ("min_throughput", min_throughput),
+        ("max_concurrency", max_concurrency),
+        ("measurement_interval_ms", measurement_interval),
+        ("protocol", protocol),
+        ("trials", trials),
+    ):
+        if value is not None:
+            overrides[key] = value
+    if max_time is not None:
+        overrides["max_time_s"] = parse_duration_s(max_time, default_unit="s", what="--max-time")
+    if max_gpu_memory is not None:
+        overrides["max_gpu_memory_bytes"] = parse_bytes(max_gpu_memory)
+    if (
+        "trials" not in overrides
+        and "trials" not in table
+        and "max_time_s" not in overrides
+        and "max_time" not in table
+    ):
+        overrides["trials"] = 20
+    elif "trials" not in overrides and "trials" not in table:
+        overrides["trials"] = None
+    settings = TuneSettings.from_mapping(
+        model,
+        {k: v for k, v in table.items() if k in SETTINGS_KEYS},
+        source=source,
+        output_dir=output_dir,
+        storage=storage,
+        study_name=study_name,
+        resume=resume,
+        apply=apply,
+        command=("perfkit", *sys.argv[1:]) if sys.argv else (),
+        **overrides,
+    )
+    opts = build_server_options(kwargs, url=url, models=(model,))
+    if opts.model_repository is None:
+        raise UsageError(
+            "perfkit tune needs --model-repository DIR: the folder holding the model's config.pbtxt",
+            hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit)",
+        )
+    click.echo(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", err=True, nl=False)
+    with open_server(opts) as server:
+        if opts.mode != "remote":
+            click.echo(f" ready at {server.endpoints.http_url}", err=True)
+        tune(server, settings, space, model_repository=opts.model_repository, echo=click.echo)

@@ -1,0 +1,30 @@
+"""Tuner stage: search model configs for the most throughput within a latency budget.
+
+Searches max_batch_size, dynamic batching (queue delay, preferred batch sizes), instance
+count and kind, and precision (backend-aware) with Optuna; reloads the model for each
+candidate instead of restarting the server; always puts the user's config back.
+"""
+
+from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
+from perfkit.tuner._run import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes, tune
+from perfkit.tuner._space import ResolvedSpace, TuneSpace, apply_params, extract_params, parse_delay_range, resolve
+
+__all__ = [
+    "SETTINGS_KEYS",
+    "JudgeSettings",
+    "ResolvedSpace",
+    "TuneResult",
+    "TuneSettings",
+    "TuneSpace",
+    "apply_params",
+    "concurrency_levels",
+    "default_output_dir",
+    "extract_params",
+    "judge",
+    "parse_bytes",
+    "parse_delay_range",
+    "parse_duration_s",
+    "parse_latency_ms",
+    "resolve",
+    "tune",
+]

@@ -1,0 +1,172 @@
+"""How one candidate is judged: the load levels measured, and what a run record says about
+the budget (the highest load whose percentile stays within it, and its throughput)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from perfkit.errors import UsageError
+from perfkit.records import PERCENTILES, LevelResult, LoadLevel, ProfileSpec, RunRecord
+
+_UNITS_S = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration_s(text: str | float, *, default_unit: str = "s", what: str = "duration") -> float:
+    """'20ms', '1.5s', '500us', '10m', '2h' (or a bare number in default_unit) in seconds;
+    raises UsageError naming what."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value, unit = float(text), default_unit
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zµ]*)\s*", str(text).lower())
+        if not m:
+            raise UsageError(f"{what} {text!r} is not a number with a unit", hint="e.g. 20ms, 1.5s, 500us, 10m")
+        value, unit = float(m.group(1)), m.group(2) or default_unit
+    if unit not in _UNITS_S:
+        raise UsageError(f"{what} {text!r}: unknown unit {unit!r}", hint="use us, ms, s, m or h")
+    seconds = value * _UNITS_S[unit]
+    if seconds <= 0:
+        raise UsageError(f"{what} {text!r} must be positive")
+    return seconds
+
+
+def parse_latency_ms(text: str | float) -> float:
+    """A latency budget ('20ms', '0.02s', '20000us'; bare numbers are ms) in milliseconds."""
+    return parse_duration_s(text, default_unit="ms", what="latency budget") * 1e3
+
+
+def check_percentile(pct: float) -> float:
+    """The percentile if perfkit summarizes it (50, 90, 95, 99, 99.9); raises UsageError."""
+    if float(pct) not in PERCENTILES:
+        raise UsageError(
+            f"--percentile {pct:g} is not one perfkit reports",
+            hint=f"use one of {', '.join(f'{p:g}' for p in PERCENTILES)}",
+        )
+    return float(pct)
+
+
+def concurrency_levels(max_concurrency: int) -> tuple[LoadLevel, ...]:
+    """1, 2, 4, ... up to max_concurrency (included even if not a power of two)."""
+    values = []
+    c = 1
+    while c < max_concurrency:
+        values.append(c)
+        c *= 2
+    values.append(max_concurrency)
+    return tuple(LoadLevel("concurrency", float(v)) for v in dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How each trial is measured. Short windows keep a trial to seconds."""
+
+    latency_budget_ms: float
+    percentile: float = 99.0
+    max_concurrency: int = 64
+    protocol: str = "http"
+    measurement_interval_ms: float = 800.0
+    stability_percentage: float = 15.0
+    min_windows: int = 3
+    max_windows: int = 6
+    warmup_s: float = 0.5
+    collect_metrics: bool = False
+    metrics_url: str | None = None
+    batch_size: int = 1
+
+    def spec(self, model: str) -> ProfileSpec:
+        """The ProfileSpec of one trial: doubling concurrency, stopping past the budget."""
+        return ProfileSpec(
+            model=model,
+            levels=concurrency_levels(self.max_concurrency),
+            protocol="grpc" if self.protocol == "grpc" else "http",
+            batch_size=self.batch_size,
+            measurement_interval_ms=self.measurement_interval_ms,
+            stability_percentage=self.stability_percentage,
+            max_trials=self.max_windows,
+            min_windows=self.min_windows,
+            percentile=self.percentile,
+            latency_threshold_ms=self.latency_budget_ms,
+            warmup_s=self.warmup_s,
+            collect_metrics=self.collect_metrics,
+            metrics_url=self.metrics_url,
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a trial achieved: the best level within the budget, or why none was."""
+
+    feasible_load: LoadLevel | None
+    throughput_infer_per_s: float | None
+    latency_us: float | None
+    lowest_over_budget: bool  # the lightest load already broke the budget: hopeless
+    lowest_throughput: float
+    lowest_latency_us: float
+    levels_measured: int
+    gpu_memory_bytes: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def within_budget(self) -> bool:
+        return self.feasible_load is not None
+
+
+def _level_latency_us(level: LevelResult, pct: float) -> float:
+    return level.latency().percentile_us(pct)
+
+
+def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> Verdict:
+    """Read a trial's run record against the budget. A level counts only without errors."""
+    budget_us = latency_budget_ms * 1e3
+    levels = list(record.levels)
+    best: LevelResult | None = None
+    for level in levels:
+        ok = level.error_count == 0 and _level_latency_us(level, percentile) <= budget_us
+        if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
+            best = level
+    first = levels[0] if levels else None
+    lowest_over = first is None or first.error_count > 0 or _level_latency_us(first, percentile) > budget_us
+    mem = [s.memory_used_bytes for lv in levels for s in lv.metrics if s.memory_used_bytes is not None]
+    metrics: dict[str, float] = {"levels_measured": float(len(levels))}
+    if best is not None:
+        metrics.update(
+            {
+                "p50_us": best.latency().p50_us,
+                "p99_us": best.latency().p99_us,
+                "mean_us": best.latency().mean_us,
+                "concurrency": best.load.value,
+                "stable": 1.0 if best.stable else 0.0,
+            }
+        )
+        if best.server is not None:
+            metrics["server_queue_avg_us"] = best.server.queue_avg_us
+            metrics["server_compute_infer_avg_us"] = best.server.compute_infer_avg_us
+            if best.server.execution_count:
+                metrics["avg_batch"] = best.server.inference_count / best.server.execution_count
+    if mem:
+        metrics["gpu_memory_bytes"] = max(mem)
+    return Verdict(
+        feasible_load=best.load if best else None,
+        throughput_infer_per_s=best.throughput_infer_per_s if best else None,
+        latency_us=_level_latency_us(best, percentile) if best else None,
+        lowest_over_budget=lowest_over,
+        lowest_throughput=first.throughput_infer_per_s if first else 0.0,
+        lowest_latency_us=_level_latency_us(first, percentile) if first else float("inf"),
+        levels_measured=len(levels),
+        gpu_memory_bytes=max(mem) if mem else None,
+        metrics=metrics,
+    )
+
+
+def level_table(record: RunRecord, percentile: float) -> list[dict[str, Any]]:
+    """One short row per measured level (for progress lines)."""
+    return [
+        {
+            "load": lv.load.label,
+            "throughput": lv.throughput_infer_per_s,
+            "latency_us": _level_latency_us(lv, percentile),
+            "errors": lv.error_count,
+        }
+        for lv in record.levels
+    ]

@@ -1,0 +1,176 @@
+"""What a tune run leaves behind: trials.csv, tune.json (TuneRecord), best/config.pbtxt,
+best.diff, and the --apply step. Everything is rebuilt from the study, so a shared study's
+outputs include every worker's trials."""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import json
+import math
+import shutil
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+from perfkit.records import LoadLevel, TrialRecord, TuneRecord, to_dict
+from perfkit.target.modelconfig import format_config, parse_config, write_bytes_atomic
+from perfkit.tuner._space import PARAM_ORDER
+from perfkit.tuner._study import A_FAIL_REASON, A_ORIGINAL
+
+_STATE: dict[TrialState, Literal["complete", "pruned", "failed", "running"]] = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+    TrialState.RUNNING: "running",
+}
+
+
+def trial_record(t: FrozenTrial) -> TrialRecord:
+    """A study trial as perfkit's TrialRecord (from the user attributes the tuner set)."""
+    ua = t.user_attrs
+    load = ua.get("load")
+    start, end = t.datetime_start, t.datetime_complete
+    duration = float(ua.get("duration_s") or ((end - start).total_seconds() if start and end else 0.0))
+    return TrialRecord(
+        number=t.number,
+        state=_STATE.get(t.state, "running"),
+        params=dict(ua.get("params") or t.params),
+        load=LoadLevel(load["mode"], float(load["value"])) if load else None,
+        throughput_infer_per_s=ua.get("throughput_infer_per_s"),
+        latency_us=ua.get("latency_us"),
+        feasible=bool(ua.get("feasible", False)),
+        fail_reason=str(ua.get(A_FAIL_REASON, "")),
+        config_sha256=str(ua.get("config_sha256", "")),
+        duration_s=duration,
+        is_original=bool(ua.get(A_ORIGINAL, False)),
+        metrics={k: float(v) for k, v in (ua.get("metrics") or {}).items() if isinstance(v, (int, float))},
+    )
+
+
+def study_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The trials worth reporting: every trial that started (not queued ones)."""
+    return [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
+
+
+def best_trial(records: Sequence[TrialRecord]) -> TrialRecord | None:
+    """The complete, feasible trial with the most throughput (ties: the lower latency, then the earlier)."""
+    ok = [r for r in records if r.state == "complete" and r.feasible and r.throughput_infer_per_s is not None]
+    if not ok:
+        return None
+    return max(ok, key=lambda r: (r.throughput_infer_per_s or 0.0, -(r.latency_us or math.inf), -r.number))
+
+
+def pareto_front(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """Feasible complete trials no other dominates on (throughput up, latency down)."""
+    ok = [
+        r
+        for r in records
+        if r.state == "complete" and r.feasible and r.throughput_infer_per_s is not None and r.latency_us is not None
+    ]
+    front = []
+    for r in ok:
+        dominated = any(
+            (o.throughput_infer_per_s or 0) >= (r.throughput_infer_per_s or 0)
+            and (o.latency_us or 0) <= (r.latency_us or 0)
+            and (
+                (o.throughput_infer_per_s or 0) > (r.throughput_infer_per_s or 0)
+                or (o.latency_us or 0) < (r.latency_us or 0)
+            )
+            for o in ok
+        )
+        if not dominated:
+            front.append(r)
+    return sorted(front, key=lambda r: r.throughput_infer_per_s or 0.0)
+
+
+def original_trial(records: Sequence[TrialRecord]) -> TrialRecord | None:
+    return next((r for r in records if r.is_original and r.state == "complete"), None) or next(
+        (r for r in records if r.is_original), None
+    )
+
+
+def trials_frame(records: Sequence[TrialRecord], percentile: float) -> pd.DataFrame:
+    """One row per trial, columns named for its parameters and metrics."""
+    param_keys = [k for k in PARAM_ORDER if any(k in r.params for r in records)]
+    param_keys += sorted({k for r in records for k in r.params} - set(param_keys))
+    metric_keys = sorted({k for r in records for k in r.metrics})
+    rows = []
+    pct = f"{percentile:g}".replace(".", "")
+    for r in records:
+        row: dict[str, Any] = {"trial": r.number, "state": r.state, "original": r.is_original}
+        for k in param_keys:
+            row[k] = r.params.get(k)
+        row["feasible"] = r.feasible
+        row["concurrency"] = int(r.load.value) if r.load else None
+        row["throughput_infer_per_s"] = r.throughput_infer_per_s
+        row[f"p{pct}_latency_ms"] = None if r.latency_us is None else r.latency_us / 1e3
+        for k in metric_keys:
+            row[k] = r.metrics.get(k)
+        row["duration_s"] = r.duration_s
+        row["config_sha256"] = r.config_sha256
+        row["fail_reason"] = r.fail_reason
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def unified_diff(original: str, best: str, model: str, best_number: int) -> str:
+    """best.diff: the recommendation against the original config, both in protobuf text
+    format (so the diff shows what changes, not layout; leading comments are kept)."""
+
+    lines = original.splitlines(keepends=True)
+    header = "".join(itertools.takewhile(lambda ln: ln.lstrip().startswith("#"), lines))
+    normalized = header + format_config(parse_config(original, source=f"{model}/config.pbtxt"))
+    return "".join(
+        difflib.unified_diff(
+            normalized.splitlines(keepends=True),
+            best.splitlines(keepends=True),
+            fromfile=f"{model}/config.pbtxt (original, normalized)",
+            tofile=f"{model}/config.pbtxt (trial {best_number})",
+        )
+    )
+
+
+def write_outputs(out_dir: Path, record: TuneRecord, *, trial_configs: dict[int, str]) -> dict[str, Path]:
+    """Write tune.json, trials.csv, best/config.pbtxt and best.diff; returns the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    tune_json = out_dir / "tune.json"
+    write_bytes_atomic(tune_json, json.dumps(to_dict(record), indent=1).encode())
+    paths["tune.json"] = tune_json
+    csv = out_dir / "trials.csv"
+    trials_frame(record.trials, record.percentile).to_csv(csv, index=False)
+    paths["trials.csv"] = csv
+    if record.best_config is not None and record.best_trial is not None:
+        best_dir = out_dir / "best"
+        best_dir.mkdir(exist_ok=True)
+        write_bytes_atomic(best_dir / "config.pbtxt", record.best_config.encode())
+        paths["best"] = best_dir / "config.pbtxt"
+        diff = unified_diff(record.original_config, record.best_config, record.model, record.best_trial)
+        write_bytes_atomic(out_dir / "best.diff", diff.encode())
+        paths["best.diff"] = out_dir / "best.diff"
+    configs = out_dir / "configs"
+    for number, text in trial_configs.items():
+        configs.mkdir(exist_ok=True)
+        target = configs / f"trial-{number:03d}.pbtxt"
+        if not target.exists():
+            write_bytes_atomic(target, text.encode())
+    return paths
+
+
+def apply_best(config_path: Path, best_text: str) -> Path | None:
+    """Write the recommendation into the repository, keeping a backup of what was there
+    (config.pbtxt.bak-<timestamp>); returns the backup path, or None when nothing changed."""
+    current = config_path.read_bytes()
+    if current == best_text.encode():
+        return None
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    backup = config_path.with_name(f"{config_path.name}.bak-{stamp}")
+    shutil.copy2(config_path, backup)
+    write_bytes_atomic(config_path, best_text.encode())
+    return backup

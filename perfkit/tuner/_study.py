@@ -1,0 +1,194 @@
+"""The Optuna side: storage, study, samplers, trial accounting, heartbeats.
+
+Several `perfkit tune` workers may share one study through an RDB storage (PostgreSQL):
+each asks, measures on its own server and tells; Optuna keeps the trials apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from perfkit.errors import InputError, UsageError
+
+HEARTBEAT_INTERVAL_S = 10
+GRACE_PERIOD_S = 40
+
+# Trial user attributes (the study is the single source of truth for every worker).
+A_ORIGINAL = "is_original"
+A_INTERRUPTED = "interrupted"
+A_CONSTRAINTS = "constraints"
+A_FAIL_REASON = "fail_reason"
+A_DUPLICATE_OF = "duplicate_of"
+
+
+# Optuna >= 5 keeps constraints on the trial (Trial.set_constraint); older ones ask the sampler
+# for a constraints_func. Support both.
+NATIVE_CONSTRAINTS = hasattr(optuna.trial.Trial, "set_constraint")
+
+
+def _quiet_optuna() -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # We record heartbeats ourselves in the ask/tell loop (see heartbeat()).
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+
+
+def set_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
+    """Record constraint values (<= 0 satisfied) where the sampler reads them."""
+    trial.set_user_attr(A_CONSTRAINTS, dict(values))
+    if NATIVE_CONSTRAINTS:
+        for key, value in values.items():
+            trial.set_constraint(key, value)
+
+
+def make_storage(url: str) -> optuna.storages.RDBStorage:
+    """An RDB storage with heartbeats (stale trials of a killed worker become FAIL);
+    raises InputError naming the URL when it cannot be opened."""
+    _quiet_optuna()
+    try:
+        return optuna.storages.RDBStorage(
+            url,
+            engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+            heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            grace_period=GRACE_PERIOD_S,
+        )
+    except Exception as err:  # SQLAlchemy/driver errors vary by backend
+        raise InputError(
+            f"--storage {_redact(url)}: cannot open the study storage: {type(err).__name__}: {err}".splitlines()[0],
+            hint="check the URL, that the database runs, and its driver (psycopg2 for postgresql)",
+        ) from None
+
+
+def _redact(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        creds, _, host = rest.rpartition("@")
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}"
+    return url
+
+
+def _constraints(trial: FrozenTrial) -> Sequence[float]:
+    return list(dict(trial.user_attrs.get(A_CONSTRAINTS) or {"latency": 0.0}).values())
+
+
+def make_sampler(objective: str, seed: int, n_trials: int | None) -> optuna.samplers.BaseSampler:
+    """TPE (seeded, constraint-aware, few random start-up trials) or NSGA-II for pareto."""
+    _quiet_optuna()
+    if objective == "pareto":
+        population = max(4, min(20, (n_trials or 20) // 3))
+        return optuna.samplers.NSGAIISampler(
+            seed=seed, population_size=population, constraints_func=None if NATIVE_CONSTRAINTS else _constraints
+        )
+    startup = max(3, min(8, (n_trials or 20) // 4))
+    return optuna.samplers.TPESampler(
+        seed=seed,
+        n_startup_trials=startup,
+        multivariate=True,
+        group=True,
+        constraints_func=None if NATIVE_CONSTRAINTS else _constraints,
+    )
+
+
+def open_study(
+    storage: optuna.storages.BaseStorage,
+    name: str,
+    *,
+    objective: str,
+    sampler: optuna.samplers.BaseSampler,
+    join: bool,
+    storage_label: str,
+) -> optuna.Study:
+    """Create the study, or load it when join (resume or a shared study). Raises UsageError when
+    the study exists and join is off, or when its directions differ from the objective."""
+    directions: list[optuna.study.StudyDirection] = [optuna.study.StudyDirection.MAXIMIZE]
+    if objective == "pareto":
+        directions.append(optuna.study.StudyDirection.MINIMIZE)
+    try:
+        study = optuna.create_study(
+            storage=storage, study_name=name, sampler=sampler, directions=directions, load_if_exists=join
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        raise UsageError(
+            f"study {name!r} already exists in {storage_label}",
+            hint="pass --resume to continue it, or another --study-name / -o DIR",
+        ) from None
+    if list(study.directions) != directions:
+        raise UsageError(
+            f"study {name!r} in {storage_label} was made for another objective",
+            hint="resume it with the same --objective, or start a new study",
+        )
+    return study
+
+
+def counted(trial: FrozenTrial) -> bool:
+    """Whether a trial uses up the --trials budget: finished ones and others' running ones,
+    but not those cut short by an interruption (they are queued again) nor repeats of a
+    config already measured (answered from the earlier trial without measuring)."""
+    if trial.user_attrs.get(A_DUPLICATE_OF) is not None:
+        return False
+    if trial.state == TrialState.FAIL:
+        return not trial.user_attrs.get(A_INTERRUPTED, False)
+    return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+
+
+def trials_used(study: optuna.Study) -> int:
+    return sum(1 for t in study.get_trials(deepcopy=False) if counted(t))
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """Mark trials of dead workers (no heartbeat for the grace period) as failed."""
+    with contextlib.suppress(Exception):
+        optuna.storages.fail_stale_trials(study)
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+    """Record the trial's heartbeat every few seconds while it runs (ask/tell has no thread of its own)."""
+    storage = study._storage
+    record: Callable[[int], None] | None = getattr(storage, "record_heartbeat", None)
+    if record is None:
+        yield
+        return
+    stop = threading.Event()
+    trial_id = trial._trial_id
+
+    def beat() -> None:
+        while True:
+            with contextlib.suppress(Exception):
+                record(trial_id)
+            if stop.wait(HEARTBEAT_INTERVAL_S):
+                return
+
+    thread = threading.Thread(target=beat, name="perfkit-tune-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+def param_importances(study: optuna.Study, objective: str) -> dict[str, float]:
+    """Parameter importances (fANOVA) once at least 4 trials completed; {} otherwise."""
+    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    if len(complete) < 4:
+        return {}
+    target: Callable[[FrozenTrial], float] | None = None
+    if objective == "pareto":
+
+        def target(t: FrozenTrial) -> float:
+            return float(t.values[0])
+
+    try:
+        imp: dict[str, Any] = optuna.importance.get_param_importances(study, target=target)
+    except (RuntimeError, ValueError, ZeroDivisionError):
+        return {}
+    return {k: float(v) for k, v in imp.items()}

@@ -1,0 +1,223 @@
+"""The tuner's search space, config mutation and budget judgement (no server needed)."""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from perfkit.errors import InputError, UsageError
+from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, RunRecord
+from perfkit.target.modelconfig import format_config, parse_config, read_config
+from perfkit.tuner import (
+    SETTINGS_KEYS,
+    TuneSettings,
+    TuneSpace,
+    apply_params,
+    concurrency_levels,
+    extract_params,
+    judge,
+    parse_latency_ms,
+    resolve,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures" / "models"
+
+
+def _resolve(name: str, space: TuneSpace | None = None, **kw):
+    cfg = read_config(FIXTURES / name / "config.pbtxt")
+    return cfg, resolve(space or TuneSpace(), cfg, FIXTURES / name, latency_budget_us=20_000, **kw)
+
+
+def test_batcher_defaults_search_every_dimension_that_applies():
+    _, rs = _resolve("batcher")
+    names = [d.name for d in rs.dimensions]
+    assert names == [
+        "max_batch_size",
+        "dynamic_batching",
+        "max_queue_delay_us",
+        "preferred_batch_sizes",
+        "instance_count",
+        "precision",
+    ]
+    assert rs.dimension("max_batch_size").choices == (1, 2, 4, 8)  # within what the config allows
+    delay = rs.dimension("max_queue_delay_us")
+    assert delay.is_range and delay.high <= 10_000  # never past half the 20 ms budget
+    assert rs.precision_via == "parameter"
+    assert rs.original_params == {
+        "max_batch_size": 8,
+        "dynamic_batching": False,
+        "instance_count": 1,
+        "instance_kind": "cpu",
+        "precision": "fp32",
+    }
+
+
+def test_max_batch_size_zero_stays_zero_and_drops_batching_dimensions():
+    _, rs = _resolve("vardims", TuneSpace(max_batch_sizes=(1, 4), dynamic_batching=(True,)))
+    names = {d.name for d in rs.dimensions}
+    assert not names & {"max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes"}
+    assert any("max_batch_size 0" in n for n in rs.notes)
+
+
+def test_ensemble_is_refused_with_a_hint():
+    with pytest.raises(UsageError, match="ensemble"):
+        _resolve("pipeline")
+
+
+def test_apply_then_extract_gives_the_params_back_and_keeps_other_fields():
+    cfg, rs = _resolve("batcher")
+    params = {
+        "max_batch_size": 4,
+        "dynamic_batching": True,
+        "max_queue_delay_us": 700,
+        "preferred_batch_sizes": "pow2",
+        "instance_count": 3,
+        "precision": "int8",
+    }
+    new = apply_params(cfg, params, rs)
+    assert list(new.dynamic_batching.preferred_batch_size) == [2, 4]
+    back = extract_params(new, backend="python")
+    assert {k: back[k] for k in params} == params
+    assert new.parameters["fixed_ms"].string_value == "2.0"
+    assert [i.name for i in new.input] == ["INPUT0"]
+    assert parse_config(format_config(new)) == new
+    off = apply_params(new, {"dynamic_batching": False}, rs)
+    assert not off.HasField("dynamic_batching")
+
+
+def test_dynamic_batching_keeps_the_users_other_batcher_settings():
+    cfg = parse_config(
+        'name: "m" backend: "python" max_batch_size: 16 dynamic_batching { preferred_batch_size: [4, 16] '
+        "max_queue_delay_microseconds: 100 priority_levels: 2 default_priority_level: 1 }"
+    )
+    rs = resolve(TuneSpace(), cfg, FIXTURES / "batcher", latency_budget_us=20_000)
+    new = apply_params(cfg, {"max_batch_size": 8, "max_queue_delay_us": 300}, rs)
+    assert new.dynamic_batching.priority_levels == 2
+    assert list(new.dynamic_batching.preferred_batch_size) == [4]  # 16 no longer fits
+    assert new.dynamic_batching.max_queue_delay_microseconds == 300
+
+
+def test_onnx_precision_goes_through_the_tensorrt_accelerator(tmp_path: Path):
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.onnx").write_bytes(b"")
+    cfg = parse_config(
+        'name: "m" platform: "onnxruntime_onnx" max_batch_size: 8 optimization { execution_accelerators {'
+        ' gpu_execution_accelerator [ { name: "tensorrt" parameters { key: "max_workspace_size_bytes" value: "1" } } ]'
+        " } }"
+    )
+    rs = resolve(TuneSpace(), cfg, tmp_path / "m", latency_budget_us=20_000, gpu_available=True)
+    assert rs.precision_via == "trt_accelerator"
+    assert rs.dimension("precision").choices == ("none", "fp32", "fp16")
+    assert rs.dimension("instance_kind").choices == ("gpu", "cpu", "auto")
+    fp16 = apply_params(cfg, {"precision": "fp16"}, rs)
+    acc = fp16.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert dict(acc.parameters) == {"max_workspace_size_bytes": "1", "precision_mode": "FP16"}
+    none = apply_params(cfg, {"precision": "none"}, rs)
+    assert not none.HasField("optimization")
+    # Without a GPU the accelerator does not apply: precision is not searched.
+    rs_cpu = resolve(TuneSpace(), cfg, tmp_path / "m", latency_budget_us=20_000, gpu_available=False)
+    assert rs_cpu.dimension("precision") is None
+
+
+def test_tensorrt_precision_chooses_among_engine_files(tmp_path: Path):
+    version = tmp_path / "m" / "1"
+    version.mkdir(parents=True)
+    for name in ("model.plan", "model_fp16.plan", "model_int8.plan"):
+        (version / name).write_bytes(b"")
+    cfg = parse_config('name: "m" platform: "tensorrt_plan" max_batch_size: 8')
+    rs = resolve(TuneSpace(), cfg, tmp_path / "m", latency_budget_us=20_000)
+    assert rs.dimension("precision").choices == ("fp32", "fp16", "int8")
+    assert apply_params(cfg, {"precision": "fp16"}, rs).default_model_filename == "model_fp16.plan"
+    narrowed = resolve(TuneSpace(precisions=("fp16", "bf16")), cfg, tmp_path / "m", latency_budget_us=20_000)
+    assert narrowed.dimension("precision").choices == ("fp16", "fp32")  # the original's is always kept
+    assert any("bf16" in n for n in narrowed.notes)
+
+
+def test_from_mapping_reads_the_example_sweep_file():
+    table = tomllib.loads((ROOT / "sweeps" / "tune-batcher.toml").read_text())["tune"]
+    space = TuneSpace.from_mapping(table, ignore=SETTINGS_KEYS)
+    assert space.max_batch_sizes == (2, 4, 8)
+    assert space.queue_delay_us == (100, 5000)
+    assert space.precisions == ("fp32", "fp16", "int8")
+    assert space.dynamic_batching is None
+    settings = TuneSettings.from_mapping("batcher", {k: v for k, v in table.items() if k in SETTINGS_KEYS})
+    assert settings.latency_budget_ms == 20.0
+    assert settings.max_time_s == 600.0
+    assert settings.trials == 16
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"max_batch_size": [1]}, "unknown key"),
+        ({"instance_counts": "1,x"}, "not a list of integers"),
+        ({"queue_delays_us": "500:100"}, "LOW:HIGH"),
+        ({"preferred_batch_sizes": ["some"]}, "unknown"),
+        ({"dynamic_batching": "maybe"}, "must be true, false"),
+    ],
+)
+def test_from_mapping_names_the_bad_key(data, match):
+    with pytest.raises(InputError, match=match):
+        TuneSpace.from_mapping(data, source="sweep.toml [tune]")
+
+
+@pytest.mark.parametrize(("text", "ms"), [("20ms", 20.0), ("0.5s", 500.0), ("800us", 0.8), ("15", 15.0)])
+def test_latency_budget_units(text, ms):
+    assert parse_latency_ms(text) == pytest.approx(ms)
+
+
+@pytest.mark.parametrize("text", ["20 parsecs", "-3ms", "ms", "0"])
+def test_bad_latency_budget_is_a_usage_error(text):
+    with pytest.raises(UsageError):
+        parse_latency_ms(text)
+
+
+def test_concurrency_doubles_up_to_the_cap():
+    assert [int(lv.value) for lv in concurrency_levels(24)] == [1, 2, 4, 8, 16, 24]
+    assert [int(lv.value) for lv in concurrency_levels(1)] == [1]
+
+
+def _level(c: int, tput: float, p99_ms: float, errors: int = 0) -> LevelResult:
+    lat = LatencySummary("service", 100, 1, p99_ms * 1e3, 1, 0, 1, 1, 1, p99_ms * 1e3, p99_ms * 1e3, "")
+    return LevelResult(
+        LoadLevel("concurrency", c), 1, True, Precision(None, None), 1, 100, 100, tput, tput, tput, errors, {},
+        0, 0, None, lat, None, (),
+    )  # fmt: skip
+
+
+def _run(*levels: LevelResult) -> RunRecord:
+    return RunRecord("0", "now", (), {}, {}, {}, {}, tuple(levels))
+
+
+def test_judge_takes_the_best_level_within_budget():
+    v = judge(_run(_level(1, 100, 5), _level(2, 180, 9), _level(4, 260, 25)), latency_budget_ms=20, percentile=99)
+    assert v.feasible_load == LoadLevel("concurrency", 2)
+    assert v.throughput_infer_per_s == 180
+    assert not v.lowest_over_budget
+
+
+def test_judge_ignores_levels_with_errors_and_flags_hopeless_trials():
+    v = judge(_run(_level(1, 100, 5), _level(2, 300, 6, errors=3)), latency_budget_ms=20, percentile=99)
+    assert v.throughput_infer_per_s == 100
+    hopeless = judge(_run(_level(1, 50, 30)), latency_budget_ms=20, percentile=99)
+    assert hopeless.feasible_load is None and hopeless.lowest_over_budget
+
+
+def test_fixture_models_all_resolve_or_refuse_clearly(tmp_path: Path):
+    for model in sorted(p.name for p in FIXTURES.iterdir() if p.is_dir()):
+        shutil.copytree(FIXTURES / model, tmp_path / model, ignore=shutil.ignore_patterns("__pycache__"))
+        cfg = read_config(tmp_path / model / "config.pbtxt")
+        try:
+            rs = resolve(TuneSpace(), cfg, tmp_path / model, latency_budget_us=20_000)
+        except UsageError as err:
+            assert "ensemble" in str(err)
+            continue
+        assert rs.dimension("instance_count") is not None
+        # The original's own parameters are always a point of the space (trial 0 fits).
+        for d in rs.dimensions:
+            if not d.is_range and d.name in rs.original_params:
+                assert rs.original_params[d.name] in d.choices

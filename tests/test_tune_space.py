@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import shutil
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from perfkit.errors import InputError, UsageError
 from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, RunRecord

@@ -12,6 +12,7 @@ matplotlib.use("Agg")  # never a GUI backend, even when a display is around
 
 from matplotlib import rc_context  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from perfkit.report._figures import BarFigure, Figure, LineFigure  # noqa: E402
 
@@ -144,14 +145,23 @@ def _draw_line(fig: LineFigure, ax: object) -> None:
         )
     if fig.x_log:
         ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
     if fig.y_log:
         ax.set_yscale("log")
+        _plain_log_ticks(ax.yaxis)
     if not fig.x_log and fig.key in ("throughput-latency", "compare-curve", "pareto"):
         ax.set_xlim(left=0)
     if not fig.y_log and fig.key not in ("cdf-service", "cdf-corrected"):
         ax.set_ylim(bottom=0)
     if fig.key.startswith("trial-"):
         ax.xaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
+
+
+def _plain_log_ticks(axis: Any) -> None:
+    # 1, 2, 5, 10, 20, 50 ms reads better than 10^1, 10^2.
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def _draw_bars(fig: BarFigure, ax: object) -> None:

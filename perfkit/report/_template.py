@@ -51,6 +51,7 @@ table { border-collapse: collapse; font-size: 12.5px; margin: 6px 0; font-varian
 th, td { padding: 4px 9px; border-bottom: 1px solid var(--line); text-align: right; white-space: nowrap; }
 th { background: #f1f5f9; font-weight: 600; color: #334155; position: sticky; top: 0; }
 td.text, th.text { text-align: left; white-space: normal; max-width: 420px; }
+td.text:first-child { white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fafcff; }
 td.good { background: var(--good-bg) !important; color: var(--good); font-weight: 600; }
 td.bad { background: var(--bad-bg) !important; color: var(--bad); font-weight: 600; }

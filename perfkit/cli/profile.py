@@ -1,0 +1,288 @@
+"""`perfkit profile`: perf_analyzer's flags, perfkit's measurements."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfkit.cli._server_options import build_server_options, server_options
+from perfkit.errors import MeasurementError, UsageError
+from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.target.launch import open_server
+from perfkit.target.remote import parse_host_port
+
+
+def _range(text: str, *, integer: bool, flag: str) -> list[float]:
+    parts = text.split(":")
+    try:
+        nums = [float(p) for p in parts if p != ""]
+    except ValueError:
+        raise UsageError(f"{flag} {text!r}: expected start[:end[:step]] numbers") from None
+    if not nums or len(parts) > 3:
+        raise UsageError(f"{flag} {text!r}: expected start[:end[:step]]")
+    start = nums[0]
+    end = nums[1] if len(nums) > 1 else start
+    step = nums[2] if len(nums) > 2 else (1.0 if integer else max(start, 1.0))
+    if start <= 0 or end < start or step <= 0:
+        raise UsageError(f"{flag} {text!r}: need 0 < start <= end and step > 0")
+    values = []
+    v = start
+    while v <= end + 1e-9:
+        values.append(round(v) if integer else v)
+        v += step
+    return values
+
+
+def _shapes(items: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
+    shapes = {}
+    for item in items:
+        name, sep, dims = item.rpartition(":")
+        try:
+            shapes[name] = tuple(int(d) for d in dims.split(","))
+        except ValueError:
+            raise UsageError(f"--shape {item!r}: expected NAME:D1,D2,... with integer dims") from None
+        if not sep or not name:
+            raise UsageError(f"--shape {item!r}: expected NAME:D1,D2,...")
+    return shapes
+
+
+def build_levels(
+    concurrency_range: str | None, request_rate_range: str | None, distribution: str, request_intervals: Path | None
+) -> tuple[LoadLevel, ...]:
+    """Load levels from perf_analyzer's range flags; raises UsageError."""
+    given = sum(x is not None for x in (concurrency_range, request_rate_range, request_intervals))
+    if given > 1:
+        raise UsageError("give only one of --concurrency-range, --request-rate-range, --request-intervals")
+    if request_rate_range:
+        rates = _range(request_rate_range, integer=False, flag="--request-rate-range")
+        return tuple(LoadLevel("request_rate", r, distribution) for r in rates)  # type: ignore[arg-type]
+    if request_intervals:
+        return (LoadLevel("custom_intervals", 0.0),)
+    values = _range(concurrency_range or "1", integer=True, flag="--concurrency-range")
+    return tuple(LoadLevel("concurrency", c) for c in values)
+
+
+def _fmt_ms(us: float) -> str:
+    return f"{us / 1e3:.2f}"
+
+
+def summary_table(record: RunRecord) -> str:
+    """The terminal summary: one row per level, latency kind stated."""
+    lines = []
+    open_loop = any(lv.corrected is not None for lv in record.levels)
+    head = f"{'load':>18} {'infer/s':>10} {'p50 ms':>8} {'p90 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'avg ms':>8}"
+    head += f" {'errors':>7} {'±tput':>6} {'±lat':>6}  stable"
+    if open_loop:
+        head += "   sent/s  late  dropped"
+    lines.append(head)
+    for lv in record.levels:
+        lat = lv.latency()
+        p = lv.precision
+        row = (
+            f"{lv.load.label:>18} {lv.throughput_infer_per_s:>10,.1f} {_fmt_ms(lat.p50_us):>8} "
+            f"{_fmt_ms(lat.p90_us):>8} {_fmt_ms(lat.p95_us):>8} {_fmt_ms(lat.p99_us):>8} {_fmt_ms(lat.mean_us):>8}"
+            f" {lv.error_count:>7} {_pct(p.throughput_rel):>6} {_pct(p.latency_rel):>6}  {'yes' if lv.stable else 'NO'}"
+        )
+        if open_loop:
+            row += f" {lv.sent_rps:>8.1f} {lv.late_count:>5} {lv.dropped_count:>8}"
+        lines.append(row)
+        if lat.thin:
+            lines.append(f"{'':>18} (too few samples for {', '.join(lat.thin)})")
+    kind = "corrected (from due time)" if open_loop else "service (from send time)"
+    lines.append(f"latency: {kind}; ±: ~95% CI half-width, relative")
+    for lv in record.levels:
+        if lv.corrected is not None:
+            s = lv.service
+            lines.append(
+                f"  {lv.load.label}: service p50 {_fmt_ms(s.p50_us)} ms, p99 {_fmt_ms(s.p99_us)} ms"
+                f"; send lateness p99 {(lv.send_lateness_p99_us or 0) / 1e3:.3f} ms"
+            )
+        if lv.errors:
+            lines.append(f"  {lv.load.label}: errors {lv.errors} {lv.note}")
+        if lv.server is not None:
+            s2 = lv.server
+            batches = ", ".join(f"{k}×{v}" for k, v in s2.batch_sizes.items())
+            lines.append(
+                f"  {lv.load.label}: server queue {_fmt_ms(s2.queue_avg_us)} ms,"
+                f" infer {_fmt_ms(s2.compute_infer_avg_us)} ms, input {_fmt_ms(s2.compute_input_avg_us)} ms,"
+                f" output {_fmt_ms(s2.compute_output_avg_us)} ms;"
+                f" batches formed {batches or '-'}"
+            )
+    return "\n".join(lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        level: LoadLevel = ev["level"]
+        if ev["event"] == "level_start":
+            click.echo(f"perfkit: measuring {level.label} ...", err=True)
+        elif ev["event"] == "window":
+            p = ev["precision"]
+            text = (
+                f"  window {ev['window']:>2}: {ev['infer_per_s']:>10,.1f} infer/s  p99 {ev['p99_us'] / 1e3:.2f} ms"
+                f"  ±tput {_pct(p.throughput_rel)}  ±lat {_pct(p.latency_rel)}"
+            )
+            click.echo(("\r" + text) if self.tty else text, err=True, nl=not self.tty)
+        elif ev["event"] == "level_done":
+            r: LevelResult = ev["result"]
+            if self.tty:
+                click.echo("", err=True)
+            click.echo(
+                f"  -> {r.throughput_infer_per_s:,.1f} infer/s, p99 {r.latency().p99_us / 1e3:.2f} ms,"
+                f" {'stable' if r.stable else 'UNSTABLE'} after {len(r.windows)} windows",
+                err=True,
+            )
+
+
+@click.command(name="profile")
+@click.option("-m", "--model-name", "model", required=True, help="Model to measure.")
+@click.option("-x", "--model-version", default="", help="Model version (default: the server's choice).")
+@click.option("-u", "--url", default=None, help="URL of a running server (host:port for the protocol given by -i).")
+@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
+@click.option("--admin-url", default=None, help="HTTP URL for metadata/statistics with -i grpc -u (default: port-1).")
+@click.option("-b", "--batch-size", type=int, default=1, show_default=True)
+@click.option("--concurrency-range", default=None, help="start[:end[:step]] requests in flight (closed loop).")
+@click.option("--request-rate-range", default=None, help="start[:end[:step]] requests/s (open loop).")
+@click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant")
+@click.option("--request-intervals", type=click.Path(path_type=Path), help="File of gaps in us, one per line.")
+@click.option("--input-data", default="random", show_default=True, help="zero, random, or a JSON data file.")
+@click.option("--shape", "shapes", multiple=True, help="NAME:D1,D2 for inputs with variable dims (repeatable).")
+@click.option("--string-length", type=int, default=128, show_default=True, help="Length of random BYTES data.")
+@click.option("--shared-memory", type=click.Choice(["none", "system", "cuda"]), default="none", show_default=True)
+@click.option("--output-shared-memory-size", type=int, default=102400, show_default=True)
+@click.option(
+    "-p",
+    "--measurement-interval",
+    type=float,
+    default=1000.0,
+    show_default=True,
+    help="Window length in ms (perf_analyzer's default is 5000).",
+)
+@click.option(
+    "-s",
+    "--stability-percentage",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Target ~95%% CI half-width: throughput within half of it, the latency statistic within it.",
+)
+@click.option("-r", "--max-trials", type=int, default=10, show_default=True, help="Max windows per level.")
+@click.option("--min-windows", type=int, default=3, show_default=True)
+@click.option("--percentile", type=float, default=None, help="Latency percentile for stability and thresholds.")
+@click.option("-l", "--latency-threshold", type=float, default=None, help="Stop past this latency (ms).")
+@click.option("--binary-search", is_flag=True, help="With -l: binary-search the range for the highest level within it.")
+@click.option("--warmup-request-count", type=int, default=0, show_default=True)
+@click.option("--warmup", "warmup_s", type=float, default=0.5, show_default=True, help="Warm-up seconds per level.")
+@click.option(
+    "-f", "--latency-report-file", "csv_path", type=click.Path(path_type=Path), help="perf_analyzer-format CSV."
+)
+@click.option("--collect-metrics", is_flag=True, help="Sample the server's GPU metrics (and pynvml) during the run.")
+@click.option("--metrics-url", default=None, help="Metrics endpoint (default: the server's).")
+@click.option("--metrics-interval", type=float, default=1000.0, show_default=True, help="ms between scrapes.")
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Run record (JSON). Default: runs/<model>-<time>.json"
+)
+@click.option("--workers", type=int, default=1, show_default=True, help="Load-generator processes.")
+@click.option(
+    "--max-outstanding",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Open loop: requests in flight beyond which sends count as dropped.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random data and Poisson gaps.")
+@click.option("--model", "serve_models", multiple=True, help="Models a launched server loads (default: all).")
+@server_options()
+def command(**kw: Any) -> None:
+    """Measure throughput and latency of a model under load, like perf_analyzer.
+
+    Launches the bundled Triton on --model-repository (default fixtures/models) unless
+    -u points at a running server. The run record is saved before anything is summarized.
+
+    \b
+    Examples:
+      perfkit profile -m identity --concurrency-range 1:4:1
+      perfkit profile -m sleeper --request-rate-range 50:150:50 --request-distribution poisson
+      perfkit profile -m identity -u localhost:8001 -i grpc -f out.csv
+    """
+    url = kw.pop("url")
+    protocol = kw["protocol"]
+    grpc_url = http_url = None
+    if url and protocol == "grpc":
+        host, port = parse_host_port(url)
+        grpc_url = url
+        http_url = kw.pop("admin_url") or f"{host}:{port - 1}"
+    else:
+        http_url = url
+        kw.pop("admin_url")
+    if kw["model_repository"] is None and not url and (kw["launch_mode"] in (None, "local")):
+        kw["model_repository"] = Path("fixtures/models")
+    serve_models = tuple(kw.pop("serve_models")) or None
+    opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
+    spec = ProfileSpec(
+        model=kw["model"],
+        model_version=kw["model_version"],
+        protocol=protocol,
+        levels=build_levels(
+            kw["concurrency_range"], kw["request_rate_range"], kw["request_distribution"], kw["request_intervals"]
+        ),
+        batch_size=kw["batch_size"],
+        input_data=kw["input_data"],
+        shapes=_shapes(kw["shapes"]),
+        string_length=kw["string_length"],
+        shared_memory=kw["shared_memory"],
+        output_shared_memory_size=kw["output_shared_memory_size"],
+        measurement_interval_ms=kw["measurement_interval"],
+        stability_percentage=kw["stability_percentage"],
+        max_trials=kw["max_trials"],
+        min_windows=kw["min_windows"],
+        percentile=kw["percentile"],
+        latency_threshold_ms=kw["latency_threshold"],
+        binary_search=kw["binary_search"],
+        warmup_request_count=kw["warmup_request_count"],
+        warmup_s=kw["warmup_s"],
+        collect_metrics=kw["collect_metrics"],
+        metrics_url=kw["metrics_url"],
+        metrics_interval_ms=kw["metrics_interval"],
+        request_intervals_file=str(kw["request_intervals"]) if kw["request_intervals"] else None,
+        seed=kw["seed"],
+        workers=kw["workers"],
+        max_outstanding=kw["max_outstanding"],
+    )
+    out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    run_profile(opts, spec, out, kw["csv_path"])
+
+
+def run_profile(opts: Any, spec: ProfileSpec, out: Path, csv_path: Path | None) -> RunRecord:
+    """Launch/attach, measure, save, summarize. Raises MeasurementError after saving a partial record."""
+    from perfkit.measure import profile, write_csv
+
+    if opts.mode != "remote":
+        click.echo(f"perfkit: starting {opts.mode} Triton server on {opts.model_repository} ...", err=True)
+    with open_server(opts) as server:
+        try:
+            record = profile(server, spec, command=tuple(sys.argv), on_progress=_Progress(), record_path=out)
+        except MeasurementError as err:
+            if isinstance(err.record, RunRecord):
+                click.echo(summary_table(err.record))
+                if csv_path:
+                    write_csv(err.record, csv_path)
+            click.echo(f"perfkit: partial run record saved to {out}", err=True)
+            raise
+    click.echo(summary_table(record))
+    if csv_path:
+        write_csv(record, csv_path)
+        click.echo(f"perfkit: CSV written to {csv_path}", err=True)
+    click.echo(f"perfkit: run record saved to {out}", err=True)
+    return record

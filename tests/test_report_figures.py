@@ -241,3 +241,13 @@ def test_comparison_averages_repeats_and_reports_unmatched_levels():
     assert {d.level for d in comp.deltas} == {lv.load.label for lv in base.levels[:3]}
     assert all(d.verdict == "same" and d.delta_pct == 0 for d in comp.deltas)
     assert len(comp.unmatched) == 3 and all("baseline only" in u for u in comp.unmatched)
+
+
+def test_current_runs_split_by_config_only_where_a_model_has_several():
+    base = RunRecord.load(RECORDS / "compare" / "baseline.json")
+    cur = RunRecord.load(RECORDS / "compare" / "current.json")
+    other_model = dataclasses.replace(cur, model={**cur.model, "name": "other", "config_sha256": "ff" * 32})
+    assert [label for label, _ in C.group_current([cur, other_model])] == ["current"]
+    groups = C.group_current([cur, base])  # one model, two configs: compared apart
+    assert [len(recs) for _, recs in groups] == [1, 1]
+    assert groups[0][0] == f"current: config {cur.model['config_sha256'][:8]}"

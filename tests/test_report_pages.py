@@ -266,3 +266,19 @@ def test_cli_does_not_modify_fixtures(tmp_path, capsys):
     rc, _ = _cli(capsys, str(copy), "-o", str(tmp_path / "t.html"))
     assert rc == 0
     assert {p.name: p.read_bytes() for p in copy.rglob("*.json")} == before
+
+
+def test_report_from_a_real_profile_record(tmp_path, capsys):
+    """fixtures/records/real/ holds a record made by `perfkit profile` against the bundled server."""
+    real = RECORDS / "real" / "batcher_concurrency.json"
+    rec = RunRecord.load(real)
+    out = tmp_path / "real.html"
+    rc, err = _cli(capsys, str(real), "-o", str(out))
+    assert rc == 0, err
+    page = out.read_text()
+    rows = _table(page, "levels")
+    assert [r[0] for r in rows[1:]] == [lv.load.label for lv in rec.levels]
+    text = _visible(page)
+    assert f"Triton {rec.server['version']}" in text and "mode local" in text
+    assert 'data-figure="server-breakdown"' in page
+    assert_self_contained(page)

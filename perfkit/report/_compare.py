@@ -148,13 +148,24 @@ def compare(baseline: list[RunRecord], current: list[RunRecord], label: str = "c
 
 
 def group_current(current: list[RunRecord]) -> list[tuple[str, list[RunRecord]]]:
-    """Current runs grouped by served config (repeats of one config are averaged, other configs compared apart)."""
-    groups: dict[str, list[RunRecord]] = {}
+    """Current runs grouped by served config where one model has several (repeats of a config are averaged).
+
+    Runs of different models with one config each stay one group: levels only pair within a model anyway.
+    """
+    configs: dict[str, set[str]] = {}
     for rec in current:
-        groups.setdefault(str(rec.model.get("config_sha256", "")), []).append(rec)
-    if len(groups) == 1:
+        configs.setdefault(str(rec.model.get("name", "")), set()).add(str(rec.model.get("config_sha256", "")))
+    if all(len(shas) <= 1 for shas in configs.values()):
         return [("current", current)]
-    return [(f"current: config {sha[:8] or '?'}", recs) for sha, recs in groups.items()]
+    groups: dict[tuple[str, str], list[RunRecord]] = {}
+    for rec in current:
+        key = (str(rec.model.get("name", "")), str(rec.model.get("config_sha256", "")))
+        groups.setdefault(key, []).append(rec)
+    multi_model = len(configs) > 1
+    return [
+        (f"current: {name + ' ' if multi_model else ''}config {sha[:8] or '?'}", recs)
+        for (name, sha), recs in groups.items()
+    ]
 
 
 def delta_table(comp: Comparison) -> Table:

@@ -34,6 +34,12 @@ def config_summary(config: dict[str, Any]) -> str:
     return ", ".join(parts) or "—"
 
 
+def server_line(server: dict[str, Any]) -> str:
+    """'Triton 2.51.0 · mode local · protocol http · http_url ...': every field the record holds."""
+    rest = [f"{k.replace('_', ' ')} {v}" for k, v in server.items() if k != "version" and v not in (None, "")]
+    return " · ".join([f"Triton {server.get('version', '?')}", *rest])
+
+
 def measured_facts(rec: RunRecord) -> list[tuple[str, str]]:
     """'What was measured': model, config, server, spec, command, versions, time."""
     model = rec.model
@@ -43,19 +49,7 @@ def measured_facts(rec: RunRecord) -> list[tuple[str, str]]:
         ("model", f"{model.get('name', '?')} (version {model.get('version') or 'latest'})"),
         ("config served", config_summary(config or {})),
         ("config sha256", str(model.get("config_sha256", "—"))),
-        (
-            "server",
-            " · ".join(
-                str(x)
-                for x in (
-                    f"Triton {rec.server.get('version', '?')}",
-                    rec.server.get("url"),
-                    rec.server.get("protocol"),
-                    rec.server.get("launch_mode"),
-                )
-                if x
-            ),
-        ),
+        ("server", server_line(rec.server)),
     ]
     spec_bits = []
     for key, name in (

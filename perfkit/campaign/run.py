@@ -99,7 +99,7 @@ def run_campaign(
     store_ids: dict[str, str] = {}
     store_text: str | None = None
     if sweep.save_to_store:
-        store_text = store or (str(sweep.store) if sweep.store else None)
+        store_text = store or sweep.store
         from perfkit.gate import default_store_path  # noqa: PLC0415
 
         store_text = store_text or str(default_store_path())

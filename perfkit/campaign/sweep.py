@@ -99,7 +99,7 @@ class Sweep:
     tune: Mapping[str, Any] | None = None
     gate: GatePlan | None = None
     output_dir: Path | None = None
-    store: Path | None = None  # None: the default store; see save_to_store
+    store: str | None = None  # PATH.sqlite or DIR/ (str: the trailing slash matters); None: the default
     save_to_store: bool = True
     report: bool = True
     raw: Mapping[str, Any] = field(default_factory=dict)
@@ -196,9 +196,13 @@ def parse_sweep(data: Mapping[str, Any], path: Path) -> Sweep:
         override = c.table(entry, "load", LOAD_KEYS, f"{where}.")
         models.append(ModelPlan(model, _spec(c, model, {**load_defaults, **override}, f"{where}.load")))
     tune = data.get("tune")
+    if isinstance(tune, str):
+        tune = _tune_file(c, tune)
     if tune is not None:
         if not isinstance(tune, dict):
-            raise c.fail("tune", "a table", tune)
+            raise c.fail(
+                "tune", 'a table, or the path of a TOML file with a [tune] table (e.g. "tune-batcher.toml")', tune
+            )
         _check_tune(c, tune, models[0].name)
     gate = _gate(c, c.table(data, "gate", GATE_KEYS, "")) if "gate" in data else None
     output = c.table(data, "output", OUTPUT_KEYS, "")
@@ -208,7 +212,7 @@ def parse_sweep(data: Mapping[str, Any], path: Path) -> Sweep:
     store = None
     if isinstance(store_value, str):
         # keep a trailing slash: it marks a directory store
-        store = Path(str(c.base / store_value) + ("/" if store_value.endswith("/") else ""))
+        store = str(c.base / store_value) + ("/" if store_value.endswith("/") else "")
     return Sweep(
         path=path,
         name=name,
@@ -340,10 +344,25 @@ def _gate(c: _Checker, g: Mapping[str, Any]) -> GatePlan:
     )
 
 
+def _tune_file(c: _Checker, name: str) -> dict[str, Any]:
+    path = c.base / name
+    try:
+        table = tomllib.loads(path.read_text()).get("tune")
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise c.fail("tune", "a readable TOML file with a [tune] table", f"{name} ({err})") from None
+    if not isinstance(table, dict):
+        raise c.fail("tune", "a TOML file with a [tune] table", name)
+    return table
+
+
 def _check_tune(c: _Checker, tune: Mapping[str, Any], model: str) -> None:
-    """Let the tuner check its own table now, before any server starts."""
+    """Let the tuner check its own table now, before any server starts (its errors become ConfigError)."""
     from perfkit.tuner import SETTINGS_KEYS, TuneSettings, TuneSpace  # noqa: PLC0415
 
     source = f"{c.path}: [tune]"
-    TuneSpace.from_mapping(tune, source=source, ignore=SETTINGS_KEYS)
-    TuneSettings.from_mapping(model, tune, source=source)
+    try:
+        TuneSpace.from_mapping(tune, source=source, ignore=SETTINGS_KEYS)
+        TuneSettings.from_mapping(model, tune, source=source)
+    except PerfkitError as err:
+        message = err.message if err.message.startswith(str(c.path)) else f"{source}: {err.message}"
+        raise ConfigError(message, hint=err.hint) from None

@@ -1,0 +1,46 @@
+"""`perfkit run` end to end: the dogfood sweep's gate catches a real 2x slowdown of the sleeper."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from perfkit.cli import main
+from tests.conftest import copy_models
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytest.importorskip("perfkit.measure")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ci_smoke_gate_catches_a_2x_slowdown(tmp_path, capsys):
+    repo = copy_models(tmp_path, ["sleeper"])
+    cfg = repo / "sleeper" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace('string_value: "10"', 'string_value: "20"'))
+    smoke = (ROOT / "sweeps" / "ci-smoke.toml").read_text()
+    sweep = (
+        smoke.replace('model_repository = "../fixtures/models"', f'model_repository = "{repo}"')
+        .replace('baseline = "baselines/ci-smoke/"', f'baseline = "{ROOT / "sweeps" / "baselines" / "ci-smoke"}/"')
+        .replace('[[models]]\nname = "batcher"', "")
+        .replace('junit = "../.perfkit/ci-smoke/gate.xml"', 'junit = "out/gate.xml"\njson = "out/gate.json"')
+        .replace('dir = "../.perfkit/ci-smoke"', 'dir = "out"')
+        .replace('store = "../.perfkit/results.sqlite"', 'store = "results/"')
+    )
+    assert 'name = "batcher"' not in sweep and str(repo) in sweep
+    path = tmp_path / "smoke.toml"
+    path.write_text(sweep)
+    rc = main(["run", str(path)])
+    captured = capsys.readouterr()
+    out = captured.out
+    assert rc == 10, captured.err
+    assert "sleeper" in out and "REGRESSION" in out
+    assert (tmp_path / "out" / "sleeper.json").is_file()
+    assert list((tmp_path / "results").glob("sleeper-*.json"))  # saved to the directory store
+    doc = json.loads((tmp_path / "out" / "gate.json").read_text())
+    regressed = {f["metric"] for r in doc["results"] for f in r["findings"] if f["verdict"] == "regression"}
+    assert {"throughput", "p50"} <= regressed
+    assert ET.parse(tmp_path / "out" / "gate.xml").getroot().get("failures") != "0"

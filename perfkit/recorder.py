@@ -89,7 +89,7 @@ def merge_histograms(encoded: Sequence[str]) -> HdrHistogram:
 def thin_percentiles(count: int) -> tuple[str, ...]:
     """Percentiles that fewer than MIN_TAIL_SAMPLES samples lie beyond."""
     names = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
-    return tuple(name for pct, name in names.items() if count * (1 - pct / 100) < MIN_TAIL_SAMPLES)
+    return tuple(name for pct, name in names.items() if count * (100 - pct) / 100 < MIN_TAIL_SAMPLES - 1e-9)
 
 
 def summarize(kind: LatencyKind, values_us: np.ndarray) -> LatencySummary:

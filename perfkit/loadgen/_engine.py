@@ -159,6 +159,8 @@ class Engine:
         self._grpc_call: Any = None
         self._grpc_channel: Any = None
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._opening = 0
+        self._spare_target = 2
         self.loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
         self._thread = threading.Thread(target=self._run, name="perfkit-loadgen", daemon=True)
         self._thread.start()
@@ -240,6 +242,7 @@ class Engine:
         )
         if self.cfg.protocol == "http":
             rate = level.value / max(workers, 1)
+            self._spare_target = 2 + int(rate * 0.01)
             warm = min(self.cfg.max_outstanding, max(4, int(rate * 0.005) + 2))
             await asyncio.gather(*(self._open_conn() for _ in range(max(0, warm - len(self.idle)))))
         self._t0 = t0_ns
@@ -344,11 +347,27 @@ class Engine:
             conn = self.idle.pop()
             self.outstanding += 1
             conn.send(self._next_payload(), due)
-            return
-        self.pending.append(due)
-        task = self.loop.create_task(self._open_for_pending())
+        else:
+            self.pending.append(due)
+            self._spawn(self._open_for_pending())
+        # Keep spare connections open ahead of need: a send that must first connect is late.
+        if len(self.idle) + self._opening < self._spare_target:
+            self._opening += 1
+            self._spawn(self._open_spare())
+
+    def _spawn(self, coro: Any) -> None:
+        task = self.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _open_spare(self) -> None:
+        try:
+            conn = await self._open_conn()
+        finally:
+            self._opening -= 1
+        if conn is not None and self.pending:
+            self.idle.remove(conn)
+            self.on_idle(conn)
 
     async def _open_for_pending(self) -> None:
         conn = await self._open_conn()

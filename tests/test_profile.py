@@ -1,0 +1,187 @@
+"""The measurement engine against the real server: truth, inputs, shared memory, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfkit.errors import InputError, UsageError
+from perfkit.measure import levels_frame, profile, write_csv
+from perfkit.measure._csv import PA_COLUMNS
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord
+from perfkit.target import LocalLaunch, launch_local
+from tests.conftest import copy_models
+
+pytestmark = pytest.mark.server
+
+
+def _spec(model: str, *levels: LoadLevel, **kw) -> ProfileSpec:
+    base = {"measurement_interval_ms": 500.0, "max_trials": 6, "min_windows": 3, "warmup_s": 0.3}
+    base.update(kw)
+    return ProfileSpec(model=model, levels=levels, **base)
+
+
+def test_known_latency_matches_and_agrees_with_server_stats(triton):
+    rec = profile(triton, _spec("sleeper", LoadLevel("concurrency", 1), percentile=50))
+    lv = rec.levels[0]
+    assert lv.error_count == 0 and lv.service.count > 50
+    srv = lv.server
+    assert srv is not None
+    assert srv.compute_infer_avg_us == pytest.approx(10_000, abs=1_000)  # the model's known 10 ms
+    overhead_us = lv.service.p50_us - srv.request_avg_us
+    assert 10_000 <= lv.service.p50_us <= 10_000 + 3_000
+    assert -500 <= overhead_us <= 2_000  # client + network overhead on loopback, measured
+    assert srv.execution_count == pytest.approx(lv.request_count, rel=0.1)
+
+
+def test_open_loop_stays_open_under_overload(triton):
+    spec = _spec(
+        "sleeper",
+        LoadLevel("request_rate", 150, "constant"),
+        measurement_interval_ms=1000.0,
+        max_trials=10,
+        min_windows=10,
+    )
+    lv = profile(triton, spec).levels[0]
+    assert lv.duration_s == pytest.approx(10, abs=0.01)
+    assert lv.sent_rps == pytest.approx(150, rel=0.03)  # sends keep to the schedule
+    assert lv.completed_rps == pytest.approx(100, rel=0.1)  # the server's capacity (10 ms, one instance)
+    assert lv.dropped_count == 0
+    assert lv.corrected is not None
+    assert lv.corrected.p99_us > 1_000_000  # the backlog shows: seconds, not milliseconds
+    assert lv.send_lateness_p99_us is not None and lv.send_lateness_p99_us < 5_000
+
+
+def test_grpc_and_http_both_measure(triton):
+    for protocol in ("http", "grpc"):
+        rec = profile(triton, _spec("identity", LoadLevel("concurrency", 2), protocol=protocol, max_trials=3))
+        lv = rec.levels[0]
+        assert lv.error_count == 0 and lv.throughput_infer_per_s > 100, protocol
+        assert rec.server["protocol"] == protocol and rec.server["version"].startswith("2.")
+
+
+def test_batch_size_counts_inferences(triton):
+    rec = profile(triton, _spec("identity", LoadLevel("concurrency", 1), batch_size=4, max_trials=3))
+    lv = rec.levels[0]
+    assert lv.inference_count == 4 * sum(w.completed for w in lv.windows)
+    assert lv.server is not None and lv.server.batch_sizes == {"4": lv.server.execution_count}
+
+
+def test_worker_processes_merge(triton):
+    rec = profile(
+        triton,
+        _spec("identity", LoadLevel("concurrency", 2), LoadLevel("request_rate", 200), workers=2, max_trials=3),
+    )
+    closed, open_ = rec.levels
+    assert closed.error_count == 0 and closed.throughput_infer_per_s > 100
+    assert open_.sent_rps == pytest.approx(200, rel=0.05)
+    assert open_.service.count == open_.request_count
+
+
+def test_bytes_vardims_and_json_data(triton, tmp_path):
+    rec = profile(triton, _spec("strings", LoadLevel("concurrency", 1), string_length=7, max_trials=3))
+    assert rec.levels[0].error_count == 0 and rec.levels[0].service.count > 0
+    rec = profile(triton, _spec("vardims", LoadLevel("concurrency", 1), shapes={"INPUT0": (3, 4)}, max_trials=3))
+    assert rec.levels[0].error_count == 0
+    data = tmp_path / "data.json"
+    data.write_text(
+        json.dumps({"data": [{"INPUT0": {"content": list(range(16)), "shape": [16]}}, {"INPUT0": [1.5] * 16}]})
+    )
+    rec = profile(
+        triton, _spec("identity", LoadLevel("concurrency", 1), input_data=str(data), batch_size=2, max_trials=3)
+    )
+    assert rec.levels[0].error_count == 0
+
+
+def test_bad_inputs_are_clear_errors(triton, tmp_path):
+    with pytest.raises(InputError, match=r"variable dims") as info:
+        profile(triton, _spec("vardims", LoadLevel("concurrency", 1)))
+    assert "--shape INPUT0:4,4" in info.value.one_line()
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"data": [{"INPUT1": [1.0] * 16}]}))
+    with pytest.raises(InputError, match=r"bad.json: data\[0\] names \['INPUT1'\]"):
+        profile(triton, _spec("identity", LoadLevel("concurrency", 1), input_data=str(bad)))
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps({"data": [{"INPUT0": [1.0] * 5}]}))
+    with pytest.raises(InputError, match=r"5 values do not fill shape \[16\]"):
+        profile(triton, _spec("identity", LoadLevel("concurrency", 1), input_data=str(short)))
+    with pytest.raises(UsageError, match="max_batch_size"):
+        profile(triton, _spec("identity", LoadLevel("concurrency", 1), batch_size=64))
+
+
+def test_system_shared_memory_is_registered_used_and_cleaned_up(triton):
+    rec = profile(triton, _spec("identity", LoadLevel("concurrency", 2), shared_memory="system", max_trials=3))
+    assert rec.levels[0].error_count == 0 and rec.levels[0].service.count > 0
+    status, regions = triton._request("GET", "/v2/systemsharedmemory/status")
+    assert status == 200 and not [r for r in regions if "perfkit" in r.get("name", "")]
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"perfkit_{os.getpid()}_")]
+
+
+def test_cuda_shared_memory_without_cuda_is_a_clear_error(triton):
+    with pytest.raises(UsageError, match="CUDA"):
+        profile(triton, _spec("identity", LoadLevel("concurrency", 1), shared_memory="cuda"))
+
+
+def test_dataframe_and_perf_analyzer_csv(triton, tmp_path):
+    rec = profile(triton, _spec("identity", LoadLevel("concurrency", 1), LoadLevel("concurrency", 2), max_trials=3))
+    frame = levels_frame(rec)
+    assert list(frame["load"]) == [1, 2] and (frame["throughput_infer_per_s"] > 0).all()
+    path = write_csv(rec, tmp_path / "out.csv")
+    header = path.read_text().splitlines()[0].split(",")
+    assert header == PA_COLUMNS
+    row = path.read_text().splitlines()[1].split(",")
+    assert float(row[1]) == pytest.approx(rec.levels[0].throughput_infer_per_s, rel=1e-3)
+    assert RunRecord.from_dict(json.loads(rec.to_json())) == rec  # the record round-trips whole
+
+
+def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "perfkit", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_cli_unknown_model_and_unreachable_server(triton, tmp_path):
+    out = _cli("profile", "-m", "nope", "-u", triton.endpoints.http_url, "-o", str(tmp_path / "r.json"))
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("perfkit: error: model 'nope' is not available")
+    out = _cli("profile", "-m", "identity", "-u", "127.0.0.1:9", "-o", str(tmp_path / "r.json"))
+    assert out.returncode == 4
+    assert "unreachable" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_profile_writes_record_before_summary(triton, tmp_path):
+    rec_path, csv_path = tmp_path / "run.json", tmp_path / "run.csv"
+    out = _cli(
+        "profile", "-m", "identity", "-u", triton.endpoints.http_url, "--concurrency-range", "1:2",
+        "-p", "400", "-r", "3", "-o", str(rec_path), "-f", str(csv_path),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    record = RunRecord.load(rec_path)
+    assert [lv.load.value for lv in record.levels] == [1, 2]
+    assert "concurrency 2" in out.stdout and csv_path.exists()
+
+
+def test_server_dying_mid_run_saves_partial_record_and_fails(tmp_path):
+    repo = copy_models(tmp_path, ["sleeper"])
+    rec_path = tmp_path / "partial.json"
+    with launch_local(LocalLaunch(repo)) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "perfkit", "profile", "-m", "sleeper", "-u", server.endpoints.http_url,
+             "--concurrency-range", "1:8", "-p", "500", "-r", "4", "-o", str(rec_path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not rec_path.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first level finished and was saved
+        assert rec_path.exists()
+        os.killpg(server.pid, signal.SIGKILL)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 5, err
+    record = RunRecord.load(rec_path)
+    assert record.status == "failed" and record.error
+    assert len(record.levels) >= 1 and record.levels[0].error_count == 0

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfkit.records import STATUS_DROPPED, STATUS_OK, Samples
 from perfkit.recorder import LevelRecorder, concat, histogram_of, merge_histograms, summarize, thin_percentiles
+from perfkit.records import STATUS_DROPPED, STATUS_OK, Samples
 from perfkit.schedule import constant_due_ns, intervals_due_ns, poisson_due_ns, split_concurrency
 
 MS = 1_000_000

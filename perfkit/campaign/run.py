@@ -174,7 +174,10 @@ def _tune(server: Any, sweep: Sweep, out: Path, echo: Echo) -> dict[str, Path]:
         return {}
     dirs = {}
     source = f"{sweep.path}: [tune]"
+    only = sweep.tune.get("models")
     for plan in sweep.models:
+        if only is not None and plan.name not in only:
+            continue
         settings = TuneSettings.from_mapping(
             plan.name,
             sweep.tune,
@@ -182,7 +185,7 @@ def _tune(server: Any, sweep: Sweep, out: Path, echo: Echo) -> dict[str, Path]:
             output_dir=out / f"tune-{plan.name}",
             command=("perfkit", "run", str(sweep.path)),
         )
-        space = TuneSpace.from_mapping(sweep.tune, source=source, ignore=SETTINGS_KEYS)
+        space = TuneSpace.from_mapping(sweep.tune, source=source, ignore=(*SETTINGS_KEYS, "models"))
         result = tune(server, settings, space, model_repository=Path(repo), echo=echo)
         dirs[plan.name] = result.output_dir
     return dirs

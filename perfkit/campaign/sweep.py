@@ -203,7 +203,7 @@ def parse_sweep(data: Mapping[str, Any], path: Path) -> Sweep:
             raise c.fail(
                 "tune", 'a table, or the path of a TOML file with a [tune] table (e.g. "tune-batcher.toml")', tune
             )
-        _check_tune(c, tune, models[0].name)
+        _check_tune(c, tune, models)
     gate = _gate(c, c.table(data, "gate", GATE_KEYS, "")) if "gate" in data else None
     output = c.table(data, "output", OUTPUT_KEYS, "")
     store_value = output.get("store", None)
@@ -355,14 +355,18 @@ def _tune_file(c: _Checker, name: str) -> dict[str, Any]:
     return table
 
 
-def _check_tune(c: _Checker, tune: Mapping[str, Any], model: str) -> None:
+def _check_tune(c: _Checker, tune: Mapping[str, Any], models: list[ModelPlan]) -> None:
     """Let the tuner check its own table now, before any server starts (its errors become ConfigError)."""
     from perfkit.tuner import SETTINGS_KEYS, TuneSettings, TuneSpace  # noqa: PLC0415
 
     source = f"{c.path}: [tune]"
+    only = tune.get("models")
+    names = [m.name for m in models]
+    if only is not None and (not isinstance(only, list) or not all(isinstance(m, str) and m in names for m in only)):
+        raise c.fail("tune.models", f"a list of the sweep's models ({', '.join(names)})", only)
     try:
-        TuneSpace.from_mapping(tune, source=source, ignore=SETTINGS_KEYS)
-        TuneSettings.from_mapping(model, tune, source=source)
+        TuneSpace.from_mapping(tune, source=source, ignore=(*SETTINGS_KEYS, "models"))
+        TuneSettings.from_mapping(names[0], tune, source=source)
     except PerfkitError as err:
         message = err.message if err.message.startswith(str(c.path)) else f"{source}: {err.message}"
         raise ConfigError(message, hint=err.hint) from None

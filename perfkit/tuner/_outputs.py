@@ -21,7 +21,7 @@ from optuna.trial import FrozenTrial, TrialState
 from perfkit.records import LoadLevel, TrialRecord, TuneRecord, to_dict
 from perfkit.target.modelconfig import format_config, parse_config, write_bytes_atomic
 from perfkit.tuner._space import PARAM_ORDER
-from perfkit.tuner._study import A_FAIL_REASON, A_ORIGINAL
+from perfkit.tuner._study import A_DUPLICATE_OF, A_FAIL_REASON, A_ORIGINAL
 
 _STATE: dict[TrialState, Literal["complete", "pruned", "failed", "running"]] = {
     TrialState.COMPLETE: "complete",
@@ -35,6 +35,9 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
     """A study trial as perfkit's TrialRecord (from the user attributes the tuner set)."""
     ua = t.user_attrs
     load = ua.get("load")
+    metrics = {k: float(v) for k, v in (ua.get("metrics") or {}).items() if isinstance(v, (int, float))}
+    if ua.get(A_DUPLICATE_OF) is not None:
+        metrics["duplicate_of"] = float(ua[A_DUPLICATE_OF])  # answered from that trial, not measured again
     start, end = t.datetime_start, t.datetime_complete
     duration = float(ua.get("duration_s") or ((end - start).total_seconds() if start and end else 0.0))
     return TrialRecord(
@@ -49,7 +52,7 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
         config_sha256=str(ua.get("config_sha256", "")),
         duration_s=duration,
         is_original=bool(ua.get(A_ORIGINAL, False)),
-        metrics={k: float(v) for k, v in (ua.get("metrics") or {}).items() if isinstance(v, (int, float))},
+        metrics=metrics,
     )
 
 

@@ -528,9 +528,12 @@ class _Tuner:
             )
         except MeasurementError as err:
             self.echo(f"  measurement failed: {err.one_line()}")
-            self._fail(study, trial, f"measurement failed: {err.one_line()}")
             if not self.server.is_ready():
-                raise ServerError(f"the server stopped answering during trial {number}") from err
+                raise ServerError(
+                    f"the server stopped answering during trial {number}: {err.one_line()}",
+                    log_tail=self.server.log_tail(),
+                ) from err
+            self._fail(study, trial, f"measurement failed: {err.one_line()}")
             return None, reload_s, time.monotonic() - t1
         measure_s = time.monotonic() - t1
         if not record_path.exists():

@@ -1,0 +1,173 @@
+"""perfkit tune against a real Triton server: it finds a better config within the budget,
+its outputs agree with what it measured, and the user's config.pbtxt survives every ending
+(normal, Ctrl-C mid-trial, a candidate that fails to load, the server dying); --resume
+continues a study without repeating finished trials."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfkit.errors import PerfkitError
+from perfkit.records import RunRecord, TuneRecord, from_dict
+from perfkit.target import LocalLaunch, launch_local
+from perfkit.target.modelconfig import config_sha256, read_config
+from perfkit.tuner import TuneSettings, TuneSpace, judge, tune
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+# A small space (4 configs) and short measurements keep each trial to a few seconds.
+FAST = ["--latency-budget", "20ms", "--max-concurrency", "4", "--measurement-interval", "300"]
+SPACE = ["--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2", "--precisions", "fp32,int8"]
+
+
+def _cli(repo: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "--model-repository", str(repo),
+            "-o", str(out), *FAST, *SPACE, *extra]  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _load_tune(out: Path) -> TuneRecord:
+    return from_dict(TuneRecord, json.loads((out / "tune.json").read_text()))
+
+
+def test_tune_finds_a_better_config_and_its_outputs_agree(model_repo: Path, tmp_path: Path):
+    cfg_path = model_repo / "batcher" / "config.pbtxt"
+    original = cfg_path.read_bytes()
+    out = tmp_path / "out"
+    proc = subprocess.run(_cli(model_repo, out, "--trials", "4", "--seed", "1"), capture_output=True, text=True,
+                          env=_env(), timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert cfg_path.read_bytes() == original
+
+    rec = _load_tune(out)
+    assert rec.status == "ok" and rec.model == "batcher" and rec.original_config == original.decode()
+    orig = next(t for t in rec.trials if t.is_original)
+    best = next(t for t in rec.trials if t.number == rec.best_trial)
+    assert orig.number == 0 and orig.state == "complete"
+    assert best.feasible and best.latency_us is not None and best.latency_us <= 20_000
+    assert best.throughput_infer_per_s > 1.2 * orig.throughput_infer_per_s  # int8 or 2 instances beat fp32 x1
+    assert not best.is_original
+
+    # trials.csv, best/config.pbtxt and the saved run records tell the same story.
+    df = pd.read_csv(out / "trials.csv")
+    assert list(df["trial"]) == [t.number for t in rec.trials]
+    assert {"instance_count", "precision", "throughput_infer_per_s", "p99_latency_ms"} <= set(df.columns)
+    measured = df[(df.state == "complete") & df.feasible & df.duplicate_of.isna()]
+    top = measured.sort_values("throughput_infer_per_s", kind="stable").iloc[-1]
+    assert int(top.trial) == best.number
+    best_cfg = read_config(out / "best" / "config.pbtxt")
+    assert config_sha256(best_cfg) == top.config_sha256 == best.config_sha256
+    assert best_cfg.parameters["precision"].string_value == top.precision
+    assert best_cfg.instance_group[0].count == int(top.instance_count)
+    run = RunRecord.load(out / "runs" / f"trial-{best.number:03d}.json")
+    verdict = judge(run, latency_budget_ms=20, percentile=99)
+    assert verdict.throughput_infer_per_s == pytest.approx(top.throughput_infer_per_s)
+    assert run.model["config"]["parameters"]["precision"]["string_value"] == top.precision  # what the server ran
+    assert "+  count: 2" in (out / "best.diff").read_text() or "int8" in (out / "best.diff").read_text()
+    assert (out / "study.db").is_file()
+    assert "best: trial" in proc.stdout
+
+
+def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: Path, tmp_path: Path):
+    cfg_path = model_repo / "batcher" / "config.pbtxt"
+    original = cfg_path.read_bytes()
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cli(model_repo, out, "--trials", "3"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=_env())  # fmt: skip
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("trial 1/"):
+            break
+    time.sleep(3.0)  # inside trial 1: the candidate is written and loaded, measurement under way
+    assert cfg_path.read_bytes() != original, "trial 1 should have written its candidate"
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=120)
+    log = "".join(lines) + rest
+    assert proc.returncode == 130, log
+    assert cfg_path.read_bytes() == original, log
+    rec = _load_tune(out)
+    assert rec.status == "interrupted"
+    states = {t.number: t.state for t in rec.trials}
+    assert states[0] == "complete" and states[1] == "failed"
+    assert next(t for t in rec.trials if t.number == 1).fail_reason == "interrupted"
+
+    resumed = subprocess.run(_cli(model_repo, out, "--trials", "3", "--resume"), capture_output=True, text=True,
+                             env=_env(), timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert cfg_path.read_bytes() == original
+    rec2 = _load_tune(out)
+    assert rec2.status == "ok"
+    assert "trial 0/" not in resumed.stdout  # the finished trial is not measured again
+    originals = [t for t in rec2.trials if t.is_original]
+    assert [t.number for t in originals] == [0]
+    measured = [t for t in rec2.trials if "duplicate_of" not in t.metrics and t.number != 1]
+    assert len(measured) == 3  # --trials 3 in all, across both runs
+    assert all(t.state in ("complete", "pruned") for t in measured)
+    # The interrupted candidate was queued again and measured on resume.
+    interrupted = next(t for t in rec2.trials if t.number == 1)
+    assert any(t.params == interrupted.params and t.state == "complete" for t in rec2.trials if t.number > 1)
+
+
+def _settings(out: Path, trials: int) -> TuneSettings:
+    return TuneSettings(model="batcher", latency_budget_ms=20, trials=trials, output_dir=out, max_concurrency=4,
+                        measurement_interval_ms=300, seed=0)  # fmt: skip
+
+
+def test_a_candidate_that_fails_to_load_is_a_failed_trial_and_the_search_goes_on(model_repo: Path, tmp_path: Path):
+    cfg_path = model_repo / "batcher" / "config.pbtxt"
+    original = cfg_path.read_bytes()
+    space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("bogus",))
+    lines: list[str] = []
+    with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
+        result = tune(server, _settings(tmp_path / "out", 4), space, model_repository=model_repo, echo=lines.append)
+        applied = server.model_config("batcher")
+    assert cfg_path.read_bytes() == original
+    assert applied["parameters"]["precision"]["string_value"] == "fp32"  # the original is what the server runs
+    failed = [t for t in result.record.trials if t.state == "failed"]
+    assert failed and all("bogus" in t.fail_reason for t in failed)
+    assert all(t.params["precision"] == "bogus" for t in failed)
+    complete = [t for t in result.record.trials if t.state == "complete"]
+    assert any(t.number > failed[0].number for t in complete), "the search stopped at the failure"
+    assert result.record.best_trial is not None and result.best.params["precision"] == "fp32"
+
+
+def test_server_dying_mid_search_fails_cleanly_and_keeps_the_config(model_repo: Path, tmp_path: Path):
+    from perfkit.measure import profile
+
+    cfg_path = model_repo / "batcher" / "config.pbtxt"
+    original = cfg_path.read_bytes()
+    calls = []
+    space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("fp32",))
+    out = tmp_path / "out"
+    with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
+
+        def measure_then_kill(srv, spec, **kw):
+            calls.append(1)
+            if len(calls) == 2:  # trial 1: the server dies a second into the measurement
+                threading.Timer(1.0, lambda: os.kill(server.pid, signal.SIGKILL)).start()
+            return profile(srv, spec, **kw)
+
+        with pytest.raises(PerfkitError) as err:
+            tune(server, _settings(out, 3), space, model_repository=model_repo, measure=measure_then_kill,
+                 echo=lambda s: None)  # fmt: skip
+    assert err.value.exit_code == 4  # ServerError
+    assert cfg_path.read_bytes() == original
+    rec = _load_tune(out)
+    assert rec.status == "failed" and rec.error
+    assert [t.state for t in rec.trials] == ["complete", "failed"]
+    assert rec.best_trial == 0

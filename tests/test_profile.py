@@ -184,3 +184,22 @@ def test_server_dying_mid_run_saves_partial_record_and_fails(tmp_path):
     record = RunRecord.load(rec_path)
     assert record.status == "failed" and record.error
     assert len(record.levels) >= 1 and record.levels[0].error_count == 0
+
+
+def test_grpc_fast_path_reports_server_errors_by_kind(triton):
+    from perfkit.loadgen import EngineConfig, LoadGenerator, ModelIO, grpc_payload, synthetic_tensors
+    from perfkit.records import GRPC_STATUS_BASE
+
+    io = ModelIO.from_server(triton.model_metadata("identity"), triton.model_config("identity"))
+    tensors = synthetic_tensors(io, mode="zero", batch_size=1, shapes={}, string_length=1, seed=0)
+    wrong = ModelIO("no_such_model", "", io.max_batch_size, io.inputs, io.outputs)
+    host, port = triton.endpoints.grpc_url.rsplit(":", 1)
+    cfg = EngineConfig("grpc", host, int(port), (grpc_payload(wrong, tensors),))
+    with LoadGenerator(cfg) as gen:
+        gen.start(LoadLevel("concurrency", 2))
+        time.sleep(0.3)
+        samples = gen.stop(5)
+    assert len(samples) > 10
+    assert (samples.status > GRPC_STATUS_BASE).all()  # every call failed, each one counted
+    message = " ".join(samples.error_examples.values())
+    assert "no_such_model" in message

@@ -84,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     show_traceback = "--traceback" in args or os.environ.get("PERFKIT_TRACEBACK") == "1"
     try:
-        cli.main(args=args, prog_name="perfkit", standalone_mode=False)
+        # In non-standalone mode click *returns* a command's exit code instead of raising.
+        rc = cli.main(args=args, prog_name="perfkit", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             click.echo("--- server log (last lines) ---", err=True)
             click.echo(err.log_tail, err=True)
         return int(err.exit_code)
-    return int(ExitCode.OK)
+    return int(rc or ExitCode.OK) if isinstance(rc, int) else int(ExitCode.OK)
 
 
 def threading_main() -> bool:

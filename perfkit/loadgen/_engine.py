@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from perfkit.loadgen._h2 import MAX_FAST_PAYLOAD, H2Conn, grpc_message, header_block
 from perfkit.records import (
     GRPC_STATUS_BASE,
     STATUS_CONNECTION_CLOSED,
@@ -37,6 +38,7 @@ from perfkit.schedule import due_times
 
 _PR_SET_TIMERSLACK = 29
 _GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+H2_CONNECTIONS = 2  # HTTP/2 connections per engine (closed loop: at most one per request in flight)
 
 
 @dataclass(frozen=True)
@@ -155,12 +157,22 @@ class Engine:
         self._single = cfg.payloads[0] if len(cfg.payloads) == 1 else None
         self._dues: Iterator[int] | None = None
         self._t0 = 0
+        self._worker = 0
+        self._workers = 1
         self._next_due = 0
         self._grpc_call: Any = None
         self._grpc_channel: Any = None
         self._tasks: set[asyncio.Future[Any]] = set()
         self._opening = 0
         self._spare_target = 2
+        # gRPC: the hand-written HTTP/2 path when every request fits one frame, else grpc.aio
+        self._h2 = cfg.protocol == "grpc" and all(len(p) <= MAX_FAST_PAYLOAD for p in cfg.payloads)
+        self._h2_conns: list[H2Conn] = []
+        self._h2_rr = 0
+        if self._h2:
+            self._payload_iter = itertools.cycle([grpc_message(p) for p in cfg.payloads])
+            self._single = grpc_message(cfg.payloads[0]) if len(cfg.payloads) == 1 else None
+            self._h2_block = header_block(f"{cfg.host}:{cfg.port}", _GRPC_INFER)
         self.loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
         self._thread = threading.Thread(target=self._run, name="perfkit-loadgen", daemon=True)
         self._thread.start()
@@ -192,6 +204,9 @@ class Engine:
         for conn in list(self.conns):
             if conn.transport is not None:
                 conn.transport.abort()
+        for h2 in self._h2_conns:
+            if h2.transport is not None:
+                h2.transport.abort()
         if self._grpc_channel is not None:
             await self._grpc_channel.close()
             self._grpc_channel = None
@@ -223,6 +238,10 @@ class Engine:
         self.outstanding = 0
         self.pending.clear()
         self.closed_loop = level.mode == "concurrency"
+        self._worker, self._workers, self._t0 = worker, workers, t0_ns
+        if self._h2:
+            await self._h2_start(level, share)
+            return
         if self.cfg.protocol == "grpc" and self._grpc_channel is None:
             import grpc.aio
 
@@ -249,6 +268,66 @@ class Engine:
         self._next_due = t0_ns + next(self._dues)
         self.loop.call_at(self._next_due / 1e9, self._tick)
 
+    # gRPC over the hand-written HTTP/2 protocol
+    async def _h2_open(self) -> H2Conn | None:
+        try:
+            _, conn = await self.loop.create_connection(
+                lambda: H2Conn(self._h2_block, self._h2_done, self.error_examples), self.cfg.host, self.cfg.port
+            )
+        except OSError as err:
+            self.error_examples.setdefault(STATUS_CONNECTION_REFUSED, str(err))
+            return None
+        self._h2_conns.append(conn)
+        return conn
+
+    async def _h2_start(self, level: LoadLevel, share: float) -> None:
+        self._h2_conns = [c for c in self._h2_conns if not c.closed]
+        want = max(1, min(int(share), H2_CONNECTIONS)) if self.closed_loop else H2_CONNECTIONS
+        while len(self._h2_conns) < want:
+            if await self._h2_open() is None:
+                break
+        self.active = True
+        if self.closed_loop:
+            for i in range(int(share)):
+                if self._h2_conns:
+                    self.outstanding += 1
+                    self._h2_conns[i % len(self._h2_conns)].send(self._next_payload(), -1)
+                else:
+                    self.spawn_closed_slot()
+            return
+        self._dues = due_times(
+            level, seed=self.cfg.seed, worker=self._worker, workers=self._workers, intervals_ns=self.cfg.intervals_ns
+        )
+        self._next_due = self._t0 + next(self._dues)
+        self.loop.call_at(self._next_due / 1e9, self._tick)
+
+    def _h2_done(self, conn: H2Conn, due: int, sent: int, done: int, status: int) -> None:
+        self.records.append((due, sent, done, status))
+        self.outstanding -= 1
+        if status and status not in self.error_examples:
+            self.error_examples[status] = "gRPC call failed"
+        if self.active and self.closed_loop:
+            if conn.closed:
+                if conn in self._h2_conns:
+                    self._h2_conns.remove(conn)
+                self.loop.call_later(0.05, self.spawn_closed_slot)
+            else:
+                self.outstanding += 1
+                conn.send(self._next_payload(), -1)
+
+    async def _h2_closed_slot(self) -> None:
+        conns = [c for c in self._h2_conns if not c.closed]
+        conn = conns[0] if conns else None
+        while self.active and conn is None:
+            now = perf_counter_ns()
+            conn = await self._h2_open()
+            if conn is None:
+                self.records.append((-1, now, perf_counter_ns(), STATUS_CONNECTION_REFUSED))
+                await asyncio.sleep(0.05)
+        if conn is not None and self.active:
+            self.outstanding += 1
+            conn.send(self._next_payload(), -1)
+
     def _next_payload(self) -> bytes:
         return self._single if self._single is not None else next(self._payload_iter)
 
@@ -271,6 +350,9 @@ class Engine:
         task.add_done_callback(self._tasks.discard)
 
     async def _closed_slot_start(self) -> None:
+        if self._h2:
+            await self._h2_closed_slot()
+            return
         if self.cfg.protocol == "grpc":
             await self._grpc_closed_slot()
             return
@@ -336,6 +418,15 @@ class Engine:
     def _dispatch(self, due: int) -> None:
         if self.outstanding + len(self.pending) >= self.cfg.max_outstanding:
             self.records.append((due, -1, perf_counter_ns(), STATUS_DROPPED))
+            return
+        if self._h2:
+            conns = self._h2_conns
+            if conns:
+                self._h2_rr += 1
+                self.outstanding += 1
+                conns[self._h2_rr % len(conns)].send(self._next_payload(), due)
+            else:
+                self.records.append((due, -1, perf_counter_ns(), STATUS_CONNECTION_REFUSED))
             return
         if self.cfg.protocol == "grpc":
             self.outstanding += 1
@@ -403,6 +494,12 @@ class Engine:
                     self.records.append((conn.due, conn.sent, now, STATUS_UNFINISHED))
                     conn.sent = -1
                     conn.transport.abort()
+            for h2 in list(self._h2_conns):
+                for due, sent in h2.streams.values():
+                    self.records.append((due, sent, now, STATUS_UNFINISHED))
+                h2.streams.clear()
+                if h2.transport is not None:
+                    h2.transport.abort()
             for task in list(self._tasks):
                 task.cancel()
             self.error_examples.setdefault(STATUS_UNFINISHED, f"still in flight after {drain_timeout_s:g} s")

@@ -287,7 +287,7 @@ class _Tuner:
         storage = _study.make_storage(self.storage_url)
         sampler = _study.make_sampler(self.s.objective, self.s.seed, self.s.trials)
         join = self.s.resume or self.s.study_name is not None
-        study = _study.open_study(
+        study, created = _study.open_study(
             storage,
             self.study_name,
             objective=self.s.objective,
@@ -317,7 +317,7 @@ class _Tuner:
                 hint="resume with the same budget, or start a new study",
             )
         _study.fail_stale(study)
-        if not study.get_trials(deepcopy=False):
+        if created or (self.s.resume and not study.get_trials(deepcopy=False)):
             study.enqueue_trial(
                 self._original_fixed_params(), user_attrs={_study.A_ORIGINAL: True}, skip_if_exists=True
             )

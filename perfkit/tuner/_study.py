@@ -7,7 +7,9 @@ each asks, measures on its own server and tells; Optuna keeps the trials apart.
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -52,18 +54,27 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage with heartbeats (stale trials of a killed worker become FAIL);
     raises InputError naming the URL when it cannot be opened."""
     _quiet_optuna()
-    try:
-        return optuna.storages.RDBStorage(
-            url,
-            engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
-            heartbeat_interval=HEARTBEAT_INTERVAL_S,
-            grace_period=GRACE_PERIOD_S,
-        )
-    except Exception as err:  # SQLAlchemy/driver errors vary by backend
-        raise InputError(
-            f"--storage {_redact(url)}: cannot open the study storage: {type(err).__name__}: {err}".splitlines()[0],
-            hint="check the URL, that the database runs, and its driver (psycopg2 for postgresql)",
-        ) from None
+    last: Exception | None = None
+    # Workers started together race to create Optuna's tables in a fresh database; the loser
+    # sees a unique-constraint error and succeeds once the winner's tables exist.
+    for attempt in range(5):
+        try:
+            return optuna.storages.RDBStorage(
+                url,
+                engine_kwargs={"pool_pre_ping": True} if not url.startswith("sqlite") else None,
+                heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                grace_period=GRACE_PERIOD_S,
+            )
+        except Exception as err:  # SQLAlchemy/driver errors vary by backend
+            last = err
+            if "IntegrityError" not in type(err).__name__ and "UniqueViolation" not in str(err):
+                break
+            time.sleep(0.2 + random.random() * (attempt + 1))
+    what = f"{type(last).__name__}: {last}".splitlines()[0]
+    raise InputError(
+        f"--storage {_redact(url)}: cannot open the study storage: {what}",
+        hint="check the URL, that the database runs, and its driver (psycopg2 for postgresql)",
+    )
 
 
 def _redact(url: str) -> str:
@@ -105,27 +116,30 @@ def open_study(
     sampler: optuna.samplers.BaseSampler,
     join: bool,
     storage_label: str,
-) -> optuna.Study:
-    """Create the study, or load it when join (resume or a shared study). Raises UsageError when
-    the study exists and join is off, or when its directions differ from the objective."""
+) -> tuple[optuna.Study, bool]:
+    """Create the study, or load it when join (resume or a shared study); also says whether this
+    call created it (the creator alone queues trial 0, so workers never both do). Raises
+    UsageError when the study exists and join is off, or its directions differ from the objective."""
     directions: list[optuna.study.StudyDirection] = [optuna.study.StudyDirection.MAXIMIZE]
     if objective == "pareto":
         directions.append(optuna.study.StudyDirection.MINIMIZE)
+    created = True
     try:
-        study = optuna.create_study(
-            storage=storage, study_name=name, sampler=sampler, directions=directions, load_if_exists=join
-        )
+        study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, directions=directions)
     except optuna.exceptions.DuplicatedStudyError:
-        raise UsageError(
-            f"study {name!r} already exists in {storage_label}",
-            hint="pass --resume to continue it, or another --study-name / -o DIR",
-        ) from None
+        if not join:
+            raise UsageError(
+                f"study {name!r} already exists in {storage_label}",
+                hint="pass --resume to continue it, or another --study-name / -o DIR",
+            ) from None
+        created = False
+        study = optuna.load_study(storage=storage, study_name=name, sampler=sampler)
     if list(study.directions) != directions:
         raise UsageError(
             f"study {name!r} in {storage_label} was made for another objective",
             hint="resume it with the same --objective, or start a new study",
         )
-    return study
+    return study, created
 
 
 def counted(trial: FrozenTrial) -> bool:

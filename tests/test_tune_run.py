@@ -171,3 +171,28 @@ def test_server_dying_mid_search_fails_cleanly_and_keeps_the_config(model_repo: 
     assert rec.status == "failed" and rec.error
     assert [t.state for t in rec.trials] == ["complete", "failed"]
     assert rec.best_trial == 0
+
+
+def test_pareto_objective_and_apply_write_the_pick_with_a_backup(model_repo: Path, tmp_path: Path):
+    cfg_path = model_repo / "batcher" / "config.pbtxt"
+    original = cfg_path.read_bytes()
+    space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("int8",))
+    settings = TuneSettings(model="batcher", latency_budget_ms=20, trials=3, output_dir=tmp_path / "out",
+                            max_concurrency=4, measurement_interval_ms=300, objective="pareto", apply=True)  # fmt: skip
+    with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
+        result = tune(server, settings, space, model_repository=model_repo, echo=lambda s: None)
+        applied = server.model_config("batcher")
+    rec = result.record
+    front = [t for t in rec.trials if t.number in rec.pareto_trials]
+    assert front and all(t.state == "complete" and t.feasible for t in front)
+    for t in front:  # nothing measured dominates a front member
+        assert not any(
+            o.feasible and o.throughput_infer_per_s > t.throughput_infer_per_s and o.latency_us < t.latency_us
+            for o in rec.trials
+            if o.state == "complete"
+        )
+    assert rec.best_trial in rec.pareto_trials
+    # --apply: the pick is in the repository and loaded; the user's file is kept as a backup.
+    assert result.applied_backup is not None and result.applied_backup.read_bytes() == original
+    assert cfg_path.read_text() == rec.best_config
+    assert applied["parameters"]["precision"]["string_value"] == result.best.params["precision"]

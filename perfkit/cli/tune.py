@@ -52,6 +52,13 @@ def _read_tune_table(path: Path) -> dict[str, Any]:
 @click.option("--apply", is_flag=True, help="Write the best config into the repository (backup kept).")
 @click.option("--objective", type=click.Choice(["throughput", "pareto"]), default=None, help="Default: throughput.")
 @click.option("--seed", type=int, default=None, help="Sampler seed (default 0).")
+@click.option(
+    "--sampler",
+    type=click.Choice(["auto", "grid", "random"]),
+    default="auto",
+    show_default=True,
+    help="auto: TPE (NSGA-II for pareto); grid: every point (ranges at 4 log-spaced values); random.",
+)
 @click.option("--min-throughput", type=float, help="Constraint: infer/s at least this.")
 @click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB.")
 @click.option("--max-batch-sizes", help="max_batch_size values, e.g. 1,2,4,8 (default: powers of 2 up to the model's).")
@@ -87,6 +94,7 @@ def command(  # noqa: PLR0917
     apply: bool,
     objective: str | None,
     seed: int | None,
+    sampler: str,
     min_throughput: float | None,
     max_gpu_memory: str | None,
     max_batch_sizes: str | None,
@@ -135,6 +143,7 @@ def command(  # noqa: PLR0917
         ("measurement_interval_ms", measurement_interval),
         ("protocol", protocol),
         ("trials", trials),
+        ("sampler", sampler),
     ):
         if value is not None:
             overrides[key] = value

@@ -7,7 +7,15 @@ candidate instead of restarting the server; always puts the user's config back.
 
 from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
 from perfkit.tuner._run import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes, tune
-from perfkit.tuner._space import ResolvedSpace, TuneSpace, apply_params, extract_params, parse_delay_range, resolve
+from perfkit.tuner._space import (
+    ResolvedSpace,
+    TuneSpace,
+    apply_params,
+    extract_params,
+    grid_points,
+    parse_delay_range,
+    resolve,
+)
 
 __all__ = [
     "SETTINGS_KEYS",
@@ -20,6 +28,7 @@ __all__ = [
     "concurrency_levels",
     "default_output_dir",
     "extract_params",
+    "grid_points",
     "judge",
     "parse_bytes",
     "parse_delay_range",

@@ -50,6 +50,7 @@ from perfkit.tuner._space import (
     TuneSpace,
     apply_params,
     extract_params,
+    grid_points,
     log_clamp,
     normalize_params,
     resolve,
@@ -99,6 +100,7 @@ class TuneSettings:
     max_windows: int = 6
     stability_percentage: float = 15.0
     warmup_s: float = 0.5
+    sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
     command: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -109,6 +111,8 @@ class TuneSettings:
             raise UsageError("--trials must be at least 1")
         if self.trials is None and self.max_time_s is None:
             raise UsageError("give --trials N or --max-time (or both) to bound the search")
+        if self.sampler not in ("auto", "grid", "random"):
+            raise UsageError(f"--sampler {self.sampler!r}: choose auto, grid or random")
         if self.max_concurrency < 1:
             raise UsageError("--max-concurrency must be at least 1")
 
@@ -277,6 +281,7 @@ class _Tuner:
         self.started = time.monotonic()
         self.done_here = 0
         self.dup_streak = 0
+        self.sampler: optuna.samplers.BaseSampler | None = None
         # Leading comment lines of the original are kept on every candidate (text format drops comments).
         lines = self.original_text.splitlines(keepends=True)
         self.header = "".join(itertools.takewhile(lambda ln: ln.lstrip().startswith("#"), lines))
@@ -285,7 +290,10 @@ class _Tuner:
     def open_study(self) -> optuna.Study:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         storage = _study.make_storage(self.storage_url)
-        sampler = _study.make_sampler(self.s.objective, self.s.seed, self.s.trials)
+        sampler = _study.make_sampler(
+            self.s.objective, self.s.seed, self.s.trials, kind=self.s.sampler, grid=grid_points(self.space)
+        )
+        self.sampler = sampler
         join = self.s.resume or self.s.study_name is not None
         study, created = _study.open_study(
             storage,
@@ -577,6 +585,8 @@ class _Tuner:
     def should_stop(self, study: optuna.Study) -> str | None:
         if self.s.trials is not None and _study.trials_used(study) >= self.s.trials:
             return f"{self.s.trials} trials done"
+        if isinstance(self.sampler, optuna.samplers.GridSampler) and self.sampler.is_exhausted(study):
+            return "every point of the grid measured"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated configs in a row: the search space looks exhausted"
         if self.s.max_time_s is not None and time.monotonic() - self.started >= self.s.max_time_s:

@@ -219,6 +219,22 @@ class ResolvedSpace:
         return fixed * sum(cond if on else 1 for on in db.choices)
 
 
+def grid_points(space: ResolvedSpace, range_points: int = 4) -> dict[str, list[Any]]:
+    """Every dimension as a list of values (ranges as log-spaced integers) for a grid search."""
+    grid: dict[str, list[Any]] = {}
+    for d in space.dimensions:
+        if d.is_range:
+            assert d.low is not None and d.high is not None
+            if d.low == d.high:
+                grid[d.name] = [d.low]
+            else:
+                ratio = (d.high / d.low) ** (1 / (range_points - 1))
+                grid[d.name] = sorted({int(round(d.low * ratio**i)) for i in range(range_points)})
+        else:
+            grid[d.name] = list(d.choices)
+    return grid
+
+
 def backend_of(cfg: ModelConfig, model_dir: Path) -> str:
     """The backend serving a model, from backend/platform or, failing those, the files."""
     if cfg.backend:

@@ -90,9 +90,16 @@ def _constraints(trial: FrozenTrial) -> Sequence[float]:
     return list(dict(trial.user_attrs.get(A_CONSTRAINTS) or {"latency": 0.0}).values())
 
 
-def make_sampler(objective: str, seed: int, n_trials: int | None) -> optuna.samplers.BaseSampler:
-    """TPE (seeded, constraint-aware, few random start-up trials) or NSGA-II for pareto."""
+def make_sampler(
+    objective: str, seed: int, n_trials: int | None, *, kind: str = "auto", grid: dict[str, list[Any]] | None = None
+) -> optuna.samplers.BaseSampler:
+    """TPE (seeded, constraint-aware, few random start-up trials) or NSGA-II for pareto;
+    kind "grid" walks every point of `grid` (exhaustive, model_analyzer-style), "random" samples."""
     _quiet_optuna()
+    if kind == "grid":
+        return optuna.samplers.GridSampler(grid or {}, seed=seed)
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
     if objective == "pareto":
         population = max(4, min(20, (n_trials or 20) // 3))
         return optuna.samplers.NSGAIISampler(

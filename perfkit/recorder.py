@@ -165,6 +165,7 @@ class LevelRecorder:
         self.batch_size = batch_size
         self._parts: list[Samples] = []
         self._all: Samples | None = None
+        self._windows: list[Window] = []
 
     def add(self, samples: Samples) -> None:
         """Add a batch of samples (any order, warm-up ones included: they are filtered)."""
@@ -184,11 +185,11 @@ class LevelRecorder:
         return (t >= self.start_ns) & (t < end_ns)
 
     def windows(self, count: int) -> list[Window]:
-        """The first `count` full windows, by completion time."""
+        """The first `count` full windows, by completion time (a window is final once later ones exist)."""
         s = self.samples
-        out = []
+        out = self._windows[: max(0, count - 1)]
         ok = s.status == STATUS_OK
-        for k in range(count):
+        for k in range(len(out), count):
             w0 = self.start_ns + k * self.window_ns
             w1 = w0 + self.window_ns
             inw = (s.done_ns >= w0) & (s.done_ns < w1)
@@ -209,7 +210,8 @@ class LevelRecorder:
                     mean_us=float(lat.mean()) if lat.size else 0.0,
                 )
             )
-        return out
+        self._windows = out
+        return list(out)
 
     def latencies_us(self, end_ns: int, kind: LatencyKind) -> np.ndarray:
         """Latencies of the level's requests: service (ok only) or corrected (ok + unfinished)."""

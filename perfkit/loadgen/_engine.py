@@ -13,7 +13,6 @@ import asyncio
 import collections
 import ctypes
 import itertools
-import selectors
 import socket
 import threading
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from perfkit.loadgen._h2 import MAX_FAST_PAYLOAD, H2Conn, grpc_message, header_block
+from perfkit.loadgen._timer import precise_selector
 from perfkit.records import (
     GRPC_STATUS_BASE,
     STATUS_CONNECTION_CLOSED,
@@ -173,7 +173,7 @@ class Engine:
             self._payload_iter = itertools.cycle([grpc_message(p) for p in cfg.payloads])
             self._single = grpc_message(cfg.payloads[0]) if len(cfg.payloads) == 1 else None
             self._h2_block = header_block(f"{cfg.host}:{cfg.port}", _GRPC_INFER)
-        self.loop = asyncio.SelectorEventLoop(selectors.SelectSelector())
+        self.loop = asyncio.SelectorEventLoop(precise_selector())
         self._thread = threading.Thread(target=self._run, name="perfkit-loadgen", daemon=True)
         self._thread.start()
 
@@ -201,6 +201,8 @@ class Engine:
 
     async def _shutdown(self) -> None:
         self.active = False
+        for task in list(self._tasks):
+            task.cancel()
         for conn in list(self.conns):
             if conn.transport is not None:
                 conn.transport.abort()

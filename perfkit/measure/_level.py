@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
+import numpy as np
+
 from perfkit.errors import ServerError
 from perfkit.loadgen import LoadGenerator
 from perfkit.measure import _server_stats
@@ -91,7 +93,7 @@ def measure_level(
                     "level": level,
                     "window": k,
                     "infer_per_s": windows[-1].infer_per_s,
-                    "p99_us": float(sorted(lat)[int(len(lat) * 0.99)]) if len(lat) else 0.0,
+                    "p99_us": float(np.percentile(lat, 99)) if len(lat) else 0.0,
                     "precision": precision,
                 }
             )

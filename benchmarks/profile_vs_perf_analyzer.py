@@ -1,0 +1,184 @@
+"""perfkit vs the real perf_analyzer, alternately, on one server and model, in one run.
+
+Every figure is measured the same way for both tools, from the outside: the request
+count comes from the server's own statistics over a steady-state interval, and the
+client CPU from /proc/<pid>/stat of the tool's process over that same interval.
+Prints ratios perfkit / perf_analyzer. Run: .venv/bin/python benchmarks/profile_vs_perf_analyzer.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._anchor import perf_analyzer  # noqa: E402
+from perfkit.recorder import mean_ci_rel  # noqa: E402
+from perfkit.records import RunRecord  # noqa: E402
+from perfkit.target import LocalLaunch, launch_local  # noqa: E402
+from perfkit.target.local import LocalServer  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, all threads
+
+
+def successes(server: LocalServer, model: str) -> int:
+    stats = server.model_stats(model)["model_stats"][0]["inference_stats"]
+    return int(stats["success"]["count"])
+
+
+def steady(server: LocalServer, model: str, proc: subprocess.Popen[str], warm_s: float, span_s: float) -> dict:
+    """Throughput and client CPU/request over [warm, warm+span] of a running tool."""
+    time.sleep(warm_s)
+    n0, c0, t0 = successes(server, model), cpu_s(proc.pid), time.monotonic()
+    time.sleep(span_s)
+    n1, c1, t1 = successes(server, model), cpu_s(proc.pid), time.monotonic()
+    n = n1 - n0
+    return {"rps": n / (t1 - t0), "cpu_us_per_req": (c1 - c0) / max(n, 1) * 1e6}
+
+
+def run_perfkit(server: LocalServer, protocol: str, level: list[str], seconds: float) -> subprocess.Popen:
+    out = Path(tempfile.mkdtemp()) / "run.json"
+    windows = str(int(seconds))
+    cmd = [sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", url_for(server, protocol),
+           "--admin-url", server.endpoints.http_url, "-i", protocol, *level,
+           "-p", "1000", "-r", windows, "--min-windows", windows, "-o", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.record_path = out  # type: ignore[attr-defined]
+    return proc
+
+
+def run_pa(server: LocalServer, protocol: str, level: list[str], seconds: float) -> subprocess.Popen:
+    binary, env = perf_analyzer()
+    cmd = [str(binary), "-m", "identity", "-u", url_for(server, protocol), "-i", protocol, *level,
+           "--measurement-interval", str(int(seconds * 1000)), "-r", "1", "-s", "100"]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+
+
+def url_for(server: LocalServer, protocol: str) -> str:
+    return server.endpoints.http_url if protocol == "http" else str(server.endpoints.grpc_url)
+
+
+def closed_loop(server: LocalServer, rounds: int) -> list[dict]:
+    rows = []
+    for protocol in ("http", "grpc"):
+        for c in (1, 4):
+            for r in range(rounds):
+                for tool in ("perfkit", "perf_analyzer") if r % 2 == 0 else ("perf_analyzer", "perfkit"):
+                    runner = run_perfkit if tool == "perfkit" else run_pa
+                    proc = runner(server, protocol, ["--concurrency-range", str(c)], 8)
+                    fig = steady(server, "identity", proc, 2.5, 4.0)
+                    proc.wait(60)
+                    rows.append({"tool": tool, "protocol": protocol, "concurrency": c, "round": r, **fig})
+                    print(f"  {tool:13} {protocol} c{c} round {r}: {fig['rps']:8.0f} infer/s, "
+                          f"{fig['cpu_us_per_req']:6.1f} us CPU/request", flush=True)  # fmt: skip
+    return rows
+
+
+def open_loop(server: LocalServer, capacity_rps: float) -> list[dict]:
+    rows = []
+    for frac in (0.3, 0.45, 0.6):
+        rate = round(capacity_rps * frac, -1)
+        proc = run_perfkit(server, "http", ["--request-rate-range", str(rate)], 6)
+        proc.wait(180)
+        lv = RunRecord.load(proc.record_path).levels[0]  # type: ignore[attr-defined]
+        pa = run_pa(server, "http", ["--request-rate-range", str(rate)], 6)
+        pa_out, _ = pa.communicate(timeout=180)
+        pa_tput = _pa_float(pa_out, r"Throughput: ([0-9.]+) infer/sec")
+        pa_send = _pa_float(pa_out, r"Avg send request rate: ([0-9.]+)")
+        rows.append({"rate": rate, "perfkit_sent_rps": lv.sent_rps, "perfkit_done_rps": lv.completed_rps,
+                     "perfkit_lateness_p99_us": lv.send_lateness_p99_us, "perfkit_late": lv.late_count,
+                     "perfkit_dropped": lv.dropped_count, "pa_send_rps": pa_send, "pa_throughput": pa_tput,
+                     "pa_delayed_warning": "delayed" in pa_out.lower()})  # fmt: skip
+        print(f"  rate {rate:.0f}/s: perfkit sent {lv.sent_rps:.1f}/s ({(lv.sent_rps / rate - 1) * 100:+.2f}%), "
+              f"done {lv.completed_rps:.1f}/s, send lateness p99 {(lv.send_lateness_p99_us or 0):.0f} us, "
+              f"late {lv.late_count}; perf_analyzer sent {pa_send}/s, throughput {pa_tput}/s", flush=True)  # fmt: skip
+    return rows
+
+
+def _pa_float(text: str, pattern: str) -> float | None:
+    m = re.findall(pattern, text)
+    return float(m[-1]) if m else None
+
+
+def time_to_stable(server: LocalServer) -> list[dict]:
+    """Each tool with its defaults: wall time per level and the precision it reached."""
+    rows = []
+    binary, env = perf_analyzer()
+    for c in (1, 4):
+        out = Path(tempfile.mkdtemp()) / "run.json"
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", server.endpoints.http_url,
+                        "--concurrency-range", str(c), "-o", str(out)], capture_output=True, check=True)  # fmt: skip
+        wall = time.monotonic() - t0
+        lv = RunRecord.load(out).levels[0]
+        rows.append({"tool": "perfkit", "concurrency": c, "wall_s": wall, "measured_s": lv.duration_s,
+                     "stable": lv.stable, "throughput_ci_rel": lv.precision.throughput_rel})  # fmt: skip
+        t0 = time.monotonic()
+        pa = subprocess.run([str(binary), "-m", "identity", "-u", server.endpoints.http_url, "--concurrency-range",
+                             str(c), "-v"], capture_output=True, text=True, env={**os.environ, **env})  # fmt: skip
+        wall = time.monotonic() - t0
+        passes = [float(x) for x in re.findall(r"Throughput: ([0-9.]+) infer/sec", pa.stdout)]
+        last3 = passes[-4:-1] if len(passes) > 3 else passes[:3]  # the final line repeats the stable pass
+        stable = "unstable" not in pa.stdout.lower()
+        rows.append({"tool": "perf_analyzer", "concurrency": c, "wall_s": wall, "measured_s": None,
+                     "stable": stable, "throughput_ci_rel": mean_ci_rel(last3)})  # fmt: skip
+    for r in rows:
+        ci = r["throughput_ci_rel"]
+        print(f"  {r['tool']:13} c{r['concurrency']}: {r['wall_s']:5.1f} s wall, stable={r['stable']}, "
+              f"throughput 95% CI ±{(ci or 0) * 100:.1f}%", flush=True)  # fmt: skip
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per configuration")
+    ap.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = ap.parse_args()
+    repo = Path(tempfile.mkdtemp()) / "models"
+    shutil.copytree(ROOT / "fixtures" / "models" / "identity", repo / "identity")
+    results: dict = {}
+    with launch_local(LocalLaunch(repo)) as server:
+        print(
+            f"Triton {server.version()}, identity model (16 x FP32), {os.cpu_count()} cores shared by server and client"
+        )
+        print("closed loop (alternating, steady-state 4 s each):")
+        results["closed"] = rows = closed_loop(server, args.rounds)
+        print("\nratios perfkit / perf_analyzer (median over rounds):")
+        capacity = 0.0
+        for protocol in ("http", "grpc"):
+            for c in (1, 4):
+                pick = [r for r in rows if r["protocol"] == protocol and r["concurrency"] == c]
+                pk = statistics.median(r["rps"] for r in pick if r["tool"] == "perfkit")
+                pa = statistics.median(r["rps"] for r in pick if r["tool"] == "perf_analyzer")
+                pk_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perfkit")
+                pa_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perf_analyzer")
+                goal = 1.0 if protocol == "http" else 0.9
+                print(f"  {protocol} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {pk / pa:.2f} (goal >= {goal}); "
+                      f"client CPU/request {pk_cpu:5.1f} vs {pa_cpu:5.1f} us = {pk_cpu / pa_cpu:.2f}")  # fmt: skip
+                capacity = max(capacity, pk, pa) if protocol == "http" else capacity
+        print(f"\nopen loop (HTTP, constant rate; capacity seen above ~{capacity:.0f}/s):")
+        results["open"] = open_loop(server, capacity)
+        print("\ntime to a stable result, each tool with its defaults (HTTP):")
+        results["stability"] = time_to_stable(server)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -133,8 +133,8 @@ def time_to_stable(server: LocalServer) -> list[dict]:
         pa = subprocess.run([str(binary), "-m", "identity", "-u", server.endpoints.http_url, "--concurrency-range",
                              str(c), "-v"], capture_output=True, text=True, env={**os.environ, **env})  # fmt: skip
         wall = time.monotonic() - t0
-        passes = [float(x) for x in re.findall(r"Throughput: ([0-9.]+) infer/sec", pa.stdout)]
-        last3 = passes[-4:-1] if len(passes) > 3 else passes[:3]  # the final line repeats the stable pass
+        passes = [float(x) for x in re.findall(r"Pass \[\d+\] throughput: ([0-9.]+) infer/sec", pa.stdout)]
+        last3 = passes[-3:]  # perf_analyzer reports the mean of its last three passes
         stable = "unstable" not in pa.stdout.lower()
         rows.append({"tool": "perf_analyzer", "concurrency": c, "wall_s": wall, "measured_s": None,
                      "stable": stable, "throughput_ci_rel": mean_ci_rel(last3)})  # fmt: skip

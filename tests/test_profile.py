@@ -53,6 +53,7 @@ def test_open_loop_stays_open_under_overload(triton):
     assert lv.sent_rps == pytest.approx(150, rel=0.03)  # sends keep to the schedule
     assert lv.completed_rps == pytest.approx(100, rel=0.1)  # the server's capacity (10 ms, one instance)
     assert lv.dropped_count == 0
+    assert not lv.stable  # a growing backlog is never reported as a stable result
     assert lv.corrected is not None
     assert lv.corrected.p99_us > 1_000_000  # the backlog shows: seconds, not milliseconds
     assert lv.send_lateness_p99_us is not None and lv.send_lateness_p99_us < 5_000

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's main job, end to end on the embedded default: installs perfkit with the
+# bundled Triton, launches it on a copy of the fixture models, profiles, tunes the
+# batch-aware model within a 20 ms p99 budget, and writes the HTML report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+rm -rf .perfkit/demo/models
+mkdir -p .perfkit/demo
+cp -r fixtures/models .perfkit/demo/models
+.venv/bin/perfkit run sweeps/demo.toml "$@"
+echo
+echo "demo: run records, tune results and report.html are in .perfkit/demo/"

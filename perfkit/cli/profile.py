@@ -193,6 +193,7 @@ class _Progress:
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Run record (JSON). Default: runs/<model>-<time>.json"
 )
+@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Also write an HTML report here.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Load-generator processes.")
 @click.option(
     "--max-outstanding",
@@ -261,12 +262,14 @@ def command(**kw: Any) -> None:
         max_outstanding=kw["max_outstanding"],
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
-    run_profile(opts, spec, out, kw["csv_path"])
+    run_profile(opts, spec, out, kw["csv_path"], kw["report_path"])
 
 
-def run_profile(opts: Any, spec: ProfileSpec, out: Path, csv_path: Path | None) -> RunRecord:
+def run_profile(
+    opts: Any, spec: ProfileSpec, out: Path, csv_path: Path | None, report_path: Path | None = None
+) -> RunRecord:
     """Launch/attach, measure, save, summarize. Raises MeasurementError after saving a partial record."""
-    from perfkit.measure import profile, write_csv
+    from perfkit.measure import profile
 
     if opts.mode != "remote":
         click.echo(f"perfkit: starting {opts.mode} Triton server on {opts.model_repository} ...", err=True)
@@ -276,13 +279,23 @@ def run_profile(opts: Any, spec: ProfileSpec, out: Path, csv_path: Path | None) 
         except MeasurementError as err:
             if isinstance(err.record, RunRecord):
                 click.echo(summary_table(err.record))
-                if csv_path:
-                    write_csv(err.record, csv_path)
+                _extras(err.record, csv_path, report_path)
             click.echo(f"perfkit: partial run record saved to {out}", err=True)
             raise
     click.echo(summary_table(record))
+    _extras(record, csv_path, report_path)
+    click.echo(f"perfkit: run record saved to {out}", err=True)
+    return record
+
+
+def _extras(record: RunRecord, csv_path: Path | None, report_path: Path | None) -> None:
+    from perfkit.measure import write_csv
+
     if csv_path:
         write_csv(record, csv_path)
         click.echo(f"perfkit: CSV written to {csv_path}", err=True)
-    click.echo(f"perfkit: run record saved to {out}", err=True)
-    return record
+    if report_path and record.levels:
+        from perfkit.report import write_profile_report
+
+        write_profile_report([record], report_path)
+        click.echo(f"perfkit: report written to {report_path}", err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -180,16 +181,7 @@ def _result(
         stable=stable,
         precision=precision,
         duration_s=(end_ns - rec.start_ns) / 1e9,
-        request_count=c.request_count,
-        inference_count=c.inference_count,
-        throughput_infer_per_s=c.throughput_infer_per_s,
-        sent_rps=c.sent_rps,
-        completed_rps=c.completed_rps,
-        error_count=c.error_count,
-        errors=c.errors,
-        late_count=c.late_count,
-        dropped_count=c.dropped_count,
-        send_lateness_p99_us=c.send_lateness_p99_us,
+        **dataclasses.asdict(c),
         service=summarize("service", rec.latencies_us(end_ns, "service")),
         corrected=None if closed else summarize("corrected", rec.latencies_us(end_ns, "corrected")),
         windows=tuple(windows),

@@ -204,3 +204,16 @@ def test_grpc_fast_path_reports_server_errors_by_kind(triton):
     assert (samples.status > GRPC_STATUS_BASE).all()  # every call failed, each one counted
     message = " ".join(samples.error_examples.values())
     assert "no_such_model" in message
+
+
+def test_latency_threshold_ends_the_sweep_and_binary_search_finds_the_edge(triton):
+    fast = {"measurement_interval_ms": 300.0, "max_trials": 3, "min_windows": 2, "percentile": 50.0}
+    levels = tuple(LoadLevel("concurrency", c) for c in range(1, 9))
+    rec = profile(triton, _spec("sleeper", *levels, latency_threshold_ms=25.0, **fast))
+    # 10 ms per request, one at a time: p50 ~ 10 ms x concurrency; 3 is the first past 25 ms
+    assert [lv.load.value for lv in rec.levels] == [1, 2, 3]
+    rec = profile(triton, _spec("sleeper", *levels, latency_threshold_ms=25.0, binary_search=True, **fast))
+    measured = [lv.load.value for lv in rec.levels]
+    assert len(measured) <= 4 and measured == sorted(measured)
+    within = [lv.load.value for lv in rec.levels if lv.service.p50_us <= 25_000]
+    assert max(within) == 2

@@ -39,8 +39,8 @@ def _settings(out: Path, budget_ms: float, trials: int, sampler: str, seed: int)
         output_dir=out,
         sampler=sampler,  # type: ignore[arg-type]
         seed=seed,
-        max_concurrency=32,
-        measurement_interval_ms=400,
+        max_concurrency=16,
+        measurement_interval_ms=300,
     )
 
 

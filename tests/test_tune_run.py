@@ -5,6 +5,7 @@ continues a study without repeating finished trials."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -133,17 +134,21 @@ def test_a_candidate_that_fails_to_load_is_a_failed_trial_and_the_search_goes_on
     original = cfg_path.read_bytes()
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("bogus",))
     lines: list[str] = []
+    # The grid sampler walks all 4 points (2 of them fail to load) and stops there, before --trials 10.
+    settings = dataclasses.replace(_settings(tmp_path / "out", 10), sampler="grid")
     with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
-        result = tune(server, _settings(tmp_path / "out", 4), space, model_repository=model_repo, echo=lines.append)
+        result = tune(server, settings, space, model_repository=model_repo, echo=lines.append)
         applied = server.model_config("batcher")
     assert cfg_path.read_bytes() == original
     assert applied["parameters"]["precision"]["string_value"] == "fp32"  # the original is what the server runs
     failed = [t for t in result.record.trials if t.state == "failed"]
     assert failed and all("bogus" in t.fail_reason for t in failed)
     assert all(t.params["precision"] == "bogus" for t in failed)
-    complete = [t for t in result.record.trials if t.state == "complete"]
-    assert any(t.number > failed[0].number for t in complete), "the search stopped at the failure"
+    assert any(t.number > failed[0].number for t in result.record.trials), "the search stopped at the failure"
     assert result.record.best_trial is not None and result.best.params["precision"] == "fp32"
+    assert "stopping: every point of the grid measured" in lines
+    measured = {(t.params["instance_count"], t.params["precision"]) for t in result.record.trials}
+    assert measured == {(1, "fp32"), (2, "fp32"), (1, "bogus"), (2, "bogus")}
 
 
 def test_server_dying_mid_search_fails_cleanly_and_keeps_the_config(model_repo: Path, tmp_path: Path):

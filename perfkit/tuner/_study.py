@@ -97,7 +97,7 @@ def make_sampler(
     kind "grid" walks every point of `grid` (exhaustive, model_analyzer-style), "random" samples."""
     _quiet_optuna()
     if kind == "grid":
-        return optuna.samplers.GridSampler(grid or {}, seed=seed)
+        return _AskTellGridSampler(grid or {}, seed=seed)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if objective == "pareto":
@@ -113,6 +113,14 @@ def make_sampler(
         group=True,
         constraints_func=None if NATIVE_CONSTRAINTS else _constraints,
     )
+
+
+class _AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler calls study.stop() once the grid is exhausted, which only works inside
+    study.optimize; the ask/tell loop checks is_exhausted() itself instead."""
+
+    def after_trial(self, study: Any, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
+        return None
 
 
 def open_study(

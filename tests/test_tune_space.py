@@ -221,3 +221,16 @@ def test_fixture_models_all_resolve_or_refuse_clearly(tmp_path: Path):
         for d in rs.dimensions:
             if not d.is_range and d.name in rs.original_params:
                 assert rs.original_params[d.name] in d.choices
+
+
+def test_resume_without_a_study_is_a_usage_error_and_leaves_nothing_behind(tmp_path: Path):
+    from perfkit.target.server import Endpoints, Server
+    from perfkit.tuner import tune
+
+    repo = tmp_path / "models"
+    shutil.copytree(FIXTURES / "batcher", repo / "batcher", ignore=shutil.ignore_patterns("__pycache__"))
+    unreachable = Server(Endpoints("127.0.0.1", 1, None, None))
+    settings = TuneSettings(model="batcher", latency_budget_ms=20, trials=2, output_dir=tmp_path / "out", resume=True)
+    with pytest.raises(UsageError, match="--resume: no study"):
+        tune(unreachable, settings, TuneSpace(), model_repository=repo, echo=lambda s: None)
+    assert not (tmp_path / "out").exists()

@@ -288,6 +288,12 @@ class _Tuner:
 
     # -- set-up ----------------------------------------------------------------------------
     def open_study(self) -> optuna.Study:
+        nothing_to_resume = UsageError(
+            f"--resume: no study {self.study_name!r} in {_study._redact(self.storage_url)}",
+            hint="pass the -o DIR (or --storage and --study-name) of the run to continue",
+        )
+        if self.s.resume and self.s.storage is None and not (self.out_dir / "study.db").is_file():
+            raise nothing_to_resume
         self.out_dir.mkdir(parents=True, exist_ok=True)
         storage = _study.make_storage(self.storage_url)
         sampler = _study.make_sampler(
@@ -303,6 +309,9 @@ class _Tuner:
             join=join,
             storage_label=_study._redact(self.storage_url),
         )
+        if created and self.s.resume:
+            optuna.delete_study(study_name=self.study_name, storage=storage)
+            raise nothing_to_resume
         sha = config_sha256(self.original_cfg)
         known = study.user_attrs.get("original_sha256")
         if known is None:
@@ -600,7 +609,7 @@ class _Tuner:
         trials = tuple(_outputs.trial_record(t) for t in frozen)
         configs = {t.number: str(t.user_attrs.get("config_pbtxt", "")) for t in frozen}
         best = _outputs.best_trial(trials)
-        front = _outputs.pareto_front(trials) if self.s.objective == "pareto" else []
+        front = _outputs.pareto_front(trials)  # informative in both modes: throughput vs latency
         return TuneRecord(
             perfkit_version=__version__,
             created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),

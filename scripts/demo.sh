@@ -5,9 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-rm -rf .perfkit/demo/models
-mkdir -p .perfkit/demo
-cp -r fixtures/models .perfkit/demo/models
 .venv/bin/perfkit run sweeps/demo.toml "$@"
 echo
 echo "demo: run records, tune results and report.html are in .perfkit/demo/"

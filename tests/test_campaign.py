@@ -44,3 +44,23 @@ def test_ci_smoke_gate_catches_a_2x_slowdown(tmp_path, capsys):
     regressed = {f["metric"] for r in doc["results"] for f in r["findings"] if f["verdict"] == "regression"}
     assert {"throughput", "p50"} <= regressed
     assert ET.parse(tmp_path / "out" / "gate.xml").getroot().get("failures") != "0"
+
+
+def test_copy_repository_serves_and_tunes_a_copy_leaving_the_original_untouched(tmp_path, capsys):
+    repo = copy_models(tmp_path, ["sleeper"])
+    original = (repo / "sleeper" / "config.pbtxt").read_bytes()
+    path = tmp_path / "copy.toml"
+    path.write_text(
+        f'name = "copy"\n[server]\nmodel_repository = "{repo}"\ncopy_repository = true\n'
+        "[load]\nlevels = [1]\nmeasurement_interval_ms = 300\nmax_trials = 2\nmin_windows = 2\n"
+        '[[models]]\nname = "sleeper"\n'
+        '[tune]\nlatency_budget = "50ms"\ntrials = 2\nmax_concurrency = 2\nmeasurement_interval_ms = 300\n'
+        "instance_counts = [1, 2]\n"
+        '[output]\ndir = "out"\nstore = false\nreport = false\n'
+    )
+    rc = main(["run", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert (tmp_path / "out" / "models" / "sleeper" / "config.pbtxt").is_file()
+    assert (repo / "sleeper" / "config.pbtxt").read_bytes() == original
+    assert not list((repo / "sleeper").glob("config.pbtxt.*"))  # no temp or backup files left behind

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -76,6 +78,13 @@ def run_campaign(
     records: list[RunRecord] = []
     paths: list[Path] = []
     tune_dirs: dict[str, Path] = {}
+    if sweep.server.get("copy_repository") and sweep.server.get("model_repository"):
+        # Serve (and tune) a private copy: the checkout's configs are never rewritten, even briefly.
+        copy = out / "models"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(sweep.server["model_repository"], copy, ignore=shutil.ignore_patterns("__pycache__"))
+        sweep = dataclasses.replace(sweep, server={**sweep.server, "model_repository": copy})
+        echo(f"perfkit run: serving a copy of the model repository in {copy}")
     opts = server_options(sweep)
     echo(f"perfkit run: {sweep.name}: starting {opts.mode} server ({len(sweep.models)} models) ...")
     with open_server(opts) as server:

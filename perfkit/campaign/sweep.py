@@ -37,6 +37,7 @@ SERVER_KEYS = (
     "startup_timeout_s",
     "env",
     "log",
+    "copy_repository",
 )
 GATE_KEYS = (
     "baseline",
@@ -240,6 +241,10 @@ def _server(c: _Checker, s: Mapping[str, Any]) -> dict[str, Any]:
         path = c.path_(s, key, "server.")
         if path is not None:
             out[key] = path
+    copy = s.get("copy_repository", False)
+    if not isinstance(copy, bool):
+        raise c.fail("server.copy_repository", "true or false", copy)
+    out["copy_repository"] = copy
     timeout = c.number(s, "startup_timeout_s", "server.")
     if timeout is not None:
         out["startup_timeout_s"] = timeout

@@ -217,3 +217,25 @@ def test_latency_threshold_ends_the_sweep_and_binary_search_finds_the_edge(trito
     assert len(measured) <= 4 and measured == sorted(measured)
     within = [lv.load.value for lv in rec.levels if lv.service.p50_us <= 25_000]
     assert max(within) == 2
+
+
+def test_ctrl_c_saves_what_was_measured_and_cleans_up_shared_memory(triton, tmp_path):
+    rec_path = tmp_path / "interrupted.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", triton.endpoints.http_url,
+         "--concurrency-range", "1:3", "-p", "500", "-r", "20", "--min-windows", "20",
+         "--shared-memory", "system", "-o", str(rec_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not rec_path.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)  # the first level (10 s) is done and saved
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    record = RunRecord.load(rec_path)
+    assert record.status == "interrupted" and len(record.levels) == 1
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"perfkit_{proc.pid}_")]
+    status, regions = triton._request("GET", "/v2/systemsharedmemory/status")
+    assert not [r for r in regions if r.get("name", "").startswith(f"perfkit_{proc.pid}_")]

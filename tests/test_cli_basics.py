@@ -51,3 +51,17 @@ def test_no_binary_exit_4(tmp_path, capsys):
 
 def test_usage_error_exit_2(capsys):
     assert main(["serve", "--launch-mode", "bogus"]) == 2
+
+
+def test_port_in_use_exit_4_one_line(tmp_path, capsys):
+    import socket
+
+    (tmp_path / "repo").mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc = main(["serve", "--model-repository", str(tmp_path / "repo"), "--http-port", str(port)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 4
+    assert err[-1].startswith(f"perfkit: error: HTTP port {port} on 127.0.0.1 is already in use")

@@ -72,6 +72,7 @@ SETTINGS_KEYS = (
     "max_concurrency",
     "measurement_interval_ms",
     "protocol",
+    "sampler",
 )
 
 
@@ -144,7 +145,7 @@ class TuneSettings:
                     raise InputError(f"{source}: {key} = {data[key]!r} is not a number") from None
         if "max_gpu_memory" in data:
             kw["max_gpu_memory_bytes"] = parse_bytes(data["max_gpu_memory"])
-        for key in ("objective", "protocol"):
+        for key in ("objective", "protocol", "sampler"):
             if key in data:
                 kw[key] = str(data[key])
         if kw.get("objective", "throughput") not in ("throughput", "pareto"):

@@ -80,6 +80,12 @@ def _read_tune_table(path: Path) -> dict[str, Any]:
 @click.option("--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these.")
 @click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=None, help="Default: http.")
 @click.option("-u", "--url", help="A running Triton (explicit model control) to tune on; needs --model-repository.")
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(path_type=Path),
+    help="Also write the HTML tune report here (e.g. DIR/report.html).",
+)
 @server_options()
 def command(  # noqa: PLR0917
     model: str,
@@ -110,6 +116,7 @@ def command(  # noqa: PLR0917
     space_file: Path | None,
     protocol: str | None,
     url: str | None,
+    report_path: Path | None,
     **kwargs: Any,
 ) -> None:
     """Search configs of one model for the most throughput within a latency budget.
@@ -182,4 +189,10 @@ def command(  # noqa: PLR0917
     with open_server(opts) as server:
         if opts.mode != "remote":
             click.echo(f" ready at {server.endpoints.http_url}", err=True)
-        tune(server, settings, space, model_repository=opts.model_repository, echo=click.echo)
+        result = tune(server, settings, space, model_repository=opts.model_repository, echo=click.echo)
+    if report_path is not None:
+        from perfkit.report import load_inputs, write_tune_report
+
+        runs, tunes = load_inputs([result.output_dir])
+        write_tune_report(tunes[0], report_path, runs)
+        click.echo(f"perfkit: tune report written to {report_path}", err=True)

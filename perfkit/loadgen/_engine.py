@@ -201,8 +201,7 @@ class Engine:
 
     async def _shutdown(self) -> None:
         self.active = False
-        for task in list(self._tasks):
-            task.cancel()
+        await self._cancel_tasks()
         for conn in list(self.conns):
             if conn.transport is not None:
                 conn.transport.abort()
@@ -329,6 +328,15 @@ class Engine:
         if conn is not None and self.active:
             self.outstanding += 1
             conn.send(self._next_payload(), -1)
+
+    async def _cancel_tasks(self) -> None:
+        # Cancelled tasks must run to their end before the loop stops, or asyncio warns
+        # "Task was destroyed but it is pending" at exit.
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _next_payload(self) -> bytes:
         return self._single if self._single is not None else next(self._payload_iter)
@@ -502,8 +510,7 @@ class Engine:
                 h2.streams.clear()
                 if h2.transport is not None:
                     h2.transport.abort()
-            for task in list(self._tasks):
-                task.cancel()
+            await self._cancel_tasks()
             self.error_examples.setdefault(STATUS_UNFINISHED, f"still in flight after {drain_timeout_s:g} s")
             self.outstanding = 0
         if self.closed_loop:

@@ -63,10 +63,12 @@ def run_perfkit(server: LocalServer, protocol: str, level: list[str], seconds: f
     return proc
 
 
-def run_pa(server: LocalServer, protocol: str, level: list[str], seconds: float) -> subprocess.Popen:
+def run_pa(server: LocalServer, protocol: str, level: list[str], seconds: float, windows: int = 1) -> subprocess.Popen:
+    """perf_analyzer at one level; `windows` x (seconds / windows) windows, stability check off (-s 100)."""
     binary, env = perf_analyzer()
+    window_ms = str(int(seconds * 1000 / windows))
     cmd = [str(binary), "-m", "identity", "-u", url_for(server, protocol), "-i", protocol, *level,
-           "--measurement-interval", str(int(seconds * 1000)), "-r", "1", "-s", "100"]  # fmt: skip
+           "--measurement-interval", window_ms, "-r", str(windows), "-s", "100"]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
 
 
@@ -97,7 +99,7 @@ def open_loop(server: LocalServer, capacity_rps: float) -> list[dict]:
         proc = run_perfkit(server, "http", ["--request-rate-range", str(rate)], 6)
         proc.wait(180)
         lv = RunRecord.load(proc.record_path).levels[0]  # type: ignore[attr-defined]
-        pa = run_pa(server, "http", ["--request-rate-range", str(rate)], 6)
+        pa = run_pa(server, "http", ["--request-rate-range", str(rate)], 6, windows=3)
         pa_out, _ = pa.communicate(timeout=180)
         pa_tput = _pa_float(pa_out, r"Throughput: ([0-9.]+) infer/sec")
         pa_send = _pa_float(pa_out, r"Avg send request rate: ([0-9.]+)")
@@ -116,38 +118,56 @@ def _pa_float(text: str, pattern: str) -> float | None:
     return float(m[-1]) if m else None
 
 
-def time_to_stable(server: LocalServer) -> list[dict]:
-    """Each tool with its defaults: wall time per level and the precision it reached."""
-    rows = []
+def _perfkit_default(server: LocalServer, c: int) -> tuple[float, float, bool, float | None]:
+    out = Path(tempfile.mkdtemp()) / "run.json"
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", server.endpoints.http_url,
+                    "--concurrency-range", str(c), "-o", str(out)], capture_output=True, check=True)  # fmt: skip
+    wall = time.monotonic() - t0
+    lv = RunRecord.load(out).levels[0]
+    return wall, lv.throughput_infer_per_s, lv.stable, lv.precision.throughput_rel
+
+
+def _pa_default(server: LocalServer, c: int) -> tuple[float, float, bool, float | None]:
     binary, env = perf_analyzer()
+    t0 = time.monotonic()
+    pa = subprocess.run([str(binary), "-m", "identity", "-u", server.endpoints.http_url, "--concurrency-range",
+                         str(c), "-v"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                        env={**os.environ, **env})  # fmt: skip
+    wall = time.monotonic() - t0
+    passes = [float(x) for x in re.findall(r"Pass \[\d+\] throughput: ([0-9.]+) infer/sec", pa.stdout)]
+    reported = _pa_float(pa.stdout, r"Throughput: ([0-9.]+) infer/sec") or 0.0
+    stable = "failed to obtain stable" not in pa.stdout.lower() and reported > 0
+    return wall, reported, stable, mean_ci_rel(passes[-3:])  # it reports the mean of its last 3 passes
+
+
+def time_to_stable(server: LocalServer, reps: int) -> list[dict]:
+    """Each tool with its defaults, repeated: wall time per level, the precision each claims, and
+    the precision it really has (the spread of its reported throughput over repeated runs)."""
+    rows = []
     for c in (1, 4):
-        out = Path(tempfile.mkdtemp()) / "run.json"
-        t0 = time.monotonic()
-        subprocess.run([sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", server.endpoints.http_url,
-                        "--concurrency-range", str(c), "-o", str(out)], capture_output=True, check=True)  # fmt: skip
-        wall = time.monotonic() - t0
-        lv = RunRecord.load(out).levels[0]
-        rows.append({"tool": "perfkit", "concurrency": c, "wall_s": wall, "measured_s": lv.duration_s,
-                     "stable": lv.stable, "throughput_ci_rel": lv.precision.throughput_rel})  # fmt: skip
-        t0 = time.monotonic()
-        pa = subprocess.run([str(binary), "-m", "identity", "-u", server.endpoints.http_url, "--concurrency-range",
-                             str(c), "-v"], capture_output=True, text=True, env={**os.environ, **env})  # fmt: skip
-        wall = time.monotonic() - t0
-        passes = [float(x) for x in re.findall(r"Pass \[\d+\] throughput: ([0-9.]+) infer/sec", pa.stdout)]
-        last3 = passes[-3:]  # perf_analyzer reports the mean of its last three passes
-        stable = "unstable" not in pa.stdout.lower()
-        rows.append({"tool": "perf_analyzer", "concurrency": c, "wall_s": wall, "measured_s": None,
-                     "stable": stable, "throughput_ci_rel": mean_ci_rel(last3)})  # fmt: skip
-    for r in rows:
-        ci = r["throughput_ci_rel"]
-        print(f"  {r['tool']:13} c{r['concurrency']}: {r['wall_s']:5.1f} s wall, stable={r['stable']}, "
-              f"throughput 95% CI ±{(ci or 0) * 100:.1f}%", flush=True)  # fmt: skip
+        for r in range(reps):
+            for tool, fn in (("perfkit", _perfkit_default), ("perf_analyzer", _pa_default)):
+                wall, tput, stable, ci = fn(server, c)
+                rows.append({"tool": tool, "concurrency": c, "rep": r, "wall_s": wall, "throughput": tput,
+                             "stable": stable, "claimed_ci_rel": ci})  # fmt: skip
+                print(f"  {tool:13} c{c} rep {r}: {wall:5.1f} s, {tput:8.0f} infer/s, stable={stable}, "
+                      f"claimed 95% CI ±{(ci or 0) * 100:.1f}%", flush=True)  # fmt: skip
+    for c in (1, 4):
+        for tool in ("perfkit", "perf_analyzer"):
+            pick = [r for r in rows if r["tool"] == tool and r["concurrency"] == c]
+            t = [r["throughput"] for r in pick if r["throughput"] > 0]  # a run with no result has no value
+            spread = statistics.stdev(t) / statistics.mean(t) if len(t) > 1 else float("nan")
+            print(f"  => {tool:13} c{c}: mean {statistics.mean(r['wall_s'] for r in pick):5.1f} s per level; "
+                  f"run-to-run spread of the result ±{spread * 100:.1f}% (1 sd of {len(t)} results; "
+                  f"{len(pick) - len(t)} runs gave no result)")  # fmt: skip
     return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per configuration")
+    ap.add_argument("--reps", type=int, default=3, help="repeated runs per tool for time-to-stable")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     args = ap.parse_args()
     repo = Path(tempfile.mkdtemp()) / "models"
@@ -175,7 +195,7 @@ def main() -> None:
         print(f"\nopen loop (HTTP, constant rate; capacity seen above ~{capacity:.0f}/s):")
         results["open"] = open_loop(server, capacity)
         print("\ntime to a stable result, each tool with its defaults (HTTP):")
-        results["stability"] = time_to_stable(server)
+        results["stability"] = time_to_stable(server, args.reps)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

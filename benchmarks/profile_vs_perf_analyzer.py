@@ -164,11 +164,31 @@ def time_to_stable(server: LocalServer, reps: int) -> list[dict]:
     return rows
 
 
+def summarize_closed(rows: list[dict]) -> float:
+    """Print the ratios; return the HTTP capacity seen (the higher tool's median at c4)."""
+    print("\nratios perfkit / perf_analyzer (median over rounds):")
+    capacity = 0.0
+    for protocol in ("http", "grpc"):
+        for c in (1, 4):
+            pick = [r for r in rows if r["protocol"] == protocol and r["concurrency"] == c]
+            pk = statistics.median(r["rps"] for r in pick if r["tool"] == "perfkit")
+            pa = statistics.median(r["rps"] for r in pick if r["tool"] == "perf_analyzer")
+            pk_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perfkit")
+            pa_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perf_analyzer")
+            goal = 1.0 if protocol == "http" else 0.9
+            print(f"  {protocol} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {pk / pa:.2f} (goal >= {goal}); "
+                  f"client CPU/request {pk_cpu:5.1f} vs {pa_cpu:5.1f} us = {pk_cpu / pa_cpu:.2f}")  # fmt: skip
+            if protocol == "http":
+                capacity = max(capacity, pk, pa)
+    return capacity
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per configuration")
     ap.add_argument("--reps", type=int, default=3, help="repeated runs per tool for time-to-stable")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
+    ap.add_argument("--only", choices=["closed", "open", "stability"], help="run one section only")
     args = ap.parse_args()
     repo = Path(tempfile.mkdtemp()) / "models"
     shutil.copytree(ROOT / "fixtures" / "models" / "identity", repo / "identity")
@@ -177,25 +197,16 @@ def main() -> None:
         print(
             f"Triton {server.version()}, identity model (16 x FP32), {os.cpu_count()} cores shared by server and client"
         )
-        print("closed loop (alternating, steady-state 4 s each):")
-        results["closed"] = rows = closed_loop(server, args.rounds)
-        print("\nratios perfkit / perf_analyzer (median over rounds):")
-        capacity = 0.0
-        for protocol in ("http", "grpc"):
-            for c in (1, 4):
-                pick = [r for r in rows if r["protocol"] == protocol and r["concurrency"] == c]
-                pk = statistics.median(r["rps"] for r in pick if r["tool"] == "perfkit")
-                pa = statistics.median(r["rps"] for r in pick if r["tool"] == "perf_analyzer")
-                pk_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perfkit")
-                pa_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perf_analyzer")
-                goal = 1.0 if protocol == "http" else 0.9
-                print(f"  {protocol} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {pk / pa:.2f} (goal >= {goal}); "
-                      f"client CPU/request {pk_cpu:5.1f} vs {pa_cpu:5.1f} us = {pk_cpu / pa_cpu:.2f}")  # fmt: skip
-                capacity = max(capacity, pk, pa) if protocol == "http" else capacity
-        print(f"\nopen loop (HTTP, constant rate; capacity seen above ~{capacity:.0f}/s):")
-        results["open"] = open_loop(server, capacity)
-        print("\ntime to a stable result, each tool with its defaults (HTTP):")
-        results["stability"] = time_to_stable(server, args.reps)
+        if args.only in (None, "closed", "open"):
+            print("closed loop (alternating, steady-state 4 s each):")
+            results["closed"] = closed_loop(server, args.rounds)
+            capacity = summarize_closed(results["closed"])
+            if args.only in (None, "open"):
+                print(f"\nopen loop (HTTP, constant rate; capacity seen above ~{capacity:.0f}/s):")
+                results["open"] = open_loop(server, capacity)
+        if args.only in (None, "stability"):
+            print("\ntime to a stable result, each tool with its defaults (HTTP):")
+            results["stability"] = time_to_stable(server, args.reps)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -177,7 +177,14 @@ class _Progress:
     show_default=True,
     help="Target ~95%% CI half-width: throughput within half of it, the latency statistic within it.",
 )
-@click.option("-r", "--max-trials", type=int, default=10, show_default=True, help="Max windows per level.")
+@click.option(
+    "-r",
+    "--max-trials",
+    type=int,
+    default=30,
+    show_default=True,
+    help="Max windows per level (a precise level stops earlier; perf_analyzer's default is 10 of 5 s).",
+)
 @click.option("--min-windows", type=int, default=3, show_default=True)
 @click.option("--percentile", type=float, default=None, help="Latency percentile for stability and thresholds.")
 @click.option("-l", "--latency-threshold", type=float, default=None, help="Stop past this latency (ms).")

@@ -66,10 +66,19 @@ def _tighten_timer_slack() -> None:
 
 def _raise_priority() -> None:
     # The sender thread runs briefly at each due time; on a small machine shared with the
-    # server it otherwise waits behind server threads for a CPU and sends late. A higher
-    # priority (where permitted: root or CAP_SYS_NICE) keeps sends on time. Best effort.
+    # server it otherwise waits behind server threads for a CPU and sends late. Where
+    # permitted (root or CAP_SYS_NICE) it runs SCHED_FIFO at the lowest real-time priority:
+    # it sleeps in epoll between sends, so it preempts on wake-up without starving anyone
+    # (and the kernel's real-time throttling caps it anyway); else a lower nice. Best effort.
+    tid = threading.get_native_id()
+    if os.environ.get("PERFKIT_NO_REALTIME") != "1":
+        try:
+            os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(1))
+            return
+        except (OSError, AttributeError):
+            pass
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SENDER_NICE)
+        os.setpriority(os.PRIO_PROCESS, tid, SENDER_NICE)
     except (OSError, AttributeError):
         pass
 

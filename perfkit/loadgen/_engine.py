@@ -64,14 +64,20 @@ def _tighten_timer_slack() -> None:
         pass
 
 
-def _raise_priority() -> None:
+def _raise_priority(open_loop: bool) -> None:
     # The sender thread runs briefly at each due time; on a small machine shared with the
     # server it otherwise waits behind server threads for a CPU and sends late. Where
     # permitted (root or CAP_SYS_NICE) it runs SCHED_FIFO at the lowest real-time priority:
     # it sleeps in epoll between sends, so it preempts on wake-up without starving anyone
     # (and the kernel's real-time throttling caps it anyway); else a lower nice. Best effort.
     tid = threading.get_native_id()
-    if os.environ.get("PERFKIT_NO_REALTIME") != "1":
+    if not open_loop:
+        # A closed loop keeps its thread busy whenever responses arrive: never real-time there.
+        try:
+            os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+        except (OSError, AttributeError):
+            pass
+    elif os.environ.get("PERFKIT_NO_REALTIME") != "1":
         try:
             os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(1))
             return
@@ -201,7 +207,7 @@ class Engine:
     # -- thread plumbing -------------------------------------------------------------------------
     def _run(self) -> None:
         _tighten_timer_slack()
-        _raise_priority()
+        _raise_priority(open_loop=False)
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
@@ -261,6 +267,7 @@ class Engine:
         self.outstanding = 0
         self.pending.clear()
         self.closed_loop = level.mode == "concurrency"
+        _raise_priority(open_loop=not self.closed_loop)
         self._worker, self._workers, self._t0 = worker, workers, t0_ns
         if self._h2:
             await self._h2_start(level, share)

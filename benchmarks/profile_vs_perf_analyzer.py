@@ -118,20 +118,20 @@ def _pa_float(text: str, pattern: str) -> float | None:
     return float(m[-1]) if m else None
 
 
-def _perfkit_default(server: LocalServer, c: int) -> tuple[float, float, bool, float | None]:
+def _perfkit_default(server: LocalServer, model: str, c: int) -> tuple[float, float, bool, float | None]:
     out = Path(tempfile.mkdtemp()) / "run.json"
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", server.endpoints.http_url,
+    subprocess.run([sys.executable, "-m", "perfkit", "profile", "-m", model, "-u", server.endpoints.http_url,
                     "--concurrency-range", str(c), "-o", str(out)], capture_output=True, check=True)  # fmt: skip
     wall = time.monotonic() - t0
     lv = RunRecord.load(out).levels[0]
     return wall, lv.throughput_infer_per_s, lv.stable, lv.precision.throughput_rel
 
 
-def _pa_default(server: LocalServer, c: int) -> tuple[float, float, bool, float | None]:
+def _pa_default(server: LocalServer, model: str, c: int) -> tuple[float, float, bool, float | None]:
     binary, env = perf_analyzer()
     t0 = time.monotonic()
-    pa = subprocess.run([str(binary), "-m", "identity", "-u", server.endpoints.http_url, "--concurrency-range",
+    pa = subprocess.run([str(binary), "-m", model, "-u", server.endpoints.http_url, "--concurrency-range",
                          str(c), "-v"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                         env={**os.environ, **env})  # fmt: skip
     wall = time.monotonic() - t0
@@ -141,27 +141,48 @@ def _pa_default(server: LocalServer, c: int) -> tuple[float, float, bool, float 
     return wall, reported, stable, mean_ci_rel(passes[-3:])  # it reports the mean of its last 3 passes
 
 
-def time_to_stable(server: LocalServer, reps: int) -> list[dict]:
-    """Each tool with its defaults, repeated: wall time per level, the precision each claims, and
-    the precision it really has (the spread of its reported throughput over repeated runs)."""
+def time_to_stable(server: LocalServer, reps: int, models: list[str]) -> list[dict]:
+    """Each tool with its defaults, alternating, repeated: wall time per level (whole process, so
+    perfkit's Python start-up counts against it), the precision each claims, and the precision it
+    really has: the spread of its reported throughput over the repeated runs."""
     rows = []
-    for c in (1, 4):
-        for r in range(reps):
-            for tool, fn in (("perfkit", _perfkit_default), ("perf_analyzer", _pa_default)):
-                wall, tput, stable, ci = fn(server, c)
-                rows.append({"tool": tool, "concurrency": c, "rep": r, "wall_s": wall, "throughput": tput,
-                             "stable": stable, "claimed_ci_rel": ci})  # fmt: skip
-                print(f"  {tool:13} c{c} rep {r}: {wall:5.1f} s, {tput:8.0f} infer/s, stable={stable}, "
-                      f"claimed 95% CI ±{(ci or 0) * 100:.1f}%", flush=True)  # fmt: skip
-    for c in (1, 4):
-        for tool in ("perfkit", "perf_analyzer"):
-            pick = [r for r in rows if r["tool"] == tool and r["concurrency"] == c]
-            t = [r["throughput"] for r in pick if r["throughput"] > 0]  # a run with no result has no value
-            spread = statistics.stdev(t) / statistics.mean(t) if len(t) > 1 else float("nan")
-            print(f"  => {tool:13} c{c}: mean {statistics.mean(r['wall_s'] for r in pick):5.1f} s per level; "
-                  f"run-to-run spread of the result ±{spread * 100:.1f}% (1 sd of {len(t)} results; "
-                  f"{len(pick) - len(t)} runs gave no result)")  # fmt: skip
+    for model in models:
+        for c in (1, 4):
+            for r in range(reps):
+                tools = (("perfkit", _perfkit_default), ("perf_analyzer", _pa_default))
+                for tool, fn in tools if r % 2 == 0 else tools[::-1]:
+                    wall, tput, stable, ci = fn(server, model, c)
+                    rows.append({"tool": tool, "model": model, "concurrency": c, "rep": r, "wall_s": wall,
+                                 "throughput": tput, "stable": stable, "claimed_ci_rel": ci})  # fmt: skip
+                    print(f"  {model} c{c} {tool:13} rep {r}: {wall:5.1f} s, {tput:8.1f} infer/s, stable={stable}, "
+                          f"claimed 95% CI ±{(ci or 0) * 100:.1f}%", flush=True)  # fmt: skip
+    print("\nprecision = 95% half-width of one result, from the run-to-run spread (1.96 sd / mean);")
+    print("covered = runs whose claimed 95% CI holds the mean of the other runs' results")
+    for model in models:
+        for c in (1, 4):
+            summary = {tool: _spread(rows, model, c, tool) for tool in ("perfkit", "perf_analyzer")}
+            for tool, sm in summary.items():
+                print(f"  => {model} c{c} {tool:13}: median {sm['wall_s']:5.1f} s per level; precision "
+                      f"±{sm['precision'] * 100:.1f}% over {sm['results']} results ({sm['none']} runs no result); "
+                      f"median claimed ±{sm['claimed'] * 100:.1f}%, covered {sm['covered']}")  # fmt: skip
+            pk, pa = summary["perfkit"], summary["perf_analyzer"]
+            print(f"     {model} c{c} perfkit / perf_analyzer: time {pk['wall_s'] / pa['wall_s']:.2f}, "
+                  f"precision {pk['precision'] / pa['precision']:.2f} (below 1 = perfkit tighter)")  # fmt: skip
     return rows
+
+
+def _spread(rows: list[dict], model: str, c: int, tool: str) -> dict:
+    pick = [r for r in rows if r["tool"] == tool and r["model"] == model and r["concurrency"] == c]
+    got = [r for r in pick if r["throughput"] > 0]  # a run with no result has no value
+    t = [r["throughput"] for r in got]
+    precision = 1.96 * statistics.stdev(t) / statistics.mean(t) if len(t) > 1 else float("nan")
+    covered = 0
+    for i, r in enumerate(got):
+        others = statistics.mean(t[:i] + t[i + 1 :]) if len(t) > 1 else r["throughput"]
+        covered += abs(r["throughput"] - others) <= (r["claimed_ci_rel"] or 0) * r["throughput"]
+    claimed = statistics.median(r["claimed_ci_rel"] or 0 for r in got) if got else float("nan")
+    return {"wall_s": statistics.median(r["wall_s"] for r in pick), "precision": precision, "results": len(t),
+            "none": len(pick) - len(t), "claimed": claimed, "covered": f"{covered}/{len(got)}"}  # fmt: skip
 
 
 def summarize_closed(rows: list[dict]) -> float:
@@ -186,12 +207,14 @@ def summarize_closed(rows: list[dict]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per configuration")
-    ap.add_argument("--reps", type=int, default=3, help="repeated runs per tool for time-to-stable")
+    ap.add_argument("--reps", type=int, default=5, help="repeated runs per tool for time-to-stable")
+    ap.add_argument("--models", default="batcher,identity", help="models for time-to-stable (comma-separated)")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     ap.add_argument("--only", choices=["closed", "open", "stability"], help="run one section only")
     args = ap.parse_args()
     repo = Path(tempfile.mkdtemp()) / "models"
-    shutil.copytree(ROOT / "fixtures" / "models" / "identity", repo / "identity")
+    for model in {"identity", *args.models.split(",")}:
+        shutil.copytree(ROOT / "fixtures" / "models" / model, repo / model)
     results: dict = {}
     with launch_local(LocalLaunch(repo)) as server:
         print(
@@ -205,8 +228,9 @@ def main() -> None:
                 print(f"\nopen loop (HTTP, constant rate; capacity seen above ~{capacity:.0f}/s):")
                 results["open"] = open_loop(server, capacity)
         if args.only in (None, "stability"):
-            print("\ntime to a stable result, each tool with its defaults (HTTP):")
-            results["stability"] = time_to_stable(server, args.reps)
+            print("\ntime to a stable result, each tool with its defaults (HTTP); batcher: steady 3.25 ms compute")
+            print("per call (like a GPU model); identity: no compute, bound by the server's IPC wake-ups on this VM")
+            results["stability"] = time_to_stable(server, args.reps, args.models.split(","))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

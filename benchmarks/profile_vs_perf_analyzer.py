@@ -9,6 +9,7 @@ Prints ratios perfkit / perf_analyzer. Run: .venv/bin/python benchmarks/profile_
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -19,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -63,11 +65,13 @@ def run_perfkit(server: LocalServer, protocol: str, level: list[str], seconds: f
     return proc
 
 
-def run_pa(server: LocalServer, protocol: str, level: list[str], seconds: float, windows: int = 1) -> subprocess.Popen:
+def run_pa(
+    server: LocalServer, protocol: str, level: list[str], seconds: float, windows: int = 1, model: str = "identity"
+) -> subprocess.Popen:
     """perf_analyzer at one level; `windows` x (seconds / windows) windows, stability check off (-s 100)."""
     binary, env = perf_analyzer()
     window_ms = str(int(seconds * 1000 / windows))
-    cmd = [str(binary), "-m", "identity", "-u", url_for(server, protocol), "-i", protocol, *level,
+    cmd = [str(binary), "-m", model, "-u", url_for(server, protocol), "-i", protocol, *level,
            "--measurement-interval", window_ms, "-r", str(windows), "-s", "100"]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
 
@@ -118,11 +122,15 @@ def _pa_float(text: str, pattern: str) -> float | None:
     return float(m[-1]) if m else None
 
 
-def _perfkit_default(server: LocalServer, model: str, c: int) -> tuple[float, float, bool, float | None]:
+def _perfkit_default(
+    server: LocalServer, model: str, c: int, stability: float | None = None
+) -> tuple[float, float, bool, float | None]:
     out = Path(tempfile.mkdtemp()) / "run.json"
+    extra = [] if stability is None else ["-s", f"{stability:g}"]
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-m", "perfkit", "profile", "-m", model, "-u", server.endpoints.http_url,
-                    "--concurrency-range", str(c), "-o", str(out)], capture_output=True, check=True)  # fmt: skip
+                    "--concurrency-range", str(c), "-o", str(out), *extra],
+                   capture_output=True, check=True)  # fmt: skip
     wall = time.monotonic() - t0
     lv = RunRecord.load(out).levels[0]
     return wall, lv.throughput_infer_per_s, lv.stable, lv.precision.throughput_rel
@@ -141,15 +149,21 @@ def _pa_default(server: LocalServer, model: str, c: int) -> tuple[float, float, 
     return wall, reported, stable, mean_ci_rel(passes[-3:])  # it reports the mean of its last 3 passes
 
 
-def time_to_stable(server: LocalServer, reps: int, models: list[str]) -> list[dict]:
+def time_to_stable(server: LocalServer, reps: int, models: list[str], targets: list[float]) -> list[dict]:
     """Each tool with its defaults, alternating, repeated: wall time per level (whole process, so
     perfkit's Python start-up counts against it), the precision each claims, and the precision it
-    really has: the spread of its reported throughput over the repeated runs."""
+    really has: the spread of its reported throughput over the repeated runs. `targets`: extra
+    perfkit runs with -s T (a tighter precision target) beside its default."""
     rows = []
+    tools: list[tuple[str, Any]] = [("perfkit", _perfkit_default), ("perf_analyzer", _pa_default)]
+    tools += [(f"perfkit -s {t:g}", functools.partial(_perfkit_default, stability=t)) for t in targets]
+    names = [name for name, _ in tools]
     for model in models:
+        # A fresh server is slower for its first minute or so (both tools saw it): warm it up first.
+        warm = run_pa(server, "http", ["--concurrency-range", "4"], 30, windows=3, model=model)
+        warm.wait(120)
         for c in (1, 4):
             for r in range(reps):
-                tools = (("perfkit", _perfkit_default), ("perf_analyzer", _pa_default))
                 for tool, fn in tools if r % 2 == 0 else tools[::-1]:
                     wall, tput, stable, ci = fn(server, model, c)
                     rows.append({"tool": tool, "model": model, "concurrency": c, "rep": r, "wall_s": wall,
@@ -160,14 +174,16 @@ def time_to_stable(server: LocalServer, reps: int, models: list[str]) -> list[di
     print("covered = runs whose claimed 95% CI holds the mean of the other runs' results")
     for model in models:
         for c in (1, 4):
-            summary = {tool: _spread(rows, model, c, tool) for tool in ("perfkit", "perf_analyzer")}
+            summary = {tool: _spread(rows, model, c, tool) for tool in names}
             for tool, sm in summary.items():
                 print(f"  => {model} c{c} {tool:13}: median {sm['wall_s']:5.1f} s per level; precision "
                       f"±{sm['precision'] * 100:.1f}% over {sm['results']} results ({sm['none']} runs no result); "
                       f"median claimed ±{sm['claimed'] * 100:.1f}%, covered {sm['covered']}")  # fmt: skip
-            pk, pa = summary["perfkit"], summary["perf_analyzer"]
-            print(f"     {model} c{c} perfkit / perf_analyzer: time {pk['wall_s'] / pa['wall_s']:.2f}, "
-                  f"precision {pk['precision'] / pa['precision']:.2f} (below 1 = perfkit tighter)")  # fmt: skip
+            pa = summary["perf_analyzer"]
+            for tool in (n for n in names if n != "perf_analyzer"):
+                pk = summary[tool]
+                print(f"     {model} c{c} {tool} / perf_analyzer: time {pk['wall_s'] / pa['wall_s']:.2f}, "
+                      f"precision {pk['precision'] / pa['precision']:.2f} (below 1 = perfkit tighter)")  # fmt: skip
     return rows
 
 
@@ -209,6 +225,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds per configuration")
     ap.add_argument("--reps", type=int, default=5, help="repeated runs per tool for time-to-stable")
     ap.add_argument("--models", default="batcher,identity", help="models for time-to-stable (comma-separated)")
+    ap.add_argument("--targets", default="", help="extra perfkit -s values for time-to-stable, e.g. 5,3")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     ap.add_argument("--only", choices=["closed", "open", "stability"], help="run one section only")
     args = ap.parse_args()
@@ -230,7 +247,9 @@ def main() -> None:
         if args.only in (None, "stability"):
             print("\ntime to a stable result, each tool with its defaults (HTTP); batcher: steady 3.25 ms compute")
             print("per call (like a GPU model); identity: no compute, bound by the server's IPC wake-ups on this VM")
-            results["stability"] = time_to_stable(server, args.reps, args.models.split(","))
+            results["stability"] = time_to_stable(
+                server, args.reps, args.models.split(","), [float(t) for t in args.targets.split(",") if t]
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

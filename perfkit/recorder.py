@@ -140,7 +140,7 @@ def quantile_ci_rel(sorted_us: np.ndarray, pct: float) -> float | None:
     return (float(sorted_us[hi]) - float(sorted_us[lo])) / 2 / mid
 
 
-def mean_ci_rel(values: Sequence[float] | np.ndarray) -> float | None:
+def mean_ci_rel(values: Sequence[float] | np.ndarray, min_sd: float = 0.0) -> float | None:
     """Relative half-width of a ~95% CI of the mean of per-window values (batch means).
 
     Windows of a drifting server are positively correlated, and a plain t-interval then claims
@@ -148,6 +148,8 @@ def mean_ci_rel(values: Sequence[float] | np.ndarray) -> float | None:
     variance is inflated by the AR(1) factor (1 + r) / (1 - r), r the lag-1 autocorrelation
     (+1/n for its small-sample bias, clamped to [0, 0.9]), and the t quantile taken at the
     effective number of windows n (1 - r) / (1 + r). Below 4 windows r is not estimated.
+    `min_sd`: the least per-window standard deviation the data allow (a few nearly equal
+    windows must not claim a near-zero interval).
     """
     arr = np.asarray(values, dtype=float)
     n = arr.size
@@ -157,7 +159,8 @@ def mean_ci_rel(values: Sequence[float] | np.ndarray) -> float | None:
     rho = 0.0 if r is None else min(max(r + 1 / n, 0.0), MAX_LAG1)
     inflation = (1 + rho) / (1 - rho)
     n_eff = max(n / inflation, 2.0)
-    return float(t95(n_eff - 1) * arr.std(ddof=1) * math.sqrt(inflation / n) / arr.mean())
+    sd = max(float(arr.std(ddof=1)), min_sd)
+    return float(t95(n_eff - 1) * sd * math.sqrt(inflation / n) / arr.mean())
 
 
 def sectioned_quantile_ci_rel(sections: Sequence[np.ndarray], pct: float) -> float | None:
@@ -268,17 +271,34 @@ class LevelRecorder:
         interval (exact for independent latencies) and the sectioning one (the percentile's
         spread across windows, which sees drift), the latter where each window has the samples.
         """
-        tput = mean_ci_rel([w.infer_per_s for w in windows])
         lat, done_ns = self._latencies(end_ns, "service" if self.closed_loop else "corrected")
+        tput = mean_ci_rel([w.infer_per_s for w in windows], min_sd=self._count_noise_sd(windows, lat))
+        count = len(windows)
         section = (done_ns - self.start_ns) // self.window_ns
-        sections = [lat[section == k] for k in range(len(windows))]
-        if percentile is None:
-            lat_rel = mean_ci_rel([float(x.mean()) for x in sections if x.size])
+        inside = (section >= 0) & (section < count)
+        level_lat, lat, section = lat, lat[inside], section[inside]
+        if percentile is None:  # one O(n) pass: this runs after every window
+            n = np.bincount(section, minlength=count)
+            sums = np.bincount(section, weights=lat, minlength=count)
+            lat_rel = mean_ci_rel(sums[n > 0] / n[n > 0])
         else:
-            ci = [quantile_ci_rel(np.sort(lat), percentile), sectioned_quantile_ci_rel(sections, percentile)]
+            order = np.argsort(section, kind="stable")
+            sections = np.split(lat[order], np.cumsum(np.bincount(section, minlength=count))[:-1])
+            ci = [quantile_ci_rel(np.sort(level_lat), percentile), sectioned_quantile_ci_rel(sections, percentile)]
             known = [c for c in ci if c is not None]
             lat_rel = max(known) if known else None
         return Precision(throughput_rel=tput, latency_rel=lat_rel, method=PRECISION_METHOD)
+
+    def _count_noise_sd(self, windows: Sequence[Window], lat_us: np.ndarray) -> float:
+        # Closed loop: each connection completes a renewal process of cycles ~ the latency, so a
+        # window's count has relative sd >= CV(latency) / sqrt(count) however alike windows look.
+        if not self.closed_loop or not windows or lat_us.size < 2 or lat_us.mean() <= 0:
+            return 0.0
+        mean_count = float(np.mean([w.completed for w in windows]))
+        mean_tput = float(np.mean([w.infer_per_s for w in windows]))
+        if mean_count <= 0:
+            return 0.0
+        return float(lat_us.std() / lat_us.mean() / math.sqrt(mean_count) * mean_tput)
 
     def counts(self, end_ns: int) -> LevelCounts:
         """Request, error, late and dropped counts and send figures over the period."""

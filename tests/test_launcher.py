@@ -15,7 +15,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from perfkit.errors import BinaryNotFoundError, InputError, PortInUseError, ServerStartError
+from perfkit.errors import (
+    BinaryNotFoundError,
+    InputError,
+    ModelLoadError,
+    PortInUseError,
+    ServerError,
+    ServerStartError,
+)
 from perfkit.target import LocalLaunch, launch_local
 from perfkit.target._ports import free_ports
 from tests.conftest import copy_models
@@ -192,3 +199,15 @@ def test_user_environment_reaches_the_server(tmp_path):
         assert b"PERFKIT_TEST_MARK=42" in env
         assert b"OPENBLAS_NUM_THREADS=1" in env
         assert os.environ.get("PERFKIT_TEST_MARK") is None
+
+
+def test_a_server_without_explicit_model_control_is_named_as_the_problem(tmp_path):
+    """A user's own server started with --model-control-mode=none: loading (the tuner, gate --ab)
+    must say what to change on the server, not that the model's config is broken."""
+    repo = copy_models(tmp_path, ["identity"])
+    with launch_local(LocalLaunch(repo, models=(), extra_args=("--model-control-mode=none",))) as server:
+        assert server.is_ready()
+        with pytest.raises(ServerError, match="does not let clients load models") as info:
+            server.load_model("identity")
+        assert not isinstance(info.value, ModelLoadError)
+        assert "--model-control-mode=explicit" in (info.value.hint or "")

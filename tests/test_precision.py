@@ -93,3 +93,19 @@ def test_level_precision_reports_the_wider_percentile_interval_under_drift():
     assert order_only is not None and p.latency_rel is not None
     assert p.latency_rel > 10 * order_only  # independent-sample maths would claim a far tighter p90
     assert p.throughput_rel is not None and p.throughput_rel < 0.01  # completions per window are steady
+
+
+def test_identical_window_counts_do_not_claim_a_zero_interval():
+    """3 windows of exactly 100 completions each: the counts agree by chance of the phase, but the
+    latencies (CV 0.5) say a window's count could be off by about 5%."""
+    per = 100
+    sent = np.concatenate([k * 1000 * MS + np.arange(per) * 10 * MS for k in range(3)]).astype(np.int64)
+    service = np.tile(np.where(np.arange(per) % 2 == 0, 1 * MS, 3 * MS), 3)  # mean 2 ms, CV 0.5
+    rec = LevelRecorder(start_ns=0, window_ns=1000 * MS, closed_loop=True, batch_size=1)
+    rec.add(Samples(np.full(sent.size, -1, dtype=np.int64), sent, sent + service, np.zeros(sent.size, np.int32)))
+    windows = rec.windows(3)
+    assert [w.completed for w in windows] == [per] * 3
+    p = rec.precision(windows, 3000 * MS, None)
+    expected = t95(2) * 0.5 / math.sqrt(per) / math.sqrt(3)
+    assert p.throughput_rel == pytest.approx(expected, rel=0.01)
+    assert mean_ci_rel([100.0, 100.0, 100.0]) == 0.0  # without the floor a lucky trio claims perfection

@@ -33,26 +33,12 @@ class _LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in _COMMANDS:
             return None
-        module_name, _ = _COMMANDS[cmd_name]
-        try:
-            module = __import__(module_name, fromlist=["command"])
-        except ModuleNotFoundError as err:
-            if err.name != module_name:
-                raise
-            return _unavailable(cmd_name)
+        module = __import__(_COMMANDS[cmd_name][0], fromlist=["command"])
         return module.command  # type: ignore[no-any-return]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):
             formatter.write_dl([(name, help_) for name, (_, help_) in _COMMANDS.items()])
-
-
-def _unavailable(name: str) -> click.Command:
-    @click.command(name=name, help=_COMMANDS[name][1] + "\n\nNot available in this build of perfkit.")
-    def cmd() -> None:
-        raise click.UsageError(f"'perfkit {name}' is not available in this build")
-
-    return cmd
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

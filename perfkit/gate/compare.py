@@ -319,24 +319,20 @@ def compare_records(
             hint="pick the baseline of the same model",
         )
     notes: list[str] = []
-    load_diffs = _load_differences(baseline, current)
-    if load_diffs:
-        text = "; ".join(load_diffs)
-        if not opts.allow_different_load:
-            raise GateRefused(
-                f"refusing to compare: the load differs ({text})",
-                hint="measure both with the same levels, batch size and protocol, or pass --allow-different-load",
-            )
-        notes.append(f"load differs (allowed): {text}; only the levels both runs have are compared")
-    machine_diffs = machine_differences(baseline.machine, current.machine)
-    if machine_diffs:
-        text = "; ".join(machine_diffs)
-        if not opts.allow_different_machine:
-            raise GateRefused(
-                f"refusing to compare: the machine differs ({text})",
-                hint="gate against a baseline measured on this kind of machine, or pass --allow-different-machine",
-            )
-        notes.append(f"machine differs (allowed): {text}")
+    checks = (
+        ("load", _load_differences(baseline, current), opts.allow_different_load,
+         "measure both with the same levels, batch size and protocol, or pass --allow-different-load",
+         "; only the levels both runs have are compared"),
+        ("machine", machine_differences(baseline.machine, current.machine), opts.allow_different_machine,
+         "gate against a baseline measured on this kind of machine, or pass --allow-different-machine", ""),
+    )  # fmt: skip
+    for what, diffs, allowed, hint, consequence in checks:
+        if not diffs:
+            continue
+        text = "; ".join(diffs)
+        if not allowed:
+            raise GateRefused(f"refusing to compare: the {what} differs ({text})", hint=hint)
+        notes.append(f"{what} differs (allowed): {text}{consequence}")
     for side, rec in (("baseline", baseline), ("current", current)):
         if not rec.levels:
             notes.append(f"{side} has no measured levels")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfkit.records import LevelResult, RunRecord
-from perfkit.report._figures import BarFigure, BarSeries, LineFigure, Series, Table
+from perfkit.report._figure_types import BarFigure, BarSeries, LineFigure, Series, Table
 
 # Below this relative change (%), a difference is shown as unchanged even with perfect precision.
 MIN_CHANGE_PCT = 1.0

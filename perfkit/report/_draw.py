@@ -14,7 +14,7 @@ from matplotlib import rc_context  # noqa: E402
 from matplotlib.figure import Figure as MplFigure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
-from perfkit.report._figures import BarFigure, Figure, LineFigure  # noqa: E402
+from perfkit.report._figure_types import BarFigure, Figure, LineFigure  # noqa: E402
 
 PALETTE = (
     "#2563eb",

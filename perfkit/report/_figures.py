@@ -1,4 +1,4 @@
-"""Figure data for profile reports: pure functions over run records, no drawing.
+"""Figure data for profile reports (latency, levels, windows, quality): pure functions, no drawing.
 
 Every figure is data first (series of (x, y) points, bar values) so tests check the
 numbers; _draw turns them into SVG. Latencies are in milliseconds here.
@@ -6,107 +6,46 @@ numbers; _draw turns them into SVG. Latencies are in milliseconds here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
 from perfkit.errors import InputError
 from perfkit.records import LatencySummary, LevelResult, RunRecord
+from perfkit.report._figure_types import (
+    BarFigure,
+    BarSeries,
+    Figure,
+    LineFigure,
+    Mark,
+    Series,
+    Table,
+    pct_name,
+    us_to_ms,
+)
+from perfkit.report._server_figures import SERVER_PARTS, batch_sizes, gpu_timeline, server_breakdown
+
+__all__ = [  # the figure types and server figures are re-exported: pages import figures from here
+    "SERVER_PARTS",
+    "BarFigure",
+    "BarSeries",
+    "Figure",
+    "LineFigure",
+    "Mark",
+    "Series",
+    "Table",
+    "batch_sizes",
+    "gpu_timeline",
+    "pct_name",
+    "server_breakdown",
+    "us_to_ms",
+]
 
 # CDFs are thinned to at most about this many points (plus the tail), so pages stay small.
 CDF_MAX_POINTS = 400
 MARKED_PERCENTILES = (50.0, 90.0, 99.0, 99.9)
 # Latency axes turn logarithmic when values span more than this factor (an overloaded level would flatten the rest).
 LOG_SCALE_RATIO = 50.0
-
-
-@dataclass(frozen=True)
-class Series:
-    """One line (or set of points) of a figure; `group` picks its colour, `variant` its line style."""
-
-    label: str
-    points: tuple[tuple[float, float], ...]
-    group: str = ""
-    variant: str = ""
-    kind: Literal["line", "step", "scatter"] = "line"
-
-
-@dataclass(frozen=True)
-class Mark:
-    """A labelled point (e.g. a percentile on a CDF, a highlighted trial)."""
-
-    x: float
-    y: float
-    label: str
-    group: str = ""
-
-
-@dataclass(frozen=True)
-class LineFigure:
-    """An x-y figure: lines, steps or scatter points, with optional marks and reference lines."""
-
-    key: str
-    title: str
-    x_label: str
-    y_label: str
-    series: tuple[Series, ...]
-    marks: tuple[Mark, ...] = ()
-    hlines: tuple[tuple[float, str], ...] = ()
-    vlines: tuple[tuple[float, str], ...] = ()
-    x_log: bool = False
-    y_log: bool = False
-    caption: str = ""
-
-
-@dataclass(frozen=True)
-class BarSeries:
-    """One bar per category (None: no bar)."""
-
-    label: str
-    values: tuple[float | None, ...]
-    group: str = ""
-
-
-@dataclass(frozen=True)
-class BarFigure:
-    """Bars over categories, grouped side by side or stacked; horizontal for long labels."""
-
-    key: str
-    title: str
-    category_label: str
-    value_label: str
-    categories: tuple[str, ...]
-    series: tuple[BarSeries, ...]
-    stacked: bool = False
-    horizontal: bool = False
-    zero_line: bool = False
-    caption: str = ""
-
-
-Figure = LineFigure | BarFigure
-
-
-@dataclass(frozen=True)
-class Table:
-    """The numbers behind a figure (or a section): raw values; the page formats them."""
-
-    key: str
-    title: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[Any, ...], ...]
-    note: str = ""
-    cell_classes: tuple[tuple[str, ...], ...] = field(default=())
-
-
-def us_to_ms(value_us: float | None) -> float | None:
-    """Microseconds to milliseconds (None stays None)."""
-    return None if value_us is None else value_us / 1000.0
-
-
-def pct_name(pct: float) -> str:
-    """99.0 -> 'p99', 99.9 -> 'p99.9'."""
-    return f"p{pct:g}"
 
 
 def run_label(record: RunRecord, index: int, records: list[RunRecord]) -> str:
@@ -294,195 +233,6 @@ def levels_table(record: RunRecord) -> Table:
         ),
         rows=tuple(rows),
     )
-
-
-SERVER_PARTS = (
-    ("queue", "queue_avg_us"),
-    ("compute input", "compute_input_avg_us"),
-    ("compute infer", "compute_infer_avg_us"),
-    ("compute output", "compute_output_avg_us"),
-)
-
-
-def server_breakdown(record: RunRecord) -> tuple[BarFigure, Table] | None:
-    """Where a request's server time went per level (stacked, ms), and the table; None without server stats."""
-    levels = [lv for lv in record.levels if lv.server is not None]
-    if not levels:
-        return None
-    cats = tuple(lv.load.label for lv in levels)
-    series = tuple(
-        BarSeries(name, tuple(getattr(lv.server, attr) / 1000 for lv in levels), group=name)
-        for name, attr in SERVER_PARTS
-    )
-    rows = []
-    for lv in levels:
-        srv = lv.server
-        assert srv is not None
-        client_mean = lv.service.mean_us / 1000
-        rows.append(
-            (
-                lv.load.label,
-                srv.queue_avg_us / 1000,
-                srv.compute_input_avg_us / 1000,
-                srv.compute_infer_avg_us / 1000,
-                srv.compute_output_avg_us / 1000,
-                srv.request_avg_us / 1000,
-                client_mean,
-                client_mean - srv.request_avg_us / 1000,
-                srv.request_count,
-                srv.execution_count,
-                srv.failures,
-            )
-        )
-    fig = BarFigure(
-        key="server-breakdown",
-        title="Server-side time per request",
-        category_label="load level",
-        value_label="average time per request (ms)",
-        categories=cats,
-        series=series,
-        stacked=True,
-        caption="Triton's own statistics (deltas over each level): time queued, copying inputs, running the model, "
-        "copying outputs.",
-    )
-    table = Table(
-        key="server-breakdown",
-        title="Server-side breakdown (ms, averages per request)",
-        columns=(
-            "load",
-            "queue",
-            "compute input",
-            "compute infer",
-            "compute output",
-            "server total",
-            "client mean",
-            "client − server",
-            "requests",
-            "executions",
-            "failures",
-        ),
-        rows=tuple(rows),
-        note="'client − server': network, serialization and client overhead.",
-    )
-    return fig, table
-
-
-def batch_sizes(record: RunRecord) -> tuple[BarFigure, Table] | None:
-    """Share of executions by the batch size Triton formed, per level; None when not reported."""
-    levels = [lv for lv in record.levels if lv.server is not None and lv.server.batch_sizes]
-    if not levels:
-        return None
-    sizes = sorted({int(k) for lv in levels for k in lv.server.batch_sizes})  # type: ignore[union-attr]
-    series = []
-    for size in sizes:
-        vals: list[float | None] = []
-        for lv in levels:
-            counts = lv.server.batch_sizes  # type: ignore[union-attr]
-            total = sum(counts.values())
-            vals.append(100.0 * counts.get(str(size), 0) / total if total else None)
-        series.append(BarSeries(f"batch {size}", tuple(vals), group=f"batch {size}"))
-    rows = []
-    for lv in levels:
-        counts = lv.server.batch_sizes  # type: ignore[union-attr]
-        total = sum(counts.values())
-        mean = sum(int(k) * v for k, v in counts.items()) / total if total else None
-        rows.append((lv.load.label, total, mean, *(counts.get(str(s), 0) for s in sizes)))
-    fig = BarFigure(
-        key="batch-sizes",
-        title="Batch sizes formed by Triton",
-        category_label="load level",
-        value_label="share of executions (%)",
-        categories=tuple(lv.load.label for lv in levels),
-        series=tuple(series),
-        stacked=True,
-        caption="How many requests each model execution carried (dynamic batching at work).",
-    )
-    table = Table(
-        key="batch-sizes",
-        title="Executions by batch size",
-        columns=("load", "executions", "mean batch", *(f"batch {s}" for s in sizes)),
-        rows=tuple(rows),
-    )
-    return fig, table
-
-
-def _metric_times(record: RunRecord) -> list[tuple[float, LevelResult, Any]]:
-    # Sample times may run over the whole run or restart at each level; lay levels end to end if they restart.
-    out = []
-    offset = 0.0
-    last = float("-inf")
-    restarts = False
-    for lv in record.levels:
-        if lv.metrics and lv.metrics[0].t_s < last:
-            restarts = True
-        if lv.metrics:
-            last = lv.metrics[-1].t_s
-    for lv in record.levels:
-        for m in lv.metrics:
-            out.append(((offset if restarts else 0.0) + m.t_s, lv, m))
-        offset += lv.duration_s
-    return out
-
-
-def gpu_timeline(record: RunRecord) -> tuple[LineFigure, LineFigure, Table] | None:
-    """GPU utilization (%) and memory used (GiB) over time, per GPU; None when no metrics were collected."""
-    samples = _metric_times(record)
-    if not samples:
-        return None
-    gpus = list(dict.fromkeys(m.gpu for _, _, m in samples))
-    util_series = []
-    mem_series = []
-    for gpu in gpus:
-        util = tuple((t, m.utilization * 100) for t, _, m in samples if m.gpu == gpu and m.utilization is not None)
-        mem = tuple(
-            (t, m.memory_used_bytes / 2**30) for t, _, m in samples if m.gpu == gpu and m.memory_used_bytes is not None
-        )
-        util_series.append(Series(gpu, util, group=gpu))
-        mem_series.append(Series(gpu, mem, group=gpu))
-    starts: list[tuple[float, str]] = []
-    seen = set()
-    for t, lv, _ in samples:
-        if lv.load.label not in seen:
-            seen.add(lv.load.label)
-            starts.append((t, lv.load.label))
-    totals = [m.memory_total_bytes for _, _, m in samples if m.memory_total_bytes]
-    util_fig = LineFigure(
-        key="gpu-util",
-        title="GPU utilization",
-        x_label="time (s)",
-        y_label="utilization (%)",
-        series=tuple(util_series),
-        vlines=tuple(starts),
-        caption="Vertical lines mark the start of each load level.",
-    )
-    mem_fig = LineFigure(
-        key="gpu-memory",
-        title="GPU memory used",
-        x_label="time (s)",
-        y_label="memory used (GiB)",
-        series=tuple(mem_series),
-        vlines=tuple(starts),
-        hlines=((max(totals) / 2**30, "total"),) if totals else (),
-    )
-    rows = tuple(
-        (
-            round(t, 3),
-            lv.load.label,
-            m.gpu,
-            None if m.utilization is None else m.utilization * 100,
-            None if m.memory_used_bytes is None else m.memory_used_bytes / 2**30,
-            None if m.memory_total_bytes is None else m.memory_total_bytes / 2**30,
-            m.power_w,
-        )
-        for t, lv, m in samples
-    )
-    table = Table(
-        key="gpu",
-        title="GPU samples",
-        columns=("t s", "load", "gpu", "utilization %", "memory GiB", "total GiB", "power W"),
-        rows=rows,
-    )
-    return util_fig, mem_fig, table
 
 
 def windows_figure(record: RunRecord) -> tuple[LineFigure, Table] | None:

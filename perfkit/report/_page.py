@@ -16,7 +16,7 @@ from perfkit import __version__
 from perfkit.errors import InputError
 from perfkit.records import to_dict
 from perfkit.report._draw import render_svg
-from perfkit.report._figures import Figure, Table
+from perfkit.report._figure_types import Figure, Table
 from perfkit.report._template import CSS, TABLE_MACRO, TEMPLATE
 
 

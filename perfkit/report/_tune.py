@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfkit.records import TrialRecord, TuneRecord
-from perfkit.report._figures import BarFigure, BarSeries, LineFigure, Mark, Series, Table, pct_name
+from perfkit.report._figure_types import BarFigure, BarSeries, LineFigure, Mark, Series, Table, pct_name
 
 KNOWN_PARAMS = ("max_batch_size", "dynamic_batching", "max_queue_delay_us", "instance_count", "precision")
 

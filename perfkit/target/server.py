@@ -12,6 +12,9 @@ from typing import Any
 
 from perfkit.errors import ModelLoadError, ModelNotFoundError, ServerError, ServerStartError
 
+# Triton's answer to a load/unload request when it runs without explicit model control.
+_MODEL_CONTROL_REFUSED = "explicit model load / unload is not allowed"
+
 
 @dataclass(frozen=True)
 class Endpoints:
@@ -148,6 +151,11 @@ class Server:
         if config is not None:
             body = {"parameters": {"config": json.dumps(config)}}
         status, payload = self._request("POST", f"/v2/repository/models/{name}/load", body, timeout_s=300)
+        if status != 200 and _MODEL_CONTROL_REFUSED in str(payload.get("error", "")):
+            raise ServerError(
+                f"the server at {self.endpoints.http_url} does not let clients load models",
+                hint="start it with --model-control-mode=explicit (perfkit's own servers always are)",
+            )
         if status != 200:
             raise ModelLoadError(
                 f"model {name!r} failed to load: {payload.get('error', payload)}",

@@ -126,11 +126,15 @@ def summarize(kind: LatencyKind, values_us: np.ndarray) -> LatencySummary:
 
 
 def quantile_ci_rel(sorted_us: np.ndarray, pct: float) -> float | None:
-    """Relative half-width of a distribution-free ~95% CI of a quantile (order statistics)."""
+    """Relative half-width of a distribution-free ~95% CI of a quantile (order statistics).
+
+    None while fewer than MIN_TAIL_SAMPLES lie beyond the quantile: the interval's upper end
+    would be the largest samples, and a level must not be called stable on a thin percentile.
+    """
     n = sorted_us.size
-    if n < 2:
-        return None
     q = pct / 100
+    if n < 2 or n * (1 - q) < MIN_TAIL_SAMPLES - 1e-9:
+        return None
     half = 1.96 * math.sqrt(n * q * (1 - q))
     lo = int(max(0, math.floor(n * q - half) - 1))
     hi = int(min(n - 1, math.ceil(n * q + half)))

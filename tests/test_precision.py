@@ -109,3 +109,11 @@ def test_identical_window_counts_do_not_claim_a_zero_interval():
     expected = t95(2) * 0.5 / math.sqrt(per) / math.sqrt(3)
     assert p.throughput_rel == pytest.approx(expected, rel=0.01)
     assert mean_ci_rel([100.0, 100.0, 100.0]) == 0.0  # without the floor a lucky trio claims perfection
+
+
+def test_a_thin_percentile_has_no_interval_so_the_level_keeps_measuring():
+    lat = np.sort(np.random.default_rng(4).normal(1000, 30, 900))  # 9 samples beyond p99
+    assert quantile_ci_rel(lat, 99.0) is None
+    assert quantile_ci_rel(lat, 95.0) is not None  # 45 beyond p95
+    more = np.sort(np.random.default_rng(4).normal(1000, 30, 1000))  # 10 beyond p99
+    assert quantile_ci_rel(more, 99.0) is not None

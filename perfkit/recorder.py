@@ -280,15 +280,15 @@ class LevelRecorder:
         count = len(windows)
         section = (done_ns - self.start_ns) // self.window_ns
         inside = (section >= 0) & (section < count)
-        level_lat, lat, section = lat, lat[inside], section[inside]
+        windowed, section = lat[inside], section[inside]  # completed inside the windows
         if percentile is None:  # one O(n) pass: this runs after every window
             n = np.bincount(section, minlength=count)
-            sums = np.bincount(section, weights=lat, minlength=count)
+            sums = np.bincount(section, weights=windowed, minlength=count)
             lat_rel = mean_ci_rel(sums[n > 0] / n[n > 0])
         else:
             order = np.argsort(section, kind="stable")
-            sections = np.split(lat[order], np.cumsum(np.bincount(section, minlength=count))[:-1])
-            ci = [quantile_ci_rel(np.sort(level_lat), percentile), sectioned_quantile_ci_rel(sections, percentile)]
+            sections = np.split(windowed[order], np.cumsum(np.bincount(section, minlength=count))[:-1])
+            ci = [quantile_ci_rel(np.sort(lat), percentile), sectioned_quantile_ci_rel(sections, percentile)]
             known = [c for c in ci if c is not None]
             lat_rel = max(known) if known else None
         return Precision(throughput_rel=tput, latency_rel=lat_rel, method=PRECISION_METHOD)

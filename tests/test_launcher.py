@@ -211,3 +211,6 @@ def test_a_server_without_explicit_model_control_is_named_as_the_problem(tmp_pat
             server.load_model("identity")
         assert not isinstance(info.value, ModelLoadError)
         assert "--model-control-mode=explicit" in (info.value.hint or "")
+        with pytest.raises(ServerError, match="does not let clients load models") as info:
+            server.unload_model("identity")
+        assert not isinstance(info.value, ModelLoadError)

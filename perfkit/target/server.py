@@ -146,27 +146,33 @@ class Server:
         return str(self.metadata().get("version", "unknown"))
 
     def load_model(self, name: str, *, config: dict[str, Any] | None = None) -> None:
-        """Load or reload a model (explicit model control); raises ModelLoadError."""
+        """Load or reload a model; raises ModelLoadError, ServerError without explicit model control."""
         body: dict[str, Any] | None = None
         if config is not None:
             body = {"parameters": {"config": json.dumps(config)}}
         status, payload = self._request("POST", f"/v2/repository/models/{name}/load", body, timeout_s=300)
-        if status != 200 and _MODEL_CONTROL_REFUSED in str(payload.get("error", "")):
-            raise ServerError(
-                f"the server at {self.endpoints.http_url} does not let clients load models",
-                hint="start it with --model-control-mode=explicit (perfkit's own servers always are)",
-            )
         if status != 200:
+            self._refuse_without_model_control(payload)
             raise ModelLoadError(
                 f"model {name!r} failed to load: {payload.get('error', payload)}",
                 hint="check the model's config.pbtxt and the server log",
             )
 
     def unload_model(self, name: str) -> None:
-        """Unload a model; raises ModelLoadError."""
+        """Unload a model; raises ModelLoadError, ServerError without explicit model control."""
         status, payload = self._request("POST", f"/v2/repository/models/{name}/unload", {})
         if status != 200:
+            self._refuse_without_model_control(payload)
             raise ModelLoadError(f"model {name!r} failed to unload: {payload.get('error', payload)}")
+
+    def _refuse_without_model_control(self, payload: dict[str, Any]) -> None:
+        # Triton answers every load/unload this way when it runs without explicit model control:
+        # the server's mode is the problem, not the model.
+        if _MODEL_CONTROL_REFUSED in str(payload.get("error", "")):
+            raise ServerError(
+                f"the server at {self.endpoints.http_url} does not let clients load models",
+                hint="start it with --model-control-mode=explicit (perfkit's own servers always are)",
+            )
 
     def repository_index(self) -> list[dict[str, Any]]:
         """Models the server's repository holds, with their state."""

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._anchor import perf_analyzer  # noqa: E402
 from perfkit.recorder import mean_ci_rel  # noqa: E402
 from perfkit.records import RunRecord  # noqa: E402
-from perfkit.target import LocalLaunch, launch_local  # noqa: E402
-from perfkit.target.local import LocalServer  # noqa: E402
+from perfkit.server import LocalLaunch, launch_local  # noqa: E402
+from perfkit.server.local import LocalServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")

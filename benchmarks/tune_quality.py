@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from perfkit.measure import profile
-from perfkit.target import LocalLaunch, launch_local
-from perfkit.target.modelconfig import read_config, write_config
+from perfkit.server import LocalLaunch, launch_local
+from perfkit.server.modelconfig import read_config, write_config
 from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, grid_points, judge, resolve, tune
 
 ROOT = Path(__file__).resolve().parent.parent

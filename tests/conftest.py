@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.target import LocalLaunch, launch_local
-from perfkit.target.local import LocalServer
+from perfkit.server import LocalLaunch, launch_local
+from perfkit.server.local import LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_MODELS = ROOT / "fixtures" / "models"

@@ -20,7 +20,7 @@ PKG = Path(perfkit.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors"},
     {"records"},
-    {"target"},
+    {"server"},
     {"schedule"},
     {"recorder"},
     {"loadgen"},

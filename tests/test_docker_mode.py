@@ -33,11 +33,11 @@ import pytest
 import tritonclient.http as httpclient
 
 from perfkit.errors import InputError, ServerError, ServerStartError, UsageError
-from perfkit.target import LocalLaunch, launch_local
-from perfkit.target import docker as docker_target
-from perfkit.target.docker import DockerServer, launch_docker
-from perfkit.target.launch import ServerOptions, open_server
-from perfkit.target.local import LocalServer
+from perfkit.server import LocalLaunch, launch_local
+from perfkit.server import docker as docker_target
+from perfkit.server.docker import DockerServer, launch_docker
+from perfkit.server.launch import ServerOptions, open_server
+from perfkit.server.local import LocalServer
 from tests.conftest import ROOT, copy_models
 
 IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
@@ -515,7 +515,7 @@ def test_container_left_running_is_removed_at_interpreter_exit(tmp_path, make_en
     repo = copy_models(tmp_path, ["identity"])
     script = (
         "from pathlib import Path\n"
-        "from perfkit.target.launch import ServerOptions, open_server\n"
+        "from perfkit.server.launch import ServerOptions, open_server\n"
         f"server = open_server(ServerOptions(mode='docker', model_repository=Path({str(repo)!r})))\n"
         "print(server.container_id, flush=True)\n"  # no stop(): atexit must do it
     )

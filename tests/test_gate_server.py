@@ -12,8 +12,8 @@ import pytest
 from perfkit.cli import main
 from perfkit.gate import GateOptions, compare_records, parse_thresholds
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
-from perfkit.target import LocalLaunch, launch_local
-from perfkit.target.local import LocalServer
+from perfkit.server import LocalLaunch, launch_local
+from perfkit.server.local import LocalServer
 from tests.conftest import copy_models
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

@@ -23,8 +23,8 @@ from perfkit.errors import (
     ServerError,
     ServerStartError,
 )
-from perfkit.target import LocalLaunch, launch_local
-from perfkit.target._ports import free_ports
+from perfkit.server import LocalLaunch, launch_local
+from perfkit.server._ports import free_ports
 from tests.conftest import copy_models
 
 pytestmark = pytest.mark.server
@@ -110,7 +110,7 @@ def test_no_orphan_when_the_parent_is_killed(tmp_path):
         f"""
         import sys, time
         from pathlib import Path
-        from perfkit.target import LocalLaunch, launch_local
+        from perfkit.server import LocalLaunch, launch_local
         s = launch_local(LocalLaunch(Path({str(repo)!r})))
         print(s.pid, flush=True)
         time.sleep(600)

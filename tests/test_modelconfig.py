@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.errors import ConfigError
-from perfkit.target.modelconfig import (
+from perfkit.server.modelconfig import (
     ConfigGuard,
     ModelConfig,
     config_from_dict,
@@ -272,7 +272,7 @@ def test_guard_restores_on_signal_in_a_real_process(tmp_path: Path, sig: int):
         f"""
         import sys, time
         from pathlib import Path
-        from perfkit.target.modelconfig import ConfigGuard, write_config
+        from perfkit.server.modelconfig import ConfigGuard, write_config
         p = Path({str(path)!r})
         with ConfigGuard(p):
             write_config(p, 'name: "changed"\\n')

@@ -15,7 +15,7 @@ from perfkit.errors import InputError, UsageError
 from perfkit.measure import levels_frame, profile, write_csv
 from perfkit.measure._csv import PA_COLUMNS
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
-from perfkit.target import LocalLaunch, launch_local
+from perfkit.server import LocalLaunch, launch_local
 from tests.conftest import copy_models
 
 pytestmark = pytest.mark.server

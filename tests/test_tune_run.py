@@ -20,8 +20,8 @@ import pytest
 
 from perfkit.errors import PerfkitError
 from perfkit.records import RunRecord, TuneRecord, from_dict
-from perfkit.target import LocalLaunch, launch_local
-from perfkit.target.modelconfig import config_sha256, read_config
+from perfkit.server import LocalLaunch, launch_local
+from perfkit.server.modelconfig import config_sha256, read_config
 from perfkit.tuner import TuneSettings, TuneSpace, judge, tune
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]

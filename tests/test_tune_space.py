@@ -10,7 +10,7 @@ import tomllib
 
 from perfkit.errors import InputError, UsageError
 from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, RunRecord
-from perfkit.target.modelconfig import format_config, parse_config, read_config
+from perfkit.server.modelconfig import format_config, parse_config, read_config
 from perfkit.tuner import (
     SETTINGS_KEYS,
     TuneSettings,
@@ -224,7 +224,7 @@ def test_fixture_models_all_resolve_or_refuse_clearly(tmp_path: Path):
 
 
 def test_resume_without_a_study_is_a_usage_error_and_leaves_nothing_behind(tmp_path: Path):
-    from perfkit.target.server import Endpoints, Server
+    from perfkit.server.base import Endpoints, Server
     from perfkit.tuner import tune
 
     repo = tmp_path / "models"

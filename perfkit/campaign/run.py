@@ -14,8 +14,8 @@ from perfkit.campaign.sweep import Sweep
 from perfkit.errors import PerfkitError
 from perfkit.gate import GateOptions, GateResult, compare_records, parse_thresholds, resolve_run
 from perfkit.records import RunRecord
+from perfkit.server.launch import ServerOptions, open_server
 from perfkit.store import open_store
-from perfkit.target.launch import ServerOptions, open_server
 
 Echo = Callable[[str], None]
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
-from perfkit.target.launch import DEFAULT_IMAGE, LaunchMode, ServerOptions
+from perfkit.server.launch import DEFAULT_IMAGE, LaunchMode, ServerOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 

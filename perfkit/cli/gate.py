@@ -236,7 +236,7 @@ def _run_ab(
     spec: ProfileSpec,
 ) -> tuple[RunRecord, RunRecord]:
     from perfkit.gate.ab import ABPlan, run_ab  # noqa: PLC0415
-    from perfkit.target.launch import open_server  # noqa: PLC0415
+    from perfkit.server.launch import open_server  # noqa: PLC0415
 
     server_opts = build_server_options(server_kwargs, url=url, models=(model,))
     if server_opts.model_repository is None:

@@ -12,8 +12,8 @@ import click
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import MeasurementError, UsageError
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
-from perfkit.target.launch import open_server
-from perfkit.target.remote import parse_host_port
+from perfkit.server.launch import open_server
+from perfkit.server.remote import parse_host_port
 
 
 def _range(text: str, *, integer: bool, flag: str) -> list[float]:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from perfkit.cli._server_options import build_server_options, server_options
-from perfkit.target.launch import open_server
+from perfkit.server.launch import open_server
 
 
 @click.command(name="serve")

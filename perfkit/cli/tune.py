@@ -10,7 +10,7 @@ import click
 
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import InputError, UsageError
-from perfkit.target.launch import open_server
+from perfkit.server.launch import open_server
 from perfkit.tuner import (
     SETTINGS_KEYS,
     TuneSettings,

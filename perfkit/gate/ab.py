@@ -17,7 +17,7 @@ from pathlib import Path
 from perfkit.errors import InputError, PerfkitError
 from perfkit.gate.merge import merge_runs
 from perfkit.records import ProfileSpec, RunRecord
-from perfkit.target.server import Server
+from perfkit.server.base import Server
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.schedule import read_intervals_file
-from perfkit.target.remote import parse_host_port
-from perfkit.target.server import Server
+from perfkit.server.base import Server
+from perfkit.server.remote import parse_host_port
 
 __all__ = ["levels_frame", "profile", "write_csv"]
 

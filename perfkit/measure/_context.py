@@ -12,7 +12,7 @@ from typing import Any
 
 from perfkit import __version__
 from perfkit.records import LevelResult, ProfileSpec, RunRecord, to_dict
-from perfkit.target.server import Server
+from perfkit.server.base import Server
 
 
 def machine_info() -> dict[str, Any]:

@@ -25,7 +25,7 @@ from perfkit.records import (
     Window,
     status_name,
 )
-from perfkit.target.server import Server
+from perfkit.server.base import Server
 
 Progress = Callable[[dict[str, Any]], None]
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from perfkit.errors import UsageError
 from perfkit.loadgen import ModelIO, ShmBinding, Tensor
-from perfkit.target.server import Server
+from perfkit.server.base import Server
 
 
 class SharedMemory:

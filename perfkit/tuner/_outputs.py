@@ -19,7 +19,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from perfkit.records import LoadLevel, TrialRecord, TuneRecord, to_dict
-from perfkit.target.modelconfig import format_config, parse_config, write_bytes_atomic
+from perfkit.server.modelconfig import format_config, parse_config, write_bytes_atomic
 from perfkit.tuner._space import PARAM_ORDER
 from perfkit.tuner._study import A_DUPLICATE_OF, A_FAIL_REASON, A_ORIGINAL
 

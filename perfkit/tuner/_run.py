@@ -30,7 +30,8 @@ from perfkit.errors import (
     UsageError,
 )
 from perfkit.records import RunRecord, TrialRecord, TuneRecord
-from perfkit.target.modelconfig import (
+from perfkit.server.base import Server
+from perfkit.server.modelconfig import (
     ConfigGuard,
     ModelConfig,
     config_from_dict,
@@ -40,7 +41,6 @@ from perfkit.target.modelconfig import (
     read_config,
     write_config,
 )
-from perfkit.target.server import Server
 from perfkit.tuner import _outputs, _study
 from perfkit.tuner._judge import JudgeSettings, Verdict, check_percentile, judge, parse_duration_s, parse_latency_ms
 from perfkit.tuner._space import (

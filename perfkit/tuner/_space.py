@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfkit.errors import InputError, UsageError
-from perfkit.target.modelconfig import ModelConfig
+from perfkit.server.modelconfig import ModelConfig
 
 PREFERRED_CHOICES = ("none", "max", "pow2")
 # Triton batches up to max_batch_size when no preferred size is set: "none" and "max" behave

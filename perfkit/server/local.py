@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfkit.errors import BinaryNotFoundError, InputError, PortInUseError, ServerStartError
-from perfkit.target._ports import check_port_free, free_ports
-from perfkit.target.server import Endpoints, Server
+from perfkit.server._ports import check_port_free, free_ports
+from perfkit.server.base import Endpoints, Server
 
 # Environment for the models' processes unless the user overrides it: BLAS thread pools in
 # every python-backend instance spin and starve a small machine (seen: throughput collapse).

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Literal
 
 from perfkit.errors import UsageError
-from perfkit.target.local import LocalLaunch, launch_local
-from perfkit.target.remote import attach_remote
-from perfkit.target.server import Server
+from perfkit.server.base import Server
+from perfkit.server.local import LocalLaunch, launch_local
+from perfkit.server.remote import attach_remote
 
 LaunchMode = Literal["local", "docker", "remote"]
 DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
@@ -53,7 +53,7 @@ def open_server(opts: ServerOptions) -> Server:
     if opts.model_repository is None:
         raise UsageError(f"--launch-mode {opts.mode} needs --model-repository DIR")
     if opts.mode == "docker":
-        from perfkit.target.docker import launch_docker  # noqa: PLC0415  (docker SDK only when used)
+        from perfkit.server.docker import launch_docker  # noqa: PLC0415  (docker SDK only when used)
 
         return launch_docker(opts)
     return launch_local(

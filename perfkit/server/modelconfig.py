@@ -24,7 +24,7 @@ from google.protobuf import json_format, text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from perfkit.errors import ConfigError, PerfkitError
-from perfkit.target.server import Server
+from perfkit.server.base import Server
 
 __all__ = [
     "ConfigGuard",

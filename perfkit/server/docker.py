@@ -25,12 +25,12 @@ import docker.utils
 import requests
 
 from perfkit.errors import InputError, PortInUseError, ServerError, ServerStartError, UsageError
-from perfkit.target._ports import check_port_free, free_ports
-from perfkit.target.local import DEFAULT_SERVER_ENV
-from perfkit.target.server import Endpoints, Server
+from perfkit.server._ports import check_port_free, free_ports
+from perfkit.server.base import Endpoints, Server
+from perfkit.server.local import DEFAULT_SERVER_ENV
 
 if TYPE_CHECKING:
-    from perfkit.target.launch import ServerOptions
+    from perfkit.server.launch import ServerOptions
 
 CONTAINER_REPO = "/models"
 CONTAINER_PORTS = (8000, 8001, 8002)  # HTTP, gRPC, metrics inside the container

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perfkit.errors import UsageError
-from perfkit.target.server import Endpoints, Server
+from perfkit.server.base import Endpoints, Server
 
 
 def parse_host_port(url: str, *, what: str = "URL") -> tuple[str, int]:

@@ -57,6 +57,10 @@ class ConfigError(InputError):
     """A config.pbtxt (or sweep file) cannot be read or is invalid."""
 
 
+class CandidateRejectedError(ConfigError):
+    """A candidate config breaks a rule Triton enforces; it is never sent to a server."""
+
+
 class ModelNotFoundError(InputError):
     """The model is not in the repository or not known to the server."""
 

@@ -115,10 +115,19 @@ def extract_params(
     return out
 
 
+# Backends whose auto-complete makes every model decoupled, whatever its config.pbtxt says.
+DECOUPLED_BACKENDS = {
+    "vllm": "the vLLM backend sets decoupled in auto-complete (triton-inference-server/vllm_backend src/model.py)",
+}
+
+
 def _refusal(cfg: ModelConfig, facts: ModelFacts) -> str | None:
     """Why this model cannot be tuned at all (None: it can)."""
-    if facts.backend == "ensemble" or cfg.HasField("ensemble_scheduling"):
+    if facts.backend == "ensemble" or cfg.platform == "ensemble" or cfg.HasField("ensemble_scheduling"):
         return f"model {facts.name!r} is an ensemble: it has no instances or batcher of its own"
+    if facts.backend in DECOUPLED_BACKENDS and not DECOUPLED_MEASURABLE:
+        why = DECOUPLED_BACKENDS[facts.backend]
+        return f"model {facts.name!r} is decoupled: {why}; perfkit profile cannot measure response streams yet"
     if cfg.model_transaction_policy.decoupled and not DECOUPLED_MEASURABLE:
         return (
             f"model {facts.name!r} is decoupled (model_transaction_policy {{ decoupled: true }}):"

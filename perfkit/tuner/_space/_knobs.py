@@ -222,9 +222,11 @@ def _resolve_pref(ctx: Ctx) -> tuple[Dimension | None, str]:
     if True not in ctx.db_choices or ctx.mbs <= 0 or ctx.sequence:
         return None, "not searched: no dynamic batching"
     pref = ctx.space.preferred_batch_sizes or DEFAULT_PREFERRED
-    if ctx.orig.get(P_PREF) in PREFERRED_CHOICES:
-        pref = _with(pref, ctx.orig[P_PREF])
-    why = "none (batch up to max_batch_size) or pow2 (powers of two up to each max_batch_size)"
+    if P_PREF in ctx.orig:
+        pref = _with(pref, ctx.orig[P_PREF])  # the user's own sizes (custom:a,b) too: trial 0 fits
+        if str(ctx.orig[P_PREF]).startswith("custom:"):
+            pref = _with(pref, "max")  # yours cut to a smaller max_batch_size can leave [max_batch_size]
+    why = "none (batch up to max_batch_size) or pow2 (powers of two up to each max_batch_size); custom: yours that fit"
     return Dimension(P_PREF, tuple(pref), when_dynamic_batching=True), why
 
 

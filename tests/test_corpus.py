@@ -232,3 +232,26 @@ def test_dry_run_assume_gpu_on_every_config_exits_0_or_3_with_a_reason(tmp_path:
             total.update(row)
         print(f"{'total':<24}" + "".join(f"{total[c]:>28}" for c in columns))
     assert not wrong, "\n".join(wrong[:10])
+
+
+@pytest.mark.parametrize(
+    ("field", "named"),
+    [("max_inflight_requests", "2.63.0"), ("a_field_from_the_future", "unknown to the installed tritonclient")],
+)
+def test_a_field_the_client_does_not_know_is_named_with_the_release_that_knows_it(field: str, named: str):
+    from perfkit.errors import ConfigError
+    from perfkit.tuner._plan import explain_unknown_field
+
+    err = ConfigError(
+        f'cfg:3:1: invalid model config: Message type "inference.ModelConfig" has no field named "{field}".'
+    )
+    out = explain_unknown_field(err)
+    assert field in out.message and named in out.message and out.exit_code == 3
+
+
+def test_dry_run_on_a_config_with_an_unknown_field_exits_3_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.pbtxt").write_text('name: "m" backend: "python" max_batch_size: 1 warp_drive: 3\n')
+    rc = main(["tune", "-m", "m", "--model-repository", str(tmp_path), "--latency-budget", "5ms", "--dry-run"])
+    err = capsys.readouterr().err
+    assert rc == 3 and "warp_drive" in _one_line_reason(err) and "tritonclient" in err

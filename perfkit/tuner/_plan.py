@@ -4,12 +4,14 @@ with no server and without touching the model repository.
 
 from __future__ import annotations
 
+import importlib.metadata
 import itertools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfkit.errors import CandidateRejectedError, InputError
+from perfkit.errors import CandidateRejectedError, ConfigError, InputError
 from perfkit.server.modelconfig import ModelConfig, config_sha256, format_config, read_config
 from perfkit.tuner._space import (
     KNOBS,
@@ -23,6 +25,40 @@ from perfkit.tuner._space import (
 )
 
 DEFAULT_CANDIDATE_LIMIT = 200
+# ModelConfig fields added after tritonclient 2.41, and the first tritonclient release whose
+# model_config_pb2 knows them (read from the released wheels' descriptors).
+FIELD_SINCE = {
+    "runtime": "2.42.0",
+    "is_non_linear_format_io": "2.49.0",
+    "model_metrics": "2.52.0",
+    "metric_control": "2.52.0",
+    "max_inflight_requests": "2.63.0",
+}
+_UNKNOWN_FIELD = re.compile(r'has no field named "([A-Za-z0-9_]+)"')
+
+
+def explain_unknown_field(err: ConfigError) -> ConfigError:
+    """A parse error about a field this tritonclient does not know, reworded to name the field and
+    the tritonclient release that knows it (other errors are returned unchanged)."""
+    m = _UNKNOWN_FIELD.search(err.message)
+    if m is None:
+        return err
+    field, installed = m.group(1), _tritonclient_version()
+    since = FIELD_SINCE.get(field)
+    if since is not None:
+        msg = f"{err.message} (field {field!r} is known from tritonclient {since}; installed: {installed})"
+        hint = f"pip install 'tritonclient[all]>={since}'"
+    else:
+        msg = f"{err.message} (field {field!r} is unknown to the installed tritonclient {installed})"
+        hint = "check the spelling, or upgrade tritonclient if the field is newer than it"
+    return ConfigError(msg, hint=hint)
+
+
+def _tritonclient_version() -> str:
+    try:
+        return importlib.metadata.version("tritonclient")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def render_candidate(original_text: str, cfg: ModelConfig) -> str:
@@ -78,7 +114,10 @@ def plan(
     if not model_dir.is_dir():
         raise InputError(f"model {model!r} is not in the model repository {model_repository}", hint="check -m")
     config_path = model_dir / "config.pbtxt"
-    original = read_config(config_path)
+    try:
+        original = read_config(config_path)
+    except ConfigError as err:
+        raise explain_unknown_field(err) from None
     original_text = config_path.read_bytes().decode("utf-8")
     rs = resolve(
         space, original, model_dir, latency_budget_us=latency_budget_us, gpus=gpus, cpu_cores=cpu_cores, refuse=False

@@ -29,7 +29,7 @@ def _read_tune_table(path: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib  # type: ignore[no-redef]  # same API; mypy sees both names bound
     try:
         data = tomllib.loads(path.read_text())
     except OSError as err:

@@ -369,3 +369,58 @@ def test_kind_gpu_model_is_refused_when_planning_without_a_gpu(tmp_path: Path):
     text = 'name: "m" backend: "python" max_batch_size: 4 instance_group [{ kind: KIND_GPU }]'
     with pytest.raises(ConfigError, match="no GPUs are available"):
         _cfg_space(text, tmp_path, gpus=0)
+
+
+# -- perfkit tune --dry-run ------------------------------------------------------------------------
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_dry_run_prints_the_space_and_writes_validated_candidates_without_touching_the_repo(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+):
+    from perfkit.cli import main
+
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES, repo, ignore=shutil.ignore_patterns("__pycache__"))
+    before = _snapshot(repo)
+    out_dir = tmp_path / "plan"
+    rc = main(
+        ["tune", "-m", "batcher", "--model-repository", str(repo), "--latency-budget", "20ms", "--dry-run"]
+        + ["--assume-gpu", "--max-batch-size-limit", "32", "-o", str(out_dir)]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert _snapshot(repo) == before
+    assert "1,2,4,8,16,32 " in out and "instance_kind" in out and "python runs on both" in out
+    written = sorted((out_dir / "candidates").glob("*.pbtxt"))
+    assert len(written) > 20 and written[0].name == "000.pbtxt"
+    assert written[0].read_bytes() == before["batcher/config.pbtxt"]  # candidate 0 is the user's file
+    for path in written:
+        cfg = parse_config(path.read_text())
+        assert cfg.max_batch_size <= 32
+        assert path.read_text().startswith("#")  # the licence header is kept
+    kinds = {parse_config(p.read_text()).instance_group[0].kind for p in written}
+    assert kinds == {1, 2}  # KIND_GPU and KIND_CPU candidates, written as the enum
+
+
+def test_dry_run_refuses_what_it_cannot_tune_with_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture):
+    from perfkit.cli import main
+
+    rc = main(["tune", "-m", "pipeline", "--model-repository", str(FIXTURES), "--latency-budget", "20ms", "--dry-run"])
+    captured = capsys.readouterr()
+    assert rc == 3
+    assert "perfkit: error: model 'pipeline' is an ensemble" in captured.err
+    assert "not tunable" in captured.out
+    assert main(["tune", "-m", "batcher", "--latency-budget", "20ms", "--dry-run"]) == 2  # no repository
+    assert main(["tune", "-m", "batcher", "--latency-budget", "20ms", "--assume-gpu"]) == 2  # plan flag alone
+
+
+def test_help_states_the_real_defaults():
+    from click.testing import CliRunner
+
+    from perfkit.cli import cli
+
+    text = CliRunner().invoke(cli, ["tune", "--help"], terminal_width=200).output
+    assert "default: none,pow2" in text and "all three" not in text
+    assert "--dry-run" in text and "--assume-gpu" in text and "--max-batch-size-limit" in text

@@ -9,16 +9,19 @@ from typing import Any
 import click
 
 from perfkit.cli._server_options import build_server_options, server_options
-from perfkit.errors import InputError, UsageError
+from perfkit.errors import ConfigError, InputError, UsageError
 from perfkit.server.launch import open_server
 from perfkit.tuner import (
     SETTINGS_KEYS,
     TuneSettings,
     TuneSpace,
+    describe,
     parse_bytes,
     parse_duration_s,
     parse_latency_ms,
+    plan,
     tune,
+    write_candidates,
 )
 
 
@@ -26,7 +29,7 @@ def _read_tune_table(path: Path) -> dict[str, Any]:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+        import tomli as tomllib  # type: ignore[no-redef]  # same API; mypy sees both names bound
     try:
         data = tomllib.loads(path.read_text())
     except OSError as err:
@@ -37,6 +40,39 @@ def _read_tune_table(path: Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise InputError(f"sweep file {path} has no [tune] section")
     return table
+
+
+def _planned_gpus(gpus: str | None, assume_gpu: bool) -> int:
+    """GPUs to plan for: --gpus ids '0,1' (or 'all', counted as one), else 1 with --assume-gpu."""
+    if not gpus:
+        return 1 if assume_gpu else 0
+    if gpus.strip().lower() == "all":
+        return 1
+    ids = [g for g in gpus.split(",") if g.strip()]
+    if not all(g.strip().isdigit() for g in ids):
+        raise UsageError(f"--gpus {gpus!r}: give 'all' or GPU ids, e.g. 0,1")
+    return len(ids)
+
+
+def _dry_run(
+    model: str,
+    space: TuneSpace,
+    repository: Path | None,
+    *,
+    latency_budget_ms: float,
+    gpus: int,
+    output_dir: Path | None,
+) -> None:
+    if repository is None:
+        raise UsageError("perfkit tune --dry-run needs --model-repository DIR: the folder holding the model")
+    the_plan = plan(space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus)
+    for line in describe(the_plan):
+        click.echo(line)
+    if the_plan.refused:
+        raise ConfigError(the_plan.refused)
+    if output_dir is not None:
+        paths = write_candidates(the_plan, output_dir)
+        click.echo(f"perfkit: {len(paths)} candidate configs written to {output_dir / 'candidates'}", err=True)
 
 
 @click.command(name="tune")
@@ -61,17 +97,32 @@ def _read_tune_table(path: Path) -> dict[str, Any]:
 )
 @click.option("--min-throughput", type=float, help="Constraint: infer/s at least this.")
 @click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB.")
-@click.option("--max-batch-sizes", help="max_batch_size values, e.g. 1,2,4,8 (default: powers of 2 up to the model's).")
+@click.option(
+    "--max-batch-sizes",
+    help="max_batch_size values, e.g. 1,2,4,8 (default: powers of 2 up to 128, or the model's own for TensorRT).",
+)
+@click.option("--max-batch-size-limit", type=int, help="Highest max_batch_size explored by default (default 128).")
 @click.option(
     "--dynamic-batching/--no-dynamic-batching",
     default=None,
     help="Only with / only without the dynamic batcher (default: search both).",
 )
 @click.option("--queue-delays-us", help="max_queue_delay_microseconds range LOW:HIGH (log scale), e.g. 100:10000.")
-@click.option("--preferred-batch-sizes", help="Choices among none,max,pow2 (default: all three).")
-@click.option("--instance-counts", help="Instance counts, e.g. 1,2,3 (default 1,2,3,4).")
+@click.option("--preferred-batch-sizes", help="Choices among none,max,pow2 (default: none,pow2).")
+@click.option(
+    "--instance-counts",
+    help="Instance counts, e.g. 1,2,3 (default: up to the CPU cores, at least 4, or 4 per GPU for GPU instances).",
+)
 @click.option("--instance-kinds", help="Instance kinds cpu,gpu (default: both where a GPU exists and it applies).")
-@click.option("--precisions", help="Precisions, e.g. fp32,fp16,int8 (default: fp32,fp16, or the engines present).")
+@click.option(
+    "--precisions",
+    help="Precisions, e.g. fp32,fp16 (default: per backend; TensorRT: the engines of --trt-engines).",
+)
+@click.option("--trt-engines", help="TensorRT engine per precision, e.g. fp32=model.plan,fp16=model_fp16.plan.")
+@click.option("--dry-run", is_flag=True, help="Print the space and the candidates, validated; no server, no writes.")
+@click.option(
+    "--assume-gpu", is_flag=True, help="With --dry-run: plan for a server with one GPU (--gpus 0,1: with those)."
+)
 @click.option(
     "--precision-parameter", help="Config parameter holding precision for other backends (default precision)."
 )
@@ -104,12 +155,16 @@ def command(  # noqa: PLR0917
     min_throughput: float | None,
     max_gpu_memory: str | None,
     max_batch_sizes: str | None,
+    max_batch_size_limit: int | None,
     dynamic_batching: bool | None,
     queue_delays_us: str | None,
     preferred_batch_sizes: str | None,
     instance_counts: str | None,
     instance_kinds: str | None,
     precisions: str | None,
+    trt_engines: str | None,
+    dry_run: bool,
+    assume_gpu: bool,
     precision_parameter: str | None,
     max_concurrency: int | None,
     measurement_interval: float | None,
@@ -137,10 +192,24 @@ def command(  # noqa: PLR0917
         "instance_kinds": instance_kinds,
         "precisions": precisions,
         "precision_parameter": precision_parameter,
+        "max_batch_size_limit": max_batch_size_limit,
+        "trt_engines": trt_engines,
     }
     merged = {**table, **{k: v for k, v in flags.items() if v is not None}}
     source = f"{space_file} [tune]" if space_file else "flags"
     space = TuneSpace.from_mapping(merged, source=source, ignore=SETTINGS_KEYS)
+    if assume_gpu and not dry_run:
+        raise UsageError("--assume-gpu plans a server: use it with --dry-run")
+    if dry_run:
+        _dry_run(
+            model,
+            space,
+            kwargs.get("model_repository"),
+            latency_budget_ms=parse_latency_ms(latency_budget),
+            gpus=_planned_gpus(kwargs.get("gpus"), assume_gpu),
+            output_dir=output_dir,
+        )
+        return
     overrides: dict[str, Any] = {"latency_budget_ms": parse_latency_ms(latency_budget), "percentile": percentile}
     for key, value in (
         ("objective", objective),

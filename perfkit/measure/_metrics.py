@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 
 from perfkit.records import MetricSample
 
-_LINE = re.compile(r'^(nv_gpu_\w+)\{[^}]*gpu_uuid="([^"]+)"[^}]*\}\s+([0-9.eE+-]+)')
+# One sample line: name{labels} value [timestamp]. Prometheus values may be NaN or +Inf.
+_LINE = re.compile(r"^(nv_gpu_\w+)\{([^}]*)\}\s+(\S+)")
+_UUID = re.compile(r'(?:^|,)\s*gpu_uuid="([^"]+)"')
 _FIELDS = {
     "nv_gpu_utilization": "utilization",
     "nv_gpu_memory_used_bytes": "memory_used_bytes",
@@ -20,13 +24,42 @@ _FIELDS = {
 
 
 def parse_prometheus(text: str, t_s: float) -> list[MetricSample]:
-    """GPU samples out of one scrape of Triton's /metrics text."""
+    """GPU samples out of one scrape of Triton's /metrics text (one per gpu_uuid, sorted).
+    Values that are not finite numbers are left out (None)."""
     per_gpu: dict[str, dict[str, float]] = {}
     for line in text.splitlines():
         m = _LINE.match(line)
-        if m and m.group(1) in _FIELDS:
-            per_gpu.setdefault(m.group(2), {})[_FIELDS[m.group(1)]] = float(m.group(3))
-    return [MetricSample(t_s=t_s, gpu=gpu, **fields) for gpu, fields in sorted(per_gpu.items())]  # type: ignore[arg-type]
+        if not m or m.group(1) not in _FIELDS:
+            continue
+        uuid = _UUID.search(m.group(2))
+        if uuid is None:
+            continue
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            continue
+        if math.isfinite(value):
+            per_gpu.setdefault(uuid.group(1), {})[_FIELDS[m.group(1)]] = value
+    return [
+        MetricSample(
+            t_s=t_s,
+            gpu=gpu,
+            utilization=f.get("utilization"),
+            memory_used_bytes=f.get("memory_used_bytes"),
+            memory_total_bytes=f.get("memory_total_bytes"),
+            power_w=f.get("power_w"),
+        )
+        for gpu, f in sorted(per_gpu.items())
+    ]
+
+
+def _nvml_or_none(call: Callable[..., Any], *args: Any) -> Any:
+    """One NVML query; None where the device does not support it (MIG slices have no power or
+    utilization readings, some boards no power), so the other readings of the GPU are kept."""
+    try:
+        return call(*args)
+    except Exception:  # pynvml raises NVMLError subclasses per return code
+        return None
 
 
 def nvml_sample(t_s: float) -> list[MetricSample]:
@@ -35,28 +68,30 @@ def nvml_sample(t_s: float) -> list[MetricSample]:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:
+    except Exception:  # no library, no driver, no device: no samples
         return []
     try:
         out = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            util = pynvml.nvmlDeviceGetUtilizationRates(h)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            power = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
-            uuid = pynvml.nvmlDeviceGetUUID(h)
+            util = _nvml_or_none(pynvml.nvmlDeviceGetUtilizationRates, h)
+            mem = _nvml_or_none(pynvml.nvmlDeviceGetMemoryInfo, h)
+            power_mw = _nvml_or_none(pynvml.nvmlDeviceGetPowerUsage, h)
+            uuid = _nvml_or_none(pynvml.nvmlDeviceGetUUID, h)
+            if isinstance(uuid, bytes):  # older nvidia-ml-py returns bytes
+                uuid = uuid.decode()
             out.append(
                 MetricSample(
                     t_s=t_s,
-                    gpu=uuid if isinstance(uuid, str) else uuid.decode(),
-                    utilization=util.gpu / 100.0,
-                    memory_used_bytes=float(mem.used),
-                    memory_total_bytes=float(mem.total),
-                    power_w=power,
+                    gpu=str(uuid) if uuid else f"gpu{i}",
+                    utilization=util.gpu / 100.0 if util is not None else None,
+                    memory_used_bytes=float(mem.used) if mem is not None else None,
+                    memory_total_bytes=float(mem.total) if mem is not None else None,
+                    power_w=power_mw / 1000.0 if power_mw is not None else None,
                 )
             )
         return out
-    except Exception:
+    except Exception:  # the driver went away mid-scrape: no samples this time
         return []
     finally:
         try:

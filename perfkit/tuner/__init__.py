@@ -6,6 +6,7 @@ candidate instead of restarting the server; always puts the user's config back.
 """
 
 from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
+from perfkit.tuner._plan import Plan, describe, plan, render_candidate, write_candidates
 from perfkit.tuner._run import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes, tune
 from perfkit.tuner._space import (
     ResolvedSpace,
@@ -34,6 +35,11 @@ __all__ = [
     "parse_delay_range",
     "parse_duration_s",
     "parse_latency_ms",
+    "Plan",
+    "describe",
+    "plan",
+    "render_candidate",
+    "write_candidates",
     "resolve",
     "tune",
 ]

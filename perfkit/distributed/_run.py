@@ -1,0 +1,543 @@
+"""The coordinator: place load workers on a Ray cluster, drive levels together, merge exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter_ns
+from typing import Any
+
+from perfkit.distributed._clock import ClockOffset, measure_offset
+from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest, merge_counts, merge_summaries
+from perfkit.distributed._worker import LevelPlan, LoadWorker, Unit
+from perfkit.errors import MeasurementError, ServerError, UsageError
+from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, synthetic_tensors
+from perfkit.measure._context import make_record, server_info
+from perfkit.measure._server_stats import composing_models, delta, snapshot
+from perfkit.records import (
+    LatencySummary,
+    LevelResult,
+    LoadLevel,
+    ProfileSpec,
+    RunRecord,
+    ServerShare,
+    WorkerShare,
+    status_name,
+)
+from perfkit.schedule import read_intervals_file, split_concurrency
+from perfkit.server.base import Server
+from perfkit.server.remote import parse_host_port
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[dict[str, Any]], None]
+START_LEAD_NS = 300_000_000  # levels start this far ahead of the order, so every worker has it in time
+CALL_TIMEOUT_S = 60.0  # longest a worker may take to answer a call beyond its own waiting
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("--ray needs Ray, which is not installed", hint='pip install "perfkit[distributed]"') from None
+    return ray
+
+
+def connect(address: str) -> Any:
+    """Join the Ray cluster at address ('auto': the one this host belongs to); returns the ray module.
+
+    Raises UsageError when Ray is missing or no cluster answers there.
+    """
+    ray = _ray()
+    if ray.is_initialized():
+        return ray
+    try:
+        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise UsageError(
+            f"--ray {address}: no Ray cluster answers there ({str(err).splitlines()[0]})",
+            hint="start one with `ray start --head` (and `ray start --address=HEAD:PORT` on each client host)",
+        ) from None
+    return ray
+
+
+def alive_nodes(ray: Any) -> list[dict[str, Any]]:
+    """The cluster's live nodes, in a stable order (by node id)."""
+    return sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: str(n["NodeID"]))
+
+
+@dataclass
+class _Worker:
+    index: int
+    handle: Any
+    units: list[Unit]
+    unit_ids: list[int]  # positions of its units in the run's unit list
+    identity: dict[str, Any] = field(default_factory=dict)
+    clock: ClockOffset | None = None
+    dead: bool = False
+    note: str = ""
+
+
+def _place(ray: Any, units: list[Unit], client_hosts: int, per_worker: int) -> list[_Worker]:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = alive_nodes(ray)
+    if not nodes:
+        raise UsageError("the Ray cluster has no live node")
+    remote_cls = ray.remote(num_cpus=0, max_restarts=0)(LoadWorker)
+    workers = []
+    for i in range(client_hosts):
+        mine = list(range(i * per_worker, (i + 1) * per_worker))
+        node = nodes[i % len(nodes)]
+        handle = remote_cls.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False),
+            name=None,
+        ).remote(i, [units[u] for u in mine])
+        workers.append(_Worker(i, handle, [units[u] for u in mine], mine))
+    idents = ray.get([w.handle.identity.remote() for w in workers], timeout=CALL_TIMEOUT_S * 2)
+    for w, ident in zip(workers, idents):
+        w.identity = ident
+    return workers
+
+
+def _sync_clocks(ray: Any, workers: list[_Worker]) -> None:
+    for w in workers:
+        if not w.dead:
+            handle = w.handle
+
+            def read(handle: Any = handle) -> int:
+                return int(ray.get(handle.clock_ns.remote(), timeout=CALL_TIMEOUT_S))
+
+            w.clock = measure_offset(read)
+
+
+def _units(
+    servers: list[Server], spec: ProfileSpec, io: ModelIO, client_hosts: int, intervals: tuple[int, ...]
+) -> list[Unit]:
+    step = synthetic_tensors(
+        io,
+        mode=spec.input_data,  # type: ignore[arg-type]  # checked by _check: 'random' or 'zero'
+        batch_size=spec.batch_size,
+        shapes=spec.shapes,
+        string_length=spec.string_length,
+        seed=spec.seed,
+    )
+    per_worker = len(servers)
+    count = client_hosts * per_worker
+    units = []
+    for u in range(count):
+        # Unit u sends to server u % S: consecutive due times go to consecutive servers (round robin).
+        server = servers[u % len(servers)]
+        url = server.endpoints.http_url if spec.protocol == "http" else server.endpoints.grpc_url
+        if url is None:
+            raise UsageError("-i grpc needs every server's gRPC URL", hint="pass -u HOST:GRPC_PORT with -i grpc")
+        host, port = parse_host_port(url)
+        payload = (
+            http_payload(io, step, server.endpoints.http_url) if spec.protocol == "http" else grpc_payload(io, step)
+        )
+        cfg = EngineConfig(
+            spec.protocol, host, port, (payload,), intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
+        )
+        units.append(Unit(server=u % len(servers), cfg=cfg, index=u, count=count))
+    # Worker w hosts units [w*S, (w+1)*S): one per server.
+    return units
+
+
+def _check(spec: ProfileSpec, client_hosts: int, io: ModelIO) -> None:
+    if client_hosts < 1:
+        raise UsageError(f"--client-hosts {client_hosts}: need at least 1")
+    if spec.shared_memory != "none":
+        raise UsageError("--shared-memory is local to one host: it cannot be used with --ray")
+    if spec.input_data not in ("random", "zero"):
+        raise UsageError("--ray supports --input-data random or zero (a data file would have to be on every host)")
+    if spec.binary_search:
+        raise UsageError("--binary-search is not supported with --ray yet; give the levels to measure")
+    if spec.batch_size < 1 or (io.max_batch_size == 0 and spec.batch_size > 1):
+        raise UsageError(f"-b {spec.batch_size}: model {io.name!r} does not take that batch size")
+    if not spec.levels:
+        raise UsageError("no load levels to measure")
+
+
+def _call_all(ray: Any, workers: list[_Worker], method: str, *args: Any, timeout_s: float) -> dict[int, Any]:
+    """Call a method on every live worker at once; a worker that died is marked, not raised."""
+    refs = {w.index: getattr(w.handle, method).remote(*args) for w in workers if not w.dead}
+    out = {}
+    for w in workers:
+        if w.index not in refs:
+            continue
+        try:
+            out[w.index] = ray.get(refs[w.index], timeout=timeout_s)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ray.exceptions.RayTaskError) as err:
+            w.dead = True
+            w.note = f"{method}: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+            log.warning("load worker %d lost during %s: %s", w.index, method, w.note)
+    return out
+
+
+def _sleep_until(t_ns: int) -> None:
+    while True:
+        left = (t_ns - perf_counter_ns()) / 1e9
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.25))
+
+
+def _target_rel(spec: ProfileSpec) -> tuple[float, float]:
+    return spec.stability_percentage / 200.0, spec.stability_percentage / 100.0
+
+
+def _partial_digest(parts: list[WindowDigest], closed: bool, period_s: float, batch_size: int) -> LevelDigest:
+    """What a worker that died had reported: its windows, as a level digest (late/dropped unknown)."""
+    from perfkit.distributed._digest import summary_from_windows
+    from perfkit.recorder import LevelCounts
+
+    completed = sum(p.window.completed for p in parts)
+    errors = sum(p.window.errors for p in parts)
+    sent = parts[-1].sent if parts else 0
+    per_s = 1 / period_s if period_s > 0 else 0.0
+    counts = LevelCounts(
+        request_count=completed + errors,
+        inference_count=completed * batch_size,
+        throughput_infer_per_s=completed * batch_size * per_s,
+        sent_rps=sent * per_s,
+        completed_rps=(completed + errors) * per_s,
+        error_count=errors,
+        errors={"worker_lost_errors": errors} if errors else {},
+        late_count=0,
+        dropped_count=0,
+        send_lateness_p99_us=None,
+    )
+    service = summary_from_windows("service", parts, level=closed)
+    corrected = None if closed else summary_from_windows("corrected", parts, level=True)
+    return LevelDigest(counts, service, corrected, None)
+
+
+def _share_of(digests: list[LevelDigest], closed: bool) -> tuple[Any, LatencySummary, LatencySummary | None]:
+    counts = merge_counts([d.counts for d in digests], [d.lateness_hist for d in digests])
+    service = merge_summaries("service", [d.service for d in digests])
+    corrected = None if closed else merge_summaries("corrected", [d.corrected for d in digests if d.corrected])
+    return counts, service, corrected
+
+
+def profile_distributed(
+    servers: list[Server],
+    spec: ProfileSpec,
+    *,
+    address: str = "auto",
+    client_hosts: int = 2,
+    command: tuple[str, ...] = (),
+    on_progress: Progress | None = None,
+    record_path: Path | None = None,
+) -> RunRecord:
+    """Measure every level of spec with load workers on a Ray cluster, against one or more servers.
+
+    Each of `client_hosts` workers (Ray actors spread over the cluster's nodes) runs one engine
+    per server; the schedule is split exactly among all of them, levels start at one
+    coordinated time, and only digests (histograms and counts) come back. Raises UsageError
+    (bad input, no Ray), MeasurementError (with `.record`) when every worker or a server is lost.
+    """
+    if not servers:
+        raise UsageError("no server to measure")
+    ray = connect(address)
+    main = servers[0]
+    metadata = main.model_metadata(spec.model, spec.model_version)
+    config = main.model_config(spec.model)
+    io = ModelIO.from_server(metadata, config, spec.model_version)
+    _check(spec, client_hosts, io)
+    intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
+    stats_models = [spec.model, *composing_models(config)]
+    info = server_info(main, spec.protocol)
+    urls = [s.endpoints.http_url for s in servers]
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    levels: list[LevelResult] = []
+    units = _units(servers, spec, io, client_hosts, intervals)
+    workers = _place(ray, units, client_hosts, len(servers))
+    meta: dict[str, Any] = {"address": address, "client_hosts": client_hosts, "servers": urls, "spread": "round_robin"}
+
+    def record(status: str = "ok", error: str | None = None) -> RunRecord:
+        meta["nodes"] = sorted({str(w.identity.get("node_id", "")) for w in workers})
+        meta["workers"] = [
+            {
+                "worker": w.index,
+                **w.identity,
+                "servers": sorted({urls[u.server] for u in w.units}),
+                "clock_offset_ns": w.clock.offset_ns if w.clock else None,
+                "clock_uncertainty_ns": w.clock.uncertainty_ns if w.clock else None,
+                "status": "died" if w.dead else "ok",
+                "note": w.note,
+            }
+            for w in workers
+        ]
+        known = [w.clock.uncertainty_ns for w in workers if w.clock]
+        meta["clock_uncertainty_max_ns"] = max(known) if known else None
+        rec = make_record(
+            spec=spec,
+            command=command,
+            server={**info, "fleet": urls} if len(servers) > 1 else info,
+            model_config=config,
+            levels=levels,
+            status=status,
+            error=error,
+            created_utc=created,
+        )
+        rec = dataclasses.replace(rec, distributed=dict(meta))
+        if record_path is not None:
+            rec.save(record_path)
+        return rec
+
+    try:
+        for level in spec.levels:
+            if on_progress:
+                on_progress({"event": "level_start", "level": level})
+            result, server_died = _measure_level(ray, servers, workers, units, spec, level, stats_models, on_progress)
+            levels.append(result)
+            if server_died or all(w.dead for w in workers):
+                why = "a server stopped answering" if server_died else "every load worker was lost"
+                rec = record("failed", f"{why} during {level.label}")
+                raise MeasurementError(f"{why} during {level.label}", hint="partial results saved").with_record(rec)
+            record()
+            if on_progress:
+                on_progress({"event": "level_done", "level": level, "result": result})
+            if spec.latency_threshold_ms is not None:
+                lat = result.latency()
+                value = lat.mean_us if spec.percentile is None else lat.percentile_us(spec.percentile)
+                if value > spec.latency_threshold_ms * 1e3:
+                    break
+    except KeyboardInterrupt:
+        record("interrupted", "interrupted by the user")
+        raise
+    except ServerError as err:
+        rec = record("failed", err.one_line())
+        raise MeasurementError(f"measurement failed: {err.one_line()}").with_record(rec) from err
+    finally:
+        for w in workers:
+            if not w.dead:
+                try:
+                    ray.get(w.handle.close.remote(), timeout=30)
+                except Exception:
+                    pass
+            ray.kill(w.handle)
+    return record()
+
+
+def _measure_level(
+    ray: Any,
+    servers: list[Server],
+    workers: list[_Worker],
+    units: list[Unit],
+    spec: ProfileSpec,
+    level: LoadLevel,
+    stats_models: list[str],
+    progress: Progress | None,
+) -> tuple[LevelResult, bool]:
+    closed = level.mode == "concurrency"
+    _sync_clocks(ray, [w for w in workers if not w.dead])
+    live = [w for w in workers if not w.dead]
+    live_units = [u for w in live for u in w.unit_ids]
+    shares_all = [0] * len(units)
+    if closed:
+        for pos, share in zip(live_units, split_concurrency(int(level.value), len(live_units))):
+            shares_all[pos] = share
+    window_ns = int(spec.measurement_interval_ms * 1e6)
+    lead_ns = START_LEAD_NS + max((w.clock.uncertainty_ns * 4 for w in live if w.clock), default=0)
+    t0 = perf_counter_ns() + lead_ns
+    measure_from = t0 + int(spec.warmup_s * 1e9)
+    refs = {}
+    for w in live:
+        assert w.clock is not None
+        plan = LevelPlan(
+            level=level,
+            t0_ns=w.clock.to_worker(t0),
+            measure_from_ns=w.clock.to_worker(measure_from),
+            window_ns=window_ns,
+            batch_size=spec.batch_size,
+            shares=tuple(shares_all[u] for u in w.unit_ids),
+        )
+        refs[w.index] = plan
+    _call_all_plans(ray, live, refs)
+    _sleep_until(measure_from)
+    before = _snapshots(servers, stats_models)
+    merged = MergedWindows()
+    by_worker: dict[int, list[list[WindowDigest]]] = {w.index: [] for w in workers}
+    tgt_tput, tgt_lat = _target_rel(spec)
+    stable = died = False
+    windows = 0
+    for k in range(1, spec.max_trials + 1):
+        end = measure_from + k * window_ns
+        _sleep_until(end)
+        answers = _call_all(ray, live, "window", k, timeout_s=CALL_TIMEOUT_S)
+        parts: list[WindowDigest] = []
+        for w in live:
+            if w.index in answers:
+                by_worker[w.index].append(answers[w.index])
+                parts.extend(answers[w.index])
+        if not parts:
+            break
+        windows = k
+        last = merged.add(parts)
+        merged.sent = sum(p.sent for p in parts)
+        merged.completed = sum(p.completed for p in parts)
+        precision = merged.precision(spec.percentile, closed)
+        if progress:
+            progress(
+                {
+                    "event": "window",
+                    "level": level,
+                    "window": k,
+                    "infer_per_s": last.infer_per_s,
+                    "p99_us": merged.p_us(99.0),
+                    "precision": precision,
+                }
+            )
+        conn_lost = last.completed == 0 and last.errors > 0 and merged.connection_errors
+        if conn_lost and not all(s.is_ready() for s in servers):
+            died = True
+            break
+        if closed:
+            throughput_ok = precision.throughput_rel is not None and precision.throughput_rel <= tgt_tput
+        else:
+            throughput_ok = merged.sent > 0 and merged.completed >= merged.sent * (1 - tgt_tput)
+        lat_ok = precision.latency_rel is not None and precision.latency_rel <= tgt_lat
+        if k >= spec.min_windows and throughput_ok and lat_ok:
+            stable = True
+            break
+    after = None if died else _snapshots(servers, stats_models)
+    finals = _call_all(ray, live, "finish", windows, 0.5 if died else 30.0, timeout_s=CALL_TIMEOUT_S + 30)
+    period_s = windows * window_ns / 1e9
+    unit_digests: dict[int, LevelDigest] = {}
+    for w in live:
+        if w.index in finals:
+            for pos, d in zip(w.unit_ids, finals[w.index]):
+                unit_digests[pos] = d
+        else:  # died: keep what it reported, window by window
+            reported = by_worker[w.index]
+            for j, pos in enumerate(w.unit_ids):
+                per_unit = [answer[j] for answer in reported]
+                unit_digests[pos] = _partial_digest(per_unit, closed, period_s, spec.batch_size)
+    lost = [w for w in live if w.dead]
+    result = _result(
+        servers, workers, live, units, unit_digests, spec, level, merged, windows, stable, before, after, stats_models
+    )
+    if lost:
+        note = "; ".join(
+            f"worker {w.index} ({w.identity.get('host', '?')}) died after {len(by_worker[w.index])} window(s):"
+            f" its results up to then kept"
+            for w in lost
+        )
+        result = dataclasses.replace(
+            result, stable=False, incomplete=True, note=(note + "; " + result.note).strip("; ")
+        )
+    if died:
+        result = dataclasses.replace(result, note=("server died; " + result.note).strip("; "))
+    return result, died
+
+
+def _call_all_plans(ray: Any, live: list[_Worker], plans: dict[int, LevelPlan]) -> None:
+    refs = {w.index: w.handle.start.remote(plans[w.index]) for w in live}
+    for w in live:
+        try:
+            ray.get(refs[w.index], timeout=CALL_TIMEOUT_S)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ray.exceptions.RayTaskError) as err:
+            w.dead = True
+            w.note = f"start: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
+
+
+def _snapshots(servers: list[Server], models: list[str]) -> list[dict[str, Any] | None]:
+    out: list[dict[str, Any] | None] = []
+    for s in servers:
+        try:
+            out.append(snapshot(s.model_stats, models))
+        except ServerError:
+            out.append(None)
+    return out
+
+
+def _result(
+    servers: list[Server],
+    workers: list[_Worker],
+    live: list[_Worker],
+    units: list[Unit],
+    unit_digests: dict[int, LevelDigest],
+    spec: ProfileSpec,
+    level: LoadLevel,
+    merged: MergedWindows,
+    windows: int,
+    stable: bool,
+    before: list[dict[str, Any] | None],
+    after: list[dict[str, Any] | None] | None,
+    stats_models: list[str],
+) -> LevelResult:
+    closed = level.mode == "concurrency"
+    digests = list(unit_digests.values())
+    counts, service, corrected = _share_of(digests, closed)
+    server_stats = []
+    for i in range(len(servers)):
+        b = before[i]
+        a = after[i] if after is not None else None
+        server_stats.append(delta(b, a, stats_models[0]) if b is not None and a is not None else None)
+    fleet: tuple[ServerShare, ...] = ()
+    if len(servers) > 1:
+        shares = []
+        for i, s in enumerate(servers):
+            mine = [d for pos, d in unit_digests.items() if units[pos].server == i]
+            c, sv, co = _share_of(mine, closed)
+            shares.append(
+                ServerShare(
+                    url=s.endpoints.http_url,
+                    request_count=c.request_count,
+                    inference_count=c.inference_count,
+                    throughput_infer_per_s=c.throughput_infer_per_s,
+                    error_count=c.error_count,
+                    late_count=c.late_count,
+                    dropped_count=c.dropped_count,
+                    service=sv,
+                    corrected=co,
+                    server=server_stats[i],
+                )
+            )
+        fleet = tuple(shares)
+    worker_shares = []
+    for w in live:
+        mine = [unit_digests[pos] for pos in w.unit_ids if pos in unit_digests]
+        c = merge_counts([d.counts for d in mine], [d.lateness_hist for d in mine])
+        assert w.clock is not None
+        worker_shares.append(
+            WorkerShare(
+                worker=w.index,
+                node=str(w.identity.get("node_id", "")),
+                servers=tuple(sorted({servers[u.server].endpoints.http_url for u in w.units})),
+                request_count=c.request_count,
+                error_count=c.error_count,
+                late_count=c.late_count,
+                dropped_count=c.dropped_count,
+                clock_offset_ns=w.clock.offset_ns,
+                clock_uncertainty_ns=w.clock.uncertainty_ns,
+                status="died" if w.dead else "ok",
+                note=w.note,
+            )
+        )
+    examples: dict[int, str] = {}
+    for d in digests:
+        for k, v in d.error_examples.items():
+            examples.setdefault(k, v)
+    note = "; ".join(f"{status_name(k)}: {v.strip()[:160]}" for k, v in sorted(examples.items()))
+    return LevelResult(
+        load=level,
+        batch_size=spec.batch_size,
+        stable=stable,
+        precision=merged.precision(spec.percentile, closed),
+        duration_s=windows * spec.measurement_interval_ms / 1e3,
+        **dataclasses.asdict(counts),
+        service=service,
+        corrected=corrected,
+        windows=tuple(merged.windows),
+        server=server_stats[0] if len(servers) == 1 else None,
+        note=note,
+        fleet=fleet,
+        workers=tuple(worker_shares),
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -83,7 +84,7 @@ class _Worker:
     note: str = ""
 
 
-def _place(ray: Any, units: list[Unit], client_hosts: int, per_worker: int) -> list[_Worker]:
+def _place(ray: Any, units: list[Unit], client_hosts: int) -> list[_Worker]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = alive_nodes(ray)
@@ -92,11 +93,10 @@ def _place(ray: Any, units: list[Unit], client_hosts: int, per_worker: int) -> l
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(LoadWorker)
     workers = []
     for i in range(client_hosts):
-        mine = list(range(i * per_worker, (i + 1) * per_worker))
-        node = nodes[i % len(nodes)]
+        mine = [u.index for u in units if u.worker == i]
+        node = nodes[i % len(nodes)]  # spread: worker i on node i mod N
         handle = remote_cls.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False),
-            name=None,
         ).remote(i, [units[u] for u in mine])
         workers.append(_Worker(i, handle, [units[u] for u in mine], mine))
     idents = ray.get([w.handle.identity.remote() for w in workers], timeout=CALL_TIMEOUT_S * 2)
@@ -127,12 +127,17 @@ def _units(
         string_length=spec.string_length,
         seed=spec.seed,
     )
-    per_worker = len(servers)
-    count = client_hosts * per_worker
+    n_servers = len(servers)
+    count = client_hosts * n_servers
+    lcm = math.lcm(n_servers, client_hosts)
     units = []
     for u in range(count):
-        # Unit u sends to server u % S: consecutive due times go to consecutive servers (round robin).
-        server = servers[u % len(servers)]
+        # Unit u sends to server u % S from worker (u % H + u // lcm(S, H)) % H: every (worker,
+        # server) pair once, and any run of consecutive units spreads over servers and workers
+        # alike (consecutive due times, or the first units given a concurrency share).
+        server_index = u % n_servers
+        worker = (u % client_hosts + u // lcm) % client_hosts
+        server = servers[server_index]
         url = server.endpoints.http_url if spec.protocol == "http" else server.endpoints.grpc_url
         if url is None:
             raise UsageError("-i grpc needs every server's gRPC URL", hint="pass -u HOST:GRPC_PORT with -i grpc")
@@ -143,8 +148,7 @@ def _units(
         cfg = EngineConfig(
             spec.protocol, host, port, (payload,), intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
         )
-        units.append(Unit(server=u % len(servers), cfg=cfg, index=u, count=count))
-    # Worker w hosts units [w*S, (w+1)*S): one per server.
+        units.append(Unit(server=server_index, cfg=cfg, index=u, count=count, worker=worker))
     return units
 
 
@@ -256,7 +260,9 @@ def profile_distributed(
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []
     units = _units(servers, spec, io, client_hosts, intervals)
-    workers = _place(ray, units, client_hosts, len(servers))
+    workers = _place(ray, units, client_hosts)
+    if on_progress:
+        on_progress({"event": "workers", "workers": [dict(w.identity, worker=w.index) for w in workers]})
     meta: dict[str, Any] = {"address": address, "client_hosts": client_hosts, "servers": urls, "spread": "round_robin"}
 
     def record(status: str = "ok", error: str | None = None) -> RunRecord:
@@ -338,7 +344,7 @@ def _measure_level(
     closed = level.mode == "concurrency"
     _sync_clocks(ray, [w for w in workers if not w.dead])
     live = [w for w in workers if not w.dead]
-    live_units = [u for w in live for u in w.unit_ids]
+    live_units = sorted(u for w in live for u in w.unit_ids)
     shares_all = [0] * len(units)
     if closed:
         for pos, share in zip(live_units, split_concurrency(int(level.value), len(live_units))):

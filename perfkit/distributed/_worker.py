@@ -32,6 +32,7 @@ class Unit:
     cfg: EngineConfig
     index: int  # global index among all units of the run
     count: int  # number of units in the run
+    worker: int = 0  # the worker that hosts it
 
 
 @dataclass(frozen=True)

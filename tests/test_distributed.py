@@ -1,0 +1,106 @@
+"""Distributed load on a real two-node Ray cluster against real Triton servers.
+
+The cluster is two Ray nodes on this machine (tests/conftest.py `ray_cluster`); Ray places
+one load worker per node. What must hold: the schedule is split exactly, counts add up,
+every worker's clock offset is measured and recorded, a killed worker is reported with its
+partial results kept, and a fleet's per-server breakdown adds up to the fleet total.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfkit.distributed import profile_distributed
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord
+from perfkit.server import LocalLaunch, launch_local
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def _spec(level: LoadLevel, **kw: Any) -> ProfileSpec:
+    base: dict[str, Any] = {
+        "measurement_interval_ms": 400.0,
+        "max_trials": 4,
+        "min_windows": 4,
+        "warmup_s": 0.3,
+        "stability_percentage": 50.0,
+    }
+    base.update(kw)
+    return ProfileSpec(model="identity", levels=(level,), **base)
+
+
+def test_closed_loop_over_two_nodes_adds_up(triton, ray_cluster, tmp_path: Path):
+    out = tmp_path / "run.json"
+    rec = profile_distributed([triton], _spec(LoadLevel("concurrency", 2)), address=ray_cluster,
+                              client_hosts=2, record_path=out)  # fmt: skip
+    lv = rec.levels[0]
+    assert lv.error_count == 0 and lv.service.count > 20
+    # one worker per node, each with a share of the concurrency, each clock tied to the coordinator
+    assert len(lv.workers) == 2
+    assert len({w.node for w in lv.workers}) == 2
+    assert all(w.request_count > 0 and w.status == "ok" for w in lv.workers)
+    assert sum(w.request_count for w in lv.workers) == lv.request_count
+    assert all(w.clock_uncertainty_ns > 0 for w in lv.workers)
+    # the merged windows add up to the level's completions inside the measurement period
+    assert sum(w.completed for w in lv.windows) == lv.inference_count
+    assert len(rec.distributed["workers"]) == 2 and rec.distributed["clock_uncertainty_max_ns"] > 0
+    # the saved record reads back with the distributed fields
+    again = RunRecord.load(out)
+    assert again.levels[0].workers == lv.workers and again.distributed == rec.distributed
+
+
+def test_open_loop_rate_split_exactly_over_two_nodes(triton, ray_cluster):
+    rate = 200.0
+    rec = profile_distributed([triton], _spec(LoadLevel("request_rate", rate, "constant")), address=ray_cluster,
+                              client_hosts=2)  # fmt: skip
+    lv = rec.levels[0]
+    due_in_period = rate * lv.duration_s
+    # every due time of the period belongs to exactly one worker: interleaved halves
+    assert abs(lv.request_count - due_in_period) <= 2
+    a, b = (w.request_count for w in lv.workers)
+    assert abs(a - b) <= 1
+    # late and dropped sends are counted, per worker and in total
+    assert lv.late_count == sum(w.late_count for w in lv.workers)
+    assert lv.dropped_count == sum(w.dropped_count for w in lv.workers)
+    assert lv.corrected is not None and lv.corrected.count + lv.error_count >= lv.request_count - lv.dropped_count
+
+
+def test_a_killed_worker_is_reported_and_its_partial_results_kept(triton, ray_cluster):
+    pids: dict[int, int] = {}
+
+    def progress(ev: dict[str, Any]) -> None:
+        if ev["event"] == "workers":
+            pids.update({int(w["worker"]): int(w["pid"]) for w in ev["workers"]})
+        elif ev["event"] == "window" and ev["window"] == 1:
+            os.kill(pids[1], signal.SIGKILL)  # our own worker process, started by this run
+
+    rec = profile_distributed([triton], _spec(LoadLevel("concurrency", 2)), address=ray_cluster,
+                              client_hosts=2, on_progress=progress)  # fmt: skip
+    lv = rec.levels[0]
+    assert lv.incomplete and not lv.stable
+    dead = [w for w in lv.workers if w.status == "died"]
+    assert [w.worker for w in dead] == [1]
+    assert dead[0].request_count > 0  # what it reported before dying is kept
+    assert "worker 1" in lv.note and "died" in lv.note
+    assert [w["status"] for w in rec.distributed["workers"]] == ["ok", "died"]
+    assert sum(w.request_count for w in lv.workers) == lv.request_count
+
+
+def test_fleet_of_two_servers_breakdown_adds_up(triton, ray_cluster, model_repo: Path):
+    with launch_local(LocalLaunch(model_repo, models=["identity"])) as second:
+        rec = profile_distributed([triton, second], _spec(LoadLevel("concurrency", 4)), address=ray_cluster,
+                                  client_hosts=2)  # fmt: skip
+    lv = rec.levels[0]
+    assert [s.url for s in lv.fleet] == [triton.endpoints.http_url, second.endpoints.http_url]
+    assert all(s.request_count > 0 for s in lv.fleet)
+    assert sum(s.request_count for s in lv.fleet) == lv.request_count
+    assert sum(s.service.count for s in lv.fleet) == lv.service.count
+    # each server's own statistics: it saw (at least) the requests sent to it in the period
+    for s in lv.fleet:
+        assert s.server is not None and s.server.request_count >= s.service.count * 0.5
+    assert rec.server["fleet"] == [s.url for s in lv.fleet]

@@ -104,3 +104,19 @@ def test_fleet_of_two_servers_breakdown_adds_up(triton, ray_cluster, model_repo:
     for s in lv.fleet:
         assert s.server is not None and s.server.request_count >= s.service.count * 0.5
     assert rec.server["fleet"] == [s.url for s in lv.fleet]
+
+
+def test_cli_profile_on_ray_against_a_fleet_file(triton, ray_cluster, tmp_path: Path, capsys):
+    from perfkit.cli import main
+
+    fleet = tmp_path / "servers.txt"
+    fleet.write_text(f"# the fleet\n{triton.endpoints.http_url}\n{triton.endpoints.http_url}  # same server twice\n")
+    out = tmp_path / "run.json"
+    args = ["profile", "-m", "identity", "-u", f"@{fleet}", "--ray", ray_cluster, "--client-hosts", "2",
+            "--concurrency-range", "2", "-p", "300", "-r", "3", "--min-windows", "3", "-o", str(out)]  # fmt: skip
+    rc = main(args)
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    rec = RunRecord.load(out)
+    assert len(rec.levels[0].fleet) == 2 and len(rec.levels[0].workers) == 2
+    assert f"server {triton.endpoints.http_url}:" in text and "clock offset" in text

@@ -6,6 +6,7 @@ candidate instead of restarting the server; always puts the user's config back.
 """
 
 from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
+from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._run import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes, tune
 from perfkit.tuner._space import (
     ResolvedSpace,
@@ -24,6 +25,7 @@ __all__ = [
     "TuneResult",
     "TuneSettings",
     "TuneSpace",
+    "WorkerOutcome",
     "apply_params",
     "concurrency_levels",
     "default_output_dir",
@@ -36,4 +38,5 @@ __all__ = [
     "parse_latency_ms",
     "resolve",
     "tune",
+    "tune_on_ray",
 ]

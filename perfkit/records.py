@@ -202,6 +202,9 @@ class WorkerShare:
     clock_uncertainty_ns: int
     status: Literal["ok", "died"] = "ok"
     note: str = ""
+    cpu_s: float = 0.0  # CPU time the worker's process used over the level
+    max_rss_bytes: int = 0  # the worker process's peak resident memory
+    digest_bytes: int = 0  # what it sent the coordinator for the level (pickled digests)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,11 @@ def test_open_loop_rate_split_exactly_over_two_nodes(triton, ray_cluster):
     # late and dropped sends are counted, per worker and in total
     assert lv.late_count == sum(w.late_count for w in lv.workers)
     assert lv.dropped_count == sum(w.dropped_count for w in lv.workers)
+    # accounting: each request of the period was sent or dropped
+    assert round(lv.sent_rps * lv.duration_s) + lv.dropped_count == lv.request_count
     assert lv.corrected is not None and lv.corrected.count + lv.error_count >= lv.request_count - lv.dropped_count
+    # what crossed the network: digests, not ~28 bytes per request; and each worker's cost is recorded
+    assert all(w.digest_bytes > 0 and w.cpu_s > 0 and w.max_rss_bytes > 0 for w in lv.workers)
 
 
 def test_a_killed_worker_is_reported_and_its_partial_results_kept(triton, ray_cluster):

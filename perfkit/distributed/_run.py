@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import logging
 import math
+import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ class _Worker:
     clock: ClockOffset | None = None
     dead: bool = False
     note: str = ""
+    digest_bytes: int = 0  # this level's
+    usage: tuple[float, int] = (0.0, 0)  # this level's CPU seconds, peak RSS bytes
 
 
 def _place(ray: Any, units: list[Unit], client_hosts: int) -> list[_Worker]:
@@ -344,6 +347,8 @@ def _measure_level(
     closed = level.mode == "concurrency"
     _sync_clocks(ray, [w for w in workers if not w.dead])
     live = [w for w in workers if not w.dead]
+    for w in live:
+        w.digest_bytes, w.usage = 0, (0.0, 0)
     live_units = sorted(u for w in live for u in w.unit_ids)
     shares_all = [0] * len(units)
     if closed:
@@ -380,6 +385,7 @@ def _measure_level(
         parts: list[WindowDigest] = []
         for w in live:
             if w.index in answers:
+                w.digest_bytes += len(pickle.dumps(answers[w.index]))
                 by_worker[w.index].append(answers[w.index])
                 parts.extend(answers[w.index])
         if not parts:
@@ -414,6 +420,10 @@ def _measure_level(
             break
     after = None if died else _snapshots(servers, stats_models)
     finals = _call_all(ray, live, "finish", windows, 0.5 if died else 30.0, timeout_s=CALL_TIMEOUT_S + 30)
+    for index, usage in _call_all(ray, live, "usage", timeout_s=CALL_TIMEOUT_S).items():
+        workers[index].usage = usage
+    for index, answer in finals.items():
+        workers[index].digest_bytes += len(pickle.dumps(answer))
     period_s = windows * window_ns / 1e9
     unit_digests: dict[int, LevelDigest] = {}
     for w in live:
@@ -525,6 +535,9 @@ def _result(
                 clock_uncertainty_ns=w.clock.uncertainty_ns,
                 status="died" if w.dead else "ok",
                 note=w.note,
+                cpu_s=w.usage[0],
+                max_rss_bytes=w.usage[1],
+                digest_bytes=w.digest_bytes,
             )
         )
     examples: dict[int, str] = {}

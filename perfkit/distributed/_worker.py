@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import socket
 import time
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ class LoadWorker:
         self._recorders: list[LevelRecorder] = []
         self._active: list[bool] = [False] * len(units)
         self._plan: LevelPlan | None = None
+        self._cpu_at_start_s = 0.0
 
     def identity(self) -> dict[str, object]:
         """Where this worker runs: host name, process id, Ray node id (when under Ray)."""
@@ -84,6 +86,7 @@ class LoadWorker:
     def start(self, plan: LevelPlan) -> None:
         """Start the level on every unit with a share; closed loops wait for the common start time."""
         self._plan = plan
+        self._cpu_at_start_s = time.process_time()
         closed = plan.level.mode == "concurrency"
         self._recorders = [
             LevelRecorder(
@@ -123,6 +126,10 @@ class LoadWorker:
             out.append(level_digest(self._recorders[i], end_ns))
         self._recorders = []
         return out
+
+    def usage(self) -> tuple[float, int]:
+        """CPU seconds this process used since the level's start, and its peak resident memory (bytes)."""
+        return time.process_time() - self._cpu_at_start_s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     def close(self) -> None:
         """Release every engine (connections, threads)."""

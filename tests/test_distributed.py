@@ -95,7 +95,7 @@ def test_a_killed_worker_is_reported_and_its_partial_results_kept(triton, ray_cl
     assert sum(w.request_count for w in lv.workers) == lv.request_count
 
 
-def test_fleet_of_two_servers_breakdown_adds_up(triton, ray_cluster, model_repo: Path):
+def test_fleet_of_two_servers_breakdown_adds_up(triton, ray_cluster, model_repo: Path, tmp_path: Path):
     with launch_local(LocalLaunch(model_repo, models=["identity"])) as second:
         rec = profile_distributed([triton, second], _spec(LoadLevel("concurrency", 4)), address=ray_cluster,
                                   client_hosts=2)  # fmt: skip
@@ -108,6 +108,12 @@ def test_fleet_of_two_servers_breakdown_adds_up(triton, ray_cluster, model_repo:
     for s in lv.fleet:
         assert s.server is not None and s.server.request_count >= s.service.count * 0.5
     assert rec.server["fleet"] == [s.url for s in lv.fleet]
+    # the report shows the fleet total and each server's share, and the workers
+    from perfkit.report import write_profile_report
+
+    html = write_profile_report([rec], tmp_path / "report.html").read_text()
+    assert "Fleet: total and per server" in html and "fleet total" in html
+    assert second.endpoints.http_url in html and "Load workers (Ray)" in html
 
 
 def test_cli_profile_on_ray_against_a_fleet_file(triton, ray_cluster, tmp_path: Path, capsys):

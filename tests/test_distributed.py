@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -130,3 +131,58 @@ def test_cli_profile_on_ray_against_a_fleet_file(triton, ray_cluster, tmp_path: 
     rec = RunRecord.load(out)
     assert len(rec.levels[0].fleet) == 2 and len(rec.levels[0].workers) == 2
     assert f"server {triton.endpoints.http_url}:" in text and "clock offset" in text
+
+
+def test_digests_of_real_samples_merge_to_what_one_process_records(triton):
+    """Real samples from one engine against Triton, split between two 'workers' by request: the
+    merged digests equal the one recorder's figures (counts exactly, percentiles to the bucket)."""
+    from time import perf_counter_ns
+
+    from perfkit.distributed import MergedWindows, level_digest, merge_counts, merge_summaries, window_digest
+    from perfkit.loadgen import EngineConfig, LoadGenerator, ModelIO, http_payload, synthetic_tensors
+    from perfkit.recorder import LevelRecorder, summarize
+    from perfkit.records import Samples
+    from perfkit.server.remote import parse_host_port
+
+    io = ModelIO.from_server(triton.model_metadata("identity"), triton.model_config("identity"), "")
+    host, port = parse_host_port(triton.endpoints.http_url)
+    tensors = synthetic_tensors(io, mode="random", batch_size=1, shapes={}, string_length=16, seed=0)
+    payload = http_payload(io, tensors, triton.endpoints.http_url)
+    window_ns, windows = 250_000_000, 4
+    with LoadGenerator(EngineConfig("http", host, port, (payload,)), workers=1) as gen:
+        t0 = gen.start(LoadLevel("concurrency", 2))
+        start = t0 + 100_000_000
+        end = start + windows * window_ns
+        # the level's windows are defined by time: let them pass (plus stragglers' margin)
+        time.sleep(max(0.0, (end + 50_000_000 - perf_counter_ns()) / 1e9))
+        samples = gen.stop()
+    assert len(samples) > 100
+
+    def recorder() -> LevelRecorder:
+        return LevelRecorder(start_ns=start, window_ns=window_ns, closed_loop=True, batch_size=1)
+
+    one = recorder()
+    one.add(samples)
+    halves = []
+    for i in range(2):
+        pick = slice(i, None, 2)
+        r = recorder()
+        r.add(Samples(samples.due_ns[pick], samples.sent_ns[pick], samples.done_ns[pick], samples.status[pick]))
+        halves.append(r)
+    merged = MergedWindows()
+    for k in range(1, windows + 1):
+        merged.add([window_digest(r, k) for r in halves])
+    digests = [level_digest(r, end) for r in halves]
+    counts = merge_counts([d.counts for d in digests], [None, None])
+    want = one.counts(end)
+    assert (counts.request_count, counts.inference_count, counts.error_count) == (
+        want.request_count,
+        want.inference_count,
+        want.error_count,
+    )
+    single = summarize("service", one.latencies_us(end, "service"))
+    got = merge_summaries("service", [d.service for d in digests])
+    assert (got.count, got.min_us, got.max_us) == (single.count, single.min_us, single.max_us)
+    assert got.mean_us == pytest.approx(single.mean_us, rel=1e-9)
+    assert (got.p50_us, got.p90_us, got.p99_us) == (single.p50_us, single.p90_us, single.p99_us)
+    assert [w.completed for w in merged.windows] == [w.completed for w in one.windows(windows)]

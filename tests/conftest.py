@@ -64,7 +64,8 @@ def ray_cluster() -> Iterator[str]:
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
     cluster = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
     try:
-        cluster.add_node(**small)
+        # the second node alone offers a custom resource, as client hosts would be labelled
+        cluster.add_node(**small, resources={"perfkit_client": 1})
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False)
         yield cluster.address

@@ -186,3 +186,16 @@ def test_digests_of_real_samples_merge_to_what_one_process_records(triton):
     assert got.mean_us == pytest.approx(single.mean_us, rel=1e-9)
     assert (got.p50_us, got.p90_us, got.p99_us) == (single.p50_us, single.p90_us, single.p99_us)
     assert [w.completed for w in merged.windows] == [w.completed for w in one.windows(windows)]
+
+
+def test_workers_go_only_to_nodes_offering_the_client_resource(triton, ray_cluster):
+    from perfkit.errors import UsageError
+
+    rec = profile_distributed([triton], _spec(LoadLevel("concurrency", 2), max_trials=1, min_windows=1),
+                              address=ray_cluster, client_hosts=2, node_resource="perfkit_client")  # fmt: skip
+    lv = rec.levels[0]
+    assert len(lv.workers) == 2 and len({w.node for w in lv.workers}) == 1  # both on the labelled node
+    assert rec.distributed["node_resource"] == "perfkit_client"
+    with pytest.raises(UsageError, match="no live node"):
+        profile_distributed([triton], _spec(LoadLevel("concurrency", 1)), address=ray_cluster,
+                            node_resource="no_such_resource")  # fmt: skip

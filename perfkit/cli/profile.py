@@ -254,6 +254,12 @@ class _Progress:
 @click.option(
     "--client-hosts", type=int, default=None, help="With --ray: load workers to place (default: one per node)."
 )
+@click.option(
+    "--client-resource",
+    default=None,
+    metavar="NAME",
+    help="With --ray: place workers only on nodes offering this custom resource (ray start --resources).",
+)
 @server_options()
 def command(**kw: Any) -> None:
     """Measure throughput and latency of a model under load, like perf_analyzer.
@@ -270,9 +276,10 @@ def command(**kw: Any) -> None:
     """
     urls = _fleet_urls(kw.pop("urls"))
     ray_address, client_hosts = kw.pop("ray_address"), kw.pop("client_hosts")
+    client_resource = kw.pop("client_resource")
     if len(urls) > 1 and not ray_address:
         raise UsageError("several -u servers (a fleet) need --ray ADDRESS|auto to drive them")
-    if client_hosts is not None and not ray_address:
+    if (client_hosts is not None or client_resource) and not ray_address:
         raise UsageError("--client-hosts places workers on a Ray cluster: give --ray ADDRESS|auto too")
     url = urls[0] if urls else None
     protocol = kw["protocol"]
@@ -320,7 +327,9 @@ def command(**kw: Any) -> None:
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:
-        run_profile_ray(opts, spec, out, kw["csv_path"], kw["report_path"], ray_address, client_hosts, urls[1:])
+        run_profile_ray(
+            opts, spec, out, kw["csv_path"], kw["report_path"], ray_address, client_hosts, urls[1:], client_resource
+        )
         return
     run_profile(opts, spec, out, kw["csv_path"], kw["report_path"])
 
@@ -356,13 +365,17 @@ def run_profile_ray(
     address: str,
     client_hosts: int | None,
     more_urls: list[str],
+    client_resource: str | None = None,
 ) -> RunRecord:
     """Like run_profile, with the load workers on a Ray cluster and a fleet of servers; raises like it."""
     from perfkit.distributed import alive_nodes, connect, profile_distributed
     from perfkit.server.remote import attach_remote
 
     ray = connect(address)
-    hosts = client_hosts if client_hosts is not None else max(1, len(alive_nodes(ray)))
+    nodes = alive_nodes(ray)
+    if client_resource:
+        nodes = [n for n in nodes if float(n.get("Resources", {}).get(client_resource, 0)) > 0]
+    hosts = client_hosts if client_hosts is not None else max(1, len(nodes))
     if opts.mode != "remote":
         click.echo(f"perfkit: starting {opts.mode} Triton server on {opts.model_repository} ...", err=True)
     with open_server(opts) as server:
@@ -380,6 +393,7 @@ def run_profile_ray(
                 spec,
                 address=address,
                 client_hosts=hosts,
+                node_resource=client_resource,
                 command=tuple(sys.argv),
                 on_progress=_Progress(),
                 record_path=out,

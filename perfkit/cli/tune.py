@@ -200,7 +200,13 @@ def command(  # noqa: PLR0917
             hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit)",
         )
     if ray_address:
-        _tune_on_ray(opts, settings, space, ray_address, tune_workers, gpus_per_worker)
+        last_ok = _tune_on_ray(opts, settings, space, ray_address, tune_workers, gpus_per_worker)
+        if report_path is not None:
+            from perfkit.report import load_inputs, write_tune_report
+
+            runs, tunes = load_inputs([last_ok])
+            write_tune_report(tunes[0], report_path, runs)
+            click.echo(f"perfkit: tune report written to {report_path}", err=True)
         return
     if tune_workers is not None:
         raise UsageError("--tune-workers places workers on a Ray cluster: give --ray ADDRESS|auto too")
@@ -219,7 +225,10 @@ def command(  # noqa: PLR0917
 
 def _tune_on_ray(
     opts: Any, settings: TuneSettings, space: TuneSpace, address: str, workers: int | None, gpus: float
-) -> None:
+) -> Path:
+    """Run tune --ray and print each worker's outcome; returns the output folder of the last worker
+    to finish well (its tune.json holds every trial of the shared study). Raises MeasurementError
+    when every worker failed."""
     from perfkit.errors import MeasurementError
     from perfkit.tuner import tune_on_ray
 
@@ -239,3 +248,4 @@ def _tune_on_ray(
     click.echo(f"results in {out_dir} (one folder per worker)")
     if not ok:
         raise MeasurementError("every tuning worker failed", hint="see each worker's error above")
+    return Path(ok[-1].output_dir)

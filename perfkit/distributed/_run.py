@@ -87,10 +87,17 @@ class _Worker:
     usage: tuple[float, int] = (0.0, 0)  # this level's CPU seconds, peak RSS bytes
 
 
-def _place(ray: Any, units: list[Unit], client_hosts: int) -> list[_Worker]:
+def _place(ray: Any, units: list[Unit], client_hosts: int, node_resource: str | None = None) -> list[_Worker]:
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = alive_nodes(ray)
+    if node_resource:
+        nodes = [n for n in nodes if float(n.get("Resources", {}).get(node_resource, 0)) > 0]
+        if not nodes:
+            raise UsageError(
+                f"--client-resource {node_resource}: no live node of the Ray cluster offers that resource",
+                hint=f"start client hosts with ray start --resources '{{\"{node_resource}\": 1}}'",
+            )
     if not nodes:
         raise UsageError("the Ray cluster has no live node")
     remote_cls = ray.remote(num_cpus=0, max_restarts=0)(LoadWorker)
@@ -237,6 +244,7 @@ def profile_distributed(
     *,
     address: str = "auto",
     client_hosts: int = 2,
+    node_resource: str | None = None,
     command: tuple[str, ...] = (),
     on_progress: Progress | None = None,
     record_path: Path | None = None,
@@ -244,7 +252,8 @@ def profile_distributed(
     """Measure every level of spec with load workers on a Ray cluster, against one or more servers.
 
     Each of `client_hosts` workers (Ray actors spread over the cluster's nodes) runs one engine
-    per server; the schedule is split exactly among all of them, levels start at one
+    per server (only nodes offering the custom resource `node_resource`, when given); the
+    schedule is split exactly among all of them, levels start at one
     coordinated time, and only digests (histograms and counts) come back. Raises UsageError
     (bad input, no Ray), MeasurementError (with `.record`) when every worker or a server is lost.
     """
@@ -263,10 +272,16 @@ def profile_distributed(
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []
     units = _units(servers, spec, io, client_hosts, intervals)
-    workers = _place(ray, units, client_hosts)
+    workers = _place(ray, units, client_hosts, node_resource)
     if on_progress:
         on_progress({"event": "workers", "workers": [dict(w.identity, worker=w.index) for w in workers]})
-    meta: dict[str, Any] = {"address": address, "client_hosts": client_hosts, "servers": urls, "spread": "round_robin"}
+    meta: dict[str, Any] = {
+        "address": address,
+        "client_hosts": client_hosts,
+        "node_resource": node_resource,
+        "servers": urls,
+        "spread": "round_robin",
+    }
 
     def record(status: str = "ok", error: str | None = None) -> RunRecord:
         meta["nodes"] = sorted({str(w.identity.get("node_id", "")) for w in workers})

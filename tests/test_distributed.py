@@ -8,6 +8,7 @@ partial results kept, and a fleet's per-server breakdown adds up to the fleet to
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -77,15 +78,19 @@ def test_open_loop_rate_split_exactly_over_two_nodes(triton, ray_cluster):
 
 def test_a_killed_worker_is_reported_and_its_partial_results_kept(triton, ray_cluster):
     pids: dict[int, int] = {}
+    killed: list[int] = []
 
     def progress(ev: dict[str, Any]) -> None:
         if ev["event"] == "workers":
             pids.update({int(w["worker"]): int(w["pid"]) for w in ev["workers"]})
-        elif ev["event"] == "window" and ev["window"] == 1:
+        elif ev["event"] == "window" and ev["window"] == 1 and not killed:
             os.kill(pids[1], signal.SIGKILL)  # our own worker process, started by this run
+            killed.append(pids[1])
 
-    rec = profile_distributed([triton], _spec(LoadLevel("concurrency", 2)), address=ray_cluster,
-                              client_hosts=2, on_progress=progress)  # fmt: skip
+    spec = dataclasses.replace(
+        _spec(LoadLevel("concurrency", 2)), levels=(LoadLevel("concurrency", 2), LoadLevel("request_rate", 150.0))
+    )
+    rec = profile_distributed([triton], spec, address=ray_cluster, client_hosts=2, on_progress=progress)
     lv = rec.levels[0]
     assert lv.incomplete and not lv.stable
     dead = [w for w in lv.workers if w.status == "died"]
@@ -94,6 +99,10 @@ def test_a_killed_worker_is_reported_and_its_partial_results_kept(triton, ray_cl
     assert "worker 1" in lv.note and "died" in lv.note
     assert [w["status"] for w in rec.distributed["workers"]] == ["ok", "died"]
     assert sum(w.request_count for w in lv.workers) == lv.request_count
+    # the next level goes on with the survivor, which takes the whole rate
+    nxt = rec.levels[1]
+    assert [w.worker for w in nxt.workers] == [0] and not nxt.incomplete
+    assert abs(nxt.request_count - 150.0 * nxt.duration_s) <= 2
 
 
 def test_fleet_of_two_servers_breakdown_adds_up(triton, ray_cluster, model_repo: Path, tmp_path: Path):

@@ -383,6 +383,7 @@ def _measure_level(
             window_ns=window_ns,
             batch_size=spec.batch_size,
             shares=tuple(shares_all[u] for u in w.unit_ids),
+            slots=tuple((live_units.index(u), len(live_units)) for u in w.unit_ids),
         )
         refs[w.index] = plan
     _call_all_plans(ray, live, refs)

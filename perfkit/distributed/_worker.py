@@ -46,6 +46,9 @@ class LevelPlan:
     window_ns: int
     batch_size: int
     shares: tuple[int, ...]  # closed loop: concurrency of each unit (0: idle this level)
+    # open loop: each unit's (index, count) in this level's split of the due times; empty: the
+    # units' own. After a worker is lost, the survivors re-split the whole rate among themselves.
+    slots: tuple[tuple[int, int], ...] = ()
 
 
 def _sleep_until(t_ns: int) -> None:
@@ -101,7 +104,8 @@ class LoadWorker:
             share = plan.shares[i] if closed else 0
             self._active[i] = share > 0 or not closed
             if self._active[i]:
-                engine.start(plan.level, plan.t0_ns, share, unit.index, unit.count)
+                index, count = plan.slots[i] if plan.slots else (unit.index, unit.count)
+                engine.start(plan.level, plan.t0_ns, share, index, count)
 
     def window(self, k: int) -> list[WindowDigest]:
         """Digests of window k of every unit, once window k has ended on this worker's clock."""

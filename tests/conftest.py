@@ -60,6 +60,7 @@ def ray_cluster() -> Iterator[str]:
         pytest.skip('Ray is not installed (pip install "perfkit[distributed]")')
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # Ray's workers import perfkit: make sure they find this checkout's copy.
+    old_path = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
     cluster = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
@@ -72,3 +73,7 @@ def ray_cluster() -> Iterator[str]:
     finally:
         ray.shutdown()
         cluster.shutdown()
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path

@@ -11,6 +11,7 @@ when a distributed run starts.
 """
 
 from perfkit.distributed._clock import ClockOffset, measure_offset
+from perfkit.distributed._cluster import alive_nodes, connect
 from perfkit.distributed._digest import (
     LevelDigest,
     MergedWindows,
@@ -20,7 +21,7 @@ from perfkit.distributed._digest import (
     merge_summaries,
     window_digest,
 )
-from perfkit.distributed._run import alive_nodes, connect, profile_distributed
+from perfkit.distributed._run import profile_distributed
 
 __all__ = [
     "ClockOffset",

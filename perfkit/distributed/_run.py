@@ -9,27 +9,23 @@ import math
 import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
 
-from perfkit.distributed._clock import ClockOffset, measure_offset
-from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest, merge_counts, merge_summaries
-from perfkit.distributed._worker import LevelPlan, LoadWorker, Unit
+from perfkit.distributed._assemble import level_result, partial_digest, snapshots
+from perfkit.distributed._cluster import CALL_TIMEOUT_S, Placed, call_all, call_start, connect, place, sync_clocks
+from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest
+from perfkit.distributed._worker import LevelPlan, Unit
 from perfkit.errors import MeasurementError, ServerError, UsageError
 from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, synthetic_tensors
 from perfkit.measure._context import make_record, server_info
-from perfkit.measure._server_stats import composing_models, delta, snapshot
+from perfkit.measure._server_stats import composing_models
 from perfkit.records import (
-    LatencySummary,
     LevelResult,
     LoadLevel,
     ProfileSpec,
     RunRecord,
-    ServerShare,
-    WorkerShare,
-    status_name,
 )
 from perfkit.schedule import read_intervals_file, split_concurrency
 from perfkit.server.base import Server
@@ -39,91 +35,6 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any]], None]
 START_LEAD_NS = 300_000_000  # levels start this far ahead of the order, so every worker has it in time
-CALL_TIMEOUT_S = 60.0  # longest a worker may take to answer a call beyond its own waiting
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("--ray needs Ray, which is not installed", hint='pip install "perfkit[distributed]"') from None
-    return ray
-
-
-def connect(address: str) -> Any:
-    """Join the Ray cluster at address ('auto': the one this host belongs to); returns the ray module.
-
-    Raises UsageError when Ray is missing or no cluster answers there.
-    """
-    ray = _ray()
-    if ray.is_initialized():
-        return ray
-    try:
-        ray.init(address=address, ignore_reinit_error=True, log_to_driver=False, logging_level=logging.WARNING)
-    except (ConnectionError, RuntimeError, ValueError) as err:
-        raise UsageError(
-            f"--ray {address}: no Ray cluster answers there ({str(err).splitlines()[0]})",
-            hint="start one with `ray start --head` (and `ray start --address=HEAD:PORT` on each client host)",
-        ) from None
-    return ray
-
-
-def alive_nodes(ray: Any) -> list[dict[str, Any]]:
-    """The cluster's live nodes, in a stable order (by node id)."""
-    return sorted((n for n in ray.nodes() if n.get("Alive")), key=lambda n: str(n["NodeID"]))
-
-
-@dataclass
-class _Worker:
-    index: int
-    handle: Any
-    units: list[Unit]
-    unit_ids: list[int]  # positions of its units in the run's unit list
-    identity: dict[str, Any] = field(default_factory=dict)
-    clock: ClockOffset | None = None
-    dead: bool = False
-    note: str = ""
-    digest_bytes: int = 0  # this level's
-    usage: tuple[float, int] = (0.0, 0)  # this level's CPU seconds, peak RSS bytes
-
-
-def _place(ray: Any, units: list[Unit], client_hosts: int, node_resource: str | None = None) -> list[_Worker]:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    nodes = alive_nodes(ray)
-    if node_resource:
-        nodes = [n for n in nodes if float(n.get("Resources", {}).get(node_resource, 0)) > 0]
-        if not nodes:
-            raise UsageError(
-                f"--client-resource {node_resource}: no live node of the Ray cluster offers that resource",
-                hint=f"start client hosts with ray start --resources '{{\"{node_resource}\": 1}}'",
-            )
-    if not nodes:
-        raise UsageError("the Ray cluster has no live node")
-    remote_cls = ray.remote(num_cpus=0, max_restarts=0)(LoadWorker)
-    workers = []
-    for i in range(client_hosts):
-        mine = [u.index for u in units if u.worker == i]
-        node = nodes[i % len(nodes)]  # spread: worker i on node i mod N
-        handle = remote_cls.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False),
-        ).remote(i, [units[u] for u in mine])
-        workers.append(_Worker(i, handle, [units[u] for u in mine], mine))
-    idents = ray.get([w.handle.identity.remote() for w in workers], timeout=CALL_TIMEOUT_S * 2)
-    for w, ident in zip(workers, idents):
-        w.identity = ident
-    return workers
-
-
-def _sync_clocks(ray: Any, workers: list[_Worker]) -> None:
-    for w in workers:
-        if not w.dead:
-            handle = w.handle
-
-            def read(handle: Any = handle) -> int:
-                return int(ray.get(handle.clock_ns.remote(), timeout=CALL_TIMEOUT_S))
-
-            w.clock = measure_offset(read)
 
 
 def _units(
@@ -177,22 +88,6 @@ def _check(spec: ProfileSpec, client_hosts: int, io: ModelIO) -> None:
         raise UsageError("no load levels to measure")
 
 
-def _call_all(ray: Any, workers: list[_Worker], method: str, *args: Any, timeout_s: float) -> dict[int, Any]:
-    """Call a method on every live worker at once; a worker that died is marked, not raised."""
-    refs = {w.index: getattr(w.handle, method).remote(*args) for w in workers if not w.dead}
-    out = {}
-    for w in workers:
-        if w.index not in refs:
-            continue
-        try:
-            out[w.index] = ray.get(refs[w.index], timeout=timeout_s)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ray.exceptions.RayTaskError) as err:
-            w.dead = True
-            w.note = f"{method}: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-            log.warning("load worker %d lost during %s: %s", w.index, method, w.note)
-    return out
-
-
 def _sleep_until(t_ns: int) -> None:
     while True:
         left = (t_ns - perf_counter_ns()) / 1e9
@@ -203,39 +98,6 @@ def _sleep_until(t_ns: int) -> None:
 
 def _target_rel(spec: ProfileSpec) -> tuple[float, float]:
     return spec.stability_percentage / 200.0, spec.stability_percentage / 100.0
-
-
-def _partial_digest(parts: list[WindowDigest], closed: bool, period_s: float, batch_size: int) -> LevelDigest:
-    """What a worker that died had reported: its windows, as a level digest (late/dropped unknown)."""
-    from perfkit.distributed._digest import summary_from_windows
-    from perfkit.recorder import LevelCounts
-
-    completed = sum(p.window.completed for p in parts)
-    errors = sum(p.window.errors for p in parts)
-    sent = parts[-1].sent if parts else 0
-    per_s = 1 / period_s if period_s > 0 else 0.0
-    counts = LevelCounts(
-        request_count=completed + errors,
-        inference_count=completed * batch_size,
-        throughput_infer_per_s=completed * batch_size * per_s,
-        sent_rps=sent * per_s,
-        completed_rps=(completed + errors) * per_s,
-        error_count=errors,
-        errors={"worker_lost_errors": errors} if errors else {},
-        late_count=0,
-        dropped_count=0,
-        send_lateness_p99_us=None,
-    )
-    service = summary_from_windows("service", parts, level=closed)
-    corrected = None if closed else summary_from_windows("corrected", parts, level=True)
-    return LevelDigest(counts, service, corrected, None)
-
-
-def _share_of(digests: list[LevelDigest], closed: bool) -> tuple[Any, LatencySummary, LatencySummary | None]:
-    counts = merge_counts([d.counts for d in digests], [d.lateness_hist for d in digests])
-    service = merge_summaries("service", [d.service for d in digests])
-    corrected = None if closed else merge_summaries("corrected", [d.corrected for d in digests if d.corrected])
-    return counts, service, corrected
 
 
 def profile_distributed(
@@ -272,7 +134,7 @@ def profile_distributed(
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []
     units = _units(servers, spec, io, client_hosts, intervals)
-    workers = _place(ray, units, client_hosts, node_resource)
+    workers = place(ray, units, client_hosts, node_resource)
     if on_progress:
         on_progress({"event": "workers", "workers": [dict(w.identity, worker=w.index) for w in workers]})
     meta: dict[str, Any] = {
@@ -352,7 +214,7 @@ def profile_distributed(
 def _measure_level(
     ray: Any,
     servers: list[Server],
-    workers: list[_Worker],
+    workers: list[Placed],
     units: list[Unit],
     spec: ProfileSpec,
     level: LoadLevel,
@@ -360,7 +222,7 @@ def _measure_level(
     progress: Progress | None,
 ) -> tuple[LevelResult, bool]:
     closed = level.mode == "concurrency"
-    _sync_clocks(ray, [w for w in workers if not w.dead])
+    sync_clocks(ray, [w for w in workers if not w.dead])
     live = [w for w in workers if not w.dead]
     for w in live:
         w.digest_bytes, w.usage = 0, (0.0, 0)
@@ -386,9 +248,9 @@ def _measure_level(
             slots=tuple((live_units.index(u), len(live_units)) for u in w.unit_ids),
         )
         refs[w.index] = plan
-    _call_all_plans(ray, live, refs)
+    call_start(ray, live, refs)
     _sleep_until(measure_from)
-    before = _snapshots(servers, stats_models)
+    before = snapshots(servers, stats_models)
     merged = MergedWindows()
     by_worker: dict[int, list[list[WindowDigest]]] = {w.index: [] for w in workers}
     tgt_tput, tgt_lat = _target_rel(spec)
@@ -397,7 +259,7 @@ def _measure_level(
     for k in range(1, spec.max_trials + 1):
         end = measure_from + k * window_ns
         _sleep_until(end)
-        answers = _call_all(ray, live, "window", k, timeout_s=CALL_TIMEOUT_S)
+        answers = call_all(ray, live, "window", k, timeout_s=CALL_TIMEOUT_S)
         parts: list[WindowDigest] = []
         for w in live:
             if w.index in answers:
@@ -434,9 +296,9 @@ def _measure_level(
         if k >= spec.min_windows and throughput_ok and lat_ok:
             stable = True
             break
-    after = None if died else _snapshots(servers, stats_models)
-    finals = _call_all(ray, live, "finish", windows, 0.5 if died else 30.0, timeout_s=CALL_TIMEOUT_S + 30)
-    for index, usage in _call_all(ray, live, "usage", timeout_s=CALL_TIMEOUT_S).items():
+    after = None if died else snapshots(servers, stats_models)
+    finals = call_all(ray, live, "finish", windows, 0.5 if died else 30.0, timeout_s=CALL_TIMEOUT_S + 30)
+    for index, usage in call_all(ray, live, "usage", timeout_s=CALL_TIMEOUT_S).items():
         workers[index].usage = usage
     for index, answer in finals.items():
         workers[index].digest_bytes += len(pickle.dumps(answer))
@@ -450,9 +312,9 @@ def _measure_level(
             reported = by_worker[w.index]
             for j, pos in enumerate(w.unit_ids):
                 per_unit = [answer[j] for answer in reported]
-                unit_digests[pos] = _partial_digest(per_unit, closed, period_s, spec.batch_size)
+                unit_digests[pos] = partial_digest(per_unit, closed, period_s, spec.batch_size)
     lost = [w for w in live if w.dead]
-    result = _result(
+    result = level_result(
         servers, workers, live, units, unit_digests, spec, level, merged, windows, stable, before, after, stats_models
     )
     if lost:
@@ -467,112 +329,3 @@ def _measure_level(
     if died:
         result = dataclasses.replace(result, note=("server died; " + result.note).strip("; "))
     return result, died
-
-
-def _call_all_plans(ray: Any, live: list[_Worker], plans: dict[int, LevelPlan]) -> None:
-    refs = {w.index: w.handle.start.remote(plans[w.index]) for w in live}
-    for w in live:
-        try:
-            ray.get(refs[w.index], timeout=CALL_TIMEOUT_S)
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ray.exceptions.RayTaskError) as err:
-            w.dead = True
-            w.note = f"start: {type(err).__name__}: {str(err).splitlines()[0][:200]}"
-
-
-def _snapshots(servers: list[Server], models: list[str]) -> list[dict[str, Any] | None]:
-    out: list[dict[str, Any] | None] = []
-    for s in servers:
-        try:
-            out.append(snapshot(s.model_stats, models))
-        except ServerError:
-            out.append(None)
-    return out
-
-
-def _result(
-    servers: list[Server],
-    workers: list[_Worker],
-    live: list[_Worker],
-    units: list[Unit],
-    unit_digests: dict[int, LevelDigest],
-    spec: ProfileSpec,
-    level: LoadLevel,
-    merged: MergedWindows,
-    windows: int,
-    stable: bool,
-    before: list[dict[str, Any] | None],
-    after: list[dict[str, Any] | None] | None,
-    stats_models: list[str],
-) -> LevelResult:
-    closed = level.mode == "concurrency"
-    digests = list(unit_digests.values())
-    counts, service, corrected = _share_of(digests, closed)
-    server_stats = []
-    for i in range(len(servers)):
-        b = before[i]
-        a = after[i] if after is not None else None
-        server_stats.append(delta(b, a, stats_models[0]) if b is not None and a is not None else None)
-    fleet: tuple[ServerShare, ...] = ()
-    if len(servers) > 1:
-        shares = []
-        for i, s in enumerate(servers):
-            mine = [d for pos, d in unit_digests.items() if units[pos].server == i]
-            c, sv, co = _share_of(mine, closed)
-            shares.append(
-                ServerShare(
-                    url=s.endpoints.http_url,
-                    request_count=c.request_count,
-                    inference_count=c.inference_count,
-                    throughput_infer_per_s=c.throughput_infer_per_s,
-                    error_count=c.error_count,
-                    late_count=c.late_count,
-                    dropped_count=c.dropped_count,
-                    service=sv,
-                    corrected=co,
-                    server=server_stats[i],
-                )
-            )
-        fleet = tuple(shares)
-    worker_shares = []
-    for w in live:
-        mine = [unit_digests[pos] for pos in w.unit_ids if pos in unit_digests]
-        c = merge_counts([d.counts for d in mine], [d.lateness_hist for d in mine])
-        assert w.clock is not None
-        worker_shares.append(
-            WorkerShare(
-                worker=w.index,
-                node=str(w.identity.get("node_id", "")),
-                servers=tuple(sorted({servers[u.server].endpoints.http_url for u in w.units})),
-                request_count=c.request_count,
-                error_count=c.error_count,
-                late_count=c.late_count,
-                dropped_count=c.dropped_count,
-                clock_offset_ns=w.clock.offset_ns,
-                clock_uncertainty_ns=w.clock.uncertainty_ns,
-                status="died" if w.dead else "ok",
-                note=w.note,
-                cpu_s=w.usage[0],
-                max_rss_bytes=w.usage[1],
-                digest_bytes=w.digest_bytes,
-            )
-        )
-    examples: dict[int, str] = {}
-    for d in digests:
-        for k, v in d.error_examples.items():
-            examples.setdefault(k, v)
-    note = "; ".join(f"{status_name(k)}: {v.strip()[:160]}" for k, v in sorted(examples.items()))
-    return LevelResult(
-        load=level,
-        batch_size=spec.batch_size,
-        stable=stable,
-        precision=merged.precision(spec.percentile, closed),
-        duration_s=windows * spec.measurement_interval_ms / 1e3,
-        **dataclasses.asdict(counts),
-        service=service,
-        corrected=corrected,
-        windows=tuple(merged.windows),
-        server=server_stats[0] if len(servers) == 1 else None,
-        note=note,
-        fleet=fleet,
-        workers=tuple(worker_shares),
-    )

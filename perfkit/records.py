@@ -150,6 +150,10 @@ class LevelResult:
     server: ServerStats | None = None
     metrics: tuple[MetricSample, ...] = ()
     note: str = ""
+    # Distributed runs (perfkit.distributed) only; empty for one client machine.
+    fleet: tuple[ServerShare, ...] = ()  # per-server breakdown when load went to several servers
+    workers: tuple[WorkerShare, ...] = ()  # per load worker: its share, clock offset, fate
+    incomplete: bool = False  # a worker died mid-level: figures hold what the others (and it, before) sent
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -160,6 +164,47 @@ class LevelResult:
                 raise KeyError("no corrected latency in a closed-loop level")
             return self.corrected
         return self.corrected or self.service
+
+
+@dataclass(frozen=True)
+class ServerShare:
+    """One server's part of a level measured against a fleet (requests it was sent, its latencies)."""
+
+    url: str
+    request_count: int
+    inference_count: int
+    throughput_infer_per_s: float
+    error_count: int
+    late_count: int
+    dropped_count: int
+    service: LatencySummary
+    corrected: LatencySummary | None = None
+    server: ServerStats | None = None
+
+
+@dataclass(frozen=True)
+class WorkerShare:
+    """One distributed load worker's part of a level, and how well its clock was tied to the coordinator's.
+
+    clock_offset_ns: the worker's monotonic clock minus the coordinator's (applied to its
+    schedule and windows); clock_uncertainty_ns: half the smallest round trip it was measured with.
+    status: 'ok', or 'died' (its results up to its last report are kept).
+    """
+
+    worker: int
+    node: str
+    servers: tuple[str, ...]
+    request_count: int
+    error_count: int
+    late_count: int
+    dropped_count: int
+    clock_offset_ns: int
+    clock_uncertainty_ns: int
+    status: Literal["ok", "died"] = "ok"
+    note: str = ""
+    cpu_s: float = 0.0  # CPU time the worker's process used over the level
+    max_rss_bytes: int = 0  # the worker process's peak resident memory
+    digest_bytes: int = 0  # what it sent the coordinator for the level (pickled digests)
 
 
 @dataclass(frozen=True)
@@ -176,6 +221,8 @@ class RunRecord:
     levels: tuple[LevelResult, ...]
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
+    # Distributed runs only: Ray address, nodes, workers and their clock offsets, the fleet's URLs.
+    distributed: dict[str, Any] = field(default_factory=dict)
     schema: str = RUN_SCHEMA
     schema_version: int = RUN_SCHEMA_VERSION
 

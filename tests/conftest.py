@@ -41,3 +41,39 @@ def triton(session_repo: Path) -> Iterator[LocalServer]:
 def model_repo(tmp_path: Path) -> Path:
     """A private, writable copy of all fixture models for a test that changes configs."""
     return copy_models(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """A two-node Ray cluster on this machine (one process tree per node), joined by this process.
+
+    Yields the cluster's address. Under CI=true a missing Ray fails the test instead of skipping it.
+    """
+    import os
+
+    try:
+        import ray
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            pytest.fail('Ray is not installed: pip install -e ".[dev]" (it brings perfkit[distributed])')
+        pytest.skip('Ray is not installed (pip install "perfkit[distributed]")')
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray's workers import perfkit: make sure they find this checkout's copy.
+    old_path = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    small = {"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024}
+    cluster = Cluster(initialize_head=True, head_node_args={**small, "include_dashboard": False})
+    try:
+        # the second node alone offers a custom resource, as client hosts would be labelled
+        cluster.add_node(**small, resources={"perfkit_client": 1})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False)
+        yield cluster.address
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if old_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_path

@@ -25,6 +25,7 @@ LAYERS: list[set[str]] = [
     {"recorder"},
     {"loadgen"},
     {"measure"},
+    {"distributed"},  # measure's level loop spread over Ray workers; the tuner's --ray mode builds on it
     {"store"},
     {"tuner", "gate"},
     {"report"},

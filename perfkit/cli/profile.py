@@ -103,6 +103,7 @@ def summary_table(record: RunRecord) -> str:
             )
         if lv.errors:
             lines.append(f"  {lv.load.label}: errors {lv.errors} {lv.note}")
+        lines.extend(_fleet_lines(lv))
         if lv.server is not None:
             s2 = lv.server
             batches = ", ".join(f"{k}×{v}" for k, v in s2.batch_sizes.items())
@@ -115,6 +116,27 @@ def summary_table(record: RunRecord) -> str:
     return "\n".join(lines)
 
 
+def _fleet_lines(lv: LevelResult) -> list[str]:
+    """Distributed runs: each server's share of a fleet, and each load worker's."""
+    lines = []
+    for s in lv.fleet:
+        lat = s.corrected or s.service
+        lines.append(
+            f"  {lv.load.label}: server {s.url}: {s.throughput_infer_per_s:,.1f} infer/s,"
+            f" p50 {_fmt_ms(lat.p50_us)} ms, p99 {_fmt_ms(lat.p99_us)} ms, {s.request_count} requests,"
+            f" {s.error_count} errors"
+        )
+    for w in lv.workers:
+        lines.append(
+            f"  {lv.load.label}: worker {w.worker} {w.status}: {w.request_count} requests, {w.late_count} late,"
+            f" {w.dropped_count} dropped; clock offset {w.clock_offset_ns / 1e3:+.1f} us"
+            f" ± {w.clock_uncertainty_ns / 1e3:.1f} us"
+        )
+    if lv.incomplete:
+        lines.append(f"  {lv.load.label}: INCOMPLETE: {lv.note}")
+    return lines
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.1f}%"
 
@@ -124,6 +146,10 @@ class _Progress:
         self.tty = sys.stderr.isatty()
 
     def __call__(self, ev: dict[str, Any]) -> None:
+        if ev["event"] == "workers":  # distributed runs: where the load workers were placed
+            for w in ev["workers"]:
+                click.echo(f"  worker {w['worker']}: {w['host']} (Ray node {str(w['node_id'])[:12]})", err=True)
+            return
         level: LoadLevel = ev["level"]
         if ev["event"] == "level_start":
             click.echo(f"perfkit: measuring {level.label} ...", err=True)
@@ -148,7 +174,14 @@ class _Progress:
 @click.command(name="profile")
 @click.option("-m", "--model-name", "model", required=True, help="Model to measure.")
 @click.option("-x", "--model-version", default="", help="Model version (default: the server's choice).")
-@click.option("-u", "--url", default=None, help="URL of a running server (host:port for the protocol given by -i).")
+@click.option(
+    "-u",
+    "--url",
+    "urls",
+    multiple=True,
+    help="URL of a running server (host:port for the protocol given by -i). With --ray: repeat it, give a comma"
+    " list, or @FILE (one URL a line) to spread load over a fleet of servers.",
+)
 @click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
 @click.option("--admin-url", default=None, help="HTTP URL for metadata/statistics with -i grpc -u (default: port-1).")
 @click.option("-b", "--batch-size", type=int, default=1, show_default=True)
@@ -211,6 +244,22 @@ class _Progress:
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random data and Poisson gaps.")
 @click.option("--model", "serve_models", multiple=True, help="Models a launched server loads (default: all).")
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS|auto",
+    help="Place the load workers on this Ray cluster ('auto': the one this host belongs to); results merge exactly.",
+)
+@click.option(
+    "--client-hosts", type=int, default=None, help="With --ray: load workers to place (default: one per node)."
+)
+@click.option(
+    "--client-resource",
+    default=None,
+    metavar="NAME",
+    help="With --ray: place workers only on nodes offering this custom resource (ray start --resources).",
+)
 @server_options()
 def command(**kw: Any) -> None:
     """Measure throughput and latency of a model under load, like perf_analyzer.
@@ -223,8 +272,16 @@ def command(**kw: Any) -> None:
       perfkit profile -m identity --concurrency-range 1:4:1
       perfkit profile -m sleeper --request-rate-range 50:150:50 --request-distribution poisson
       perfkit profile -m identity -u localhost:8001 -i grpc -f out.csv
+      perfkit profile -m identity --ray auto --client-hosts 4 -u gpu1:8000,gpu2:8000
     """
-    url = kw.pop("url")
+    urls = _fleet_urls(kw.pop("urls"))
+    ray_address, client_hosts = kw.pop("ray_address"), kw.pop("client_hosts")
+    client_resource = kw.pop("client_resource")
+    if len(urls) > 1 and not ray_address:
+        raise UsageError("several -u servers (a fleet) need --ray ADDRESS|auto to drive them")
+    if (client_hosts is not None or client_resource) and not ray_address:
+        raise UsageError("--client-hosts places workers on a Ray cluster: give --ray ADDRESS|auto too")
+    url = urls[0] if urls else None
     protocol = kw["protocol"]
     grpc_url = http_url = None
     if url and protocol == "grpc":
@@ -269,7 +326,87 @@ def command(**kw: Any) -> None:
         max_outstanding=kw["max_outstanding"],
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    if ray_address:
+        run_profile_ray(
+            opts, spec, out, kw["csv_path"], kw["report_path"], ray_address, client_hosts, urls[1:], client_resource
+        )
+        return
     run_profile(opts, spec, out, kw["csv_path"], kw["report_path"])
+
+
+def _fleet_urls(values: tuple[str, ...]) -> list[str]:
+    """-u values: URLs, comma lists, or @FILE with one URL a line ('#' comments); raises InputError."""
+    from perfkit.errors import InputError
+
+    urls: list[str] = []
+    for value in values:
+        if value.startswith("@"):
+            path = Path(value[1:])
+            try:
+                lines = path.read_text().splitlines()
+            except OSError as err:
+                raise InputError(f"-u {value}: cannot read the URL file ({err.strerror})") from None
+            found = [ln.split("#", 1)[0].strip() for ln in lines]
+            found = [u for u in found if u]
+            if not found:
+                raise InputError(f"-u {value}: the file lists no server URL")
+            urls.extend(found)
+        else:
+            urls.extend(u.strip() for u in value.split(",") if u.strip())
+    return urls
+
+
+def run_profile_ray(
+    opts: Any,
+    spec: ProfileSpec,
+    out: Path,
+    csv_path: Path | None,
+    report_path: Path | None,
+    address: str,
+    client_hosts: int | None,
+    more_urls: list[str],
+    client_resource: str | None = None,
+) -> RunRecord:
+    """Like run_profile, with the load workers on a Ray cluster and a fleet of servers; raises like it."""
+    from perfkit.distributed import alive_nodes, connect, profile_distributed
+    from perfkit.server.remote import attach_remote
+
+    ray = connect(address)
+    nodes = alive_nodes(ray)
+    if client_resource:
+        nodes = [n for n in nodes if float(n.get("Resources", {}).get(client_resource, 0)) > 0]
+    hosts = client_hosts if client_hosts is not None else max(1, len(nodes))
+    if opts.mode != "remote":
+        click.echo(f"perfkit: starting {opts.mode} Triton server on {opts.model_repository} ...", err=True)
+    with open_server(opts) as server:
+        fleet = [server]
+        for u in more_urls:
+            grpc_url = None
+            if spec.protocol == "grpc":
+                host, port = parse_host_port(u)
+                grpc_url, u = u, f"{host}:{port - 1}"
+            fleet.append(attach_remote(u, grpc_url=grpc_url))
+        click.echo(f"perfkit: {hosts} load worker(s) on Ray ({address}), {len(fleet)} server(s)", err=True)
+        try:
+            record = profile_distributed(
+                fleet,
+                spec,
+                address=address,
+                client_hosts=hosts,
+                node_resource=client_resource,
+                command=tuple(sys.argv),
+                on_progress=_Progress(),
+                record_path=out,
+            )
+        except MeasurementError as err:
+            if isinstance(err.record, RunRecord):
+                click.echo(summary_table(err.record))
+            click.echo(f"perfkit: partial run record saved to {out}", err=True)
+            raise
+    click.echo(summary_table(record))
+    _extras(record, csv_path, report_path)
+    click.echo(f"perfkit: run record saved to {out}", err=True)
+    return record
 
 
 def run_profile(

@@ -137,6 +137,17 @@ def _dry_run(
     type=click.Path(path_type=Path),
     help="Also write the HTML tune report here (e.g. DIR/report.html).",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS|auto",
+    help="Tune on a Ray cluster: one worker per server (each launches its own), all sharing one study.",
+)
+@click.option("--tune-workers", type=int, default=None, help="With --ray: tuning workers (default: one per node).")
+@click.option(
+    "--gpus-per-worker", type=float, default=0.0, show_default=True, help="With --ray: GPUs Ray gives each worker."
+)
 @server_options()
 def command(  # noqa: PLR0917
     model: str,
@@ -172,6 +183,9 @@ def command(  # noqa: PLR0917
     protocol: str | None,
     url: str | None,
     report_path: Path | None,
+    ray_address: str | None = None,
+    tune_workers: int | None = None,
+    gpus_per_worker: float = 0.0,
     **kwargs: Any,
 ) -> None:
     """Search configs of one model for the most throughput within a latency budget.
@@ -254,6 +268,17 @@ def command(  # noqa: PLR0917
             "perfkit tune needs --model-repository DIR: the folder holding the model's config.pbtxt",
             hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit)",
         )
+    if ray_address:
+        last_ok = _tune_on_ray(opts, settings, space, ray_address, tune_workers, gpus_per_worker)
+        if report_path is not None:
+            from perfkit.report import load_inputs, write_tune_report
+
+            runs, tunes = load_inputs([last_ok])
+            write_tune_report(tunes[0], report_path, runs)
+            click.echo(f"perfkit: tune report written to {report_path}", err=True)
+        return
+    if tune_workers is not None:
+        raise UsageError("--tune-workers places workers on a Ray cluster: give --ray ADDRESS|auto too")
     click.echo(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", err=True, nl=False)
     with open_server(opts) as server:
         if opts.mode != "remote":
@@ -265,3 +290,31 @@ def command(  # noqa: PLR0917
         runs, tunes = load_inputs([result.output_dir])
         write_tune_report(tunes[0], report_path, runs)
         click.echo(f"perfkit: tune report written to {report_path}", err=True)
+
+
+def _tune_on_ray(
+    opts: Any, settings: TuneSettings, space: TuneSpace, address: str, workers: int | None, gpus: float
+) -> Path:
+    """Run tune --ray and print each worker's outcome; returns the output folder of the last worker
+    to finish well (its tune.json holds every trial of the shared study). Raises MeasurementError
+    when every worker failed."""
+    from perfkit.errors import MeasurementError
+    from perfkit.tuner import tune_on_ray
+
+    click.echo(
+        f"perfkit: tuning {settings.model} on Ray ({address}): one server per worker, one shared study", err=True
+    )
+    out_dir, outcomes = tune_on_ray(opts, settings, space, address=address, workers=workers, gpus_per_worker=gpus)
+    for o in outcomes:
+        click.echo(
+            f"  worker {o.worker} on {o.host}: {o.status}, {o.trials_here} trial(s) measured here, {o.output_dir}"
+            + (f" ({o.error})" if o.error else "")
+        )
+    ok = [o for o in outcomes if o.status == "ok"]
+    if ok:
+        for line in ok[-1].log_tail[-4:]:
+            click.echo(line)
+    click.echo(f"results in {out_dir} (one folder per worker)")
+    if not ok:
+        raise MeasurementError("every tuning worker failed", hint="see each worker's error above")
+    return Path(ok[-1].output_dir)

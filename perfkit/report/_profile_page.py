@@ -7,6 +7,7 @@ from typing import Any
 
 from perfkit.records import RunRecord
 from perfkit.report import _figures as F
+from perfkit.report._fleet import fleet_table, workers_table
 from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, Section, command_line, fmt_value, machine_facts
 
 
@@ -117,6 +118,9 @@ def _banners(rec: RunRecord, prefix: str) -> list[Banner]:
     errs = sum(lv.error_count for lv in rec.levels)
     if errs:
         out.append(Banner("warn", f"{prefix}{errs:,} requests failed; see Measurement quality."))
+    lost = [lv.load.label for lv in rec.levels if lv.incomplete]
+    if lost:
+        out.append(Banner("bad", f"{prefix}a load worker died during {', '.join(lost)}; partial results kept."))
     dropped = sum(lv.dropped_count for lv in rec.levels)
     if dropped:
         out.append(
@@ -160,6 +164,13 @@ def add_run_sections(b: PageBuilder, rec: RunRecord, sid: str, heading: str) -> 
         util, mem, table = gpu
         b.figure(s, util)
         b.figure(s, mem, table)
+
+    fleet, workers = fleet_table(rec), workers_table(rec)
+    if fleet or workers:  # distributed runs (perfkit profile --ray)
+        s = b.section(f"fleet{sid}", f"Fleet and load workers{heading}", "Where the load came from and went to.")
+        for found in (fleet, workers):
+            if found is not None:
+                b.table(s, found)
 
     s = b.section(
         f"quality{sid}",

@@ -7,6 +7,7 @@ candidate instead of restarting the server; always puts the user's config back.
 
 from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
 from perfkit.tuner._plan import Plan, describe, plan, render_candidate, write_candidates
+from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._run import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes, tune
 from perfkit.tuner._space import (
     ResolvedSpace,
@@ -25,6 +26,7 @@ __all__ = [
     "TuneResult",
     "TuneSettings",
     "TuneSpace",
+    "WorkerOutcome",
     "apply_params",
     "concurrency_levels",
     "default_output_dir",
@@ -42,4 +44,5 @@ __all__ = [
     "write_candidates",
     "resolve",
     "tune",
+    "tune_on_ray",
 ]

@@ -238,6 +238,7 @@ class LevelRecorder:
             lat = (s.done_ns[done_ok] - s.sent_ns[done_ok]) / 1e3
             n_ok = int(done_ok.sum())
             dur = self.window_ns / 1e9
+            pct = np.percentile(lat, [50, 90, 95, 99, 99.9]) if lat.size else np.zeros(5)
             out.append(
                 Window(
                     start_s=k * dur,
@@ -246,9 +247,12 @@ class LevelRecorder:
                     inferences=n_ok * self.batch_size,
                     errors=int((inw & ~ok).sum()),
                     infer_per_s=n_ok * self.batch_size / dur,
-                    p50_us=float(np.percentile(lat, 50)) if lat.size else 0.0,
-                    p99_us=float(np.percentile(lat, 99)) if lat.size else 0.0,
+                    p50_us=float(pct[0]),
+                    p99_us=float(pct[3]),
                     mean_us=float(lat.mean()) if lat.size else 0.0,
+                    p90_us=float(pct[1]),
+                    p95_us=float(pct[2]),
+                    p999_us=float(pct[4]),
                 )
             )
         self._windows = out

@@ -84,6 +84,17 @@ class Window:
     p50_us: float
     p99_us: float
     mean_us: float
+    # Each percentile's own per-window value: the evidence a threshold on that percentile is
+    # judged by. None in records written before they were kept (a gate refuses to judge on them).
+    p90_us: float | None = None
+    p95_us: float | None = None
+    p999_us: float | None = None
+
+    def percentile_us(self, pct: float) -> float | None:
+        """This window's value of a standard percentile (None when the record did not keep it)."""
+        key = {50.0: "p50_us", 90.0: "p90_us", 95.0: "p95_us", 99.0: "p99_us", 99.9: "p999_us"}[float(pct)]
+        value = getattr(self, key)
+        return None if value is None else float(value)
 
 
 @dataclass(frozen=True)

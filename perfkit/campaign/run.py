@@ -211,14 +211,12 @@ def _report(
         from perfkit import report  # noqa: PLC0415
     except ImportError:
         return None
-    from perfkit.gate import report_findings  # noqa: PLC0415
-
     path = report.write_profile_report(records, out / "report.html")
     echo(f"perfkit run: report {path}")
     if pairs:
         compared = [r for r in results if r.findings]
         cpath = report.write_comparison_report(
-            [b for b, _ in pairs], [c for _, c in pairs], out / "gate-report.html", findings=report_findings(compared)
+            [b for b, _ in pairs], [c for _, c in pairs], out / "gate-report.html", results=compared
         )
         echo(f"perfkit run: gate report {cpath}")
     return Path(path)

@@ -20,7 +20,6 @@ from perfkit.gate import (
     overall_verdict,
     parse_thresholds,
     render_table,
-    report_findings,
     resolve_run,
     write_json,
     write_junit,
@@ -75,9 +74,7 @@ def write_report(results: Sequence[GateResult], pairs: Sequence[tuple[RunRecord,
     except ImportError:
         click.echo("perfkit: --report: this build has no HTML report; skipped", err=True)
         return
-    target = write_comparison_report(
-        [b for b, _ in pairs], [c for _, c in pairs], path, findings=report_findings(results)
-    )
+    target = write_comparison_report([b for b, _ in pairs], [c for _, c in pairs], path, results=results)
     click.echo(f"perfkit: report: {target}", err=True)
 
 

@@ -12,8 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from perfkit.recorder import histogram_of
 from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, RunRecord, Window
 
+# The shape of a synthetic latency distribution: quantile -> multiple of the median.
+_SHAPE_Q = (0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
+_SHAPE_X = (0.8, 1.0, 1.2, 1.25, 1.3, 1.5, 2.0)
 MACHINE = {"hostname": "ci-runner", "cpu_model": "Synthetic CPU", "cpu_count": 2, "gpus": []}
 
 
@@ -44,7 +48,12 @@ def synthetic_level(
         p50 = lat_us * f
         rate = (concurrency / (p50 / 1e6)) if not open_loop else concurrency
         done = int(rate * window_s)
-        wins.append(Window(i * window_s, window_s, done, done * batch_size, 0, rate * batch_size, p50, p50 * 1.3, p50))
+        wins.append(
+            Window(
+                i * window_s, window_s, done, done * batch_size, 0, rate * batch_size, p50, p50 * 1.3, p50,
+                p90_us=p50 * 1.2, p95_us=p50 * 1.25, p999_us=p50 * 1.5,
+            )
+        )  # fmt: skip
     p50s = np.array([w.p50_us for w in wins])
     completed = sum(w.completed for w in wins)
     tput = float(np.mean([w.infer_per_s for w in wins]))
@@ -52,8 +61,12 @@ def synthetic_level(
 
     def summary(kind: Any) -> LatencySummary:
         m = float(p50s.mean())
+        # A real histogram whose percentiles are about the figures below, so runs can be pooled.
+        quantiles = np.linspace(0.0, 1.0, max(n, 2))
+        values = np.interp(quantiles, _SHAPE_Q, _SHAPE_X) * m
+        hist = histogram_of(values).encode()
         return LatencySummary(
-            kind, n, m * 0.8, m * 2, m, m * noise, m, m * 1.2, m * 1.25, m * 1.3, m * 1.5, "", tuple(thin)
+            kind, n, m * 0.8, m * 2, m, m * noise, m, m * 1.2, m * 1.25, m * 1.3, m * 1.5, hist.decode(), tuple(thin)
         )
 
     load = LoadLevel("request_rate", concurrency, "poisson") if open_loop else LoadLevel("concurrency", concurrency)

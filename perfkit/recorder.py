@@ -17,6 +17,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from perfkit.records import (
+    PERCENTILE_OF_METRIC,
     STATUS_DROPPED,
     STATUS_OK,
     STATUS_UNFINISHED,
@@ -95,10 +96,12 @@ def merge_histograms(encoded: Sequence[str]) -> HdrHistogram:
     return total
 
 
+_PERCENTILE_NAMES = {pct: name for name, pct in PERCENTILE_OF_METRIC.items()}
+
+
 def thin_percentiles(count: int) -> tuple[str, ...]:
     """Percentiles that fewer than MIN_TAIL_SAMPLES samples lie beyond."""
-    names = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
-    return tuple(name for pct, name in names.items() if count * (100 - pct) / 100 < MIN_TAIL_SAMPLES - 1e-9)
+    return tuple(name for pct, name in _PERCENTILE_NAMES.items() if count * (100 - pct) / 100 < MIN_TAIL_SAMPLES - 1e-9)
 
 
 def summarize(kind: LatencyKind, values_us: np.ndarray) -> LatencySummary:
@@ -266,6 +269,16 @@ class LevelRecorder:
             return (s.done_ns[mask] - s.sent_ns[mask]) / 1e3, s.done_ns[mask]
         mask &= (s.status == STATUS_OK) | (s.status == STATUS_UNFINISHED)
         return (s.done_ns[mask] - s.due_ns[mask]) / 1e3, s.done_ns[mask]
+
+    def tail_certified(self, end_ns: int, percentiles: Sequence[float]) -> bool:
+        """Whether every percentile given has MIN_TAIL_SAMPLES beyond it (none of them thin).
+
+        A level must not stop before this holds for the percentiles a gate will judge:
+        a thin percentile is one no comparison can certify.
+        """
+        count = self.latencies_us(end_ns, "service" if self.closed_loop else "corrected").size
+        thin = set(thin_percentiles(count))
+        return not any(_PERCENTILE_NAMES.get(float(p), "") in thin for p in percentiles)
 
     def latencies_us(self, end_ns: int, kind: LatencyKind) -> np.ndarray:
         """Latencies of the level's requests: service (ok only) or corrected (ok + unfinished)."""

@@ -23,6 +23,16 @@ RUN_SCHEMA_VERSION = 1
 LoadMode = Literal["concurrency", "request_rate", "custom_intervals"]
 LatencyKind = Literal["service", "corrected"]
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+PERCENTILE_OF_METRIC = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+
+# What `perfkit gate` judges when no --threshold is given. Defined here, not in the gate,
+# because the measurement must know it too: a level measured with default settings keeps
+# going until every percentile judged by default can be certified (see ProfileSpec).
+DEFAULT_GATE_THRESHOLDS = ("throughput:-5%", "p99:+10%")
+DEFAULT_MIN_WINDOWS = 3  # fewest windows a level is measured over, and a gate judges noise from
+DEFAULT_TAIL_PERCENTILES = tuple(
+    PERCENTILE_OF_METRIC[t.split(":")[0]] for t in DEFAULT_GATE_THRESHOLDS if t.split(":")[0] in PERCENTILE_OF_METRIC
+)
 
 
 @dataclass(frozen=True)
@@ -334,7 +344,11 @@ class ProfileSpec:
 
     Stability: a level ends once the ~95% confidence half-widths of throughput and of
     the chosen percentile are within stability_percentage (relative), after at least
-    min_windows windows; or after max_trials windows, flagged unstable.
+    min_windows windows, and every percentile in tail_percentiles has enough samples beyond
+    it to be certified (by default those the gate judges by default); or after max_trials
+    windows, flagged unstable.
+
+    These field defaults are perfkit's defaults: the CLI's flags and sweep files read them.
     """
 
     model: str
@@ -349,8 +363,8 @@ class ProfileSpec:
     output_shared_memory_size: int = 102400
     measurement_interval_ms: float = 1000.0  # window length
     stability_percentage: float = 10.0
-    max_trials: int = 10  # max windows per level
-    min_windows: int = 3
+    max_trials: int = 30  # max windows per level
+    min_windows: int = DEFAULT_MIN_WINDOWS
     percentile: float | None = None  # None: stability and thresholds on the average latency
     latency_threshold_ms: float | None = None  # stop the sweep past this latency
     binary_search: bool = False
@@ -362,7 +376,10 @@ class ProfileSpec:
     request_intervals_file: str | None = None
     seed: int = 0
     workers: int = 1  # load-generator processes
-    max_outstanding: int = 4096  # open loop: cap on requests in flight before sends count as dropped
+    max_outstanding: int = 1000  # open loop: cap on requests in flight before sends count as dropped
+    # A level does not stop before these percentiles have enough samples beyond them to be
+    # certified: the ones the gate judges by default, so profile, profile, gate can pass.
+    tail_percentiles: tuple[float, ...] = DEFAULT_TAIL_PERCENTILES
 
 
 # Request outcome codes shared by the load generator and the recorder.

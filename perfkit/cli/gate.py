@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import click
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import ExitCode, UsageError
 from perfkit.gate import (
+    DEFAULT_THRESHOLDS,
     EXIT_OF,
     GateFailed,
     GateOptions,
@@ -87,6 +89,11 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
     return tuple(LoadLevel("concurrency", float(c)) for c in (concurrency or (1,)))
 
 
+# Defaults defined once: the gate's on GateOptions, the measurement's on ProfileSpec.
+_G = GateOptions()
+_D: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ProfileSpec)}
+
+
 @click.command(name="gate")
 @click.option("--baseline", "baseline_ref", metavar="RUN", help="Baseline: run-record file, directory, or store name.")
 @click.option("--current", "current_ref", metavar="RUN", help="Current run: run-record file, directory, or store name.")
@@ -100,13 +107,15 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
     multiple=True,
     metavar="METRIC:CHANGE",
     help="Allowed change toward worse, repeatable: throughput:-5%, p99:+10%, p99:+2ms, throughput:-50/s. "
-    "Metrics: throughput, p50, p90, p95, p99, p999. Default: throughput:-5% and p99:+10%.",
+    "Metrics: throughput, p50, p90, p95, p99, p999. Default: " + " and ".join(DEFAULT_THRESHOLDS) + ".",
 )
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=_G.confidence, show_default=True,
               help="Confidence of the intervals; a change is significant when its interval excludes zero.")  # fmt: skip
 @click.option("--allow-different-load", is_flag=True, help="Compare although levels, batch size or protocol differ.")
 @click.option("--allow-different-machine", is_flag=True, help="Compare although the hardware differs.")
-@click.option("--max-error-fraction", type=float, default=0.01, show_default=True, help="More errors: invalid.")
+@click.option(
+    "--max-error-fraction", type=float, default=_G.max_error_fraction, show_default=True, help="More errors: invalid."
+)
 @click.option("--junit", type=click.Path(path_type=Path), help="Write JUnit XML (a test case per level and metric).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write every finding as JSON.")
 @click.option("--report", type=click.Path(path_type=Path), help="Write an HTML comparison report.")
@@ -117,12 +126,24 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
 @click.option("--concurrency", "concurrency", type=int, multiple=True, help="A/B: concurrency level (repeatable).")
 @click.option("--request-rate", "rates", type=float, multiple=True, help="A/B: request rate level (repeatable).")
 @click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant")
-@click.option("-b", "--batch-size", type=int, default=1, show_default=True, help="A/B: batch size.")
-@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
-@click.option("--measurement-interval", "interval_ms", type=float, default=1000.0, show_default=True,
-              help="A/B: window length in ms.")  # fmt: skip
+@click.option("-b", "--batch-size", type=int, default=_D["batch_size"], show_default=True, help="A/B: batch size.")
+@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=_D["protocol"], show_default=True)
+@click.option(
+    "--measurement-interval",
+    "interval_ms",
+    type=float,
+    default=_D["measurement_interval_ms"],
+    show_default=True,
+    help="A/B: window length in ms.",
+)
 @click.option("--max-trials", type=int, default=6, show_default=True, help="A/B: most windows per level and round.")
-@click.option("--min-windows", type=int, default=3, show_default=True, help="A/B: fewest windows per level and round.")
+@click.option(
+    "--min-windows",
+    type=int,
+    default=_D["min_windows"],
+    show_default=True,
+    help="A/B: fewest windows per level and round.",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="A/B: save the pooled run records here.")
 @click.option("-u", "--url", help="A/B: a running Triton server (its repository must be --model-repository).")
 @server_options()

@@ -25,7 +25,7 @@ from perfkit.gate._pairing import (
 )
 from perfkit.gate.stats import DiffStats, bootstrap_rel_diff, min_samples
 from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, PERCENTILE_OF, Threshold, parse_thresholds
-from perfkit.records import LatencyKind, LevelResult, RunRecord
+from perfkit.records import DEFAULT_MIN_WINDOWS, LatencyKind, LevelResult, RunRecord
 
 FindingVerdict = Literal["pass", "regression", "improvement", "inconclusive", "invalid"]
 BaselineKind = Literal["stored", "ab"]  # a baseline from another run, or measured A/B in the same job
@@ -81,7 +81,7 @@ class GateOptions:
     max_error_fraction: float = 0.01
     max_dropped_fraction: float = 0.01
     max_late_fraction: float = 0.10
-    min_windows: int = 3
+    min_windows: int = DEFAULT_MIN_WINDOWS
     seed: int = 0
     n_boot: int = 4000
 

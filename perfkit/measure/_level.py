@@ -107,7 +107,8 @@ def measure_level(
         # offered rate sets throughput (Poisson windows vary by design); what must hold is
         # that the server keeps up with it, or the backlog grows and nothing is stable.
         throughput_ok = _within(precision.throughput_rel, tgt_tput) if closed else _keeps_up(rec, end_ns, tgt_tput)
-        if k >= spec.min_windows and throughput_ok and _within(precision.latency_rel, tgt_lat):
+        tail_ok = rec.tail_certified(end_ns, spec.tail_percentiles)  # what the gate will judge
+        if k >= spec.min_windows and throughput_ok and _within(precision.latency_rel, tgt_lat) and tail_ok:
             stable = True
             break
     end_ns = warm_until + len(windows) * window_ns

@@ -158,7 +158,10 @@ def test_recommendation_sentence(tune):
 
 
 def test_recommendation_without_a_feasible_trial(tune):
-    none = dataclasses.replace(tune, best_trial=None, best_config=None, status="failed", error="server died")
+    over_budget = tuple(dataclasses.replace(t, feasible=False) for t in tune.trials)
+    none = dataclasses.replace(
+        tune, trials=over_budget, best_trial=None, best_config=None, status="failed", error="server died"
+    )
     text = T.recommendation(none)
     assert text.startswith("No recommendation: none of 12 trials") and "20 ms p99" in text and "server died" in text
     assert T.config_diff(none) == ()
@@ -244,8 +247,10 @@ def test_comparison_pools_repeats_and_notes_unmatched_levels():
 def test_current_runs_split_by_config_only_where_a_model_has_several():
     base = RunRecord.load(RECORDS / "compare" / "baseline.json")
     cur = RunRecord.load(RECORDS / "compare" / "current.json")
-    other_model = dataclasses.replace(cur, model={**cur.model, "name": "other", "config_sha256": "ff" * 32})
+    other_model = dataclasses.replace(
+        cur, model=dataclasses.replace(cur.model, name="other", served_config_sha256="ff" * 32)
+    )
     assert [label for label, _ in C.group_current([cur, other_model])] == ["current"]
     groups = C.group_current([cur, base])  # one model, two configs: compared apart
     assert [len(recs) for _, recs in groups] == [1, 1]
-    assert groups[0][0] == f"current: config {cur.model['config_sha256'][:8]}"
+    assert groups[0][0] == f"current: config {cur.model.served_config_sha256[:8]}"

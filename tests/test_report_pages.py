@@ -71,7 +71,7 @@ def test_profile_report_says_what_was_measured(profile_page, conc):
         "NVIDIA H100 80GB HBM3",
         "dynamic batching (500 µs queue delay)",
         "2 × CPU instances",
-        conc.model["config_sha256"],
+        conc.model.served_config_sha256,
     ):
         assert expected in text, expected
     assert "0.1.0" in text
@@ -266,6 +266,6 @@ def test_report_from_a_real_profile_record(tmp_path, capsys):
     rows = _table(page, "levels")
     assert [r[0] for r in rows[1:]] == [lv.load.label for lv in rec.levels]
     text = _visible(page)
-    assert f"Triton {rec.server['version']}" in text and "mode local" in text
+    assert f"Triton {rec.server.version}" in text and "mode local" in text
     assert 'data-figure="server-breakdown"' in page
     assert_self_contained(page)

@@ -114,7 +114,7 @@ def run_campaign(
         store_text = store_text or str(default_store_path())
         with open_store(store_text) as st:
             for record in records:
-                store_ids[str(record.model.get("name"))] = st.save(record)
+                store_ids[str(record.model.name)] = st.save(record)
         echo(f"perfkit run: {len(records)} run records saved to store {store_text}")
     results: list[GateResult] = []
     pairs: list[tuple[RunRecord, RunRecord]] = []
@@ -159,7 +159,7 @@ def gate_campaign(
     results: list[GateResult] = []
     pairs: list[tuple[RunRecord, RunRecord]] = []
     for record, path in zip(records, paths):
-        model = str(record.model.get("name"))
+        model = str(record.model.name)
         try:
             baseline, label = resolve_run(g.baseline, role="baseline", model=model, store=g.store)
             result = compare_records(baseline, record, opts, baseline_label=label, current_label=str(path))

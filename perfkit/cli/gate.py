@@ -236,7 +236,7 @@ def command(  # noqa: PLR0917  (click passes every option)
             raise UsageError("give --baseline RUN and --current RUN (or --ab with two configs)")
         current, c_label = resolve_run(current_ref, role="current", model=model, store=store)
         baseline, b_label = resolve_run(
-            baseline_ref, role="baseline", model=model or str(current.model.get("name")), store=store
+            baseline_ref, role="baseline", model=model or str(current.model.name), store=store
         )
         result = compare_records(baseline, current, opts, baseline_label=b_label, current_label=c_label)
     emit([result], [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)

@@ -66,6 +66,6 @@ def command(inputs: tuple[Path, ...], output: Path, compare: bool) -> None:
 
 
 def _is_config_comparison(runs: list[RunRecord]) -> bool:
-    models = {r.model.get("name") for r in runs}
-    configs = {r.model.get("config_sha256") for r in runs}
+    models = {r.model.name for r in runs}
+    configs = {r.model.served_config_sha256 for r in runs}
     return len(runs) >= 2 and len(models) == 1 and len(configs) > 1

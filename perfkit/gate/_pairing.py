@@ -41,7 +41,7 @@ def pooled_levels(records: Sequence[RunRecord]) -> dict[LevelKey, LevelResult]:
 
 
 def _protocol(record: RunRecord) -> str:
-    return str(record.spec.get("protocol") or record.server.get("protocol") or "")
+    return record.spec.protocol or record.server.protocol
 
 
 def load_differences(baseline: RunRecord, current: RunRecord) -> list[str]:
@@ -54,7 +54,7 @@ def load_differences(baseline: RunRecord, current: RunRecord) -> list[str]:
     if _protocol(baseline) != _protocol(current):
         diffs.append(f"protocol {_protocol(baseline) or '?'} vs {_protocol(current) or '?'}")
     for key in ("shapes", "shared_memory", "input_data"):
-        b, c = baseline.spec.get(key), current.spec.get(key)
+        b, c = getattr(baseline.spec, key), getattr(current.spec, key)
         if b != c and not (key == "input_data" and isinstance(b, str) and b.endswith(".json")):
             diffs.append(f"{key} {b!r} vs {c!r}")
     return diffs
@@ -68,12 +68,12 @@ def fmt_levels(levels: Sequence[LevelResult]) -> str:
 def config_changes(baseline: RunRecord, current: RunRecord, limit: int = 12) -> list[str]:
     """What changed between the two runs' model configs and servers, one line each."""
     out = []
-    b_ver, c_ver = baseline.server.get("version"), current.server.get("version")
+    b_ver, c_ver = baseline.server.version, current.server.version
     if b_ver != c_ver:
         out.append(f"server version {b_ver} -> {c_ver}")
-    if baseline.model.get("config_sha256") != current.model.get("config_sha256"):
-        b_flat = _flatten(baseline.model.get("config") or {})
-        c_flat = _flatten(current.model.get("config") or {})
+    if baseline.model.served_config_sha256 != current.model.served_config_sha256:
+        b_flat = _flatten(baseline.model.config)
+        c_flat = _flatten(current.model.config)
         keys = sorted(set(b_flat) | set(c_flat))
         diffs = [
             f"config {k}: {b_flat.get(k, '(unset)')} -> {c_flat.get(k, '(unset)')}"

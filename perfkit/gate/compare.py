@@ -25,7 +25,7 @@ from perfkit.gate._pairing import (
 )
 from perfkit.gate.stats import DiffStats, bootstrap_rel_diff, min_samples
 from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, PERCENTILE_OF, Threshold, parse_thresholds
-from perfkit.records import DEFAULT_MIN_WINDOWS, LatencyKind, LevelResult, RunRecord
+from perfkit.records import DEFAULT_MIN_WINDOWS, LatencyKind, LevelResult, Machine, RunRecord
 
 FindingVerdict = Literal["pass", "regression", "improvement", "inconclusive", "invalid"]
 BaselineKind = Literal["stored", "ab"]  # a baseline from another run, or measured A/B in the same job
@@ -37,22 +37,6 @@ EXIT_OF: dict[str, ExitCode] = {
     "improvement": ExitCode.OK,
     "pass": ExitCode.OK,
 }
-# Machine fields that identify hardware; hostnames change per CI job and are left out.
-HARDWARE_FIELDS = (
-    "cpu_model",
-    "cpu",
-    "cpu_count",
-    "logical_cpus",
-    "physical_cpus",
-    "memory_total_bytes",
-    "memory_bytes",
-    "gpus",
-    "gpu",
-    "gpu_names",
-    "gpu_models",
-    "machine",
-    "arch",
-)
 
 
 class GateRefused(PerfkitError):
@@ -176,12 +160,9 @@ class GateResult:
 # -- comparability ---------------------------------------------------------------------
 
 
-def machine_differences(baseline: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The hardware fields that differ between two machine dicts (hostname only if nothing else is known)."""
-    keys = [k for k in HARDWARE_FIELDS if k in baseline or k in current]
-    if not keys:
-        keys = ["hostname"] if "hostname" in baseline or "hostname" in current else []
-    return [f"{k} {baseline.get(k)!r} vs {current.get(k)!r}" for k in keys if baseline.get(k) != current.get(k)]
+def machine_differences(baseline: Machine, current: Machine) -> list[str]:
+    """The hardware differences of two machines (the rule is Machine.differences, in records)."""
+    return baseline.differences(current)
 
 
 # -- validity --------------------------------------------------------------------------
@@ -267,7 +248,7 @@ def compare_records(
     Raises InputError when the records are of different models, GateRefused when load or
     machine differ and opts does not allow it.
     """
-    b_model, c_model = baseline.model.get("name"), current.model.get("name")
+    b_model, c_model = baseline.model.name, current.model.name
     if b_model != c_model:
         raise InputError(
             f"baseline {baseline_label} is of model {b_model!r} but current {current_label} is of model {c_model!r}",
@@ -294,11 +275,11 @@ def compare_runs(
     not allow it, InputError when repeated runs cannot be pooled exactly.
     """
     opts = opts or GateOptions()
-    models = list(dict.fromkeys(str(r.model.get("name")) for r in current))
+    models = list(dict.fromkeys(str(r.model.name) for r in current))
     results = []
     for model in models:
-        b_runs = [r for r in baseline if str(r.model.get("name")) == model]
-        c_runs = [r for r in current if str(r.model.get("name")) == model]
+        b_runs = [r for r in baseline if str(r.model.name) == model]
+        c_runs = [r for r in current if str(r.model.name) == model]
         if b_runs:
             results.append(_compare_model(model, b_runs, c_runs, opts, comparison, baseline_label, current_label))
     return results

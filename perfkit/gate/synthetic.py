@@ -8,17 +8,28 @@ be checked against what it should decide.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from perfkit.recorder import histogram_of
-from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, RunRecord, Window
+from perfkit.records import (
+    LatencySummary,
+    LevelResult,
+    LoadLevel,
+    Machine,
+    ModelInfo,
+    Precision,
+    ProfileSpec,
+    RunRecord,
+    ServerInfo,
+    Window,
+)
 
 # The shape of a synthetic latency distribution: quantile -> multiple of the median.
 _SHAPE_Q = (0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
 _SHAPE_X = (0.8, 1.0, 1.2, 1.25, 1.3, 1.5, 2.0)
-MACHINE = {"hostname": "ci-runner", "cpu_model": "Synthetic CPU", "cpu_count": 2, "gpus": []}
+MACHINE = Machine(hostname="ci-runner", cpu_model="Synthetic CPU", cpu_count=2, gpus=())
 
 
 def synthetic_level(
@@ -98,8 +109,8 @@ def synthetic_record(
     model: str = "sleeper",
     config: dict[str, Any] | None = None,
     server_version: str = "2.51.0",
-    machine: dict[str, Any] | None = None,
-    protocol: str = "http",
+    machine: Machine | None = None,
+    protocol: Literal["http", "grpc"] = "http",
     status: Any = "ok",
     **level_kwargs: Any,
 ) -> RunRecord:
@@ -116,10 +127,15 @@ def synthetic_record(
         perfkit_version="0.0.0",
         created_utc="2025-01-01T00:00:00Z",
         command=("perfkit", "profile"),
-        machine=dict(machine if machine is not None else MACHINE),
-        server={"version": server_version, "protocol": protocol},
-        model={"name": model, "version": "1", "config": config, "config_sha256": sha},
-        spec={"model": model, "protocol": protocol, "batch_size": levels[0].batch_size if levels else 1},
+        machine=machine if machine is not None else MACHINE,
+        server=ServerInfo(version=server_version, protocol=protocol),
+        model=ModelInfo(name=model, version="1", config=config, served_config_sha256=sha),
+        spec=ProfileSpec(
+            model=model,
+            levels=tuple(lv.load for lv in levels),
+            protocol=protocol,
+            batch_size=levels[0].batch_size if levels else 1,
+        ),
         levels=tuple(levels),
         status=status,
     )

@@ -44,12 +44,12 @@ def group_current(current: list[RunRecord]) -> list[tuple[str, list[RunRecord]]]
     """
     configs: dict[str, set[str]] = {}
     for rec in current:
-        configs.setdefault(str(rec.model.get("name", "")), set()).add(str(rec.model.get("config_sha256", "")))
+        configs.setdefault(str(rec.model.name), set()).add(str(rec.model.served_config_sha256))
     if all(len(shas) <= 1 for shas in configs.values()):
         return [("current", current)]
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for rec in current:
-        key = (str(rec.model.get("name", "")), str(rec.model.get("config_sha256", "")))
+        key = (str(rec.model.name), str(rec.model.served_config_sha256))
         groups.setdefault(key, []).append(rec)
     multi_model = len(configs) > 1
     return [

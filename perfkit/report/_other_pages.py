@@ -16,13 +16,20 @@ from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, command
 
 def _run_labels_for_tune(tune: TuneRecord, runs: list[RunRecord]) -> list[str]:
     by_sha = {t.config_sha256: t for t in tune.trials if t.config_sha256}
+    best = tune.best()
     labels = []
     for i, run in enumerate(runs):
-        trial = by_sha.get(str(run.model.get("config_sha256", "")))
+        trial = by_sha.get(str(run.model.served_config_sha256))
         if trial is None:
             labels.append(F.run_label(run, i, runs))
         else:
-            tag = " (best)" if trial.number == tune.best_trial else " (original)" if trial.is_original else ""
+            tag = (
+                " (best)"
+                if best is not None and trial.number == best.number
+                else " (original)"
+                if trial.is_original
+                else ""
+            )
             labels.append(f"trial {trial.number}{tag}")
     return labels
 
@@ -38,7 +45,7 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
         data={"tune": tune, "runs": runs},
     )
     page.sentence = T.recommendation(tune)
-    best = next((t for t in tune.trials if t.number == tune.best_trial), None)
+    best = tune.best()
     orig = T.original_trial(tune)
     page.sentence_bad = best is None
     if tune.status != "ok":
@@ -145,10 +152,10 @@ def _side_facts(baseline: list[RunRecord], current: list[RunRecord]) -> F.Table:
 
     fields = (
         ("runs", lambda r: ""),
-        ("model", lambda r: r.model.get("name", "?")),
-        ("config sha256", lambda r: str(r.model.get("config_sha256", ""))[:16]),
-        ("server", lambda r: f"Triton {r.server.get('version', '?')}"),
-        ("machine", lambda r: r.machine.get("hostname", "?")),
+        ("model", lambda r: r.model.name),
+        ("config sha256", lambda r: str(r.model.served_config_sha256)[:16]),
+        ("server", lambda r: f"Triton {r.server.version}"),
+        ("machine", lambda r: r.machine.hostname or "?"),
         ("perfkit", lambda r: r.perfkit_version),
         ("when", lambda r: r.created_utc),
         ("command", lambda r: command_line(r.command)),
@@ -173,7 +180,7 @@ def comparison_page(
     results: the gate's results when it already judged these runs (shown as they are); else
     the runs are judged here by the same core with `options` (the gate's defaults when None).
     """
-    names = sorted({str(r.model.get("name", "?")) for r in (*baseline, *current)})
+    names = sorted({str(r.model.name) for r in (*baseline, *current)})
     groups = C.group_current(current)
     judged = [("current", list(results))] if results is not None else C.judge_groups(baseline, groups, options)
     page = Page(

@@ -58,7 +58,7 @@ class DirectoryStore(Store):
             # a file copied in by hand is named by its file name; an unnamed save stays unnamed
             name=meta.get("name") if meta is not None else path.stem,
             model=keys["model"],
-            config_sha256=keys["config_sha256"],
+            served_config_sha256=keys["served_config_sha256"],
             server_version=keys["server_version"],
             machine=keys["machine"],
             commit=str((meta or {}).get("commit", "")),

@@ -64,7 +64,7 @@ class SqliteStore(Store):
                 (
                     run_id,
                     keys["model"],
-                    keys["config_sha256"],
+                    keys["served_config_sha256"],
                     keys["server_version"],
                     keys["machine"],
                     git_commit() if commit is None else commit,

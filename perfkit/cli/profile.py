@@ -12,7 +12,8 @@ import click
 
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import MeasurementError, UsageError
-from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.measure._events import LevelDone, LevelStarted, ProgressEvent, WindowMeasured
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.launch import open_server
 from perfkit.server.remote import parse_host_port
 
@@ -138,19 +139,18 @@ class _Progress:
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
 
-    def __call__(self, ev: dict[str, Any]) -> None:
-        level: LoadLevel = ev["level"]
-        if ev["event"] == "level_start":
-            click.echo(f"perfkit: measuring {level.label} ...", err=True)
-        elif ev["event"] == "window":
-            p = ev["precision"]
+    def __call__(self, ev: ProgressEvent) -> None:
+        if isinstance(ev, LevelStarted):
+            click.echo(f"perfkit: measuring {ev.level.label} ...", err=True)
+        elif isinstance(ev, WindowMeasured):
+            p = ev.precision
             text = (
-                f"  window {ev['window']:>2}: {ev['infer_per_s']:>10,.1f} infer/s  p99 {ev['p99_us'] / 1e3:.2f} ms"
+                f"  window {ev.window:>2}: {ev.infer_per_s:>10,.1f} infer/s  p99 {ev.p99_us / 1e3:.2f} ms"
                 f"  ±tput {_pct(p.throughput_rel)}  ±lat {_pct(p.latency_rel)}"
             )
             click.echo(("\r" + text) if self.tty else text, err=True, nl=not self.tty)
-        elif ev["event"] == "level_done":
-            r: LevelResult = ev["result"]
+        elif isinstance(ev, LevelDone):
+            r = ev.result
             if self.tty:
                 click.echo("", err=True)
             click.echo(

@@ -8,6 +8,7 @@ values, one significance rule (a seeded bootstrap over windows).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from perfkit.gate.stats import DiffStats, bootstrap_rel_diff, min_samples
 from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, PERCENTILE_OF, Threshold, parse_thresholds
 from perfkit.records import DEFAULT_MIN_WINDOWS, LatencyKind, LevelResult, Machine, RunRecord
 
+_log = logging.getLogger(__name__)
 FindingVerdict = Literal["pass", "regression", "improvement", "inconclusive", "invalid"]
 BaselineKind = Literal["stored", "ab"]  # a baseline from another run, or measured A/B in the same job
 VERDICT_ORDER: tuple[FindingVerdict, ...] = ("regression", "invalid", "inconclusive", "improvement", "pass")
@@ -280,8 +282,14 @@ def compare_runs(
     for model in models:
         b_runs = [r for r in baseline if str(r.model.name) == model]
         c_runs = [r for r in current if str(r.model.name) == model]
-        if b_runs:
-            results.append(_compare_model(model, b_runs, c_runs, opts, comparison, baseline_label, current_label))
+        if not b_runs:
+            _log.info("%s: no baseline run of this model; not compared", model)
+            continue
+        result = _compare_model(model, b_runs, c_runs, opts, comparison, baseline_label, current_label)
+        _log.info(
+            "%s: %s (%d findings) %s vs %s", model, result.verdict, len(result.findings), current_label, baseline_label
+        )
+        results.append(result)
     return results
 
 

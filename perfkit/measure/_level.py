@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
@@ -14,6 +13,7 @@ import numpy as np
 from perfkit.errors import ServerError
 from perfkit.loadgen import LoadGenerator
 from perfkit.measure import _server_stats
+from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
@@ -26,8 +26,6 @@ from perfkit.records import (
     status_name,
 )
 from perfkit.server.base import Server
-
-Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -88,16 +86,8 @@ def measure_level(
         precision = rec.precision(windows, end_ns, spec.percentile)
         if progress:
             lat = rec.latencies_us(end_ns, "service" if closed else "corrected")
-            progress(
-                {
-                    "event": "window",
-                    "level": level,
-                    "window": k,
-                    "infer_per_s": windows[-1].infer_per_s,
-                    "p99_us": float(np.percentile(lat, 99)) if len(lat) else 0.0,
-                    "precision": precision,
-                }
-            )
+            p99_us = float(np.percentile(lat, 99)) if len(lat) else 0.0
+            progress(WindowMeasured(level, k, windows[-1].infer_per_s, p99_us, precision))
         last = windows[-1]
         if last.completed == 0 and last.errors > 0 and _connection_errors(rec) and not server.is_ready():
             died = True

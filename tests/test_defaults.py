@@ -28,7 +28,7 @@ def _cli_spec(monkeypatch: pytest.MonkeyPatch, *args: str) -> ProfileSpec:
 
 def _readme_api_spec() -> ProfileSpec:
     text = README.read_text(encoding="utf-8")
-    block = re.search(r"### Python API\s+```python\n(.*?)```", text, flags=re.S)
+    block = re.search(r"### Python API.*?```python\n(.*?)```", text, flags=re.S)
     assert block, "README has no Python API example"
     call = re.search(r"ProfileSpec\((.*?)\)\)", block.group(1))
     assert call, "the README's API example builds no ProfileSpec"

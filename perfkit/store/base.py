@@ -69,6 +69,16 @@ def key_columns(record: RunRecord) -> dict[str, str]:
     }
 
 
+def unknown_ref(ref: str, store: object) -> InputError:
+    """The error for a name or id no run in the store has (both backends raise it)."""
+    return InputError(f"no baseline or run {ref!r} in store {store}", hint="see `perfkit baseline list --store PATH`")
+
+
+def ambiguous_ref(ref: str, store: object) -> InputError:
+    """The error for an id prefix that several runs in the store share (both backends raise it)."""
+    return InputError(f"{ref!r} matches several runs in store {store}", hint="give more of the id")
+
+
 def check_name(name: str) -> str:
     """Baseline names are file-name safe; raises InputError otherwise."""
     ok = name and all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")

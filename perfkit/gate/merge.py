@@ -42,20 +42,26 @@ def merge_summaries(summaries: Sequence[LatencySummary]) -> LatencySummary:
         return float(merged.get_value_at_percentile(p))
 
     encoded = merged.encode()
+    # Mean, spread and extremes of the union follow exactly from each part's (the histogram's own
+    # mean and stddev walk every bucket in Python: seconds per merge).
+    total = sum(s.count for s in summaries)
+    weights = [s.count / total if total else 1 / len(summaries) for s in summaries]
+    mean_us = sum(w * s.mean_us for w, s in zip(weights, summaries))
+    var_us2 = sum(w * (s.std_us**2 + (s.mean_us - mean_us) ** 2) for w, s in zip(weights, summaries))
     return dataclasses.replace(
         first,
-        count=sum(s.count for s in summaries),
-        min_us=float(merged.get_min_value()),
-        max_us=float(merged.get_max_value()),
-        mean_us=float(merged.get_mean_value()),
-        std_us=float(merged.get_stddev()),
+        count=total,
+        min_us=min(s.min_us for s in summaries),
+        max_us=max(s.max_us for s in summaries),
+        mean_us=mean_us,
+        std_us=var_us2**0.5,
         p50_us=pct(50),
         p90_us=pct(90),
         p95_us=pct(95),
         p99_us=pct(99),
         p999_us=pct(99.9),
         histogram=encoded.decode() if isinstance(encoded, bytes) else str(encoded),
-        thin=thin_percentiles(sum(s.count for s in summaries)),
+        thin=thin_percentiles(total),
     )
 
 

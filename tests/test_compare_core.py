@@ -125,3 +125,15 @@ def test_levels_pair_by_one_rule_in_gate_and_report():
     named = dataclasses.replace(lv, load=dataclasses.replace(lv.load, distribution="constant"))
     result = compare_records(synthetic_record([unnamed]), synthetic_record([named]))
     assert [f.level for f in result.findings] == ["100 req/s constant"] * 2
+
+
+def test_report_cli_judges_with_the_gates_thresholds(tmp_path):
+    from perfkit.cli import main
+
+    baseline = synthetic_record(**SMALL_SLOWDOWN).save(tmp_path / "base.json")
+    current = synthetic_record(**SMALL_SLOWDOWN, offset=1.04).save(tmp_path / "cur.json")
+    out = tmp_path / "cmp.html"
+    assert main(["report", "--compare", str(baseline), str(current), "-o", str(out), "--threshold", "p99:+2%"]) == 0
+    assert set(_report_verdicts(out).values()) >= {"regression"}
+    gate_rc = main(["gate", "--baseline", str(baseline), "--current", str(current), "--threshold", "p99:+2%"])
+    assert gate_rc == 10  # the gate fails on the same records and threshold

@@ -614,6 +614,17 @@ class ProfileSpec:
     tail_percentiles: tuple[float, ...] = DEFAULT_TAIL_PERCENTILES
 
 
+def spec_defaults() -> dict[str, Any]:
+    """ProfileSpec's defaults by field name: what the CLI's flags and sweep files default to."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(ProfileSpec):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
 # Request outcome codes shared by the load generator and the recorder.
 # 0 is success; HTTP errors keep their status code (400..599); gRPC errors are 1000 + status
 # code; negative codes are client-side outcomes.

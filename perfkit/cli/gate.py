@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from perfkit.gate import (
     write_json,
     write_junit,
 )
-from perfkit.records import LoadLevel, ProfileSpec, RunRecord
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord, spec_defaults
 
 
 def emit(
@@ -91,7 +90,7 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
 
 # Defaults defined once: the gate's on GateOptions, the measurement's on ProfileSpec.
 _G = GateOptions()
-_D: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ProfileSpec)}
+_D = spec_defaults()
 
 
 @click.command(name="gate")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import sys
 from pathlib import Path
@@ -13,13 +12,13 @@ import click
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import MeasurementError, UsageError
 from perfkit.measure._events import LevelDone, LevelStarted, ProgressEvent, WindowMeasured
-from perfkit.records import LoadLevel, ProfileSpec, RunRecord
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord, spec_defaults
 from perfkit.server.launch import open_server
 from perfkit.server.remote import parse_host_port
 
 # The flags' defaults are ProfileSpec's (defined once, on the record): the Python API, sweep
 # files and this command measure alike.
-_D: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ProfileSpec)}
+_D = spec_defaults()
 
 
 def _range(text: str, *, integer: bool, flag: str) -> list[float]:

@@ -439,7 +439,7 @@ class TrialRecord:
     latency_us: float | None  # the budget percentile at that load
     feasible: bool
     fail_reason: str = ""
-    config_sha256: str = ""
+    config_sha256: str = ""  # of the candidate config as perfkit wrote it (not ModelInfo.served_config_sha256)
     duration_s: float = 0.0
     is_original: bool = False
     metrics: dict[str, float] = field(default_factory=dict)  # every other figure, e.g. gpu_memory_bytes

@@ -17,6 +17,7 @@ import numpy as np
 from hdrh.histogram import HdrHistogram
 
 from perfkit.records import (
+    PERCENTILE_OF_METRIC,
     STATUS_DROPPED,
     STATUS_OK,
     STATUS_UNFINISHED,
@@ -95,10 +96,12 @@ def merge_histograms(encoded: Sequence[str]) -> HdrHistogram:
     return total
 
 
+_PERCENTILE_NAMES = {pct: name for name, pct in PERCENTILE_OF_METRIC.items()}
+
+
 def thin_percentiles(count: int) -> tuple[str, ...]:
     """Percentiles that fewer than MIN_TAIL_SAMPLES samples lie beyond."""
-    names = {50.0: "p50", 90.0: "p90", 95.0: "p95", 99.0: "p99", 99.9: "p999"}
-    return tuple(name for pct, name in names.items() if count * (100 - pct) / 100 < MIN_TAIL_SAMPLES - 1e-9)
+    return tuple(name for pct, name in _PERCENTILE_NAMES.items() if count * (100 - pct) / 100 < MIN_TAIL_SAMPLES - 1e-9)
 
 
 def summarize(kind: LatencyKind, values_us: np.ndarray) -> LatencySummary:
@@ -238,6 +241,7 @@ class LevelRecorder:
             lat = (s.done_ns[done_ok] - s.sent_ns[done_ok]) / 1e3
             n_ok = int(done_ok.sum())
             dur = self.window_ns / 1e9
+            pct = np.percentile(lat, [50, 90, 95, 99, 99.9]) if lat.size else np.zeros(5)
             out.append(
                 Window(
                     start_s=k * dur,
@@ -246,9 +250,12 @@ class LevelRecorder:
                     inferences=n_ok * self.batch_size,
                     errors=int((inw & ~ok).sum()),
                     infer_per_s=n_ok * self.batch_size / dur,
-                    p50_us=float(np.percentile(lat, 50)) if lat.size else 0.0,
-                    p99_us=float(np.percentile(lat, 99)) if lat.size else 0.0,
+                    p50_us=float(pct[0]),
+                    p99_us=float(pct[3]),
                     mean_us=float(lat.mean()) if lat.size else 0.0,
+                    p90_us=float(pct[1]),
+                    p95_us=float(pct[2]),
+                    p999_us=float(pct[4]),
                 )
             )
         self._windows = out
@@ -262,6 +269,16 @@ class LevelRecorder:
             return (s.done_ns[mask] - s.sent_ns[mask]) / 1e3, s.done_ns[mask]
         mask &= (s.status == STATUS_OK) | (s.status == STATUS_UNFINISHED)
         return (s.done_ns[mask] - s.due_ns[mask]) / 1e3, s.done_ns[mask]
+
+    def tail_certified(self, end_ns: int, percentiles: Sequence[float]) -> bool:
+        """Whether every percentile given has MIN_TAIL_SAMPLES beyond it (none of them thin).
+
+        A level must not stop before this holds for the percentiles a gate will judge:
+        a thin percentile is one no comparison can certify.
+        """
+        count = self.latencies_us(end_ns, "service" if self.closed_loop else "corrected").size
+        thin = set(thin_percentiles(count))
+        return not any(_PERCENTILE_NAMES.get(float(p), "") in thin for p in percentiles)
 
     def latencies_us(self, end_ns: int, kind: LatencyKind) -> np.ndarray:
         """Latencies of the level's requests: service (ok only) or corrected (ok + unfinished)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,11 +19,21 @@ from typing import Any, Literal, TypeVar
 from perfkit.errors import InputError
 
 RUN_SCHEMA = "perfkit.run"
-RUN_SCHEMA_VERSION = 1
+RUN_SCHEMA_VERSION = 2  # 2: typed machine, server, model and spec; model.served_config_sha256
 
 LoadMode = Literal["concurrency", "request_rate", "custom_intervals"]
 LatencyKind = Literal["service", "corrected"]
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
+PERCENTILE_OF_METRIC = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+
+# What `perfkit gate` judges when no --threshold is given. Defined here, not in the gate,
+# because the measurement must know it too: a level measured with default settings keeps
+# going until every percentile judged by default can be certified (see ProfileSpec).
+DEFAULT_GATE_THRESHOLDS = ("throughput:-5%", "p99:+10%")
+DEFAULT_MIN_WINDOWS = 3  # fewest windows a level is measured over, and a gate judges noise from
+DEFAULT_TAIL_PERCENTILES = tuple(
+    PERCENTILE_OF_METRIC[t.split(":")[0]] for t in DEFAULT_GATE_THRESHOLDS if t.split(":")[0] in PERCENTILE_OF_METRIC
+)
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,17 @@ class Window:
     p50_us: float
     p99_us: float
     mean_us: float
+    # Each percentile's own per-window value: the evidence a threshold on that percentile is
+    # judged by. None in records written before they were kept (a gate refuses to judge on them).
+    p90_us: float | None = None
+    p95_us: float | None = None
+    p999_us: float | None = None
+
+    def percentile_us(self, pct: float) -> float | None:
+        """This window's value of a standard percentile (None when the record did not keep it)."""
+        key = {50.0: "p50_us", 90.0: "p90_us", 95.0: "p95_us", 99.0: "p99_us", 99.9: "p999_us"}[float(pct)]
+        value = getattr(self, key)
+        return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -166,6 +188,132 @@ class LevelResult:
         return self.corrected or self.service
 
 
+# Machine fields that identify hardware (hostnames change per CI job: not among them).
+HARDWARE_FIELDS = ("arch", "cpu_model", "cpu_count", "memory_total_bytes", "gpus")
+# Names older records used for those fields.
+_MACHINE_ALIASES = {
+    "cpu": "cpu_model",
+    "logical_cpus": "cpu_count",
+    "memory_bytes": "memory_total_bytes",
+    "gpu": "gpus",
+    "gpu_names": "gpus",
+    "gpu_models": "gpus",
+    "machine": "arch",
+    "os": "platform",
+}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The client machine a run was measured on: enough to refuse comparing different hardware."""
+
+    hostname: str = ""
+    platform: str = ""
+    python: str = ""
+    arch: str = ""
+    cpu_model: str = ""
+    cpu_count: int | None = None
+    memory_total_bytes: int | None = None
+    gpus: tuple[str, ...] | None = None  # None: not known; (): none found
+
+    def differences(self, other: Machine) -> list[str]:
+        """The rule for "same machine", in one place: the hardware fields known on both sides that differ.
+
+        The hostname counts only when no hardware field is known on both sides (CI runners of
+        one kind have new hostnames per job).
+        """
+        both = [k for k in HARDWARE_FIELDS if _known(getattr(self, k)) and _known(getattr(other, k))]
+        keys = both or (["hostname"] if self.hostname and other.hostname else [])
+        return [
+            f"{k} {getattr(self, k)!r} vs {getattr(other, k)!r}" for k in keys if getattr(self, k) != getattr(other, k)
+        ]
+
+    def identity(self) -> str:
+        """A short key of the hardware (for a results store's index): hostname, then the hardware fields."""
+        hardware = ",".join(f"{k}={getattr(self, k)}" for k in HARDWARE_FIELDS if _known(getattr(self, k)))
+        return f"{self.hostname}:{hardware}"
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> Machine:
+        """From a record's machine object, of this shape or an older one (aliases read, other keys ignored)."""
+        if isinstance(data, Machine):
+            return data
+        if not isinstance(data, dict):
+            raise TypeError(f"machine must be an object, got {type(data).__name__}")
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            name = _MACHINE_ALIASES.get(key, key)
+            if name in _MACHINE_FIELD_NAMES and value is not None and name not in values:
+                values[name] = value
+        if "gpus" in values:
+            gpus = values["gpus"]
+            values["gpus"] = tuple(str(g) for g in gpus) if isinstance(gpus, (list, tuple)) else (str(gpus),)
+        for key in ("cpu_count", "memory_total_bytes"):
+            if key in values:
+                values[key] = int(values[key])
+        return cls(**values)
+
+
+def _known(value: Any) -> bool:
+    return value is not None and value != ""
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """The server a run measured: its version, launch mode, the protocol used and its URLs."""
+
+    version: str = ""
+    mode: str = ""  # local, docker, remote
+    protocol: str = ""  # http or grpc: what the load was sent over
+    http_url: str | None = None
+    grpc_url: str | None = None
+    metrics_url: str | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> ServerInfo:
+        """From a record's server object (older records: extra keys ignored, 'url' and 'launch_mode' read)."""
+        if isinstance(data, ServerInfo):
+            return data
+        if not isinstance(data, dict):
+            raise TypeError(f"server must be an object, got {type(data).__name__}")
+        values = {k: data[k] for k in _SERVER_FIELD_NAMES if data.get(k) is not None}
+        if "http_url" not in values and data.get("url"):
+            values["http_url"] = data["url"]
+        if "mode" not in values and data.get("launch_mode"):
+            values["mode"] = data["launch_mode"]
+        return cls(**{k: str(v) for k, v in values.items()})
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model measured and the config the server applied (as the server reports it, JSON)."""
+
+    name: str
+    version: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    # sha256 of the served config's JSON (keys sorted): what the server ran. Not the hash of a
+    # config.pbtxt file (the tuner's config_pbtxt_sha256): the same config gives two different hashes.
+    served_config_sha256: str = ""
+
+    @classmethod
+    def from_mapping(cls, data: Any) -> ModelInfo:
+        """From a record's model object; older records stored the hash under 'config_sha256'."""
+        if isinstance(data, ModelInfo):
+            return data
+        if not isinstance(data, dict):
+            raise TypeError(f"model must be an object, got {type(data).__name__}")
+        return cls(
+            name=str(data["name"]),
+            version=str(data.get("version") or ""),
+            config=dict(data.get("config") or {}),
+            served_config_sha256=str(data.get("served_config_sha256") or data.get("config_sha256") or ""),
+        )
+
+
+_MACHINE_FIELD_NAMES = {f.name for f in dataclasses.fields(Machine)}
+_SERVER_FIELD_NAMES = {f.name for f in dataclasses.fields(ServerInfo)}
+
+
 @dataclass(frozen=True)
 class ServerShare:
     """One server's part of a level measured against a fleet (requests it was sent, its latencies)."""
@@ -214,10 +362,10 @@ class RunRecord:
     perfkit_version: str
     created_utc: str
     command: tuple[str, ...]
-    machine: dict[str, Any]
-    server: dict[str, Any]  # version, url, protocol, launch mode
-    model: dict[str, Any]  # name, version, config (as served, JSON), config_sha256
-    spec: dict[str, Any]  # the full measurement spec
+    machine: Machine
+    server: ServerInfo
+    model: ModelInfo
+    spec: ProfileSpec  # the full measurement spec
     levels: tuple[LevelResult, ...]
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
@@ -232,24 +380,12 @@ class RunRecord:
 
     def save(self, path: Path) -> Path:
         """Write atomically (temp file then rename); returns path."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
-        return path
+        return _save_json(to_dict(self), Path(path))
 
     @classmethod
     def load(cls, path: Path) -> RunRecord:
         """Read a run record file; raises InputError naming the file and what is wrong."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise InputError(f"run record {path} does not exist") from None
-        except (OSError, ValueError) as err:
-            raise InputError(f"run record {path} is not readable JSON: {err}") from None
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(_read_json(Path(path), "run record"), source=str(path))
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "<run record>") -> RunRecord:
@@ -257,15 +393,30 @@ class RunRecord:
         if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
             raise InputError(f"{source} is not a perfkit run record (field 'schema' is not {RUN_SCHEMA!r})")
         version = data.get("schema_version")
-        if version != RUN_SCHEMA_VERSION:
+        if version not in (1, RUN_SCHEMA_VERSION):
             raise InputError(
-                f"{source} has schema_version {version!r}; this perfkit reads version {RUN_SCHEMA_VERSION}",
-                hint="re-run the profile with this perfkit version",
+                f"{source} has schema_version {version!r}; this perfkit reads versions 1 to {RUN_SCHEMA_VERSION}",
+                hint="read it with the perfkit version that wrote it, or re-run the profile with this one",
             )
         try:
+            if version == 1:
+                data = _run_v1_to_v2(data)
             return from_dict(cls, data)
         except (TypeError, KeyError, ValueError) as err:
             raise InputError(f"{source} is a malformed run record: {err}") from None
+
+
+def _run_v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 run record (machine, server, model, spec as free-form objects) in version 2's shape."""
+    out = dict(data, schema_version=RUN_SCHEMA_VERSION)
+    model = out.get("model") or {}
+    spec = dict(out.get("spec") or {})
+    known = {f.name for f in dataclasses.fields(ProfileSpec)}
+    spec = {k: v for k, v in spec.items() if k in known}
+    spec.setdefault("model", model.get("name", ""))
+    spec.setdefault("levels", [lv.get("load") for lv in out.get("levels") or [] if isinstance(lv, dict)])
+    out["spec"] = spec
+    return out
 
 
 T = TypeVar("T")
@@ -289,6 +440,8 @@ def from_dict(cls: type[T], data: Any) -> T:
 
 def _decode(tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
+    if tp in (Machine, ServerInfo, ModelInfo):
+        return tp.from_mapping(value)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
             raise TypeError(f"{tp.__name__} expects an object, got {type(value).__name__}")
@@ -333,7 +486,7 @@ class TrialRecord:
     latency_us: float | None  # the budget percentile at that load
     feasible: bool
     fail_reason: str = ""
-    config_sha256: str = ""
+    config_sha256: str = ""  # of the candidate config as perfkit wrote it (not ModelInfo.served_config_sha256)
     duration_s: float = 0.0
     is_original: bool = False
     metrics: dict[str, float] = field(default_factory=dict)  # every other figure, e.g. gpu_memory_bytes
@@ -363,6 +516,106 @@ class TuneRecord:
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
 
+    def trial(self, number: int | None) -> TrialRecord | None:
+        """The trial of that number, if any."""
+        return next((t for t in self.trials if t.number == number), None) if number is not None else None
+
+    def best(self) -> TrialRecord | None:
+        """The recommendation: the complete, feasible trial with the most throughput.
+
+        Ties go to the lower latency, then the earlier trial. None when no trial is feasible: an
+        infeasible config is never recommended, whatever its throughput.
+        """
+        ok = [t for t in self.trials if t.state == "complete" and t.feasible and t.throughput_infer_per_s is not None]
+        if not ok:
+            return None
+        return max(ok, key=lambda t: (t.throughput_infer_per_s or 0.0, -(t.latency_us or math.inf), -t.number))
+
+    def original(self) -> TrialRecord | None:
+        """The trial that measured the user's original config (a complete one first)."""
+        originals = [t for t in self.trials if t.is_original]
+        return next((t for t in originals if t.state == "complete"), None) or next(iter(originals), None)
+
+    def pareto(self) -> list[TrialRecord]:
+        """Feasible complete trials no other dominates on throughput (up) and latency (down), by throughput."""
+        ok = [
+            t
+            for t in self.trials
+            if t.state == "complete"
+            and t.feasible
+            and t.throughput_infer_per_s is not None
+            and t.latency_us is not None
+        ]
+
+        def dominates(a: TrialRecord, b: TrialRecord) -> bool:
+            at, bt, al, bl = (
+                a.throughput_infer_per_s or 0,
+                b.throughput_infer_per_s or 0,
+                a.latency_us or 0,
+                b.latency_us or 0,
+            )
+            return at >= bt and al <= bl and (at > bt or al < bl)
+
+        front = [t for t in ok if not any(dominates(o, t) for o in ok)]
+        return sorted(front, key=lambda t: t.throughput_infer_per_s or 0.0)
+
+    def save(self, path: Path) -> Path:
+        """Write atomically (temp file then rename); returns path."""
+        return _save_json(to_dict(self), Path(path))
+
+    @classmethod
+    def load(cls, path: Path) -> TuneRecord:
+        """Read a tune.json; raises InputError naming the file and what is wrong."""
+        return cls.from_dict(_read_json(Path(path), "tune record"), source=str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "<tune record>") -> TuneRecord:
+        """Build from parsed JSON; raises InputError on another schema or version or a malformed record."""
+        if not isinstance(data, dict) or data.get("schema") != TUNE_SCHEMA:
+            raise InputError(f"{source} is not a perfkit tune record (field 'schema' is not {TUNE_SCHEMA!r})")
+        if data.get("schema_version") != TUNE_SCHEMA_VERSION:
+            raise InputError(
+                f"{source} has schema_version {data.get('schema_version')!r}; this perfkit reads version "
+                f"{TUNE_SCHEMA_VERSION}",
+                hint="read it with the perfkit version that wrote it",
+            )
+        try:
+            return from_dict(cls, data)
+        except (TypeError, KeyError, ValueError) as err:
+            raise InputError(f"{source} is a malformed tune record: {err}") from None
+
+
+def load_record(path: Path) -> RunRecord | TuneRecord:
+    """Read a run record or a tune record, whichever the file is; raises InputError otherwise."""
+    path = Path(path)
+    data = _read_json(path, "record")
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema == TUNE_SCHEMA:
+        return TuneRecord.from_dict(data, source=str(path))
+    if schema == RUN_SCHEMA:
+        return RunRecord.from_dict(data, source=str(path))
+    raise InputError(
+        f"{path} is neither a perfkit run record nor a tune record (field 'schema' is {schema!r})",
+        hint="give files written by 'perfkit profile -o' or folders written by 'perfkit tune -o'",
+    )
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{what} {path} does not exist") from None
+    except (OSError, ValueError) as err:
+        raise InputError(f"{what} {path} is not readable JSON: {err}") from None
+
+
+def _save_json(data: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=False))
+    tmp.replace(path)
+    return path
+
 
 @dataclass(frozen=True)
 class ProfileSpec:
@@ -370,7 +623,11 @@ class ProfileSpec:
 
     Stability: a level ends once the ~95% confidence half-widths of throughput and of
     the chosen percentile are within stability_percentage (relative), after at least
-    min_windows windows; or after max_trials windows, flagged unstable.
+    min_windows windows, and every percentile in tail_percentiles has enough samples beyond
+    it to be certified (by default those the gate judges by default); or after max_trials
+    windows, flagged unstable.
+
+    These field defaults are perfkit's defaults: the CLI's flags and sweep files read them.
     """
 
     model: str
@@ -385,8 +642,8 @@ class ProfileSpec:
     output_shared_memory_size: int = 102400
     measurement_interval_ms: float = 1000.0  # window length
     stability_percentage: float = 10.0
-    max_trials: int = 10  # max windows per level
-    min_windows: int = 3
+    max_trials: int = 30  # max windows per level
+    min_windows: int = DEFAULT_MIN_WINDOWS
     percentile: float | None = None  # None: stability and thresholds on the average latency
     latency_threshold_ms: float | None = None  # stop the sweep past this latency
     binary_search: bool = False
@@ -398,7 +655,21 @@ class ProfileSpec:
     request_intervals_file: str | None = None
     seed: int = 0
     workers: int = 1  # load-generator processes
-    max_outstanding: int = 4096  # open loop: cap on requests in flight before sends count as dropped
+    max_outstanding: int = 1000  # open loop: cap on requests in flight before sends count as dropped
+    # A level does not stop before these percentiles have enough samples beyond them to be
+    # certified: the ones the gate judges by default, so profile, profile, gate can pass.
+    tail_percentiles: tuple[float, ...] = DEFAULT_TAIL_PERCENTILES
+
+
+def spec_defaults() -> dict[str, Any]:
+    """ProfileSpec's defaults by field name: what the CLI's flags and sweep files default to."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(ProfileSpec):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = f.default_factory()
+    return out
 
 
 # Request outcome codes shared by the load generator and the recorder.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from xml.etree import ElementTree as ET
@@ -28,7 +29,7 @@ def runs(tmp_path: Path) -> dict[str, Path]:
         ),
         "other_model": synthetic_record(model="batcher", **WIN).save(tmp_path / "other_model.json"),
         "other_load": synthetic_record([synthetic_level(concurrency=2, **WIN)]).save(tmp_path / "other_load.json"),
-        "other_machine": synthetic_record(seed=2, machine={**MACHINE, "gpus": ["H100"]}, **WIN).save(
+        "other_machine": synthetic_record(seed=2, machine=dataclasses.replace(MACHINE, gpus=("H100",)), **WIN).save(
             tmp_path / "other_machine.json"
         ),
     }

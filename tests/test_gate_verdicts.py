@@ -194,13 +194,13 @@ def test_different_load_is_refused_unless_allowed():
 
 def test_different_machine_is_refused_unless_allowed():
     base = synthetic_record(seed=1, **WIN)
-    other = synthetic_record(seed=2, machine={**MACHINE, "cpu_count": 64}, **WIN)
+    other = synthetic_record(seed=2, machine=dataclasses.replace(MACHINE, cpu_count=64), **WIN)
     with pytest.raises(GateRefused, match="machine differs.*cpu_count"):
         compare_records(base, other)
     result = compare_records(base, other, GateOptions(allow_different_machine=True))
     assert any("cpu_count" in n for n in result.notes)
     # another CI runner of the same kind (only the hostname differs) is the same machine
-    same_kind = synthetic_record(seed=2, machine={**MACHINE, "hostname": "runner-42"}, **WIN)
+    same_kind = synthetic_record(seed=2, machine=dataclasses.replace(MACHINE, hostname="runner-42"), **WIN)
     assert compare_records(base, same_kind).verdict == "pass"
 
 

@@ -64,7 +64,7 @@ def test_grpc_and_http_both_measure(triton):
         rec = profile(triton, _spec("identity", LoadLevel("concurrency", 2), protocol=protocol, max_trials=3))
         lv = rec.levels[0]
         assert lv.error_count == 0 and lv.throughput_infer_per_s > 100, protocol
-        assert rec.server["protocol"] == protocol and rec.server["version"].startswith("2.")
+        assert rec.server.protocol == protocol and rec.server.version.startswith("2.")
 
 
 def test_batch_size_counts_inferences(triton):

@@ -42,7 +42,7 @@ def test_report_from_real_profile_and_tune_run_end_to_end(model_repo: Path, tmp_
     assert out.returncode == 0, out.stderr
     record = RunRecord.load(run_json)
     page = _text(profile_html)
-    assert "batcher" in page and record.server["version"] in page
+    assert "batcher" in page and record.server.version in page
     for lv in record.levels:  # the numbers behind the figures are the measured ones
         assert f"{lv.throughput_infer_per_s:,.1f}" in page or f"{lv.throughput_infer_per_s:.1f}" in page
 

@@ -158,7 +158,10 @@ def test_recommendation_sentence(tune):
 
 
 def test_recommendation_without_a_feasible_trial(tune):
-    none = dataclasses.replace(tune, best_trial=None, best_config=None, status="failed", error="server died")
+    over_budget = tuple(dataclasses.replace(t, feasible=False) for t in tune.trials)
+    none = dataclasses.replace(
+        tune, trials=over_budget, best_trial=None, best_config=None, status="failed", error="server died"
+    )
     text = T.recommendation(none)
     assert text.startswith("No recommendation: none of 12 trials") and "20 ms p99" in text and "server died" in text
     assert T.config_diff(none) == ()
@@ -206,48 +209,48 @@ def test_config_diff_shows_the_changes(tune):
     assert '-  value: { string_value: "fp32" }' in removed
 
 
+def _judged(base, cur):
+    [(_, results)] = C.judge_groups([base], [("current", [cur])])
+    return [f for r in results for f in r.findings]
+
+
 def test_comparison_is_direction_aware():
     base = RunRecord.load(RECORDS / "compare" / "baseline.json")
     cur = RunRecord.load(RECORDS / "compare" / "current.json")
     worse = RunRecord.load(RECORDS / "compare" / "current_regressed.json")
-    comp = C.compare([base], [cur])
-    thr = [d for d in comp.deltas if d.metric == "throughput"]
+    better = _judged(base, cur)
+    thr = [f for f in better if f.metric == "throughput"]
     assert len(thr) == len(base.levels)
-    assert all(d.verdict == "better" and d.delta_pct > 0 for d in thr)
-    p99 = [d for d in comp.deltas if d.metric == "p99 latency"]
-    assert all(d.verdict == "better" and d.delta_pct < 0 for d in p99)  # lower latency is better
-    reg = C.compare([base], [worse])
-    assert any(d.verdict == "worse" and d.metric == "throughput" and d.delta_pct < 0 for d in reg.deltas)
-    assert any(d.verdict == "worse" and d.metric == "p99 latency" and d.delta_pct > 0 for d in reg.deltas)
-    b0 = base.levels[0]
-    d0 = next(d for d in comp.deltas if d.metric == "throughput" and d.level == b0.load.label)
-    c0 = cur.levels[0]
-    assert d0.baseline == b0.throughput_infer_per_s and d0.current == c0.throughput_infer_per_s
-    assert d0.delta_pct == pytest.approx((c0.throughput_infer_per_s / b0.throughput_infer_per_s - 1) * 100)
+    assert all(f.verdict == "improvement" and f.delta_pct > 0 for f in thr)
+    p99 = [f for f in better if f.metric == "p99"]
+    assert all(f.verdict == "improvement" and f.delta_pct < 0 for f in p99)  # lower latency is better
+    reg = _judged(base, worse)
+    assert any(f.verdict == "regression" and f.metric == "throughput" and f.delta_pct < 0 for f in reg)
+    assert any(f.verdict == "regression" and f.metric == "p99" and f.delta_pct > 0 for f in reg)
+    b0, c0 = base.levels[0], cur.levels[0]
+    f0 = next(f for f in better if f.metric == "throughput" and f.level == b0.load.label)
+    assert f0.baseline == b0.throughput_infer_per_s and f0.current == c0.throughput_infer_per_s
+    assert f0.delta_pct == pytest.approx((c0.throughput_infer_per_s / b0.throughput_infer_per_s - 1) * 100)
+    fig = C.delta_figure("current", C.judge_groups([base], [("current", [cur])])[0][1])
+    assert fig is not None and all(v is not None and v > 0 for s in fig.series for v in s.values)  # up is better
 
 
-def test_judge_noise_band_and_zero_baseline():
-    assert C.judge(100, 102, True, noise_pct=5) == (pytest.approx(2.0), "same")
-    assert C.judge(100, 110, False, noise_pct=5)[1] == "worse"
-    assert C.judge(100, 90, False, noise_pct=5)[1] == "better"
-    assert C.judge(0, 3, False, noise_pct=0) == (None, "worse")  # errors appearing
-    assert C.judge(0, 0, False, noise_pct=0) == (0.0, "same")
-
-
-def test_comparison_averages_repeats_and_reports_unmatched_levels():
+def test_comparison_pools_repeats_and_notes_unmatched_levels():
     base = RunRecord.load(RECORDS / "compare" / "baseline.json")
     short = dataclasses.replace(base, levels=base.levels[:3])
-    comp = C.compare([base, base], [short])
-    assert {d.level for d in comp.deltas} == {lv.load.label for lv in base.levels[:3]}
-    assert all(d.verdict == "same" and d.delta_pct == 0 for d in comp.deltas)
-    assert len(comp.unmatched) == 3 and all("baseline only" in u for u in comp.unmatched)
+    [(_, [result])] = C.judge_groups([base, base], [("current", [short])])
+    assert {f.level for f in result.findings} == {lv.load.label for lv in base.levels[:3]}
+    assert all(f.verdict == "pass" and f.delta_pct == pytest.approx(0, abs=0.5) for f in result.findings)
+    assert any("not in current" in n for n in result.notes)
 
 
 def test_current_runs_split_by_config_only_where_a_model_has_several():
     base = RunRecord.load(RECORDS / "compare" / "baseline.json")
     cur = RunRecord.load(RECORDS / "compare" / "current.json")
-    other_model = dataclasses.replace(cur, model={**cur.model, "name": "other", "config_sha256": "ff" * 32})
+    other_model = dataclasses.replace(
+        cur, model=dataclasses.replace(cur.model, name="other", served_config_sha256="ff" * 32)
+    )
     assert [label for label, _ in C.group_current([cur, other_model])] == ["current"]
     groups = C.group_current([cur, base])  # one model, two configs: compared apart
     assert [len(recs) for _, recs in groups] == [1, 1]
-    assert groups[0][0] == f"current: config {cur.model['config_sha256'][:8]}"
+    assert groups[0][0] == f"current: config {cur.model.served_config_sha256[:8]}"

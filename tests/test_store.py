@@ -38,7 +38,7 @@ def test_save_get_roundtrip_by_id_and_name(store_path: str):
         assert st.get(run_id[:6]) == rec  # an id prefix works
         entry = st.entry("main")
     assert (entry.id, entry.name, entry.model, entry.commit) == (run_id, "main", "sleeper", "abc123")
-    assert entry.config_sha256 == rec.model["config_sha256"]
+    assert entry.served_config_sha256 == rec.model.served_config_sha256
     assert entry.server_version == "2.51.0"
     assert entry.machine.startswith("ci-runner:")
 

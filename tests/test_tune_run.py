@@ -76,7 +76,7 @@ def test_tune_finds_a_better_config_and_its_outputs_agree(model_repo: Path, tmp_
     run = RunRecord.load(out / "runs" / f"trial-{best.number:03d}.json")
     verdict = judge(run, latency_budget_ms=20, percentile=99)
     assert verdict.throughput_infer_per_s == pytest.approx(top.throughput_infer_per_s)
-    assert run.model["config"]["parameters"]["precision"]["string_value"] == top.precision  # what the server ran
+    assert run.model.config["parameters"]["precision"]["string_value"] == top.precision  # what the server ran
     assert "+  count: 2" in (out / "best.diff").read_text() or "int8" in (out / "best.diff").read_text()
     assert (out / "study.db").is_file()
     assert "best: trial" in proc.stdout

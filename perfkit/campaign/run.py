@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from perfkit.campaign.sweep import Sweep
 from perfkit.errors import PerfkitError
@@ -17,7 +18,34 @@ from perfkit.records import RunRecord
 from perfkit.server.launch import ServerOptions, open_server
 from perfkit.store import open_store
 
-Echo = Callable[[str], None]
+_log = logging.getLogger(__name__)
+CampaignStep = Literal["server", "profile", "profiled", "tune", "store", "report"]
+
+
+@dataclass(frozen=True)
+class CampaignProgress:
+    """One step of a campaign, as an event: what happened, in one line, and the record it made if any.
+
+    The library logs the same line to the "perfkit.campaign" logger; a caller (the CLI) decides
+    what to show through on_progress.
+    """
+
+    step: CampaignStep
+    message: str
+    model: str | None = None
+    record: RunRecord | None = None
+
+
+OnProgress = Callable[[CampaignProgress], None]
+
+
+def _emitter(on_progress: OnProgress | None) -> Callable[..., None]:
+    def emit(step: CampaignStep, message: str, **kw: Any) -> None:
+        _log.info(message)
+        if on_progress is not None:
+            on_progress(CampaignProgress(step, message, **kw))
+
+    return emit
 
 
 @dataclass(frozen=True)
@@ -63,7 +91,7 @@ def run_campaign(
     output_dir: Path | None = None,
     gate: bool = True,
     store: str | None = None,
-    echo: Echo = print,
+    on_progress: OnProgress | None = None,
 ) -> CampaignResult:
     """Run every step of a sweep; returns what it produced (the gate's verdict is in gate_results).
 
@@ -72,6 +100,7 @@ def run_campaign(
     """
     from perfkit.measure import profile  # noqa: PLC0415  (heavy: only when a campaign runs)
 
+    echo = _emitter(on_progress)
     out = Path(output_dir or sweep.output_dir or default_output_dir(sweep))
     out.mkdir(parents=True, exist_ok=True)
     command = ("perfkit", "run", str(sweep.path))
@@ -84,25 +113,27 @@ def run_campaign(
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(sweep.server["model_repository"], copy, ignore=shutil.ignore_patterns("__pycache__"))
         sweep = dataclasses.replace(sweep, server={**sweep.server, "model_repository": copy})
-        echo(f"perfkit run: serving a copy of the model repository in {copy}")
+        echo("server", f"perfkit run: serving a copy of the model repository in {copy}")
     opts = server_options(sweep)
-    echo(f"perfkit run: {sweep.name}: starting {opts.mode} server ({len(sweep.models)} models) ...")
+    echo("server", f"perfkit run: {sweep.name}: starting {opts.mode} server ({len(sweep.models)} models) ...")
     with open_server(opts) as server:
-        echo(f"perfkit run: Triton {server.version()} ready")
+        echo("server", f"perfkit run: Triton {server.version()} ready")
         for plan in sweep.models:
             path = out / f"{plan.name}.json"
             levels = ", ".join(lv.label for lv in plan.spec.levels)
-            echo(f"perfkit run: profiling {plan.name} at {levels} ...")
+            echo("profile", f"perfkit run: profiling {plan.name} at {levels} ...", model=plan.name)
             record = profile(server, plan.spec, command=command, record_path=path)
             record.save(path)
             records.append(record)
             paths.append(path)
+            lines = []
             for lv in record.levels:
                 lat = lv.latency()
-                echo(
+                lines.append(
                     f"  {lv.load.label:20} {lv.throughput_infer_per_s:9.1f} infer/s  p50 {lat.p50_us / 1000:.3g} ms  "
                     f"p99 {lat.p99_us / 1000:.3g} ms  ({len(lv.windows)} windows{'' if lv.stable else ', unstable'})"
                 )
+            echo("profiled", "\n".join(lines), model=plan.name, record=record)
         if sweep.tune is not None:
             tune_dirs = _tune(server, sweep, out, echo)
     store_ids: dict[str, str] = {}
@@ -114,8 +145,8 @@ def run_campaign(
         store_text = store_text or str(default_store_path())
         with open_store(store_text) as st:
             for record in records:
-                store_ids[str(record.model.get("name"))] = st.save(record)
-        echo(f"perfkit run: {len(records)} run records saved to store {store_text}")
+                store_ids[str(record.model.name)] = st.save(record)
+        echo("store", f"perfkit run: {len(records)} run records saved to store {store_text}")
     results: list[GateResult] = []
     pairs: list[tuple[RunRecord, RunRecord]] = []
     if gate and sweep.gate is not None:
@@ -159,7 +190,7 @@ def gate_campaign(
     results: list[GateResult] = []
     pairs: list[tuple[RunRecord, RunRecord]] = []
     for record, path in zip(records, paths):
-        model = str(record.model.get("name"))
+        model = str(record.model.name)
         try:
             baseline, label = resolve_run(g.baseline, role="baseline", model=model, store=g.store)
             result = compare_records(baseline, record, opts, baseline_label=label, current_label=str(path))
@@ -173,13 +204,13 @@ def gate_campaign(
     return results, pairs
 
 
-def _tune(server: Any, sweep: Sweep, out: Path, echo: Echo) -> dict[str, Path]:
+def _tune(server: Any, sweep: Sweep, out: Path, echo: Callable[..., None]) -> dict[str, Path]:
     from perfkit.tuner import SETTINGS_KEYS, TuneSettings, TuneSpace, tune  # noqa: PLC0415
 
     assert sweep.tune is not None
     repo = sweep.server.get("model_repository")
     if repo is None:
-        echo("perfkit run: [tune] skipped: tuning rewrites config.pbtxt and needs server.model_repository")
+        echo("tune", "perfkit run: [tune] skipped: tuning rewrites config.pbtxt and needs server.model_repository")
         return {}
     dirs = {}
     source = f"{sweep.path}: [tune]"
@@ -195,9 +226,16 @@ def _tune(server: Any, sweep: Sweep, out: Path, echo: Echo) -> dict[str, Path]:
             command=("perfkit", "run", str(sweep.path)),
         )
         space = TuneSpace.from_mapping(sweep.tune, source=source, ignore=(*SETTINGS_KEYS, "models"))
-        result = tune(server, settings, space, model_repository=Path(repo), echo=echo)
+        result = tune(server, settings, space, model_repository=Path(repo), echo=_tune_lines(echo, plan.name))
         dirs[plan.name] = result.output_dir
     return dirs
+
+
+def _tune_lines(echo: Callable[..., None], model: str) -> Callable[[str], None]:
+    def line(text: str) -> None:
+        echo("tune", text, model=model)
+
+    return line
 
 
 def _report(
@@ -205,20 +243,18 @@ def _report(
     records: list[RunRecord],
     pairs: list[tuple[RunRecord, RunRecord]],
     results: list[GateResult],
-    echo: Echo,
+    echo: Callable[..., None],
 ) -> Path | None:
     try:
         from perfkit import report  # noqa: PLC0415
     except ImportError:
         return None
-    from perfkit.gate import report_findings  # noqa: PLC0415
-
     path = report.write_profile_report(records, out / "report.html")
-    echo(f"perfkit run: report {path}")
+    echo("report", f"perfkit run: report {path}")
     if pairs:
         compared = [r for r in results if r.findings]
         cpath = report.write_comparison_report(
-            [b for b, _ in pairs], [c for _, c in pairs], out / "gate-report.html", findings=report_findings(compared)
+            [b for b, _ in pairs], [c for _, c in pairs], out / "gate-report.html", results=compared
         )
-        echo(f"perfkit run: gate report {cpath}")
+        echo("report", f"perfkit run: gate report {cpath}")
     return Path(path)

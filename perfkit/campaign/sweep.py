@@ -289,6 +289,12 @@ def _spec(c: _Checker, model: str, load: Mapping[str, Any], where: str) -> Profi
             ):
                 raise c.fail(full, "a table of input name -> list of ints", value)
             kwargs[key] = {k: tuple(v) for k, v in value.items()}
+        elif key == "tail_percentiles":
+            if not isinstance(value, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 100 for v in value
+            ):
+                raise c.fail(full, "a list of percentiles between 0 and 100, e.g. [99, 99.9]", value)
+            kwargs[key] = tuple(float(v) for v in value)
         elif isinstance(default, bool):
             kwargs[key] = c.bool_(load, key, f"{where}.", default)
         elif isinstance(default, int) or key in ("percentile", "latency_threshold_ms"):

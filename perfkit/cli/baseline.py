@@ -64,7 +64,7 @@ def show(name: str, as_json: bool, store: str | None) -> None:
         ("id", entry.id),
         ("name", entry.name or "-"),
         ("model", entry.model),
-        ("config sha256", entry.config_sha256[:16] or "-"),
+        ("served config sha256", entry.served_config_sha256[:16] or "-"),
         ("server version", entry.server_version or "-"),
         ("machine", entry.machine or "-"),
         ("commit", entry.commit[:12] or "-"),
@@ -99,6 +99,6 @@ def list_(model: str | None, store: str | None) -> None:
     click.echo(f"{'id':12}  {'name':16}  {'model':14}  {'config':12}  {'server':8}  {'commit':8}  created")
     for e in entries:
         click.echo(
-            f"{e.id:12}  {(e.name or '-'):16}  {e.model:14}  {e.config_sha256[:12]:12}  "
+            f"{e.id:12}  {(e.name or '-'):16}  {e.model:14}  {e.served_config_sha256[:12]:12}  "
             f"{(e.server_version or '-'):8}  {(e.commit[:8] or '-'):8}  {e.created_utc}"
         )

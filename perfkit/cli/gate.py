@@ -11,6 +11,7 @@ import click
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import ExitCode, UsageError
 from perfkit.gate import (
+    DEFAULT_THRESHOLDS,
     EXIT_OF,
     GateFailed,
     GateOptions,
@@ -20,12 +21,11 @@ from perfkit.gate import (
     overall_verdict,
     parse_thresholds,
     render_table,
-    report_findings,
     resolve_run,
     write_json,
     write_junit,
 )
-from perfkit.records import LoadLevel, ProfileSpec, RunRecord
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord, spec_defaults
 
 
 def emit(
@@ -75,9 +75,7 @@ def write_report(results: Sequence[GateResult], pairs: Sequence[tuple[RunRecord,
     except ImportError:
         click.echo("perfkit: --report: this build has no HTML report; skipped", err=True)
         return
-    target = write_comparison_report(
-        [b for b, _ in pairs], [c for _, c in pairs], path, findings=report_findings(results)
-    )
+    target = write_comparison_report([b for b, _ in pairs], [c for _, c in pairs], path, results=results)
     click.echo(f"perfkit: report: {target}", err=True)
 
 
@@ -88,6 +86,11 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
         dist: Any = distribution
         return tuple(LoadLevel("request_rate", float(r), dist) for r in rates)
     return tuple(LoadLevel("concurrency", float(c)) for c in (concurrency or (1,)))
+
+
+# Defaults defined once: the gate's on GateOptions, the measurement's on ProfileSpec.
+_G = GateOptions()
+_D = spec_defaults()
 
 
 @click.command(name="gate")
@@ -103,13 +106,15 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
     multiple=True,
     metavar="METRIC:CHANGE",
     help="Allowed change toward worse, repeatable: throughput:-5%, p99:+10%, p99:+2ms, throughput:-50/s. "
-    "Metrics: throughput, p50, p90, p95, p99, p999. Default: throughput:-5% and p99:+10%.",
+    "Metrics: throughput, p50, p90, p95, p99, p999. Default: " + " and ".join(DEFAULT_THRESHOLDS) + ".",
 )
-@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=_G.confidence, show_default=True,
               help="Confidence of the intervals; a change is significant when its interval excludes zero.")  # fmt: skip
 @click.option("--allow-different-load", is_flag=True, help="Compare although levels, batch size or protocol differ.")
 @click.option("--allow-different-machine", is_flag=True, help="Compare although the hardware differs.")
-@click.option("--max-error-fraction", type=float, default=0.01, show_default=True, help="More errors: invalid.")
+@click.option(
+    "--max-error-fraction", type=float, default=_G.max_error_fraction, show_default=True, help="More errors: invalid."
+)
 @click.option("--junit", type=click.Path(path_type=Path), help="Write JUnit XML (a test case per level and metric).")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write every finding as JSON.")
 @click.option("--report", type=click.Path(path_type=Path), help="Write an HTML comparison report.")
@@ -120,12 +125,24 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
 @click.option("--concurrency", "concurrency", type=int, multiple=True, help="A/B: concurrency level (repeatable).")
 @click.option("--request-rate", "rates", type=float, multiple=True, help="A/B: request rate level (repeatable).")
 @click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant")
-@click.option("-b", "--batch-size", type=int, default=1, show_default=True, help="A/B: batch size.")
-@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
-@click.option("--measurement-interval", "interval_ms", type=float, default=1000.0, show_default=True,
-              help="A/B: window length in ms.")  # fmt: skip
+@click.option("-b", "--batch-size", type=int, default=_D["batch_size"], show_default=True, help="A/B: batch size.")
+@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=_D["protocol"], show_default=True)
+@click.option(
+    "--measurement-interval",
+    "interval_ms",
+    type=float,
+    default=_D["measurement_interval_ms"],
+    show_default=True,
+    help="A/B: window length in ms.",
+)
 @click.option("--max-trials", type=int, default=6, show_default=True, help="A/B: most windows per level and round.")
-@click.option("--min-windows", type=int, default=3, show_default=True, help="A/B: fewest windows per level and round.")
+@click.option(
+    "--min-windows",
+    type=int,
+    default=_D["min_windows"],
+    show_default=True,
+    help="A/B: fewest windows per level and round.",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="A/B: save the pooled run records here.")
 @click.option("-u", "--url", help="A/B: a running Triton server (its repository must be --model-repository).")
 @server_options()
@@ -218,7 +235,7 @@ def command(  # noqa: PLR0917  (click passes every option)
             raise UsageError("give --baseline RUN and --current RUN (or --ab with two configs)")
         current, c_label = resolve_run(current_ref, role="current", model=model, store=store)
         baseline, b_label = resolve_run(
-            baseline_ref, role="baseline", model=model or str(current.model.get("name")), store=store
+            baseline_ref, role="baseline", model=model or str(current.model.name), store=store
         )
         result = compare_records(baseline, current, opts, baseline_label=b_label, current_label=c_label)
     emit([result], [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)

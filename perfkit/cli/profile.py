@@ -11,9 +11,14 @@ import click
 
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import MeasurementError, UsageError
-from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.measure import LevelDone, LevelStarted, ProgressEvent, WindowMeasured, WorkersPlaced
+from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord, spec_defaults
 from perfkit.server.launch import open_server
 from perfkit.server.remote import parse_host_port
+
+# The flags' defaults are ProfileSpec's (defined once, on the record): the Python API, sweep
+# files and this command measure alike.
+_D = spec_defaults()
 
 
 def _range(text: str, *, integer: bool, flag: str) -> list[float]:
@@ -64,6 +69,16 @@ def build_levels(
         return (LoadLevel("custom_intervals", 0.0),)
     values = _range(concurrency_range or "1", integer=True, flag="--concurrency-range")
     return tuple(LoadLevel("concurrency", c) for c in values)
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(p) for p in text.split(",") if p.strip())
+    except ValueError:
+        raise UsageError(f"--tail-percentiles {text!r}: expected comma-separated numbers, e.g. 99,99.9") from None
+    if not all(0 < p < 100 for p in values):
+        raise UsageError(f"--tail-percentiles {text!r}: each must lie between 0 and 100")
+    return values
 
 
 def _fmt_ms(us: float) -> str:
@@ -145,23 +160,21 @@ class _Progress:
     def __init__(self) -> None:
         self.tty = sys.stderr.isatty()
 
-    def __call__(self, ev: dict[str, Any]) -> None:
-        if ev["event"] == "workers":  # distributed runs: where the load workers were placed
-            for w in ev["workers"]:
-                click.echo(f"  worker {w['worker']}: {w['host']} (Ray node {str(w['node_id'])[:12]})", err=True)
-            return
-        level: LoadLevel = ev["level"]
-        if ev["event"] == "level_start":
-            click.echo(f"perfkit: measuring {level.label} ...", err=True)
-        elif ev["event"] == "window":
-            p = ev["precision"]
+    def __call__(self, ev: ProgressEvent) -> None:
+        if isinstance(ev, WorkersPlaced):  # distributed runs: where the load workers were placed
+            for w in ev.workers:
+                click.echo(f"  worker {w.worker}: {w.host} (Ray node {w.node_id[:12]})", err=True)
+        elif isinstance(ev, LevelStarted):
+            click.echo(f"perfkit: measuring {ev.level.label} ...", err=True)
+        elif isinstance(ev, WindowMeasured):
+            p = ev.precision
             text = (
-                f"  window {ev['window']:>2}: {ev['infer_per_s']:>10,.1f} infer/s  p99 {ev['p99_us'] / 1e3:.2f} ms"
+                f"  window {ev.window:>2}: {ev.infer_per_s:>10,.1f} infer/s  p99 {ev.p99_us / 1e3:.2f} ms"
                 f"  ±tput {_pct(p.throughput_rel)}  ±lat {_pct(p.latency_rel)}"
             )
             click.echo(("\r" + text) if self.tty else text, err=True, nl=not self.tty)
-        elif ev["event"] == "level_done":
-            r: LevelResult = ev["result"]
+        elif isinstance(ev, LevelDone):
+            r = ev.result
             if self.tty:
                 click.echo("", err=True)
             click.echo(
@@ -182,23 +195,27 @@ class _Progress:
     help="URL of a running server (host:port for the protocol given by -i). With --ray: repeat it, give a comma"
     " list, or @FILE (one URL a line) to spread load over a fleet of servers.",
 )
-@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default="http", show_default=True)
+@click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=_D["protocol"], show_default=True)
 @click.option("--admin-url", default=None, help="HTTP URL for metadata/statistics with -i grpc -u (default: port-1).")
-@click.option("-b", "--batch-size", type=int, default=1, show_default=True)
+@click.option("-b", "--batch-size", type=int, default=_D["batch_size"], show_default=True)
 @click.option("--concurrency-range", default=None, help="start[:end[:step]] requests in flight (closed loop).")
 @click.option("--request-rate-range", default=None, help="start[:end[:step]] requests/s (open loop).")
 @click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant")
 @click.option("--request-intervals", type=click.Path(path_type=Path), help="File of gaps in us, one per line.")
-@click.option("--input-data", default="random", show_default=True, help="zero, random, or a JSON data file.")
+@click.option("--input-data", default=_D["input_data"], show_default=True, help="zero, random, or a JSON data file.")
 @click.option("--shape", "shapes", multiple=True, help="NAME:D1,D2 for inputs with variable dims (repeatable).")
-@click.option("--string-length", type=int, default=128, show_default=True, help="Length of random BYTES data.")
-@click.option("--shared-memory", type=click.Choice(["none", "system", "cuda"]), default="none", show_default=True)
-@click.option("--output-shared-memory-size", type=int, default=102400, show_default=True)
+@click.option(
+    "--string-length", type=int, default=_D["string_length"], show_default=True, help="Length of random BYTES data."
+)
+@click.option(
+    "--shared-memory", type=click.Choice(["none", "system", "cuda"]), default=_D["shared_memory"], show_default=True
+)
+@click.option("--output-shared-memory-size", type=int, default=_D["output_shared_memory_size"], show_default=True)
 @click.option(
     "-p",
     "--measurement-interval",
     type=float,
-    default=1000.0,
+    default=_D["measurement_interval_ms"],
     show_default=True,
     help="Window length in ms (perf_analyzer's default is 5000).",
 )
@@ -206,7 +223,7 @@ class _Progress:
     "-s",
     "--stability-percentage",
     type=float,
-    default=10.0,
+    default=_D["stability_percentage"],
     show_default=True,
     help="Target ~95%% CI half-width: throughput within half of it, the latency statistic within it.",
 )
@@ -214,35 +231,46 @@ class _Progress:
     "-r",
     "--max-trials",
     type=int,
-    default=30,
+    default=_D["max_trials"],
     show_default=True,
     help="Max windows per level (a precise level stops earlier; perf_analyzer's default is 10 of 5 s).",
 )
-@click.option("--min-windows", type=int, default=3, show_default=True)
+@click.option("--min-windows", type=int, default=_D["min_windows"], show_default=True)
 @click.option("--percentile", type=float, default=None, help="Latency percentile for stability and thresholds.")
+@click.option(
+    "--tail-percentiles",
+    default=",".join(f"{p:g}" for p in _D["tail_percentiles"]),
+    show_default=True,
+    help="Percentiles a level must have enough samples beyond before it stops (default: those `perfkit gate` "
+    "judges by default); '' for none.",
+)
 @click.option("-l", "--latency-threshold", type=float, default=None, help="Stop past this latency (ms).")
 @click.option("--binary-search", is_flag=True, help="With -l: binary-search the range for the highest level within it.")
-@click.option("--warmup-request-count", type=int, default=0, show_default=True)
-@click.option("--warmup", "warmup_s", type=float, default=0.5, show_default=True, help="Warm-up seconds per level.")
+@click.option("--warmup-request-count", type=int, default=_D["warmup_request_count"], show_default=True)
+@click.option(
+    "--warmup", "warmup_s", type=float, default=_D["warmup_s"], show_default=True, help="Warm-up seconds per level."
+)
 @click.option(
     "-f", "--latency-report-file", "csv_path", type=click.Path(path_type=Path), help="perf_analyzer-format CSV."
 )
 @click.option("--collect-metrics", is_flag=True, help="Sample the server's GPU metrics (and pynvml) during the run.")
 @click.option("--metrics-url", default=None, help="Metrics endpoint (default: the server's).")
-@click.option("--metrics-interval", type=float, default=1000.0, show_default=True, help="ms between scrapes.")
+@click.option(
+    "--metrics-interval", type=float, default=_D["metrics_interval_ms"], show_default=True, help="ms between scrapes."
+)
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Run record (JSON). Default: runs/<model>-<time>.json"
 )
 @click.option("--report", "report_path", type=click.Path(path_type=Path), help="Also write an HTML report here.")
-@click.option("--workers", type=int, default=1, show_default=True, help="Load-generator processes.")
+@click.option("--workers", type=int, default=_D["workers"], show_default=True, help="Load-generator processes.")
 @click.option(
     "--max-outstanding",
     type=int,
-    default=1000,
+    default=_D["max_outstanding"],
     show_default=True,
     help="Open loop: requests in flight beyond which sends count as dropped.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random data and Poisson gaps.")
+@click.option("--seed", type=int, default=_D["seed"], show_default=True, help="Seed for random data and Poisson gaps.")
 @click.option("--model", "serve_models", multiple=True, help="Models a launched server loads (default: all).")
 @click.option(
     "--ray",
@@ -324,6 +352,7 @@ def command(**kw: Any) -> None:
         seed=kw["seed"],
         workers=kw["workers"],
         max_outstanding=kw["max_outstanding"],
+        tail_percentiles=_percentiles(kw["tail_percentiles"]),
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:

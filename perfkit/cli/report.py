@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from perfkit.errors import UsageError
+from perfkit.gate import GateOptions, parse_thresholds
 from perfkit.records import RunRecord
 from perfkit.report import (
     load_inputs,
@@ -27,7 +28,14 @@ from perfkit.report import (
     help="HTML file to write.",
 )
 @click.option("--compare", is_flag=True, help="Compare: the first input is the baseline, the others the current runs.")
-def command(inputs: tuple[Path, ...], output: Path, compare: bool) -> None:
+@click.option(
+    "--threshold",
+    "thresholds",
+    multiple=True,
+    metavar="METRIC:CHANGE",
+    help="A comparison's thresholds, as `perfkit gate --threshold` takes them (default: the gate's defaults).",
+)
+def command(inputs: tuple[Path, ...], output: Path, compare: bool, thresholds: tuple[str, ...]) -> None:
     """Write a self-contained HTML report (works offline) from run records or a tune folder.
 
     \b
@@ -41,6 +49,7 @@ def command(inputs: tuple[Path, ...], output: Path, compare: bool) -> None:
         perfkit report run.json -o report.html
     """
     runs, tunes = load_inputs(list(inputs))
+    options = GateOptions(thresholds=tuple(parse_thresholds(list(thresholds))))  # the gate's, judged alike
     if compare:
         if len(inputs) < 2:
             raise UsageError("--compare needs a baseline and at least one current input")
@@ -48,7 +57,7 @@ def command(inputs: tuple[Path, ...], output: Path, compare: bool) -> None:
         current, _ = load_inputs(list(inputs[1:]))
         if not baseline or not current:
             raise UsageError("--compare needs run records on both sides (tune folders without runs/ have none)")
-        path = write_comparison_report(baseline, current, output)
+        path = write_comparison_report(baseline, current, output, options=options)
         kind = "comparison"
     elif tunes:
         if len(tunes) > 1:
@@ -56,7 +65,7 @@ def command(inputs: tuple[Path, ...], output: Path, compare: bool) -> None:
         path = write_tune_report(tunes[0], output, runs)
         kind = "tune"
     elif _is_config_comparison(runs):
-        path = write_comparison_report(runs[:1], runs[1:], output)
+        path = write_comparison_report(runs[:1], runs[1:], output, options=options)
         kind = "comparison"
     else:
         path = write_profile_report(runs, output)
@@ -66,6 +75,6 @@ def command(inputs: tuple[Path, ...], output: Path, compare: bool) -> None:
 
 
 def _is_config_comparison(runs: list[RunRecord]) -> bool:
-    models = {r.model.get("name") for r in runs}
-    configs = {r.model.get("config_sha256") for r in runs}
+    models = {r.model.name for r in runs}
+    configs = {r.model.served_config_sha256 for r in runs}
     return len(runs) >= 2 and len(models) == 1 and len(configs) > 1

@@ -39,7 +39,7 @@ def command(sweep_file: Path, output: Path | None, store: str | None, no_gate: b
             click.echo(f"  gate    against {sweep.gate.baseline} ({', '.join(sweep.gate.thresholds) or 'defaults'})")
         return
     result = run_campaign(
-        sweep, output_dir=output, gate=not no_gate, store=store, echo=lambda s: click.echo(s, err=True)
+        sweep, output_dir=output, gate=not no_gate, store=store, on_progress=lambda ev: click.echo(ev.message, err=True)
     )
     click.echo(f"perfkit run: run records in {result.output_dir}", err=True)
     if result.gate_results:

@@ -8,7 +8,6 @@ import logging
 import math
 import pickle
 import time
-from collections.abc import Callable
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -19,6 +18,7 @@ from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest
 from perfkit.distributed._worker import LevelPlan, Unit
 from perfkit.errors import MeasurementError, ServerError, UsageError
 from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, synthetic_tensors
+from perfkit.measure import LevelDone, LevelStarted, PlacedWorker, Progress, WindowMeasured, WorkersPlaced
 from perfkit.measure._context import make_record, server_info
 from perfkit.measure._server_stats import composing_models
 from perfkit.records import (
@@ -33,7 +33,6 @@ from perfkit.server.remote import parse_host_port
 
 log = logging.getLogger(__name__)
 
-Progress = Callable[[dict[str, Any]], None]
 START_LEAD_NS = 300_000_000  # levels start this far ahead of the order, so every worker has it in time
 
 
@@ -136,7 +135,19 @@ def profile_distributed(
     units = _units(servers, spec, io, client_hosts, intervals)
     workers = place(ray, units, client_hosts, node_resource)
     if on_progress:
-        on_progress({"event": "workers", "workers": [dict(w.identity, worker=w.index) for w in workers]})
+        on_progress(
+            WorkersPlaced(
+                tuple(
+                    PlacedWorker(
+                        worker=w.index,
+                        host=str(w.identity.get("host", "?")),
+                        pid=int(w.identity.get("pid", 0)),
+                        node_id=str(w.identity.get("node_id", "")),
+                    )
+                    for w in workers
+                )
+            )
+        )
     meta: dict[str, Any] = {
         "address": address,
         "client_hosts": client_hosts,
@@ -164,7 +175,7 @@ def profile_distributed(
         rec = make_record(
             spec=spec,
             command=command,
-            server={**info, "fleet": urls} if len(servers) > 1 else info,
+            server=info,  # the fleet's URLs are in the record's "distributed" object
             model_config=config,
             levels=levels,
             status=status,
@@ -179,7 +190,7 @@ def profile_distributed(
     try:
         for level in spec.levels:
             if on_progress:
-                on_progress({"event": "level_start", "level": level})
+                on_progress(LevelStarted(level))
             result, server_died = _measure_level(ray, servers, workers, units, spec, level, stats_models, on_progress)
             levels.append(result)
             if server_died or all(w.dead for w in workers):
@@ -188,7 +199,7 @@ def profile_distributed(
                 raise MeasurementError(f"{why} during {level.label}", hint="partial results saved").with_record(rec)
             record()
             if on_progress:
-                on_progress({"event": "level_done", "level": level, "result": result})
+                on_progress(LevelDone(level, result))
             if spec.latency_threshold_ms is not None:
                 lat = result.latency()
                 value = lat.mean_us if spec.percentile is None else lat.percentile_us(spec.percentile)
@@ -274,16 +285,7 @@ def _measure_level(
         merged.completed = sum(p.completed for p in parts)
         precision = merged.precision(spec.percentile, closed)
         if progress:
-            progress(
-                {
-                    "event": "window",
-                    "level": level,
-                    "window": k,
-                    "infer_per_s": last.infer_per_s,
-                    "p99_us": merged.p_us(99.0),
-                    "precision": precision,
-                }
-            )
+            progress(WindowMeasured(level, k, last.infer_per_s, merged.p_us(99.0), precision))
         conn_lost = last.completed == 0 and last.errors > 0 and merged.connection_errors
         if conn_lost and not all(s.is_ready() for s in servers):
             died = True

@@ -1,12 +1,14 @@
 """Gate stage: decide, from two run records, whether serving got slower. Pure over records.
 
-compare_records() judges every load level and metric (throughput, latency percentiles)
+compare_runs() (the one comparison core: the gate and the comparison report render it)
+judges every load level and metric (throughput, latency percentiles)
 against thresholds, with a seeded bootstrap over the per-window samples for
 significance; verdicts pass / regression / improvement / inconclusive / invalid map
 to exit codes 0 / 10 / 0 / 11 / 12. run_ab() (the one part that touches a server)
 measures baseline and candidate configs alternately in one job.
 """
 
+from perfkit.gate._pairing import config_changes, level_key, level_label
 from perfkit.gate.compare import (
     EXIT_OF,
     Finding,
@@ -15,7 +17,7 @@ from perfkit.gate.compare import (
     GateRefused,
     GateResult,
     compare_records,
-    config_changes,
+    compare_runs,
     machine_differences,
 )
 from perfkit.gate.output import (
@@ -23,7 +25,6 @@ from perfkit.gate.output import (
     overall_verdict,
     render_markdown,
     render_table,
-    report_findings,
     write_json,
     write_junit,
 )
@@ -43,6 +44,9 @@ __all__ = [
     "append_step_summary",
     "bootstrap_rel_diff",
     "compare_records",
+    "compare_runs",
+    "level_key",
+    "level_label",
     "config_changes",
     "default_store_path",
     "machine_differences",
@@ -52,7 +56,6 @@ __all__ = [
     "parse_thresholds",
     "render_markdown",
     "render_table",
-    "report_findings",
     "resolve_run",
     "write_json",
     "write_junit",

@@ -1,237 +1,66 @@
-"""Compare two run records level by level and metric by metric; pure over records, no server."""
+"""The one comparison core: two sides' runs, level by level and metric by metric; pure over records.
+
+The gate's verdicts and the comparison report both render what compare_runs() returns, so
+they cannot disagree: levels paired by one rule (perfkit.gate._pairing), repeated runs pooled
+exactly (or refused), each percentile threshold judged on that percentile's own per-window
+values, one significance rule (a seeded bootstrap over windows).
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
-from perfkit.errors import ExitCode, InputError, PerfkitError
-from perfkit.gate.stats import DiffStats, bootstrap_rel_diff, min_samples
-from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, PERCENTILE_OF, Threshold, parse_thresholds
-from perfkit.records import LatencyKind, LevelResult, RunRecord
-
-Verdict = Literal["pass", "regression", "improvement", "inconclusive", "invalid"]
-Comparison = Literal["stored", "ab"]
-VERDICT_ORDER: tuple[Verdict, ...] = ("regression", "invalid", "inconclusive", "improvement", "pass")
-EXIT_OF: dict[str, ExitCode] = {
-    "regression": ExitCode.GATE_REGRESSION,
-    "invalid": ExitCode.GATE_INVALID,
-    "inconclusive": ExitCode.GATE_INCONCLUSIVE,
-    "improvement": ExitCode.OK,
-    "pass": ExitCode.OK,
-}
-# Machine fields that identify hardware; hostnames change per CI job and are left out.
-HARDWARE_FIELDS = (
-    "cpu_model",
-    "cpu",
-    "cpu_count",
-    "logical_cpus",
-    "physical_cpus",
-    "memory_total_bytes",
-    "memory_bytes",
-    "gpus",
-    "gpu",
-    "gpu_names",
-    "gpu_models",
-    "machine",
-    "arch",
+from perfkit.errors import InputError
+from perfkit.gate._pairing import (
+    config_changes,
+    fmt_levels,
+    level_label,
+    load_differences,
+    pooled_levels,
 )
+from perfkit.gate._results import (
+    EXIT_OF,
+    VERDICT_ORDER,
+    BaselineKind,
+    Finding,
+    FindingVerdict,
+    GateFailed,
+    GateOptions,
+    GateRefused,
+    GateResult,
+)
+from perfkit.gate.stats import DiffStats, bootstrap_rel_diff, min_samples
+from perfkit.gate.thresholds import PERCENTILE_OF, Threshold
+from perfkit.records import LatencyKind, LevelResult, Machine, RunRecord
 
-
-class GateRefused(PerfkitError):
-    """The two runs are not comparable (load or machine differ) and the user did not allow it."""
-
-    exit_code = ExitCode.GATE_INVALID
-
-
-class GateFailed(PerfkitError):
-    """The gate's verdict was not a pass: carries that verdict's exit code (10, 11 or 12)."""
-
-    def __init__(self, verdict: str, exit_code: ExitCode, detail: str = "") -> None:
-        super().__init__(f"gate verdict: {verdict}" + (f" ({detail})" if detail else ""))
-        self.verdict = verdict
-        self.exit_code = exit_code
-
-
-@dataclass(frozen=True)
-class GateOptions:
-    """How strict the gate is. Defaults: throughput:-5%, p99:+10%, 95% confidence."""
-
-    thresholds: tuple[Threshold, ...] = tuple(parse_thresholds(list(DEFAULT_THRESHOLDS)))
-    confidence: float = 0.95
-    allow_different_load: bool = False
-    allow_different_machine: bool = False
-    max_error_fraction: float = 0.01
-    max_dropped_fraction: float = 0.01
-    max_late_fraction: float = 0.10
-    min_windows: int = 3
-    seed: int = 0
-    n_boot: int = 4000
-
-
-@dataclass(frozen=True)
-class Finding:
-    """The verdict on one metric at one load level, with its evidence."""
-
-    level: str
-    metric: str  # throughput, p50, p90, p95, p99, p999
-    unit: str  # "infer/s" or "us"
-    latency_kind: LatencyKind | None  # which latency a percentile is of (None for throughput)
-    baseline: float | None
-    current: float | None
-    delta: float | None  # current - baseline, in unit
-    delta_pct: float | None  # effect size: relative change in percent
-    ci_pct: tuple[float, float] | None  # two-sided interval of delta_pct at the gate's confidence
-    confidence: float | None  # probability that the change has the sign observed
-    cohens_d: float | None  # change in units of the per-window spread
-    threshold: str
-    verdict: Verdict
-    reason: str
-    windows: tuple[int, int]  # per-window samples used (baseline, current)
-    more_windows: int | None = None  # inconclusive: about how many more windows a run would settle it
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (also the shape perfkit.report's findings take)."""
-        return {
-            "level": self.level,
-            "metric": self.metric,
-            "unit": self.unit,
-            "latency_kind": self.latency_kind,
-            "baseline": self.baseline,
-            "current": self.current,
-            "delta": self.delta,
-            "delta_pct": self.delta_pct,
-            "ci_pct": list(self.ci_pct) if self.ci_pct else None,
-            "confidence": self.confidence,
-            "cohens_d": self.cohens_d if self.cohens_d is None or math.isfinite(self.cohens_d) else None,
-            "threshold": self.threshold,
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "windows": list(self.windows),
-            "more_windows": self.more_windows,
-        }
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """Every finding of one comparison, the notes on what differs, and the overall verdict."""
-
-    model: str
-    comparison: Comparison
-    baseline_label: str
-    current_label: str
-    findings: tuple[Finding, ...]
-    notes: tuple[str, ...] = ()
-    changes: tuple[str, ...] = field(default_factory=tuple)  # config / server version differences
-
-    @property
-    def verdict(self) -> Verdict:
-        if not self.findings:
-            return "invalid"
-        present = {f.verdict for f in self.findings}
-        return next(v for v in VERDICT_ORDER if v in present)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return EXIT_OF[self.verdict]
-
-    @property
-    def strength(self) -> str:
-        if self.comparison == "ab":
-            return "A/B interleaved on one server (strong: machine noise hits both alike)"
-        return "stored baseline from another run (weaker: noise between jobs is not in the windows)"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "verdict": self.verdict,
-            "exit_code": int(self.exit_code),
-            "comparison": self.comparison,
-            "strength": self.strength,
-            "baseline": self.baseline_label,
-            "current": self.current_label,
-            "changes": list(self.changes),
-            "notes": list(self.notes),
-            "findings": [f.to_dict() for f in self.findings],
-        }
+__all__ = [  # the results' types live in _results; imported from here as before
+    "EXIT_OF",
+    "VERDICT_ORDER",
+    "BaselineKind",
+    "Finding",
+    "FindingVerdict",
+    "GateFailed",
+    "GateOptions",
+    "GateRefused",
+    "GateResult",
+    "compare_records",
+    "compare_runs",
+    "machine_differences",
+]
+_log = logging.getLogger(__name__)
 
 
 # -- comparability ---------------------------------------------------------------------
 
 
-def _level_key(level: LevelResult) -> tuple[str, int]:
-    return (level.load.label, level.batch_size)
-
-
-def _protocol(record: RunRecord) -> str:
-    return str(record.spec.get("protocol") or record.server.get("protocol") or "")
-
-
-def _load_differences(baseline: RunRecord, current: RunRecord) -> list[str]:
-    diffs = []
-    b_levels = [_level_key(lv) for lv in baseline.levels]
-    c_levels = [_level_key(lv) for lv in current.levels]
-    if b_levels != c_levels:
-        diffs.append(f"levels {_fmt_levels(b_levels)} vs {_fmt_levels(c_levels)}")
-    if _protocol(baseline) != _protocol(current):
-        diffs.append(f"protocol {_protocol(baseline) or '?'} vs {_protocol(current) or '?'}")
-    for key in ("shapes", "shared_memory", "input_data"):
-        b, c = baseline.spec.get(key), current.spec.get(key)
-        if b != c and not (key == "input_data" and isinstance(b, str) and b.endswith(".json")):
-            diffs.append(f"{key} {b!r} vs {c!r}")
-    return diffs
-
-
-def _fmt_levels(levels: Sequence[tuple[str, int]]) -> str:
-    return "[" + ", ".join(label + (f" x batch {b}" if b != 1 else "") for label, b in levels) + "]"
-
-
-def machine_differences(baseline: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """The hardware fields that differ between two machine dicts (hostname only if nothing else is known)."""
-    keys = [k for k in HARDWARE_FIELDS if k in baseline or k in current]
-    if not keys:
-        keys = ["hostname"] if "hostname" in baseline or "hostname" in current else []
-    return [f"{k} {baseline.get(k)!r} vs {current.get(k)!r}" for k in keys if baseline.get(k) != current.get(k)]
-
-
-def config_changes(baseline: RunRecord, current: RunRecord, limit: int = 12) -> list[str]:
-    """What changed between the two runs' model configs and servers, one line each."""
-    out = []
-    b_ver, c_ver = baseline.server.get("version"), current.server.get("version")
-    if b_ver != c_ver:
-        out.append(f"server version {b_ver} -> {c_ver}")
-    if baseline.model.get("config_sha256") != current.model.get("config_sha256"):
-        b_flat = _flatten(baseline.model.get("config") or {})
-        c_flat = _flatten(current.model.get("config") or {})
-        keys = sorted(set(b_flat) | set(c_flat))
-        diffs = [
-            f"config {k}: {b_flat.get(k, '(unset)')} -> {c_flat.get(k, '(unset)')}"
-            for k in keys
-            if b_flat.get(k) != c_flat.get(k)
-        ]
-        if not diffs:
-            diffs = ["config hash differs (no field-level difference in the recorded config)"]
-        out += diffs[:limit] + ([f"... and {len(diffs) - limit} more config changes"] if len(diffs) > limit else [])
-    return out
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
-    if isinstance(value, dict):
-        flat: dict[str, str] = {}
-        for k, v in value.items():
-            flat.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return flat
-    if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        flat = {}
-        for i, v in enumerate(value):
-            flat.update(_flatten(v, f"{prefix}[{i}]"))
-        return flat
-    return {prefix: json.dumps(value) if not isinstance(value, str) else value}
+def machine_differences(baseline: Machine, current: Machine) -> list[str]:
+    """The hardware differences of two machines (the rule is Machine.differences, in records)."""
+    return baseline.differences(current)
 
 
 # -- validity --------------------------------------------------------------------------
@@ -282,13 +111,19 @@ def _is_thin(thin: Sequence[str], pct: float) -> bool:
 # -- the comparison --------------------------------------------------------------------
 
 
-def _metric_values(level: LevelResult, metric: str, kind: LatencyKind) -> tuple[float, np.ndarray]:
+def _metric_values(level: LevelResult, metric: str, kind: LatencyKind) -> tuple[float, np.ndarray | None]:
+    """The level's figure of a metric and its per-window values: the metric's own evidence.
+
+    A percentile's windows are that percentile per window (p95 judged on per-window p95s);
+    None when the record did not keep them (written by an older perfkit).
+    """
     if metric == "throughput":
         return level.throughput_infer_per_s, np.array([w.infer_per_s for w in level.windows], dtype=float)
-    summary = level.latency(kind)
-    windows = [w for w in level.windows if w.completed > 0]
-    attr = "p50_us" if metric == "p50" else "p99_us"
-    return summary.percentile_us(PERCENTILE_OF[metric]), np.array([getattr(w, attr) for w in windows], dtype=float)
+    pct = PERCENTILE_OF[metric]
+    values = [w.percentile_us(pct) for w in level.windows if w.completed > 0]
+    if any(v is None for v in values):
+        return level.latency(kind).percentile_us(pct), None
+    return level.latency(kind).percentile_us(pct), np.array(values, dtype=float)
 
 
 def _latency_kind(baseline: LevelResult, current: LevelResult) -> LatencyKind:
@@ -302,28 +137,73 @@ def compare_records(
     current: RunRecord,
     opts: GateOptions | None = None,
     *,
-    comparison: Comparison = "stored",
+    comparison: BaselineKind = "stored",
     baseline_label: str = "baseline",
     current_label: str = "current",
 ) -> GateResult:
-    """Judge current against baseline; every finding is computed before anything is decided.
+    """Judge one current run against one baseline run (see compare_runs).
 
     Raises InputError when the records are of different models, GateRefused when load or
     machine differ and opts does not allow it.
     """
-    opts = opts or GateOptions()
-    b_model, c_model = baseline.model.get("name"), current.model.get("name")
+    b_model, c_model = baseline.model.name, current.model.name
     if b_model != c_model:
         raise InputError(
             f"baseline {baseline_label} is of model {b_model!r} but current {current_label} is of model {c_model!r}",
             hint="pick the baseline of the same model",
         )
+    return compare_runs(
+        [baseline], [current], opts, comparison=comparison, baseline_label=baseline_label, current_label=current_label
+    )[0]
+
+
+def compare_runs(
+    baseline: Sequence[RunRecord],
+    current: Sequence[RunRecord],
+    opts: GateOptions | None = None,
+    *,
+    comparison: BaselineKind = "stored",
+    baseline_label: str = "baseline",
+    current_label: str = "current",
+) -> list[GateResult]:
+    """Judge the current runs against the baseline runs, one result per model present on both sides.
+
+    Repeated runs of a level on one side are pooled exactly first. Every finding is computed
+    before anything is decided. Raises GateRefused when load or machine differ and opts does
+    not allow it, InputError when repeated runs cannot be pooled exactly.
+    """
+    opts = opts or GateOptions()
+    models = list(dict.fromkeys(str(r.model.name) for r in current))
+    results = []
+    for model in models:
+        b_runs = [r for r in baseline if str(r.model.name) == model]
+        c_runs = [r for r in current if str(r.model.name) == model]
+        if not b_runs:
+            _log.info("%s: no baseline run of this model; not compared", model)
+            continue
+        result = _compare_model(model, b_runs, c_runs, opts, comparison, baseline_label, current_label)
+        _log.info(
+            "%s: %s (%d findings) %s vs %s", model, result.verdict, len(result.findings), current_label, baseline_label
+        )
+        results.append(result)
+    return results
+
+
+def _compare_model(
+    model: str,
+    baseline: Sequence[RunRecord],
+    current: Sequence[RunRecord],
+    opts: GateOptions,
+    comparison: BaselineKind,
+    baseline_label: str,
+    current_label: str,
+) -> GateResult:
     notes: list[str] = []
     checks = (
-        ("load", _load_differences(baseline, current), opts.allow_different_load,
+        ("load", load_differences(baseline[0], current[0]), opts.allow_different_load,
          "measure both with the same levels, batch size and protocol, or pass --allow-different-load",
          "; only the levels both runs have are compared"),
-        ("machine", machine_differences(baseline.machine, current.machine), opts.allow_different_machine,
+        ("machine", machine_differences(baseline[0].machine, current[0].machine), opts.allow_different_machine,
          "gate against a baseline measured on this kind of machine, or pass --allow-different-machine", ""),
     )  # fmt: skip
     for what, diffs, allowed, hint, consequence in checks:
@@ -333,85 +213,92 @@ def compare_records(
         if not allowed:
             raise GateRefused(f"refusing to compare: the {what} differs ({text})", hint=hint)
         notes.append(f"{what} differs (allowed): {text}{consequence}")
-    for side, rec in (("baseline", baseline), ("current", current)):
-        if not rec.levels:
+    for side, runs in (("baseline", baseline), ("current", current)):
+        if not any(rec.levels for rec in runs):
             notes.append(f"{side} has no measured levels")
-    changes = config_changes(baseline, current)
-
-    b_by_key = {_level_key(lv): lv for lv in baseline.levels}
+        if len(runs) > 1:
+            notes.append(f"{side}: {len(runs)} runs pooled (histograms added, windows concatenated)")
+    problems = [
+        f"{side} run is {rec.status}: {rec.error or 'no detail'}"
+        for side, runs in (("baseline", baseline), ("current", current))
+        for rec in runs
+        if rec.status != "ok"
+    ]
+    b_levels, c_levels = pooled_levels(baseline), pooled_levels(current)
     findings: list[Finding] = []
-    for c_level in current.levels:
-        b_level = b_by_key.get(_level_key(c_level))
-        if b_level is None:
-            continue
-        findings += _compare_level(baseline, current, b_level, c_level, opts)
-    missing = [k for k in b_by_key if k not in {_level_key(lv) for lv in current.levels}]
-    if missing and opts.allow_different_load:
-        notes.append(f"not in current, not compared: {_fmt_levels(missing)}")
+    for key, c_level in c_levels.items():
+        if key in b_levels:
+            findings += _compare_level(b_levels[key], c_level, problems, opts)
+    unmatched = [lv for key, lv in b_levels.items() if key not in c_levels]
+    if unmatched and opts.allow_different_load:
+        notes.append(f"not in current, not compared: {fmt_levels(unmatched)}")
     return GateResult(
-        model=str(c_model),
+        model=model,
         comparison=comparison,
         baseline_label=baseline_label,
         current_label=current_label,
         findings=tuple(findings),
         notes=tuple(notes),
-        changes=tuple(changes),
+        changes=tuple(config_changes(baseline[0], current[-1])),
     )
 
 
-def _compare_level(
-    baseline: RunRecord, current: RunRecord, b: LevelResult, c: LevelResult, opts: GateOptions
-) -> list[Finding]:
-    label = c.load.label + (f" x batch {c.batch_size}" if c.batch_size != 1 else "")
+def _compare_level(b: LevelResult, c: LevelResult, run_problems: list[str], opts: GateOptions) -> list[Finding]:
     kind = _latency_kind(b, c)
-    problems = _level_problems(b, "baseline", opts) + _level_problems(c, "current", opts)
-    for side, rec in (("baseline", baseline), ("current", current)):
-        if rec.status != "ok":
-            problems.append(f"{side} run is {rec.status}: {rec.error or 'no detail'}")
+    problems = _level_problems(b, "baseline", opts) + _level_problems(c, "current", opts) + run_problems
     out = []
     for thr in opts.thresholds:
         is_tput = thr.metric == "throughput"
-        unit = "infer/s" if is_tput else "us"
-        lat_kind: LatencyKind | None = None if is_tput else kind
         b_val, b_win = _metric_values(b, thr.metric, kind)
         c_val, c_win = _metric_values(c, thr.metric, kind)
-        windows = (len(b_win), len(c_win))
         base = {
-            "level": label,
+            "level": level_label(c),
             "metric": thr.metric,
-            "unit": unit,
-            "latency_kind": lat_kind,
+            "unit": "infer/s" if is_tput else "us",
+            "latency_kind": None if is_tput else kind,
             "baseline": b_val,
             "current": c_val,
             "threshold": thr.text,
-            "windows": windows,
+            "windows": (0 if b_win is None else len(b_win), 0 if c_win is None else len(c_win)),
         }
         invalid = list(problems)
         if not is_tput:
-            pct = PERCENTILE_OF[thr.metric]
-            need = min_samples(pct)
-            counts = {side: lv.latency(kind).count for side, lv in (("baseline", b), ("current", c))}
-            short = [f"{side} has {n}" for side, n in counts.items() if n < need]
-            if short:
+            invalid += _percentile_problems(thr.metric, b, c, kind)
+            stale = [side for side, w in (("baseline", b_win), ("current", c_win)) if w is None]
+            if stale:
                 invalid.append(
-                    f"{thr.metric} needs at least {need} samples to be certified at all (MLPerf early-stopping "
-                    f"rule) and {', '.join(short)}: measure longer or at a higher load"
+                    f"{' and '.join(stale)} kept no per-window {thr.metric} (a record of an older perfkit): "
+                    "re-profile to judge this threshold"
                 )
-            for side, lv in (("baseline", b), ("current", c)):
-                if not short and _is_thin(lv.latency(kind).thin, pct):
-                    invalid.append(f"{side}'s {thr.metric} is marked thin (too few samples beyond it)")
-        if invalid:
+        if invalid or b_win is None or c_win is None:
             out.append(_finding(base, None, None, "invalid", "; ".join(invalid)))
             continue
-        out.append(_judge(base, thr, b_win, c_win, opts))
+        out.append(_decide(base, thr, b_win, c_win, opts))
     return out
+
+
+def _percentile_problems(metric: str, b: LevelResult, c: LevelResult, kind: LatencyKind) -> list[str]:
+    pct = PERCENTILE_OF[metric]
+    need = min_samples(pct)
+    counts = {side: lv.latency(kind).count for side, lv in (("baseline", b), ("current", c))}
+    short = [f"{side} has {n}" for side, n in counts.items() if n < need]
+    if short:
+        return [
+            f"{metric} needs at least {need} samples to be certified at all (MLPerf early-stopping "
+            f"rule) and {', '.join(short)}: measure longer or at a higher load"
+        ]
+    return [
+        f"{side}'s {metric} is marked thin (too few samples beyond it)"
+        for side, lv in (("baseline", b), ("current", c))
+        if _is_thin(lv.latency(kind).thin, pct)
+    ]
 
 
 def _finding(
     base: dict[str, Any],
     stats: DiffStats | None,
     conf: float | None,
-    verdict: Verdict,
+    verdict: FindingVerdict,
     reason: str,
     *,
     ci: tuple[float, float] | None = None,
@@ -433,7 +320,7 @@ def _finding(
     )
 
 
-def _judge(base: dict[str, Any], thr: Threshold, b_win: np.ndarray, c_win: np.ndarray, opts: GateOptions) -> Finding:
+def _decide(base: dict[str, Any], thr: Threshold, b_win: np.ndarray, c_win: np.ndarray, opts: GateOptions) -> Finding:
     b_val, c_val = float(base["baseline"]), float(base["current"])
     sign = -1.0 if thr.higher_is_better else 1.0  # worse = sign * change > 0
     point_rel = (c_val - b_val) / b_val if b_val else 0.0

@@ -5,64 +5,64 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from hdrh.histogram import HdrHistogram
+
+from perfkit.errors import InputError
+from perfkit.recorder import thin_percentiles
 from perfkit.records import LatencySummary, LevelResult, Precision, RunRecord, Window
 
 
 def merge_summaries(summaries: Sequence[LatencySummary]) -> LatencySummary:
-    """One summary over several: HdrHistograms merged when they decode, else count-weighted means."""
+    """One summary over several, by adding their HdrHistograms bucket by bucket (exact).
+
+    Raises InputError when a histogram is missing or does not decode: averaging percentiles
+    instead would give a figure that is no percentile of anything, so perfkit refuses.
+    """
     first = summaries[0]
     if len(summaries) == 1:
         return first
+    hists = []
+    for i, s in enumerate(summaries):
+        try:
+            hist = HdrHistogram.decode(s.histogram.encode()) if s.histogram else None
+        except Exception:  # hdrh raises bare decoding errors of several kinds on a garbled string
+            hist = None
+        if hist is None:
+            raise InputError(
+                f"cannot pool {len(summaries)} measurements of one level exactly: the {s.kind} latency "
+                f"histogram of measurement {i + 1} is missing or does not decode",
+                hint="compare single runs, or re-profile with this perfkit (it keeps the histograms)",
+            )
+        hists.append(hist)
+    merged = hists[0]
+    for h in hists[1:]:
+        merged.add(h)
+
+    def pct(p: float) -> float:
+        return float(merged.get_value_at_percentile(p))
+
+    encoded = merged.encode()
+    # Mean, spread and extremes of the union follow exactly from each part's (the histogram's own
+    # mean and stddev walk every bucket in Python: seconds per merge).
     total = sum(s.count for s in summaries)
-    try:
-        from hdrh.histogram import HdrHistogram  # noqa: PLC0415
-
-        hists = [HdrHistogram.decode(s.histogram) for s in summaries]
-        if any(h is None for h in hists):
-            raise ValueError("undecodable")
-        merged = hists[0]
-        for h in hists[1:]:
-            merged.add(h)
-
-        def pct(p: float) -> float:
-            return float(merged.get_value_at_percentile(p))
-
-        return dataclasses.replace(
-            first,
-            count=total,
-            min_us=float(merged.get_min_value()),
-            max_us=float(merged.get_max_value()),
-            mean_us=float(merged.get_mean_value()),
-            std_us=float(merged.get_stddev()),
-            p50_us=pct(50),
-            p90_us=pct(90),
-            p95_us=pct(95),
-            p99_us=pct(99),
-            p999_us=pct(99.9),
-            histogram=merged.encode().decode() if isinstance(merged.encode(), bytes) else str(merged.encode()),
-            thin=tuple(sorted(set.intersection(*(set(s.thin) for s in summaries)))),
-        )
-    except Exception:  # no/garbled histograms: fall back to weighted means of the figures
-        w = [s.count / total if total else 1 / len(summaries) for s in summaries]
-
-        def avg(attr: str) -> float:
-            return sum(getattr(s, attr) * wi for s, wi in zip(summaries, w))
-
-        return dataclasses.replace(
-            first,
-            count=total,
-            min_us=min(s.min_us for s in summaries),
-            max_us=max(s.max_us for s in summaries),
-            mean_us=avg("mean_us"),
-            std_us=avg("std_us"),
-            p50_us=avg("p50_us"),
-            p90_us=avg("p90_us"),
-            p95_us=avg("p95_us"),
-            p99_us=avg("p99_us"),
-            p999_us=avg("p999_us"),
-            histogram="",
-            thin=tuple(sorted(set.intersection(*(set(s.thin) for s in summaries)))),
-        )
+    weights = [s.count / total if total else 1 / len(summaries) for s in summaries]
+    mean_us = sum(w * s.mean_us for w, s in zip(weights, summaries))
+    var_us2 = sum(w * (s.std_us**2 + (s.mean_us - mean_us) ** 2) for w, s in zip(weights, summaries))
+    return dataclasses.replace(
+        first,
+        count=total,
+        min_us=min(s.min_us for s in summaries),
+        max_us=max(s.max_us for s in summaries),
+        mean_us=mean_us,
+        std_us=var_us2**0.5,
+        p50_us=pct(50),
+        p90_us=pct(90),
+        p95_us=pct(95),
+        p99_us=pct(99),
+        p999_us=pct(99.9),
+        histogram=encoded.decode() if isinstance(encoded, bytes) else str(encoded),
+        thin=thin_percentiles(total),
+    )
 
 
 def merge_levels(levels: Sequence[LevelResult]) -> LevelResult:

@@ -195,20 +195,3 @@ def write_json(results: Sequence[GateResult], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1) + "\n")
     return path
-
-
-def report_findings(results: Sequence[GateResult]) -> list[dict[str, object]]:
-    """The findings in the shape perfkit.report's comparison page takes (values formatted with units)."""
-    multi = len({r.model for r in results}) > 1
-    return [
-        {
-            "metric": (f"{r.model} · " if multi else "") + f"{f.level} · {_metric_name(f)}",
-            "baseline": fmt_value(f, f.baseline),
-            "current": fmt_value(f, f.current),
-            "delta_pct": None if f.delta_pct is None else round(f.delta_pct, 2),
-            "verdict": f.verdict,
-            "confidence": None if f.confidence is None else round(f.confidence, 4),
-        }
-        for r in results
-        for f in r.findings
-    ]

@@ -8,13 +8,29 @@ be checked against what it should decide.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 
-from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, RunRecord, Window
+from perfkit.recorder import HIST_DIGITS, HIST_HIGHEST_US, HIST_LOWEST_US
+from perfkit.records import (
+    LatencySummary,
+    LevelResult,
+    LoadLevel,
+    Machine,
+    ModelInfo,
+    Precision,
+    ProfileSpec,
+    RunRecord,
+    ServerInfo,
+    Window,
+)
 
-MACHINE = {"hostname": "ci-runner", "cpu_model": "Synthetic CPU", "cpu_count": 2, "gpus": []}
+# The shape of a synthetic latency distribution: quantile -> multiple of the median.
+_SHAPE_Q = (0.0, 0.5, 0.9, 0.95, 0.99, 0.999, 1.0)
+_SHAPE_X = (0.8, 1.0, 1.2, 1.25, 1.3, 1.5, 2.0)
+MACHINE = Machine(hostname="ci-runner", cpu_model="Synthetic CPU", cpu_count=2, gpus=())
 
 
 def synthetic_level(
@@ -44,7 +60,12 @@ def synthetic_level(
         p50 = lat_us * f
         rate = (concurrency / (p50 / 1e6)) if not open_loop else concurrency
         done = int(rate * window_s)
-        wins.append(Window(i * window_s, window_s, done, done * batch_size, 0, rate * batch_size, p50, p50 * 1.3, p50))
+        wins.append(
+            Window(
+                i * window_s, window_s, done, done * batch_size, 0, rate * batch_size, p50, p50 * 1.3, p50,
+                p90_us=p50 * 1.2, p95_us=p50 * 1.25, p999_us=p50 * 1.5,
+            )
+        )  # fmt: skip
     p50s = np.array([w.p50_us for w in wins])
     completed = sum(w.completed for w in wins)
     tput = float(np.mean([w.infer_per_s for w in wins]))
@@ -52,8 +73,17 @@ def synthetic_level(
 
     def summary(kind: Any) -> LatencySummary:
         m = float(p50s.mean())
+        # A real histogram whose percentiles are about the figures below, so runs can be pooled.
+        # (n requests in at most 200 distinct values: cheap to build, same percentiles.)
+        k = max(1, min(n, 200))
+        values = np.interp((np.arange(k) + 0.5) / k, _SHAPE_Q, _SHAPE_X) * m
+        hist = HdrHistogram(HIST_LOWEST_US, HIST_HIGHEST_US, HIST_DIGITS)
+        for value, share in zip(values, np.diff(np.linspace(0, n, k + 1).round()).astype(int)):
+            if share:
+                hist.record_value(int(round(value)), int(share))
+        hist = hist.encode()
         return LatencySummary(
-            kind, n, m * 0.8, m * 2, m, m * noise, m, m * 1.2, m * 1.25, m * 1.3, m * 1.5, "", tuple(thin)
+            kind, n, m * 0.8, m * 2, m, m * noise, m, m * 1.2, m * 1.25, m * 1.3, m * 1.5, hist.decode(), tuple(thin)
         )
 
     load = LoadLevel("request_rate", concurrency, "poisson") if open_loop else LoadLevel("concurrency", concurrency)
@@ -85,8 +115,8 @@ def synthetic_record(
     model: str = "sleeper",
     config: dict[str, Any] | None = None,
     server_version: str = "2.51.0",
-    machine: dict[str, Any] | None = None,
-    protocol: str = "http",
+    machine: Machine | None = None,
+    protocol: Literal["http", "grpc"] = "http",
     status: Any = "ok",
     **level_kwargs: Any,
 ) -> RunRecord:
@@ -103,10 +133,15 @@ def synthetic_record(
         perfkit_version="0.0.0",
         created_utc="2025-01-01T00:00:00Z",
         command=("perfkit", "profile"),
-        machine=dict(machine if machine is not None else MACHINE),
-        server={"version": server_version, "protocol": protocol},
-        model={"name": model, "version": "1", "config": config, "config_sha256": sha},
-        spec={"model": model, "protocol": protocol, "batch_size": levels[0].batch_size if levels else 1},
+        machine=machine if machine is not None else MACHINE,
+        server=ServerInfo(version=server_version, protocol=protocol),
+        model=ModelInfo(name=model, version="1", config=config, served_config_sha256=sha),
+        spec=ProfileSpec(
+            model=model,
+            levels=tuple(lv.load for lv in levels),
+            protocol=protocol,
+            batch_size=levels[0].batch_size if levels else 1,
+        ),
         levels=tuple(levels),
         status=status,
     )

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfkit.errors import UsageError
+from perfkit.records import DEFAULT_GATE_THRESHOLDS, PERCENTILE_OF_METRIC
 
-METRICS = ("throughput", "p50", "p90", "p95", "p99", "p999")
-PERCENTILE_OF = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
-DEFAULT_THRESHOLDS = ("throughput:-5%", "p99:+10%")
+METRICS = ("throughput", *PERCENTILE_OF_METRIC)
+PERCENTILE_OF = PERCENTILE_OF_METRIC
+DEFAULT_THRESHOLDS = DEFAULT_GATE_THRESHOLDS  # defined on the records: the measurement reads them too
 
 _UNIT_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
 _PATTERN = re.compile(r"^\s*([a-z0-9.]+)\s*:\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|us|ms|s|/s|infer/s)?\s*$")

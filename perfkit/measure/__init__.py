@@ -4,15 +4,18 @@ Public API:
 - profile(server, spec, ...) -> RunRecord   (saved to record_path after every level)
 - levels_frame(record) -> pandas.DataFrame  (one row per level)
 - write_csv(record, path)                   (perf_analyzer's -f columns)
+- machine_info() -> Machine                 (the one description of the client machine)
+- progress events: LevelStarted, WindowMeasured, LevelDone (on_progress gets them; logs go to
+  the "perfkit.measure" logger)
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 from perfkit.errors import InputError, MeasurementError, ServerError, UsageError
 from perfkit.loadgen import (
@@ -25,8 +28,17 @@ from perfkit.loadgen import (
     http_payload,
     synthetic_tensors,
 )
-from perfkit.measure._context import make_record, server_info
+from perfkit.measure._context import machine_info, make_record, served_config_sha256, server_info
 from perfkit.measure._csv import levels_frame, write_csv
+from perfkit.measure._events import (
+    LevelDone,
+    LevelStarted,
+    PlacedWorker,
+    Progress,
+    ProgressEvent,
+    WindowMeasured,
+    WorkersPlaced,
+)
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._server_stats import composing_models
@@ -36,9 +48,22 @@ from perfkit.schedule import read_intervals_file
 from perfkit.server.base import Server
 from perfkit.server.remote import parse_host_port
 
-__all__ = ["levels_frame", "profile", "write_csv"]
+__all__ = [
+    "LevelDone",
+    "LevelStarted",
+    "Progress",
+    "PlacedWorker",
+    "ProgressEvent",
+    "WorkersPlaced",
+    "WindowMeasured",
+    "levels_frame",
+    "machine_info",
+    "profile",
+    "served_config_sha256",
+    "write_csv",
+]
 
-Progress = Callable[[dict[str, Any]], None]
+_log = logging.getLogger(__name__)
 
 
 def _steps(io: ModelIO, spec: ProfileSpec) -> list[list[Tensor]]:
@@ -151,16 +176,26 @@ def profile(
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:
+                    _log.info("measuring %s of %s", level.label, spec.model)
                     if on_progress:
-                        on_progress({"event": "level_start", "level": level})
+                        on_progress(LevelStarted(level))
                     outcome = measure_level(server, gen, spec, level, stats_models, metrics, on_progress)
                     levels.append(outcome.result)
                     if outcome.server_died:
                         rec = record("failed", outcome.error)
                         raise MeasurementError(outcome.error, hint="partial results saved").with_record(rec)
                     record()
+                    r = outcome.result
+                    _log.info(
+                        "%s: %.1f infer/s, p99 %.2f ms, %s after %d windows",
+                        level.label,
+                        r.throughput_infer_per_s,
+                        r.latency().p99_us / 1e3,
+                        "stable" if r.stable else "unstable",
+                        len(r.windows),
+                    )
                     if on_progress:
-                        on_progress({"event": "level_done", "level": level, "result": outcome.result})
+                        on_progress(LevelDone(level, r))
                     return outcome.result
 
                 if spec.binary_search and spec.latency_threshold_ms is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
@@ -14,6 +13,7 @@ import numpy as np
 from perfkit.errors import ServerError
 from perfkit.loadgen import LoadGenerator
 from perfkit.measure import _server_stats
+from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
@@ -26,8 +26,6 @@ from perfkit.records import (
     status_name,
 )
 from perfkit.server.base import Server
-
-Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -88,16 +86,8 @@ def measure_level(
         precision = rec.precision(windows, end_ns, spec.percentile)
         if progress:
             lat = rec.latencies_us(end_ns, "service" if closed else "corrected")
-            progress(
-                {
-                    "event": "window",
-                    "level": level,
-                    "window": k,
-                    "infer_per_s": windows[-1].infer_per_s,
-                    "p99_us": float(np.percentile(lat, 99)) if len(lat) else 0.0,
-                    "precision": precision,
-                }
-            )
+            p99_us = float(np.percentile(lat, 99)) if len(lat) else 0.0
+            progress(WindowMeasured(level, k, windows[-1].infer_per_s, p99_us, precision))
         last = windows[-1]
         if last.completed == 0 and last.errors > 0 and _connection_errors(rec) and not server.is_ready():
             died = True
@@ -107,7 +97,8 @@ def measure_level(
         # offered rate sets throughput (Poisson windows vary by design); what must hold is
         # that the server keeps up with it, or the backlog grows and nothing is stable.
         throughput_ok = _within(precision.throughput_rel, tgt_tput) if closed else _keeps_up(rec, end_ns, tgt_tput)
-        if k >= spec.min_windows and throughput_ok and _within(precision.latency_rel, tgt_lat):
+        tail_ok = rec.tail_certified(end_ns, spec.tail_percentiles)  # what the gate will judge
+        if k >= spec.min_windows and throughput_ok and _within(precision.latency_rel, tgt_lat) and tail_ok:
             stable = True
             break
     end_ns = warm_until + len(windows) * window_ns

@@ -1,16 +1,18 @@
 """HTML reports: one self-contained file per run that answers questions at a glance and holds every number.
 
-Layer "report": reads records only (perfkit.records), never tuner or gate internals.
+Layer "report": reads records (perfkit.records); a comparison renders the comparison core's
+results (perfkit.gate.compare_runs), so a report and the gate never disagree.
 Figures are computed as data first (perfkit.report._figures, _tune, _compare), drawn second
 (_draw: matplotlib -> inline SVG), and laid out in one jinja2 page (_page, _template).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from perfkit.errors import InputError
+from perfkit.gate import GateOptions, GateResult
 from perfkit.records import RunRecord, TuneRecord
 from perfkit.report._inputs import load_inputs
 from perfkit.report._other_pages import comparison_page, tune_page
@@ -43,14 +45,16 @@ def write_comparison_report(
     baseline: list[RunRecord],
     current: list[RunRecord],
     path: Path | str,
-    findings: list[dict[str, Any]] | None = None,
+    results: Sequence[GateResult] | None = None,
+    options: GateOptions | None = None,
 ) -> Path:
     """Write the baseline-vs-current report; returns path.
 
-    findings: the gate's per-metric verdicts as plain dicts
-    {metric, baseline, current, delta_pct, verdict, confidence}, shown first when given.
-    Raises InputError when either side is empty or path cannot be written.
+    results: the gate's results when it already judged these runs; otherwise they are judged
+    here by the same comparison core with `options` (the gate's defaults when None).
+    Raises InputError when either side is empty, repeated runs cannot be pooled exactly, or
+    path cannot be written.
     """
     if not baseline or not current:
         raise InputError("a comparison report needs at least one baseline and one current run record")
-    return write(comparison_page(list(baseline), list(current), findings), path)
+    return write(comparison_page(list(baseline), list(current), results, options), path)

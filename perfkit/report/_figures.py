@@ -50,12 +50,12 @@ LOG_SCALE_RATIO = 50.0
 
 def run_label(record: RunRecord, index: int, records: list[RunRecord]) -> str:
     """A short name for a run among others: model, and config digest where runs differ."""
-    name = str(record.model.get("name", "model"))
+    name = str(record.model.name)
     if len(records) == 1:
         return name
-    shas = {r.model.get("config_sha256", "") for r in records}
-    names = {r.model.get("name") for r in records}
-    sha = str(record.model.get("config_sha256", ""))[:8]
+    shas = {r.model.served_config_sha256 for r in records}
+    names = {r.model.name for r in records}
+    sha = str(record.model.served_config_sha256)[:8]
     if len(shas) > 1 and sha:
         return f"{name} @{sha}" if len(names) > 1 else f"config {sha}"
     return f"{name} (run {index + 1})" if len(names) == 1 else name

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from perfkit.gate import GateOptions, GateResult
+from perfkit.gate.compare import VERDICT_ORDER
 from perfkit.records import RunRecord, TuneRecord
 from perfkit.report import _compare as C
 from perfkit.report import _figures as F
@@ -13,13 +16,20 @@ from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, command
 
 def _run_labels_for_tune(tune: TuneRecord, runs: list[RunRecord]) -> list[str]:
     by_sha = {t.config_sha256: t for t in tune.trials if t.config_sha256}
+    best = tune.best()
     labels = []
     for i, run in enumerate(runs):
-        trial = by_sha.get(str(run.model.get("config_sha256", "")))
+        trial = by_sha.get(str(run.model.served_config_sha256))
         if trial is None:
             labels.append(F.run_label(run, i, runs))
         else:
-            tag = " (best)" if trial.number == tune.best_trial else " (original)" if trial.is_original else ""
+            tag = (
+                " (best)"
+                if best is not None and trial.number == best.number
+                else " (original)"
+                if trial.is_original
+                else ""
+            )
             labels.append(f"trial {trial.number}{tag}")
     return labels
 
@@ -35,7 +45,7 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
         data={"tune": tune, "runs": runs},
     )
     page.sentence = T.recommendation(tune)
-    best = next((t for t in tune.trials if t.number == tune.best_trial), None)
+    best = tune.best()
     orig = T.original_trial(tune)
     page.sentence_bad = best is None
     if tune.status != "ok":
@@ -142,10 +152,10 @@ def _side_facts(baseline: list[RunRecord], current: list[RunRecord]) -> F.Table:
 
     fields = (
         ("runs", lambda r: ""),
-        ("model", lambda r: r.model.get("name", "?")),
-        ("config sha256", lambda r: str(r.model.get("config_sha256", ""))[:16]),
-        ("server", lambda r: f"Triton {r.server.get('version', '?')}"),
-        ("machine", lambda r: r.machine.get("hostname", "?")),
+        ("model", lambda r: r.model.name),
+        ("config sha256", lambda r: str(r.model.served_config_sha256)[:16]),
+        ("server", lambda r: f"Triton {r.server.version}"),
+        ("machine", lambda r: r.machine.hostname or "?"),
         ("perfkit", lambda r: r.perfkit_version),
         ("when", lambda r: r.created_utc),
         ("command", lambda r: command_line(r.command)),
@@ -159,64 +169,60 @@ def _side_facts(baseline: list[RunRecord], current: list[RunRecord]) -> F.Table:
     return F.Table(key="sides", title="What is compared", columns=("", "baseline", "current"), rows=tuple(rows))
 
 
-def comparison_page(baseline: list[RunRecord], current: list[RunRecord], findings: list[dict[str, Any]] | None) -> Page:
-    """The comparison report: gate verdicts (if given), change per level and metric, overlaid curves."""
-    names = sorted({str(r.model.get("name", "?")) for r in (*baseline, *current)})
+def comparison_page(
+    baseline: list[RunRecord],
+    current: list[RunRecord],
+    results: Sequence[GateResult] | None = None,
+    options: GateOptions | None = None,
+) -> Page:
+    """The comparison report: the comparison core's verdicts per level and threshold, and overlaid curves.
+
+    results: the gate's results when it already judged these runs (shown as they are); else
+    the runs are judged here by the same core with `options` (the gate's defaults when None).
+    """
+    names = sorted({str(r.model.name) for r in (*baseline, *current)})
     groups = C.group_current(current)
-    comps = [C.compare(baseline, recs, label) for label, recs in groups]
+    judged = [("current", list(results))] if results is not None else C.judge_groups(baseline, groups, options)
     page = Page(
         kind="comparison",
         title=f"{', '.join(names)}: baseline vs current",
         subtitle=f"{len(baseline)} baseline run(s) · {len(current)} current run(s)",
-        data={"baseline": baseline, "current": current, "findings": findings or []},
+        data={"baseline": baseline, "current": current, "results": [r.to_dict() for _, rs in judged for r in rs]},
     )
-    worse = sum(1 for c in comps for d in c.deltas if d.verdict == "worse")
-    better = sum(1 for c in comps for d in c.deltas if d.verdict == "better")
-    same = sum(1 for c in comps for d in c.deltas if d.verdict == "same")
+    findings = [f for _, rs in judged for r in rs for f in r.findings]
+    counts = {v: sum(1 for f in findings if f.verdict == v) for v in VERDICT_ORDER}
     page.cards = [
-        Card("better", str(better), "", "level × metric pairs", "good" if better else ""),
-        Card("worse", str(worse), "", "level × metric pairs", "bad" if worse else "good"),
-        Card("unchanged", str(same), "", "within noise"),
+        Card(
+            "regressions", str(counts["regression"]), "", "level × threshold", "bad" if counts["regression"] else "good"
+        ),
+        Card(
+            "improvements", str(counts["improvement"]), "", "level × threshold", "good" if counts["improvement"] else ""
+        ),
+        Card("inconclusive", str(counts["inconclusive"]), "", "past a threshold, not significant"),
+        Card(
+            "invalid", str(counts["invalid"]), "", "not judged: evidence missing", "warn" if counts["invalid"] else ""
+        ),
     ]
-    thr = [d for c in comps for d in c.deltas if d.metric == "throughput" and d.delta_pct is not None]
-    if thr:
-        peak_b = max(d.baseline for d in thr)
-        peak_c = max(d.current for d in thr)
-        change = (peak_c - peak_b) / peak_b * 100 if peak_b else 0.0
-        page.cards.insert(
-            0,
-            Card(
-                "peak throughput",
-                f"{change:+.1f}%",
-                "",
-                f"{fmt_value(peak_b)} → {fmt_value(peak_c)} infer/s",
-                "good" if change > 1 else "bad" if change < -1 else "",
-            ),
+    if counts["regression"]:
+        page.banners.append(
+            Banner("bad", f"{counts['regression']} level × threshold pairs are regressions: the gate fails on them.")
         )
-    if worse:
-        page.banners.append(Banner("bad", f"{worse} level × metric pairs are worse than the baseline beyond noise."))
-    if not any(c.deltas for c in comps):
+    if not findings:
         page.banners.append(
             Banner("warn", "No load level is present in both baseline and current: nothing to compare.")
         )
+    for note in dict.fromkeys(n for _, rs in judged for r in rs for n in (*r.notes, *r.changes)):
+        page.banners.append(Banner("info", note))
 
     b = PageBuilder(page)
-    if findings:
-        s = b.section("verdicts", "Gate verdicts", "The regression gate's judgement per metric.")
-        b.table(s, C.findings_table(findings))
     s = b.section("curves", "Throughput vs latency", "Both sides on one figure.")
     b.figure(s, C.overlay_figure([("baseline", baseline), *groups]))
-    for i, comp in enumerate(comps):
-        s = b.section(f"deltas-{i + 1}", f"Changes: {comp.label}" if len(comps) > 1 else "Changes per level")
-        fig = C.delta_figure(comp)
-        table = C.delta_table(comp)
+    for i, (label, rs) in enumerate(judged):
+        s = b.section(f"deltas-{i + 1}", f"Verdicts: {label}" if len(judged) > 1 else "Verdicts per level")
+        fig = C.delta_figure(label, rs)
         if fig is not None:
             b.figure(s, fig)
-        b.table(s, table)
-        if comp.unmatched:
-            s.blocks.append(
-                Block(kind="text", cls="note", text="Not compared (one side only): " + "; ".join(comp.unmatched))
-            )
+        b.table(s, C.delta_table(label, rs))
     s = b.section("sides", "What is compared")
     b.table(s, _side_facts(baseline, current))
     return page

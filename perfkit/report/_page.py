@@ -14,7 +14,7 @@ import jinja2
 
 from perfkit import __version__
 from perfkit.errors import InputError
-from perfkit.records import to_dict
+from perfkit.records import Machine, to_dict
 from perfkit.report._draw import render_svg
 from perfkit.report._figure_types import Figure, Table
 from perfkit.report._template import CSS, TABLE_MACRO, TEMPLATE
@@ -168,10 +168,13 @@ def command_line(command: tuple[str, ...] | list[str]) -> str:
     return shlex.join(command) if command else "—"
 
 
-def machine_facts(machine: dict[str, Any]) -> list[tuple[str, str]]:
-    """Machine description as (key, value) pairs; bytes shown in GiB."""
+def machine_facts(machine: Machine | dict[str, Any]) -> list[tuple[str, str]]:
+    """Machine description as (key, value) pairs (unknown fields left out); bytes shown in GiB."""
     out = []
-    for k, v in machine.items():
+    items = machine.items() if isinstance(machine, dict) else to_dict(machine).items()
+    for k, v in items:
+        if v is None or v == "":
+            continue
         if k.endswith("_bytes") and isinstance(v, (int, float)):
             out.append((k.removesuffix("_bytes").replace("_", " "), f"{v / 2**30:,.1f} GiB"))
         elif isinstance(v, (list, tuple)):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from perfkit.records import RunRecord
+from perfkit.records import RunRecord, ServerInfo, to_dict
 from perfkit.report import _figures as F
 from perfkit.report._fleet import fleet_table, workers_table
 from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, Section, command_line, fmt_value, machine_facts
@@ -35,21 +35,21 @@ def config_summary(config: dict[str, Any]) -> str:
     return ", ".join(parts) or "—"
 
 
-def server_line(server: dict[str, Any]) -> str:
+def server_line(server: ServerInfo) -> str:
     """'Triton 2.51.0 · mode local · protocol http · http_url ...': every field the record holds."""
-    rest = [f"{k.replace('_', ' ')} {v}" for k, v in server.items() if k != "version" and v not in (None, "")]
-    return " · ".join([f"Triton {server.get('version', '?')}", *rest])
+    fields = to_dict(server)
+    rest = [f"{k.replace('_', ' ')} {v}" for k, v in fields.items() if k != "version" and v not in (None, "")]
+    return " · ".join([f"Triton {server.version or '?'}", *rest])
 
 
 def measured_facts(rec: RunRecord) -> list[tuple[str, str]]:
     """'What was measured': model, config, server, spec, command, versions, time."""
     model = rec.model
-    config = model.get("config") if isinstance(model.get("config"), dict) else {}
     spec = rec.spec
     facts = [
-        ("model", f"{model.get('name', '?')} (version {model.get('version') or 'latest'})"),
-        ("config served", config_summary(config or {})),
-        ("config sha256", str(model.get("config_sha256", "—"))),
+        ("model", f"{model.name} (version {model.version or 'latest'})"),
+        ("config served", config_summary(model.config)),
+        ("served config sha256", model.served_config_sha256 or "—"),
         ("server", server_line(rec.server)),
     ]
     spec_bits = []
@@ -62,8 +62,8 @@ def measured_facts(rec: RunRecord) -> list[tuple[str, str]]:
         ("input_data", "input data"),
         ("shared_memory", "shared memory"),
     ):
-        if spec.get(key) is not None:
-            v = spec[key]
+        v = getattr(spec, key)
+        if v is not None:
             spec_bits.append(f"{name} {v:g}" if isinstance(v, float) else f"{name} {v}")
     if spec_bits:
         facts.append(("measurement", ", ".join(spec_bits)))
@@ -136,9 +136,9 @@ def add_run_sections(b: PageBuilder, rec: RunRecord, sid: str, heading: str) -> 
     s: Section = b.section(f"measured{sid}", f"What was measured{heading}")
     s.blocks.append(Block(kind="facts", facts=measured_facts(rec)))
     s.blocks.append(Block(kind="facts", title="Machine", facts=machine_facts(rec.machine)))
-    if rec.model.get("config"):
+    if rec.model.config:
         s.blocks.append(
-            Block(kind="pre", title="Model config as served (JSON)", text=json.dumps(rec.model["config"], indent=2))
+            Block(kind="pre", title="Model config as served (JSON)", text=json.dumps(rec.model.config, indent=2))
         )
 
     s = b.section(
@@ -186,11 +186,11 @@ def add_run_sections(b: PageBuilder, rec: RunRecord, sid: str, heading: str) -> 
 def profile_page(records: list[RunRecord]) -> Page:
     """The profile report for one or more runs."""
     first = records[0]
-    names = sorted({str(r.model.get("name", "?")) for r in records})
+    names = sorted({str(r.model.name) for r in records})
     title = f"{', '.join(names)}: throughput and latency"
     sub = (
         f"{len(records)} runs · " if len(records) > 1 else ""
-    ) + f"Triton {first.server.get('version', '?')} · {first.created_utc}"
+    ) + f"Triton {first.server.version} · {first.created_utc}"
     page = Page(kind="profile", title=title, subtitle=sub, data={"runs": records})
     b = PageBuilder(page)
     if len(records) == 1:

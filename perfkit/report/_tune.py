@@ -50,20 +50,16 @@ def describe_params(params: dict[str, Any]) -> str:
     return ", ".join(parts)
 
 
-def _trial(tune: TuneRecord, number: int | None) -> TrialRecord | None:
-    return next((t for t in tune.trials if t.number == number), None) if number is not None else None
-
-
 def original_trial(tune: TuneRecord) -> TrialRecord | None:
-    """The trial that measured the original config, if any."""
-    return next((t for t in tune.trials if t.is_original), None)
+    """The trial that measured the original config, if any (TuneRecord.original)."""
+    return tune.original()
 
 
 def recommendation(tune: TuneRecord) -> str:
     """The recommendation in one sentence: config, throughput, latency, gain over the original, budget."""
     pct = pct_name(tune.percentile)
     budget = f"{tune.latency_budget_ms:g} ms"
-    best = _trial(tune, tune.best_trial)
+    best = tune.best()
     orig = original_trial(tune)
     if best is None or best.throughput_infer_per_s is None:
         done = sum(1 for t in tune.trials if t.state == "complete")
@@ -120,7 +116,7 @@ def trial_history(tune: TuneRecord) -> tuple[LineFigure, LineFigure]:
         if lat:
             lat_series.append(Series(label, lat, group=group, kind="scatter"))
     marks = []
-    best = _trial(tune, tune.best_trial)
+    best = tune.best()
     if best is not None and best.throughput_infer_per_s is not None:
         marks.append(Mark(float(best.number), best.throughput_infer_per_s, "best", group="best"))
     orig = original_trial(tune)
@@ -148,26 +144,8 @@ def trial_history(tune: TuneRecord) -> tuple[LineFigure, LineFigure]:
 
 
 def pareto_front(tune: TuneRecord) -> tuple[int, ...]:
-    """Trial numbers on the throughput/latency Pareto front: TuneRecord.pareto_trials, else computed."""
-    if tune.pareto_trials:
-        return tuple(tune.pareto_trials)
-    done = [
-        t
-        for t in tune.trials
-        if t.state == "complete" and t.throughput_infer_per_s is not None and t.latency_us is not None
-    ]
-    front = []
-    for t in done:
-        dominated = any(
-            o is not t
-            and o.throughput_infer_per_s >= t.throughput_infer_per_s  # type: ignore[operator]
-            and o.latency_us <= t.latency_us  # type: ignore[operator]
-            and (o.throughput_infer_per_s > t.throughput_infer_per_s or o.latency_us < t.latency_us)  # type: ignore[operator]
-            for o in done
-        )
-        if not dominated:
-            front.append(t.number)
-    return tuple(sorted(front))
+    """Trial numbers on the throughput/latency Pareto front (TuneRecord.pareto: feasible trials only)."""
+    return tuple(sorted(t.number for t in tune.pareto()))
 
 
 def pareto_figure(tune: TuneRecord) -> LineFigure:
@@ -233,11 +211,13 @@ def importance_table(tune: TuneRecord) -> Table:
 
 def trials_table(tune: TuneRecord) -> Table:
     """Every trial: state, parameters, the load reached, throughput, latency, feasibility, reason."""
+    best = tune.best()
+    best_number = best.number if best else None
     front = set(pareto_front(tune))
     rows = []
     classes = []
     for t in sorted(tune.trials, key=lambda t: t.number):
-        tags = [x for x, on in (("best", t.number == tune.best_trial), ("original", t.is_original)) if on]
+        tags = [x for x, on in (("best", t.number == best_number), ("original", t.is_original)) if on]
         if t.number in front:
             tags.append("Pareto")
         rows.append(
@@ -258,7 +238,7 @@ def trials_table(tune: TuneRecord) -> Table:
         classes.append(
             (
                 "",
-                "good" if t.number == tune.best_trial else "",
+                "good" if t.number == best_number else "",
                 "bad" if group == "failed" else ("warn" if group in ("pruned", "over budget") else ""),
                 "",
                 "",

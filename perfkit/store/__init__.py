@@ -3,7 +3,7 @@
 Two backends behind one interface (`open_store`): a SQLite file (the default; the
 record JSON kept whole next to key columns) and a directory of plain run-record JSON
 files, for teams that commit their baselines to git. Keys: model, config hash
-(RunRecord.model["config_sha256"]), server version, machine, commit.
+(RunRecord.model.served_config_sha256), server version, machine, commit.
 """
 
 from __future__ import annotations

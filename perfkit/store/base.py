@@ -8,15 +8,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from perfkit.errors import InputError
-from perfkit.records import RunRecord
+from perfkit.records import Machine, RunRecord
 
 DEFAULT_STORE = Path(".perfkit") / "results.sqlite"
-
-# The machine fields that decide whether two runs ran on comparable hardware, when present.
-MACHINE_FIELDS = ("hostname", "cpu_model", "cpu", "cpu_count", "gpus", "gpu", "gpu_names", "platform", "system")
 
 
 @dataclass(frozen=True)
@@ -26,7 +22,7 @@ class StoreEntry:
     id: str
     name: str | None
     model: str
-    config_sha256: str
+    served_config_sha256: str  # of the served config's JSON (column config_sha256 in the SQLite store)
     server_version: str
     machine: str
     commit: str
@@ -40,12 +36,11 @@ def record_id(record: RunRecord) -> str:
     return hashlib.sha256(record.to_json().encode()).hexdigest()[:12]
 
 
-def machine_key(machine: dict[str, Any]) -> str:
-    """A short, readable key for a machine dict: hostname plus a hash of its identifying fields."""
-    ident = {k: machine[k] for k in MACHINE_FIELDS if k in machine}
-    host = str(machine.get("hostname") or machine.get("host") or "")
-    digest = hashlib.sha256(repr(sorted(ident.items())).encode()).hexdigest()[:8] if ident else ""
-    return f"{host}:{digest}" if host else digest
+def machine_key(machine: Machine) -> str:
+    """A short, readable key for a machine: hostname plus a hash of its hardware (Machine.identity)."""
+    hardware = machine.identity().split(":", 1)[1]
+    digest = hashlib.sha256(hardware.encode()).hexdigest()[:8] if hardware else ""
+    return f"{machine.hostname}:{digest}" if machine.hostname else digest
 
 
 def git_commit(cwd: Path | None = None) -> str:
@@ -66,12 +61,22 @@ def now_utc() -> str:
 def key_columns(record: RunRecord) -> dict[str, str]:
     """The key columns of a record (commit excluded: it belongs to the save, not the run)."""
     return {
-        "model": str(record.model.get("name", "")),
-        "config_sha256": str(record.model.get("config_sha256", "")),
-        "server_version": str(record.server.get("version", "")),
+        "model": str(record.model.name),
+        "served_config_sha256": record.model.served_config_sha256,
+        "server_version": str(record.server.version),
         "machine": machine_key(record.machine),
         "created_utc": record.created_utc,
     }
+
+
+def unknown_ref(ref: str, store: object) -> InputError:
+    """The error for a name or id no run in the store has (both backends raise it)."""
+    return InputError(f"no baseline or run {ref!r} in store {store}", hint="see `perfkit baseline list --store PATH`")
+
+
+def ambiguous_ref(ref: str, store: object) -> InputError:
+    """The error for an id prefix that several runs in the store share (both backends raise it)."""
+    return InputError(f"{ref!r} matches several runs in store {store}", hint="give more of the id")
 
 
 def check_name(name: str) -> str:

@@ -14,7 +14,17 @@ from typing import Any
 
 from perfkit.errors import InputError
 from perfkit.records import RunRecord, to_dict
-from perfkit.store.base import Store, StoreEntry, check_name, git_commit, key_columns, now_utc, record_id
+from perfkit.store.base import (
+    Store,
+    StoreEntry,
+    ambiguous_ref,
+    check_name,
+    git_commit,
+    key_columns,
+    now_utc,
+    record_id,
+    unknown_ref,
+)
 
 META_KEY = "perfkit_store"
 
@@ -58,7 +68,7 @@ class DirectoryStore(Store):
             # a file copied in by hand is named by its file name; an unnamed save stays unnamed
             name=meta.get("name") if meta is not None else path.stem,
             model=keys["model"],
-            config_sha256=keys["config_sha256"],
+            served_config_sha256=keys["served_config_sha256"],
             server_version=keys["server_version"],
             machine=keys["machine"],
             commit=str((meta or {}).get("commit", "")),
@@ -86,11 +96,9 @@ class DirectoryStore(Store):
             return self._load(direct)
         matches = [er for er in self._all() if er[0].id == ref or (len(ref) >= 4 and er[0].id.startswith(ref))]
         if len({er[0].id for er in matches}) > 1:
-            raise InputError(f"{ref!r} matches several runs in store {self.path}", hint="give more of the id")
+            raise ambiguous_ref(ref, self.path)
         if not matches:
-            raise InputError(
-                f"no baseline or run {ref!r} in store {self.path}", hint="see `perfkit baseline list --store PATH`"
-            )
+            raise unknown_ref(ref, self.path)
         return matches[0]
 
     def entry(self, ref: str) -> StoreEntry:

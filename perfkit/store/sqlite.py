@@ -8,7 +8,17 @@ from pathlib import Path
 
 from perfkit.errors import InputError
 from perfkit.records import RunRecord
-from perfkit.store.base import Store, StoreEntry, check_name, git_commit, key_columns, now_utc, record_id
+from perfkit.store.base import (
+    Store,
+    StoreEntry,
+    ambiguous_ref,
+    check_name,
+    git_commit,
+    key_columns,
+    now_utc,
+    record_id,
+    unknown_ref,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -64,7 +74,7 @@ class SqliteStore(Store):
                 (
                     run_id,
                     keys["model"],
-                    keys["config_sha256"],
+                    keys["served_config_sha256"],
                     keys["server_version"],
                     keys["machine"],
                     git_commit() if commit is None else commit,
@@ -93,11 +103,9 @@ class SqliteStore(Store):
         if not rows:
             rows = self._rows("WHERE r.id LIKE ?", (ref + "%",)) if len(ref) >= 4 else []
             if len({r.id for r in rows}) > 1:
-                raise InputError(f"{ref!r} matches several runs in store {self.path}", hint="give more of the id")
+                raise ambiguous_ref(ref, self.path)
         if not rows:
-            raise InputError(
-                f"no baseline or run {ref!r} in store {self.path}", hint="see `perfkit baseline list --store PATH`"
-            )
+            raise unknown_ref(ref, self.path)
         return rows[0]
 
     def get(self, ref: str) -> RunRecord:

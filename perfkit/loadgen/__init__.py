@@ -10,7 +10,19 @@ import sys
 from time import perf_counter_ns
 
 from perfkit.loadgen._engine import Engine, EngineConfig
-from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, file_tensors, grpc_payload, http_payload
+from perfkit.loadgen._inputdata import (
+    ExpectedOutput,
+    InputData,
+    Request,
+    Step,
+    StepTensor,
+    Stream,
+    build_requests,
+    check_synthetic,
+    file_tensors,
+    read_input_data,
+)
+from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
@@ -19,6 +31,16 @@ from perfkit.schedule import split_concurrency
 
 __all__ = [
     "EngineConfig",
+    "ExpectedOutput",
+    "InputData",
+    "Request",
+    "Step",
+    "StepTensor",
+    "Stream",
+    "build_requests",
+    "check_synthetic",
+    "read_input_data",
+    "to_wire",
     "LoadGenerator",
     "ModelIO",
     "ShmBinding",

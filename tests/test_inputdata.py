@@ -103,9 +103,13 @@ def test_b64_without_padding_and_content_b64_give_the_same_bytes_as_values(tmp_p
     raw = struct.pack("<16i", *values)
     b64 = base64.b64encode(raw).decode()
     assert b64.endswith("==")
-    plain = file_tensors(IO2, _write(tmp_path, {"data": [{"INPUT0": values, "INPUT1": values}]}), batch_size=1, shapes={})
+    plain = file_tensors(
+        IO2, _write(tmp_path, {"data": [{"INPUT0": values, "INPUT1": values}]}), batch_size=1, shapes={}
+    )
     for form in ({"b64": b64.rstrip("=")}, {"content": {"b64": b64}}, {"b64": b64[:20] + "\n" + b64[20:]}):
-        got = file_tensors(IO2, _write(tmp_path, {"data": [{"INPUT0": form, "INPUT1": values}]}), batch_size=1, shapes={})
+        got = file_tensors(
+            IO2, _write(tmp_path, {"data": [{"INPUT0": form, "INPUT1": values}]}), batch_size=1, shapes={}
+        )
         assert got == plain
 
 
@@ -160,7 +164,9 @@ def test_validation_data_must_align_and_list_every_output(tmp_path: Path) -> Non
         read_input_data(IO2, _write(tmp_path, {"data": [step, step], "validation_data": [{}]}), shapes={})
     with pytest.raises(InputError, match=r"validation_data\[0\] lacks output 'OUTPUT0'"):
         read_input_data(IO2, _write(tmp_path, {"data": [step], "validation_data": [{}]}), shapes={})
-    data = read_input_data(IO2, _write(tmp_path, {"data": [step], "validation_data": [{"OUTPUT0": [0] * 16}]}), shapes={})
+    data = read_input_data(
+        IO2, _write(tmp_path, {"data": [step], "validation_data": [{"OUTPUT0": [0] * 16}]}), shapes={}
+    )
     (req,) = build_requests(IO2, data, batch_size=2)
     assert req.expected[0].name == "OUTPUT0" and req.expected[0].data == bytes(128)  # both batch elements
 

@@ -196,3 +196,18 @@ def test_cli_validation_failure_and_bad_files_exit_3_with_one_line(pa_server: Lo
         assert out.returncode == ExitCode.INPUT, out.stderr
         errors = [line for line in out.stderr.splitlines() if line.startswith("perfkit: error:")]
         assert len(errors) == 1 and "bad.json" in errors[0] and "Traceback" not in out.stderr
+
+
+def test_profile_sends_the_files_requests(pa_server: LocalServer, tmp_path: Path) -> None:
+    """Measured end to end: validated, batched steps, and steps that leave out an optional input."""
+    from perfkit.records import RunRecord
+
+    cases = [("pa_subadd_int32", "output.json", "2"), ("pa_optional", "int_data_optional.json", "1")]
+    for model, name, batch in cases:
+        rec_path = tmp_path / f"{model}.json"
+        out = _profile(pa_server, "-m", model, "--input-data", str(HERE / "files" / name), "-b", batch,
+                       "-o", str(rec_path))  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        (lv,) = RunRecord.load(rec_path).levels
+        assert lv.error_count == 0 and lv.request_count > 0
+        assert lv.server is not None and set(lv.server.batch_sizes) == {batch}

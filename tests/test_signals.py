@@ -148,3 +148,25 @@ def test_handlers_turn_an_ignored_sigint_into_one_interrupt_and_are_put_back() -
         assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_gate_ab_in_the_background_restores_the_config_on_sigint(tmp_path: Path) -> None:
+    repo = copy_models(tmp_path, ["sleeper"])
+    cfg_path = repo / "sleeper" / "config.pbtxt"
+    original = cfg_path.read_bytes()
+    candidate = tmp_path / "candidate.pbtxt"
+    candidate.write_bytes(original + b"\n# the candidate\n")
+    args = [sys.executable, "-m", "perfkit", "gate", "--ab", "-m", "sleeper", "--model-repository", str(repo),
+            "--baseline-config", str(cfg_path), "--candidate-config", str(candidate), "--rounds", "3",
+            "--concurrency", "1", "--measurement-interval", "300", "--max-trials", "20",
+            "--min-windows", "20"]  # fmt: skip
+    proc, out = _background(args)
+    pid = int(out.wait_for(r"^pid=(\d+)$").group(1))
+    out.wait_for(r"round \d+: candidate")
+    wait_until(lambda: cfg_path.read_bytes() != original, "the candidate config to be in place")
+    os.kill(pid, signal.SIGINT)
+    rc, text = _finish(proc, out)
+    assert rc == 130, text
+    assert cfg_path.read_bytes() == original, text

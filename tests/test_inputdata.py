@@ -211,3 +211,58 @@ def test_profile_sends_the_files_requests(pa_server: LocalServer, tmp_path: Path
         (lv,) = RunRecord.load(rec_path).levels
         assert lv.error_count == 0 and lv.request_count > 0
         assert lv.server is not None and set(lv.server.batch_sizes) == {batch}
+
+
+def test_damaged_files_give_an_input_error_and_nothing_else(tmp_path: Path) -> None:
+    """Seeded mutations of the real files: every failure is an InputError (one line, exit 3)."""
+    import copy
+    import random
+
+    ios = [
+        IO2,
+        ModelIO("m", "", 0, (("INPUT", "FP32", (-1,)),), ("OUTPUT",), (("OUTPUT", "FP32", (-1,)),)),
+        ModelIO(
+            "m", "", 8, (("INPUT0", "BYTES", (-1, -1)), ("INPUT1", "BYTES", (-1, -1))), (), (), frozenset({"INPUT1"})
+        ),
+        ModelIO(
+            "m",
+            "",
+            8,
+            (("INPUT0", "INT32", (2,)), ("DUMMY_INPUT0", "FP32", (16,))),
+            (),
+            (),
+            frozenset(),
+            frozenset({"INPUT0"}),
+        ),
+    ]
+    weird: list[Any] = [None, 1, -1, 1.5, "x", [], {}, [1], ["a"], [None], [2**70], True, [[1, 2], [3]],
+                        {"b64": 3}, {"b64": "@@"}, {"content": 3}, {"shape": [-1]}, {"shape": ["a"]},
+                        {"content": [1], "shape": [10**12]}, {"content": {"b64": None}}]  # fmt: skip
+    rng = random.Random(0)
+
+    def mutate(x: Any) -> Any:
+        if isinstance(x, dict) and x and rng.random() < 0.7:
+            k = rng.choice(list(x))
+            x[k] = mutate(x[k])
+            return x
+        if isinstance(x, list) and x and rng.random() < 0.7:
+            i = rng.randrange(len(x))
+            x[i] = mutate(x[i])
+            return x
+        return copy.deepcopy(rng.choice(weird))
+
+    docs = [json.loads(f.read_text()) for f in sorted((HERE / "files").glob("*.json")) if f.name != "not_json.json"]
+    errors = 0
+    for _ in range(1500):
+        doc = copy.deepcopy(rng.choice(docs))
+        for _ in range(rng.randint(1, 3)):
+            doc = mutate(doc)
+        path = _write(tmp_path, doc)
+        io = rng.choice(ios)
+        shapes = rng.choice([{}, {"INPUT": (2,)}, {"INPUT0": (2, 8), "INPUT1": (2, 8)}])
+        try:
+            build_requests(io, read_input_data(io, path, shapes=shapes), batch_size=rng.choice([1, 2, 3]))
+        except InputError as err:
+            errors += 1
+            assert "\n" not in err.one_line()
+    assert errors > 500  # the mutations do damage: most files are refused

@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -272,18 +273,18 @@ def _typed(where: str, datatype: str, values: list[Any]) -> np.ndarray:
     """Values of a JSON list as an array of `datatype`, by perf_utils.cc SerializeExplicitTensor's rules."""
     if datatype == "BYTES":
         # A number for a BYTES input is an error there ("unable to find string data in json").
-        bad = next((v for v in values if not isinstance(v, str)), None)
+        bad = _first_bad(values, lambda v: isinstance(v, str))
         if bad is not None:
-            raise InputError(f"{where}: BYTES values must be strings, got {bad!r}", hint='quote them: ["1", "2"]')
+            raise InputError(f"{where}: BYTES values must be strings, got {bad[0]!r}", hint='quote them: ["1", "2"]')
         return np.array([v.encode() for v in values], dtype=np.object_)
     if datatype == "BOOL":
         if not all(isinstance(v, bool) for v in values):
             raise InputError(f"{where}: BOOL values must be true or false")
         return np.array(values, dtype=np.bool_)
     if datatype in _INTEGER_TYPES:
-        bad = next((v for v in values if not isinstance(v, int) or isinstance(v, bool)), None)
+        bad = _first_bad(values, lambda v: isinstance(v, int) and not isinstance(v, bool))
         if bad is not None:
-            raise InputError(f"{where}: values are not {datatype} (found {bad!r})")
+            raise InputError(f"{where}: values are not {datatype} (found {bad[0]!r})")
         info = np.iinfo(NP_DTYPES[datatype])
         if any(v < info.min or v > info.max for v in values):
             raise InputError(f"{where}: values out of range for {datatype} ({info.min}..{info.max})")
@@ -291,10 +292,15 @@ def _typed(where: str, datatype: str, values: list[Any]) -> np.ndarray:
     # Floating point. Differs on purpose: perf_analyzer refuses integers for FP32/FP64 (rapidjson's
     # IsDouble() is false for a literal without a decimal point: "unable to find float data in
     # json") and any list for FP16/BF16; an integer is an exact float value, so perfkit takes both.
-    bad = next((v for v in values if not isinstance(v, (int, float)) or isinstance(v, bool)), None)
+    bad = _first_bad(values, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool))
     if bad is not None:
-        raise InputError(f"{where}: values are not {datatype} (found {bad!r})")
+        raise InputError(f"{where}: values are not {datatype} (found {bad[0]!r})")
     return np.array(values, dtype=NP_DTYPES[datatype])
+
+
+def _first_bad(values: list[Any], ok: Callable[[Any], bool]) -> tuple[Any] | None:
+    """The first value that is not ok, boxed (it may itself be None), or None when all are."""
+    return next(((v,) for v in values if not ok(v)), None)
 
 
 # -- batching -----------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ from time import perf_counter_ns
 from perfkit.loadgen._engine import Engine, EngineConfig
 from perfkit.loadgen._inputdata import (
     ExpectedOutput,
+    FileRequest,
     InputData,
-    Request,
     Step,
     StepTensor,
     Stream,
@@ -32,23 +32,23 @@ from perfkit.schedule import split_concurrency
 __all__ = [
     "EngineConfig",
     "ExpectedOutput",
+    "FileRequest",
     "InputData",
-    "Request",
-    "Step",
-    "StepTensor",
-    "Stream",
-    "build_requests",
-    "check_synthetic",
-    "read_input_data",
-    "to_wire",
     "LoadGenerator",
     "ModelIO",
     "ShmBinding",
+    "Step",
+    "StepTensor",
+    "Stream",
     "Tensor",
+    "build_requests",
+    "check_synthetic",
     "file_tensors",
     "grpc_payload",
     "http_payload",
+    "read_input_data",
     "synthetic_tensors",
+    "to_wire",
 ]
 
 START_LEAD_NS = 50_000_000  # open-loop schedules start this far ahead so every worker is ready

@@ -87,7 +87,7 @@ class ExpectedOutput:
 
 
 @dataclass(frozen=True)
-class Request:
+class FileRequest:
     """One request built from a file: steps first_step.. of a stream, batched, with expected outputs."""
 
     stream: int
@@ -306,10 +306,10 @@ def _first_bad(values: list[Any], ok: Callable[[Any], bool]) -> tuple[Any] | Non
 # -- batching -----------------------------------------------------------------------------------
 
 
-def build_requests(io: ModelIO, data: InputData, *, batch_size: int) -> list[Request]:
+def build_requests(io: ModelIO, data: InputData, *, batch_size: int) -> list[FileRequest]:
     """The requests perf_analyzer sends for a non-sequence model at -b batch_size; raises InputError.
 
-    Request d starts at step (d * batch_size) mod steps of stream 0 and carries batch_size
+    FileRequest d starts at step (d * batch_size) mod steps of stream 0 and carries batch_size
     consecutive steps, wrapping (infer_context.cc UpdateJsonData, infer_data_manager_base.cc
     GetInputData). Like perf_analyzer, every stream's batches are checked, though only stream 0
     is sent when the model keeps no sequences (infer_data_manager.cc CreateAndPopulateInputs).
@@ -322,7 +322,7 @@ def build_requests(io: ModelIO, data: InputData, *, batch_size: int) -> list[Req
     return [per_stream[0][(d * batch_size) % steps] for d in range(period)]
 
 
-def _batch(io: ModelIO, data: InputData, s: int, stream: Stream, k: int, batch_size: int) -> Request:
+def _batch(io: ModelIO, data: InputData, s: int, stream: Stream, k: int, batch_size: int) -> FileRequest:
     n = len(stream.steps)
     members = [stream.steps[(k + i) % n] for i in range(batch_size)]
     where = f"--input-data {data.source}: " + (f"data[{s}][{k}]" if len(data.streams) > 1 else f"data[{k}]")
@@ -362,7 +362,7 @@ def _batch(io: ModelIO, data: InputData, s: int, stream: Stream, k: int, batch_s
             if name in io.shape_tensors:
                 parts = parts[:1]  # infer_data_manager_base.cc UpdateValidationOutputs
             expected.append(ExpectedOutput(name, b"".join(parts)))
-    return Request(s, k, tuple(tensors), tuple(expected))
+    return FileRequest(s, k, tuple(tensors), tuple(expected))
 
 
 def file_tensors(io: ModelIO, path: Path, *, batch_size: int, shapes: dict[str, tuple[int, ...]]) -> list[list[Tensor]]:

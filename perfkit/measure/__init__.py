@@ -17,9 +17,9 @@ from typing import Any
 from perfkit.errors import InputError, MeasurementError, ServerError, UsageError
 from perfkit.loadgen import (
     EngineConfig,
+    FileRequest,
     LoadGenerator,
     ModelIO,
-    Request,
     Tensor,
     build_requests,
     check_synthetic,
@@ -45,7 +45,7 @@ __all__ = ["OutputMismatchError", "levels_frame", "profile", "validate_outputs",
 Progress = Callable[[dict[str, Any]], None]
 
 
-def _steps(io: ModelIO, spec: ProfileSpec) -> tuple[list[list[Tensor]], list[Request]]:
+def _steps(io: ModelIO, spec: ProfileSpec) -> tuple[list[list[Tensor]], list[FileRequest]]:
     """The tensors of each distinct request, and the file's requests (empty for generated data)."""
     if spec.input_data in ("random", "zero"):
         check_synthetic(io)

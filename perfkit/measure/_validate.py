@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from perfkit.errors import InputError, ServerError
-from perfkit.loadgen import ModelIO, Request, http_payload
+from perfkit.loadgen import FileRequest, ModelIO, http_payload
 from perfkit.server.base import Server
 from perfkit.server.remote import parse_host_port
 
@@ -27,7 +27,7 @@ class OutputMismatchError(InputError):
 
 
 def validate_outputs(
-    server: Server, io: ModelIO, requests: list[Request], *, source: str, timeout_s: float = 30.0
+    server: Server, io: ModelIO, requests: list[FileRequest], *, source: str, timeout_s: float = 30.0
 ) -> int:
     """Send each request that has expected outputs once over HTTP and compare; returns how many were checked.
 
@@ -64,7 +64,7 @@ def validate_outputs(
     return checked
 
 
-def _infer(conn: http.client.HTTPConnection, io: ModelIO, req: Request, host: str) -> dict[str, bytes]:
+def _infer(conn: http.client.HTTPConnection, io: ModelIO, req: FileRequest, host: str) -> dict[str, bytes]:
     """POST the request as perfkit sends it; returns each output's raw bytes (BYTES length-prefixed)."""
     raw = http_payload(io, list(req.tensors), host)
     head, body = raw.split(b"\r\n\r\n", 1)

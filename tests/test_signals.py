@@ -170,3 +170,27 @@ def test_gate_ab_in_the_background_restores_the_config_on_sigint(tmp_path: Path)
     rc, text = _finish(proc, out)
     assert rc == 130, text
     assert cfg_path.read_bytes() == original, text
+
+
+@pytest.mark.server
+@pytest.mark.slow
+def test_run_in_the_background_stops_its_server_and_keeps_the_record_on_sigterm(tmp_path: Path) -> None:
+    repo = copy_models(tmp_path, ["sleeper"])
+    sweep = tmp_path / "long.toml"
+    sweep.write_text(
+        f'name = "long"\n[server]\nmodel_repository = "{repo}"\n'
+        "[load]\nlevels = [1, 2]\nmeasurement_interval_ms = 300\nmax_trials = 40\nmin_windows = 40\n"
+        '[[models]]\nname = "sleeper"\n[output]\ndir = "out"\nstore = false\nreport = false\n'
+    )
+    proc, out = _background([sys.executable, "-m", "perfkit", "run", str(sweep)])
+    pid = int(out.wait_for(r"^pid=(\d+)$").group(1))
+    out.wait_for(r"profiling sleeper")
+    servers = _children(pid)
+    record = tmp_path / "out" / "sleeper.json"
+    wait_until(record.is_file, "the first level's record")  # saved after each level
+    os.kill(pid, signal.SIGTERM)
+    rc, text = _finish(proc, out)
+    assert rc == 130, text
+    assert RunRecord.load(record).status == "interrupted"
+    for server_pid in servers:
+        wait_until(lambda p=server_pid: not _alive(p), f"tritonserver {server_pid} to exit")

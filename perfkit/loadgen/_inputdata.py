@@ -197,13 +197,13 @@ def _read_step(
             # outputs are never optional there, so every validation step lists every output.
             if require_all or name not in io.optional:
                 what = "output" if require_all else "input"
-                raise InputError(f"{where} lacks {what} {name!r}", hint=_missing_hint(io, name, require_all))
+                raise InputError(f"{where} lacks {what} {name!r}", hint=_missing_hint(name, output=require_all))
             continue
         out.append(_read_tensor(f"{where}.{name}", name, datatype, dims, step[name]))
     return tuple(out)
 
 
-def _missing_hint(io: ModelIO, name: str, output: bool) -> str:
+def _missing_hint(name: str, *, output: bool) -> str:
     if output:
         return "each validation_data step lists every model output, as perf_analyzer requires"
     return f"add {name!r} to every step (only inputs marked optional in the model config may be left out)"

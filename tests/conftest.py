@@ -1,10 +1,16 @@
-"""Shared test harness: a real Triton server (bundled tritonserver) over a copy of the fixtures."""
+"""Shared test harness: a real Triton server (bundled tritonserver) over a copy of the fixtures,
+plus the helpers every test uses to wait on a running process and to require real components."""
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -23,6 +29,76 @@ def copy_models(dest: Path, names: list[str] | None = None) -> Path:
         if src.is_dir() and (names is None or src.name in names):
             shutil.copytree(src, repo / src.name, ignore=shutil.ignore_patterns("__pycache__"))
     return repo
+
+
+def require(component: str, found: object, how: str) -> None:
+    """Skip a test whose real component is missing, except under CI=true, where that fails the test.
+
+    A skip in CI would let a suite pass without ever running the check it exists for.
+    """
+    if found:
+        return
+    message = f"{component} is not installed ({how})"
+    if os.environ.get("CI", "").strip().lower() in ("true", "1"):
+        pytest.fail(f"{message}; CI=true requires it", pytrace=False)
+    pytest.skip(message)
+
+
+class Lines:
+    """Reads a process's text stream on a thread so a test can wait for a line, not for a time."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.lines: list[str] = []
+        self._done = False
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout_s: float = 120.0) -> re.Match[str]:
+        """The first line matching pattern (a regex), once it is written; fails if the stream ends first."""
+        rx = re.compile(pattern)
+
+        def found() -> re.Match[str] | None:
+            return next((m for m in map(rx.search, self.lines) if m), None)
+
+        with self._cond:
+            self._cond.wait_for(lambda: found() is not None or self._done, timeout=timeout_s)
+            match = found()
+        if match is None:
+            pytest.fail(f"no line matching {pattern!r} within {timeout_s} s; got:\n{self.text()}", pytrace=False)
+        return match
+
+    def text(self) -> str:
+        """Everything read so far (all of it once the stream has ended)."""
+        with self._cond:
+            return "\n".join(self.lines)
+
+    def join(self, timeout_s: float = 30.0) -> str:
+        """Wait for the end of the stream; returns all of it."""
+        self._thread.join(timeout_s)
+        return self.text()
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 60.0) -> None:
+    """Wait until condition() holds (a state another process changes, e.g. a file written); fails after timeout_s.
+
+    For state that has no stream to wait on; it checks often, and the test asserts on the
+    state itself, never on how long it took.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}", pytrace=False)
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

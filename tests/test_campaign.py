@@ -12,7 +12,6 @@ from perfkit.cli import main
 from tests.conftest import copy_models
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
-pytest.importorskip("perfkit.measure")
 
 ROOT = Path(__file__).resolve().parent.parent
 

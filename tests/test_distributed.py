@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from perfkit.distributed import profile_distributed
+from perfkit.measure import ProgressEvent, WindowMeasured, WorkersPlaced
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server import LocalLaunch, launch_local
 
@@ -80,10 +81,10 @@ def test_a_killed_worker_is_reported_and_its_partial_results_kept(triton, ray_cl
     pids: dict[int, int] = {}
     killed: list[int] = []
 
-    def progress(ev: dict[str, Any]) -> None:
-        if ev["event"] == "workers":
-            pids.update({int(w["worker"]): int(w["pid"]) for w in ev["workers"]})
-        elif ev["event"] == "window" and ev["window"] == 1 and not killed:
+    def progress(ev: ProgressEvent) -> None:
+        if isinstance(ev, WorkersPlaced):
+            pids.update({w.worker: w.pid for w in ev.workers})
+        elif isinstance(ev, WindowMeasured) and ev.window == 1 and not killed:
             os.kill(pids[1], signal.SIGKILL)  # our own worker process, started by this run
             killed.append(pids[1])
 

@@ -9,6 +9,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
+from perfkit import measure
 from perfkit.cli import main
 from perfkit.gate import GateOptions, compare_records, parse_thresholds
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
@@ -17,8 +18,6 @@ from perfkit.server.local import LocalServer
 from tests.conftest import copy_models
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
-
-measure = pytest.importorskip("perfkit.measure")
 
 SPEC = ProfileSpec(
     model="sleeper",

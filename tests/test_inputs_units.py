@@ -10,8 +10,7 @@ import pytest
 
 from perfkit.cli.profile import build_levels
 from perfkit.errors import InputError, UsageError
-from perfkit.loadgen import ModelIO, http_payload, synthetic_tensors
-from perfkit.loadgen._requests import file_tensors, to_wire
+from perfkit.loadgen import ModelIO, file_tensors, http_payload, synthetic_tensors, to_wire
 from perfkit.measure._metrics import parse_prometheus
 from perfkit.schedule import read_intervals_file
 

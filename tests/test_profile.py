@@ -16,7 +16,7 @@ from perfkit.measure import levels_frame, profile, write_csv
 from perfkit.measure._csv import PA_COLUMNS
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server import LocalLaunch, launch_local
-from tests.conftest import copy_models
+from tests.conftest import Lines, copy_models
 
 pytestmark = pytest.mark.server
 
@@ -33,10 +33,10 @@ def test_known_latency_matches_and_agrees_with_server_stats(triton):
     assert lv.error_count == 0 and lv.service.count > 50
     srv = lv.server
     assert srv is not None
-    assert srv.compute_infer_avg_us == pytest.approx(10_000, abs=1_000)  # the model's known 10 ms
-    overhead_us = lv.service.p50_us - srv.request_avg_us
-    assert 10_000 <= lv.service.p50_us <= 10_000 + 3_000
-    assert -500 <= overhead_us <= 2_000  # client + network overhead on loopback, measured
+    # The model sleeps 10 ms: a floor on what the server and the client can see, on any machine.
+    # How close to it perfkit comes (its overhead) is a figure: benchmarks/timing_accuracy.py.
+    assert srv.compute_infer_avg_us >= 10_000
+    assert lv.service.p50_us >= 10_000 and lv.service.min_us >= 10_000
     assert srv.execution_count == pytest.approx(lv.request_count, rel=0.1)
 
 
@@ -50,13 +50,13 @@ def test_open_loop_stays_open_under_overload(triton):
     )
     lv = profile(triton, spec).levels[0]
     assert lv.duration_s == pytest.approx(10, abs=0.01)
-    assert lv.sent_rps == pytest.approx(150, rel=0.03)  # sends keep to the schedule
-    assert lv.completed_rps == pytest.approx(100, rel=0.1)  # the server's capacity (10 ms, one instance)
+    assert lv.request_count + lv.dropped_count == round(150 * lv.duration_s)  # every due request is sent
+    assert lv.completed_rps < lv.sent_rps  # the server (10 ms, one instance) falls behind
     assert lv.dropped_count == 0
     assert not lv.stable  # a growing backlog is never reported as a stable result
     assert lv.corrected is not None
     assert lv.corrected.p99_us > 1_000_000  # the backlog shows: seconds, not milliseconds
-    assert lv.send_lateness_p99_us is not None and lv.send_lateness_p99_us < 5_000
+    assert lv.send_lateness_p99_us is not None  # its size is a figure: benchmarks/timing_accuracy.py
 
 
 def test_grpc_and_http_both_measure(triton):
@@ -81,7 +81,7 @@ def test_worker_processes_merge(triton):
     )
     closed, open_ = rec.levels
     assert closed.error_count == 0 and closed.throughput_infer_per_s > 100
-    assert open_.sent_rps == pytest.approx(200, rel=0.05)
+    assert open_.request_count + open_.dropped_count == round(200 * open_.duration_s)  # both workers' sends
     assert open_.service.count == open_.request_count
 
 
@@ -175,12 +175,12 @@ def test_server_dying_mid_run_saves_partial_record_and_fails(tmp_path):
              "--concurrency-range", "1:8", "-p", "500", "-r", "4", "-o", str(rec_path)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while not rec_path.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)  # the first level finished and was saved
-        assert rec_path.exists()
+        assert proc.stderr is not None
+        err_lines = Lines(proc.stderr)
+        err_lines.wait_for("measuring concurrency 2")  # the first level finished and was saved
         os.killpg(server.pid, signal.SIGKILL)
-        _, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        err = err_lines.join()
     assert proc.returncode == 5, err
     record = RunRecord.load(rec_path)
     assert record.status == "failed" and record.error
@@ -210,13 +210,17 @@ def test_latency_threshold_ends_the_sweep_and_binary_search_finds_the_edge(trito
     fast = {"measurement_interval_ms": 300.0, "max_trials": 3, "min_windows": 2, "percentile": 50.0}
     levels = tuple(LoadLevel("concurrency", c) for c in range(1, 9))
     rec = profile(triton, _spec("sleeper", *levels, latency_threshold_ms=25.0, **fast))
-    # 10 ms per request, one at a time: p50 ~ 10 ms x concurrency; 3 is the first past 25 ms
-    assert [lv.load.value for lv in rec.levels] == [1, 2, 3]
+    # 10 ms per request, one at a time: p50 grows ~10 ms per step of concurrency, so some level
+    # before 8 is past 25 ms (which one depends on the machine): the sweep stops right there.
+    p50_us = [lv.latency().percentile_us(50.0) for lv in rec.levels]
+    assert len(rec.levels) < len(levels)
+    assert all(v <= 25_000 for v in p50_us[:-1]) and p50_us[-1] > 25_000
     rec = profile(triton, _spec("sleeper", *levels, latency_threshold_ms=25.0, binary_search=True, **fast))
     measured = [lv.load.value for lv in rec.levels]
-    assert len(measured) <= 4 and measured == sorted(measured)
-    within = [lv.load.value for lv in rec.levels if lv.service.p50_us <= 25_000]
-    assert max(within) == 2
+    assert len(measured) <= 4 and measured == sorted(measured)  # log2(8) + 1 probes at most
+    within = [lv.load.value for lv in rec.levels if lv.latency().percentile_us(50.0) <= 25_000]
+    over = [lv.load.value for lv in rec.levels if lv.latency().percentile_us(50.0) > 25_000]
+    assert within and over and max(within) + 1 == min(over)  # the edge, with both sides measured
 
 
 def test_ctrl_c_saves_what_was_measured_and_cleans_up_shared_memory(triton, tmp_path):
@@ -227,12 +231,12 @@ def test_ctrl_c_saves_what_was_measured_and_cleans_up_shared_memory(triton, tmp_
          "--shared-memory", "system", "-o", str(rec_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while not rec_path.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)  # the first level (10 s) is done and saved
-    time.sleep(1.0)
+    assert proc.stderr is not None
+    err_lines = Lines(proc.stderr)
+    err_lines.wait_for("measuring concurrency 2")  # the first level (10 s) is done and saved
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    err = err_lines.join()
     assert proc.returncode == 130, err
     record = RunRecord.load(rec_path)
     assert record.status == "interrupted" and len(record.levels) == 1

@@ -23,15 +23,18 @@ from matplotlib import image as mpimg
 
 from perfkit.records import RunRecord
 from perfkit.report import load_inputs, write_comparison_report, write_profile_report, write_tune_report
+from tests.conftest import require
 
 RECORDS = Path(__file__).resolve().parent.parent / "fixtures" / "records"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ALLOWED_SCHEMES = ("file:", "data:", "about:", "blob:")
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed (scripts/system-deps.sh installs it as root: apt-get install chromium)",
-)
+CHROMIUM_HOW = "scripts/system-deps.sh installs it as root: apt-get install chromium"
+
+
+@pytest.fixture(autouse=True)
+def _chromium() -> None:
+    require("chromium", CHROMIUM, CHROMIUM_HOW)  # under CI=true a missing browser fails, not skips
 
 
 class Browser:

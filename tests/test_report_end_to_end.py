@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from perfkit.records import RunRecord, TuneRecord, from_dict
-from tests.test_report_browser import ALLOWED_SCHEMES, CHROMIUM, open_report
+from tests.conftest import require
+from tests.test_report_browser import ALLOWED_SCHEMES, CHROMIUM, CHROMIUM_HOW, open_report
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -62,8 +63,7 @@ def test_report_from_real_profile_and_tune_run_end_to_end(model_repo: Path, tmp_
     assert _run("report", str(tune_dir), "-o", str(again)).returncode == 0
     assert f"trial {best.number}" in _text(again).lower()
 
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed; the pages were checked for content only")
+    require("chromium", CHROMIUM, f"{CHROMIUM_HOW}; the pages were checked for content only")
     for path in (profile_html, tune_html):
         loaded = open_report(path, tmp_path / f"chromium-{path.stem}")
         assert loaded["console_errors"] == [] and loaded["exceptions"] == []

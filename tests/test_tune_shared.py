@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_models
+from tests.conftest import copy_models, require
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -41,8 +41,7 @@ def _free_port() -> int:
 def postgres_url() -> Iterator[str]:
     """A throwaway PostgreSQL cluster on a free port (run as a non-root user when we are root)."""
     bindir = _pg_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL is not installed and could not be installed (apt-get install postgresql)")
+    require("PostgreSQL", bindir, "and could not be installed: apt-get install postgresql")
     tmp = Path(tempfile.mkdtemp(prefix="perfkit-pg-"))
     data = tmp / "data"
     prefix: list[str] = []

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
-from typing import Any
 
 import click
 
 from perfkit import __version__
+from perfkit.cli import _signals
 from perfkit.errors import ExitCode, PerfkitError, ServerError
 
 _COMMANDS: dict[str, tuple[str, str]] = {
@@ -59,15 +58,15 @@ def cli(ctx: click.Context, traceback: bool) -> None:
     ctx.obj["traceback"] = traceback
 
 
-def _raise_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: runs the CLI and maps errors to documented exit codes."""
-    if threading_main():
-        signal.signal(signal.SIGTERM, _raise_interrupt)
     args = sys.argv[1:] if argv is None else argv
+    # SIGINT/SIGTERM become KeyboardInterrupt for every command, also in background jobs (see _signals)
+    with _signals.handled():
+        return _run(args)
+
+
+def _run(args: list[str]) -> int:
     show_traceback = "--traceback" in args or os.environ.get("PERFKIT_TRACEBACK") == "1"
     try:
         # In non-standalone mode click *returns* a command's exit code instead of raising.
@@ -94,13 +93,6 @@ def main(argv: list[str] | None = None) -> int:
             click.echo(err.log_tail, err=True)
         return int(err.exit_code)
     return int(rc or ExitCode.OK) if isinstance(rc, int) else int(ExitCode.OK)
-
-
-def threading_main() -> bool:
-    """Whether we run on the main thread (signal handlers can only be set there)."""
-    import threading  # noqa: PLC0415
-
-    return threading.current_thread() is threading.main_thread()
 
 
 if __name__ == "__main__":

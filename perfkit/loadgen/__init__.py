@@ -10,7 +10,19 @@ import sys
 from time import perf_counter_ns
 
 from perfkit.loadgen._engine import Engine, EngineConfig
-from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, file_tensors, grpc_payload, http_payload
+from perfkit.loadgen._inputdata import (
+    ExpectedOutput,
+    FileRequest,
+    InputData,
+    Step,
+    StepTensor,
+    Stream,
+    build_requests,
+    check_synthetic,
+    file_tensors,
+    read_input_data,
+)
+from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
@@ -19,14 +31,24 @@ from perfkit.schedule import split_concurrency
 
 __all__ = [
     "EngineConfig",
+    "ExpectedOutput",
+    "FileRequest",
+    "InputData",
     "LoadGenerator",
     "ModelIO",
     "ShmBinding",
+    "Step",
+    "StepTensor",
+    "Stream",
     "Tensor",
+    "build_requests",
+    "check_synthetic",
     "file_tensors",
     "grpc_payload",
     "http_payload",
+    "read_input_data",
     "synthetic_tensors",
+    "to_wire",
 ]
 
 START_LEAD_NS = 50_000_000  # open-loop schedules start this far ahead so every worker is ready

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,17 +47,34 @@ class ModelIO:
     max_batch_size: int
     inputs: tuple[tuple[str, str, tuple[int, ...]], ...]  # name, datatype, dims without batch
     outputs: tuple[str, ...]
+    output_specs: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # like inputs, for validation
+    optional: frozenset[str] = frozenset()  # inputs marked `optional: true`: a request may omit them
+    shape_tensors: frozenset[str] = frozenset()  # `is_shape_tensor: true`: sent without a batch dim
 
     @classmethod
     def from_server(cls, metadata: dict[str, Any], config: dict[str, Any], version: str = "") -> ModelIO:
         """Build from GET /v2/models/M and /config answers."""
         mbs = int(config.get("max_batch_size", 0) or 0)
-        inputs = []
-        for t in metadata.get("inputs", []):
-            shape = tuple(int(d) for d in t["shape"])
-            inputs.append((t["name"], t["datatype"], shape[1:] if mbs > 0 else shape))
-        outputs = tuple(t["name"] for t in metadata.get("outputs", []))
-        return cls(metadata.get("name", config.get("name", "")), version, mbs, tuple(inputs), outputs)
+
+        def specs(key: str) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+            out = []
+            for t in metadata.get(key, []):
+                shape = tuple(int(d) for d in t["shape"])
+                out.append((t["name"], t["datatype"], shape[1:] if mbs > 0 else shape))
+            return tuple(out)
+
+        inputs, output_specs = specs("inputs"), specs("outputs")
+        flagged = [*config.get("input", []), *config.get("output", [])]
+        return cls(
+            metadata.get("name", config.get("name", "")),
+            version,
+            mbs,
+            inputs,
+            tuple(name for name, _, _ in output_specs),
+            output_specs,
+            frozenset(t["name"] for t in config.get("input", []) if t.get("optional")),
+            frozenset(t["name"] for t in flagged if t.get("is_shape_tensor")),
+        )
 
 
 def to_wire(array: np.ndarray, datatype: str) -> bytes:
@@ -125,90 +140,6 @@ def synthetic_tensors(
             array = rng.integers(0, 100, size=full).astype(NP_DTYPES[datatype])
         tensors.append(Tensor(name, datatype, full, to_wire(array, datatype)))
     return tensors
-
-
-def file_tensors(io: ModelIO, path: Path, *, batch_size: int, shapes: dict[str, tuple[int, ...]]) -> list[list[Tensor]]:
-    """Steps from a perf_analyzer-format JSON data file; raises InputError naming file, step and input."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as err:
-        raise InputError(f"--input-data {path}: cannot read ({err.strerror})") from None
-    except ValueError as err:
-        raise InputError(f"--input-data {path}: not valid JSON ({err})") from None
-    steps = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(steps, list) or not steps:
-        raise InputError(f"--input-data {path}: expected an object with a non-empty 'data' list (perf_analyzer format)")
-    known = {name: (dt, dims) for name, dt, dims in io.inputs}
-    out = []
-    for i, step in enumerate(steps):
-        if isinstance(step, list):  # perf_analyzer allows a list of steps per stream; take the first
-            step = step[0] if step else {}
-        if not isinstance(step, dict):
-            raise InputError(f"--input-data {path}: data[{i}] is not an object of input name -> values")
-        unknown = set(step) - set(known)
-        if unknown:
-            raise InputError(
-                f"--input-data {path}: data[{i}] names {sorted(unknown)}, which model {io.name!r} does not have "
-                f"(inputs: {sorted(known)})"
-            )
-        missing = set(known) - set(step)
-        if missing:
-            raise InputError(f"--input-data {path}: data[{i}] lacks input(s) {sorted(missing)}")
-        tensors = []
-        for name, (datatype, dims) in known.items():
-            tensors.append(_tensor_from_json(io, path, i, name, datatype, dims, step[name], batch_size, shapes))
-        out.append(tensors)
-    return out
-
-
-def _tensor_from_json(
-    io: ModelIO,
-    path: Path,
-    i: int,
-    name: str,
-    datatype: str,
-    dims: tuple[int, ...],
-    value: Any,
-    batch_size: int,
-    shapes: dict[str, tuple[int, ...]],
-) -> Tensor:
-    where = f"--input-data {path}: data[{i}].{name}"
-    shape = None
-    if isinstance(value, dict):
-        if "shape" in value:
-            shape = tuple(int(d) for d in value["shape"])
-        if "b64" in value:
-            raw = base64.b64decode(value["b64"])
-            shape = shape or _resolve_dims(io, name, dims, shapes)
-            if datatype != "BYTES":
-                expect = int(np.prod(shape)) * np.dtype(NP_DTYPES[datatype]).itemsize
-                if datatype == "BF16":
-                    expect = int(np.prod(shape)) * 2
-                if len(raw) != expect:
-                    raise InputError(f"{where}: b64 holds {len(raw)} bytes, shape {list(shape)} needs {expect}")
-            full = ((batch_size,) if io.max_batch_size > 0 else ()) + shape
-            return Tensor(name, datatype, full, raw * (batch_size if io.max_batch_size > 0 else 1))
-        value = value.get("content")
-        if value is None:
-            raise InputError(f"{where}: an object needs 'content' or 'b64'")
-    if shape is None:
-        shape = _resolve_dims(io, name, dims, {**shapes} if name in shapes else shapes)
-    if len(shape) != len(dims) or any(d not in (-1, s) for d, s in zip(dims, shape)):
-        raise InputError(f"{where}: shape {list(shape)} does not fit the model's dims {list(dims)}")
-    flat = np.array(value, dtype=object).reshape(-1)
-    if flat.size != int(np.prod(shape)):
-        raise InputError(f"{where}: {flat.size} values do not fill shape {list(shape)} ({int(np.prod(shape))} needed)")
-    try:
-        if datatype == "BYTES":
-            array = np.array([v.encode() if isinstance(v, str) else bytes(v) for v in flat], dtype=np.object_)
-        else:
-            array = np.array(flat.tolist(), dtype=NP_DTYPES[datatype])
-    except (TypeError, ValueError) as err:
-        raise InputError(f"{where}: values are not {datatype} ({err})") from None
-    array = array.reshape(shape)
-    if io.max_batch_size > 0:
-        array = np.stack([array] * batch_size)
-    return Tensor(name, datatype, tuple(array.shape), to_wire(array, datatype))
 
 
 # -- payloads ------------------------------------------------------------------------------------

@@ -20,12 +20,15 @@ from pathlib import Path
 from perfkit.errors import InputError, MeasurementError, ServerError, UsageError
 from perfkit.loadgen import (
     EngineConfig,
+    FileRequest,
     LoadGenerator,
     ModelIO,
     Tensor,
-    file_tensors,
+    build_requests,
+    check_synthetic,
     grpc_payload,
     http_payload,
+    read_input_data,
     synthetic_tensors,
 )
 from perfkit.measure._context import machine_info, make_record, served_config_sha256, server_info
@@ -43,6 +46,7 @@ from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
+from perfkit.measure._validate import OutputMismatchError, validate_outputs
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.schedule import read_intervals_file
 from perfkit.server.base import Server
@@ -51,37 +55,42 @@ from perfkit.server.remote import parse_host_port
 __all__ = [
     "LevelDone",
     "LevelStarted",
-    "Progress",
+    "OutputMismatchError",
     "PlacedWorker",
+    "Progress",
     "ProgressEvent",
-    "WorkersPlaced",
     "WindowMeasured",
+    "WorkersPlaced",
     "levels_frame",
     "machine_info",
     "profile",
     "served_config_sha256",
+    "validate_outputs",
     "write_csv",
 ]
 
 _log = logging.getLogger(__name__)
 
 
-def _steps(io: ModelIO, spec: ProfileSpec) -> list[list[Tensor]]:
+def _steps(io: ModelIO, spec: ProfileSpec) -> tuple[list[list[Tensor]], list[FileRequest]]:
+    """The tensors of each distinct request, and the file's requests (empty for generated data)."""
     if spec.input_data in ("random", "zero"):
-        return [
-            synthetic_tensors(
-                io,
-                mode=spec.input_data,
-                batch_size=spec.batch_size,
-                shapes=spec.shapes,
-                string_length=spec.string_length,
-                seed=spec.seed,
-            )
-        ]
+        check_synthetic(io)
+        step = synthetic_tensors(
+            io,
+            mode=spec.input_data,
+            batch_size=spec.batch_size,
+            shapes=spec.shapes,
+            string_length=spec.string_length,
+            seed=spec.seed,
+        )
+        return [step], []
     path = Path(spec.input_data)
     if not path.is_file():
         raise InputError(f"--input-data {spec.input_data}: not 'zero', 'random' or an existing JSON file")
-    return file_tensors(io, path, batch_size=spec.batch_size, shapes=spec.shapes)
+    data = read_input_data(io, path, shapes=spec.shapes)
+    requests = build_requests(io, data, batch_size=spec.batch_size)
+    return [list(r.tensors) for r in requests], requests
 
 
 def _check_spec(io: ModelIO, spec: ProfileSpec) -> None:
@@ -141,7 +150,9 @@ def profile(
     config = server.model_config(spec.model)
     io = ModelIO.from_server(metadata, config, spec.model_version)
     _check_spec(io, spec)
-    steps = _steps(io, spec)
+    steps, file_requests = _steps(io, spec)
+    if any(r.expected for r in file_requests):
+        validate_outputs(server, io, file_requests, source=spec.input_data)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
     stats_models = [spec.model, *composing_models(config)]
     info = server_info(server, spec.protocol)

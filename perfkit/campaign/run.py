@@ -195,7 +195,7 @@ def _tune(server: Any, sweep: Sweep, out: Path, echo: Echo) -> dict[str, Path]:
             command=("perfkit", "run", str(sweep.path)),
         )
         space = TuneSpace.from_mapping(sweep.tune, source=source, ignore=(*SETTINGS_KEYS, "models"))
-        result = tune(server, settings, space, model_repository=Path(repo), echo=echo)
+        result = tune(server, settings, space, model_repository=Path(repo), on_event=lambda e: echo(e.line()))
         dirs[plan.name] = result.output_dir
     return dirs
 

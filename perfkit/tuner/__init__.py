@@ -5,8 +5,11 @@ count and kind, and precision (backend-aware) with Optuna; reloads the model for
 candidate instead of restarting the server; always puts the user's config back.
 """
 
+from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
+from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
-from perfkit.tuner._run import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes, tune
+from perfkit.tuner._run import tune
+from perfkit.tuner._settings import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes
 from perfkit.tuner._space import (
     ResolvedSpace,
     TuneSpace,
@@ -20,9 +23,11 @@ from perfkit.tuner._space import (
 __all__ = [
     "SETTINGS_KEYS",
     "JudgeSettings",
+    "OutputTolerance",
     "ResolvedSpace",
     "TuneResult",
     "TuneSettings",
+    "TuneEvent",
     "TuneSpace",
     "apply_params",
     "concurrency_levels",
@@ -34,6 +39,7 @@ __all__ = [
     "parse_delay_range",
     "parse_duration_s",
     "parse_latency_ms",
+    "parse_max_output_diff",
     "resolve",
     "tune",
 ]

@@ -73,12 +73,16 @@ class JudgeSettings:
     collect_metrics: bool = False
     metrics_url: str | None = None
     batch_size: int = 1
+    stop_when_decided: bool = False
 
-    def spec(self, model: str) -> ProfileSpec:
-        """The ProfileSpec of one trial: doubling concurrency, stopping past the budget."""
+    def spec(self, model: str, levels: tuple[LoadLevel, ...] | None = None, *, bisect: bool = False) -> ProfileSpec:
+        """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
+        when `bisect`), stopping past the budget."""
         return ProfileSpec(
             model=model,
-            levels=concurrency_levels(self.max_concurrency),
+            levels=levels or concurrency_levels(self.max_concurrency),
+            binary_search=bisect,
+            stop_when_decided=self.stop_when_decided,
             protocol="grpc" if self.protocol == "grpc" else "http",
             batch_size=self.batch_size,
             measurement_interval_ms=self.measurement_interval_ms,
@@ -116,13 +120,18 @@ def _level_latency_us(level: LevelResult, pct: float) -> float:
     return level.latency().percentile_us(pct)
 
 
+def level_within_budget(level: LevelResult, latency_budget_ms: float, percentile: float) -> bool:
+    """Whether a level counts as within budget: no errors, its percentile at most the budget."""
+    return level.error_count == 0 and _level_latency_us(level, percentile) <= latency_budget_ms * 1e3
+
+
 def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> Verdict:
     """Read a trial's run record against the budget. A level counts only without errors."""
     budget_us = latency_budget_ms * 1e3
     levels = list(record.levels)
     best: LevelResult | None = None
     for level in levels:
-        ok = level.error_count == 0 and _level_latency_us(level, percentile) <= budget_us
+        ok = level_within_budget(level, latency_budget_ms, percentile)
         if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
             best = level
     first = levels[0] if levels else None

@@ -176,3 +176,36 @@ def test_events_render_the_progress_lines():
     assert rejected.line().startswith("trial 4: mbs=2: rejected before loading: sequence batching")
     with pytest.raises(dataclasses.FrozenInstanceError):
         measured.number = 5  # type: ignore[misc]  # the events are frozen: that is what this checks
+
+
+def _recorder_with(service_ms: np.ndarray):
+    from perfkit.recorder import LevelRecorder
+    from perfkit.records import Samples
+
+    ms = 1_000_000
+    n = service_ms.size
+    sent = np.arange(n, dtype=np.int64) * (ms // 2)
+    rec = LevelRecorder(start_ns=0, window_ns=1000 * ms, closed_loop=True, batch_size=1)
+    rec.add(Samples(np.full(n, -1, dtype=np.int64), sent, sent + (service_ms * ms).astype(np.int64),
+                    np.zeros(n, np.int32)))  # fmt: skip
+    end = int(sent[-1] + 100 * ms)
+    return rec, end
+
+
+@pytest.mark.parametrize(
+    ("center_ms", "threshold_ms", "decided"),
+    [(30.0, 20.0, "over"), (5.0, 20.0, "under"), (19.0, None, None)],  # None: at the level's own p99
+)
+def test_a_level_is_decided_once_its_percentile_is_clearly_on_one_side_of_the_budget(center_ms, threshold_ms,
+                                                                                      decided):  # fmt: skip
+    from perfkit.measure._level import _threshold_decided
+
+    service = np.random.default_rng(1).normal(center_ms, center_ms * 0.05, 2000).clip(0.1)
+    rec, end = _recorder_with(service)
+    if threshold_ms is None:
+        threshold_ms = float(np.percentile(rec.latencies_us(end, "service"), 99)) / 1e3
+    spec = ProfileSpec(model="m", levels=(), percentile=99, latency_threshold_ms=threshold_ms, stop_when_decided=True)
+    rel = rec.precision(rec.windows(1), end, 99).latency_rel
+    assert _threshold_decided(rec, spec, end, rel, True) == decided
+    # Not asked (profile's default): never decided early.
+    assert _threshold_decided(rec, dataclasses.replace(spec, stop_when_decided=False), end, rel, True) is None

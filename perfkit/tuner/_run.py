@@ -13,7 +13,7 @@ import optuna
 
 from perfkit.errors import PerfkitError, UsageError
 from perfkit.server.base import Server
-from perfkit.server.modelconfig import ConfigGuard, config_sha256
+from perfkit.server.modelconfig import ConfigGuard, apply_config, config_sha256
 from perfkit.tuner import _outputs, _study
 from perfkit.tuner._events import Applied, OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._loadplan import Measure
@@ -138,6 +138,6 @@ def tune(
     if settings.apply and rec.best_config is not None:
         backup = _outputs.apply_best(t.config_path, rec.best_config)
         if backup is not None:
-            server.load_model(t.model)
+            apply_config(server, t.model, t.config_path, rec.best_config)  # same bytes: reload and verify
         t.emit(Applied(rec.best_trial, t.config_path, backup))
     return TuneResult(record=rec, output_dir=t.out_dir, paths=result_paths, applied_backup=backup)

@@ -17,6 +17,7 @@ from perfkit.errors import ConfigError
 from perfkit.server.modelconfig import (
     ConfigGuard,
     ModelConfig,
+    applied_differences,
     config_from_dict,
     config_sha256,
     config_to_dict,
@@ -417,3 +418,19 @@ def test_render_falls_back_loudly_when_the_edit_cannot_be_made(monkeypatch: pyte
         out = render_config(text, want)
     assert parse_config(out) == want and out.startswith("# kept header\n")
     assert "fell back to a full rewrite" in caplog.text and "does not handle" in caplog.text
+
+
+def test_applied_differences_allow_server_defaults_but_not_other_values():
+    written = parse_config('name: "m"\nmax_batch_size: 16\ninstance_group [{ count: 2 }]\n')
+    served = parse_config(
+        'name: "m"\nmax_batch_size: 16\ninstance_group [{ name: "m_0" count: 2 kind: KIND_CPU }]\nbackend: "python"\n'
+    )
+    assert applied_differences(written, served) == []
+    stale = parse_config('name: "m"\nmax_batch_size: 8\ninstance_group [{ count: 1 kind: KIND_CPU }]\n')
+    diffs = applied_differences(written, stale)
+    assert any(d.startswith("max_batch_size: wrote 16") for d in diffs)
+    assert any(d.startswith("instance_group[0].count: wrote 2") for d in diffs)
+    # A field the candidate dropped must be gone from what the server applied.
+    previous = parse_config('name: "m"\nmax_batch_size: 16\ndynamic_batching { }\n')
+    kept = parse_config('name: "m"\nmax_batch_size: 16\ninstance_group [{ count: 2 }]\ndynamic_batching { }\n')
+    assert applied_differences(written, kept, previous) == ["dynamic_batching: removed, server applied {}"]

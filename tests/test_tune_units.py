@@ -17,8 +17,8 @@ from perfkit.records import MetricSample, ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings, TuneSettings, judge, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
+from perfkit.tuner._judge import constraints
 from perfkit.tuner._loadplan import bracket, find_load, start_concurrency
-from perfkit.tuner._trial import constraints
 
 BUDGET_MS = 20.0
 

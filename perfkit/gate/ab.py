@@ -67,7 +67,7 @@ def run_ab(
     reads another model repository), the measure/server errors of a failed round. The
     original config.pbtxt is back, byte for byte, whatever happens.
     """
-    from perfkit.measure import profile  # type: ignore[attr-defined,unused-ignore]  # noqa: PLC0415
+    from perfkit.measure import profile  # noqa: PLC0415  # the load generator is imported only when an A/B run starts
 
     if plan.rounds < 1:
         raise InputError(f"--rounds {plan.rounds}: need at least 1 round")

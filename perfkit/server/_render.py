@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from google.protobuf import text_format
+from google.protobuf import message_factory, text_format
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 
@@ -279,7 +280,7 @@ def _edit_nested(text: str, node: _Node, old: Message, new: Message) -> list[_Ed
 
 
 def _edit_map(
-    text: str, occs: list[_Occ], fd: FieldDescriptor, old_map: object, new_map: object, indent: int
+    text: str, occs: list[_Occ], fd: FieldDescriptor, old_map: Any, new_map: Any, indent: int
 ) -> list[_Edit] | None:
     elems = _elements(occs)
     if elems is None:
@@ -287,7 +288,6 @@ def _edit_map(
     entry_type = fd.message_type
     edits: list[_Edit] = []
     seen: set[object] = set()
-    from google.protobuf import message_factory
 
     entry_cls = message_factory.GetMessageClass(entry_type)
     for occ, node in zip(occs, elems, strict=True):
@@ -297,27 +297,27 @@ def _edit_map(
         if key in seen:
             return None  # a repeated key: the last one wins in protobuf; too subtle to edit
         seen.add(key)
-        if key not in new_map:  # type: ignore[operator]  # a protobuf map container
+        if key not in new_map:
             edits.append(_delete(text, occ))
             continue
         want = entry_cls()
         want.key = key
-        new_value = new_map[key]  # type: ignore[index]  # a protobuf map container
+        new_value = new_map[key]
         if _is_msg_map(fd):
             want.value.CopyFrom(new_value)
         else:
             want.value = new_value
         if want != entry:
             edits.extend(_edit_nested(text, node, entry, want))
-    added = [k for k in new_map if k not in seen]  # type: ignore[attr-defined]  # a protobuf map container
+    added = [k for k in new_map if k not in seen]
     if added:
         parent_cls = message_factory.GetMessageClass(fd.containing_type)
         tmp = parent_cls()
         for k in added:
             if _is_msg_map(fd):
-                getattr(tmp, fd.name)[k].CopyFrom(new_map[k])  # type: ignore[index]  # a protobuf map container
+                getattr(tmp, fd.name)[k].CopyFrom(new_map[k])
             else:
-                getattr(tmp, fd.name)[k] = new_map[k]  # type: ignore[index]  # a protobuf map container
+                getattr(tmp, fd.name)[k] = new_map[k]
         last = occs[-1]
         col = _indent_at(text, occs[0].start)
         rendered = _render_field(tmp, fd, col)

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -157,3 +158,21 @@ class Applied(TuneEvent):
         if self.backup is None:
             return "--apply: the original is already the best config; nothing written"
         return f"--apply: wrote trial {self.trial} to {self.config_path} (backup {self.backup.name}) and reloaded"
+
+
+def fmt_params(params: Mapping[str, Any]) -> str:
+    """Parameters in the short form of progress lines: 'mbs=16 db=on delay_us=500'."""
+    short = {
+        "max_batch_size": "mbs",
+        "dynamic_batching": "db",
+        "max_queue_delay_us": "delay_us",
+        "preferred_batch_sizes": "pref",
+        "instance_count": "inst",
+        "instance_kind": "kind",
+        "precision": "prec",
+    }
+    parts = []
+    for k, v in params.items():
+        shown = ("on" if v else "off") if isinstance(v, bool) else v
+        parts.append(f"{short.get(k, k)}={shown}")
+    return " ".join(parts)

@@ -3,9 +3,10 @@ the budget (the highest load whose percentile stays within it, and its throughpu
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from perfkit.errors import UsageError
 from perfkit.records import PERCENTILES, LevelResult, LoadLevel, ProfileSpec, RunRecord
@@ -97,6 +98,17 @@ class JudgeSettings:
         )
 
 
+class ConstraintSettings(Protocol):
+    """The settings a verdict is checked against (TuneSettings has them)."""
+
+    @property
+    def latency_budget_ms(self) -> float: ...
+    @property
+    def min_throughput(self) -> float | None: ...
+    @property
+    def max_gpu_memory_bytes(self) -> float | None: ...
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What a trial achieved: the best level within the budget, or why none was."""
@@ -166,6 +178,25 @@ def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> 
         gpu_memory_bytes=max(mem) if mem else None,
         metrics=metrics,
     )
+
+
+def constraints(settings: ConstraintSettings, v: Verdict) -> tuple[bool, dict[str, float]]:
+    """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
+    the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
+    unknown (no metrics) does not break the constraint."""
+    budget_us = settings.latency_budget_ms * 1e3
+    lat = v.latency_us if v.latency_us is not None else v.lowest_latency_us
+    rel = (lat - budget_us) / budget_us
+    cons = {"latency": rel if v.within_budget else max(1e-6, rel)}
+    if settings.min_throughput is not None:
+        tput = v.throughput_infer_per_s or 0.0
+        cons["min_throughput"] = (settings.min_throughput - tput) / settings.min_throughput
+    if settings.max_gpu_memory_bytes is not None:
+        mem = v.gpu_memory_bytes
+        limit = settings.max_gpu_memory_bytes
+        cons["gpu_memory"] = 0.0 if mem is None else (mem - limit) / limit
+    cons = {k: (c if math.isfinite(c) else 1e6) for k, c in cons.items()}
+    return all(c <= 0 for c in cons.values()), cons
 
 
 def level_table(record: RunRecord, percentile: float) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ from perfkit import __version__
 from perfkit.errors import ServerError
 from perfkit.records import TuneRecord
 from perfkit.tuner import _outputs, _study
-from perfkit.tuner._events import Summary
-from perfkit.tuner._trial import TrialRunner, fmt_params
+from perfkit.tuner._events import Summary, fmt_params
+from perfkit.tuner._trial import TrialRunner
 
 
 def build_record(

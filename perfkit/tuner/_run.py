@@ -115,8 +115,7 @@ def tune(
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
     result_paths: dict[str, Path] = {}
-    with ConfigGuard(t.config_path, server, t.model) as guard:
-        t.guard = guard
+    with ConfigGuard(t.config_path, server, t.model):
         try:
             t.capture_reference()
             while (why := t.should_stop(study)) is None:

@@ -9,7 +9,6 @@ import math
 import os
 import socket
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from perfkit.errors import (
 from perfkit.records import RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import (
-    ConfigGuard,
     ModelConfig,
     apply_config,
     config_sha256,
@@ -48,8 +46,9 @@ from perfkit.tuner._events import (
     TrialRepeated,
     TrialStarted,
     TuneEvent,
+    fmt_params,
 )
-from perfkit.tuner._judge import Verdict, judge
+from perfkit.tuner._judge import Verdict, constraints, judge
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
@@ -86,43 +85,6 @@ def _default_measure() -> Measure:
     except ImportError as err:
         raise PerfkitError(f"perfkit.measure is not available in this build: {err}") from None
     return profile  # type: ignore[no-any-return]  # measure's module is typed; the lazy import is not
-
-
-def fmt_params(params: Mapping[str, Any]) -> str:
-    """Parameters in the short form of progress lines: 'mbs=16 db=on delay_us=500'."""
-    short = {
-        "max_batch_size": "mbs",
-        "dynamic_batching": "db",
-        "max_queue_delay_us": "delay_us",
-        "preferred_batch_sizes": "pref",
-        "instance_count": "inst",
-        "instance_kind": "kind",
-        "precision": "prec",
-    }
-    parts = []
-    for k, v in params.items():
-        shown = ("on" if v else "off") if isinstance(v, bool) else v
-        parts.append(f"{short.get(k, k)}={shown}")
-    return " ".join(parts)
-
-
-def constraints(settings: TuneSettings, v: Verdict) -> tuple[bool, dict[str, float]]:
-    """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
-    the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
-    unknown (no metrics) does not break the constraint."""
-    budget_us = settings.latency_budget_ms * 1e3
-    lat = v.latency_us if v.latency_us is not None else v.lowest_latency_us
-    rel = (lat - budget_us) / budget_us
-    cons = {"latency": rel if v.within_budget else max(1e-6, rel)}
-    if settings.min_throughput is not None:
-        tput = v.throughput_infer_per_s or 0.0
-        cons["min_throughput"] = (settings.min_throughput - tput) / settings.min_throughput
-    if settings.max_gpu_memory_bytes is not None:
-        mem = v.gpu_memory_bytes
-        limit = settings.max_gpu_memory_bytes
-        cons["gpu_memory"] = 0.0 if mem is None else (mem - limit) / limit
-    cons = {k: (c if math.isfinite(c) else 1e6) for k, c in cons.items()}
-    return all(c <= 0 for c in cons.values()), cons
 
 
 class TrialRunner:
@@ -164,7 +126,6 @@ class TrialRunner:
         self.done_here = 0
         self.dup_streak = 0
         self.sampler: optuna.samplers.BaseSampler | None = None
-        self.guard: ConfigGuard | None = None
         self.probe: _accuracy.Probe | None = None
         self.reference: dict[str, Any] | None = None
 

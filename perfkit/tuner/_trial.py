@@ -159,7 +159,12 @@ class TrialRunner:
         if self.probe is None or self.reference is None:
             return None
         tol = self.s.max_output_diff or _accuracy.OutputTolerance()
-        got = self.probe.run()
+        try:
+            got = self.probe.run()
+        except ServerError as err:
+            if not self.server.is_ready():
+                raise
+            return f"inference on the candidate failed: {err.one_line()}"
         diffs = _accuracy.compare_outputs(self.reference, got, self.probe.datatypes, tol)
         trial.set_user_attr(
             "output_diff", {d.name: {"max_abs": _finite(d.max_abs), "max_rel": _finite(d.max_rel)} for d in diffs}

@@ -72,6 +72,7 @@ def test_with_history_it_bisects_a_bracket_around_the_similar_trial_and_finds_a_
     sys_ = FakeSystem(0.5)  # c <= 26.8: doubling stops at 16, the bracket finds 23
     rec = find_load(sys_, None, JUDGE, "m", start=16)
     assert bracket(16, 128) == (8, 11, 16, 23, 32)
+    assert bracket(1, 128) == (1, 2, 3, 4) and bracket(100, 128) == (50, 71, 100, 128)
     assert len(sys_.measured) <= 3  # doubling from 1 measures 6
     assert _best_concurrency(rec) == 23
     assert [lv.load.value for lv in rec.levels] == sorted(lv.load.value for lv in rec.levels)

@@ -46,7 +46,9 @@ def start_concurrency(history: Sequence[tuple[Mapping[str, Any], int]], params: 
 
 
 def bracket(center: int, max_concurrency: int) -> tuple[int, ...]:
-    """Concurrencies a factor ~sqrt(2) apart from center/2 to 2*center, within [1, max]."""
+    """Concurrencies a factor ~sqrt(2) apart from center/2 to 2*center (center at least 2),
+    within [1, max]."""
+    center = max(center, 2)  # around 1 the bracket would hold only {1, 2}
     values = {min(max_concurrency, max(1, round(center * 2 ** (k / 2)))) for k in range(-2, 3)}
     return tuple(sorted(values))
 
@@ -98,10 +100,11 @@ def find_load(
             below = run(_doubling(1, values[0] - 1), False)
             levels += below.levels
         elif within and max(within) == values[-1] and values[-1] < judge.max_concurrency:
+            # Within budget at the top: the boundary is most likely just above, so double
+            # step by step (stopping at the first level over) rather than bisect a wide range.
             top = values[-1]
             above = [v for v in _doubling(top * 2, judge.max_concurrency) if v > top]
-            more = run(above, len(above) > 2)
-            levels += more.levels
+            levels += run(above, False).levels
     merged = dataclasses.replace(first, levels=tuple(sorted(levels, key=lambda lv: lv.load.value)))
     if record_path is not None:
         merged.save(record_path)

@@ -87,7 +87,7 @@ def _scenario(name: str, quick: bool) -> Scenario:
     return Scenario("batcher", 12.0, 16, space, space, None, None)
 
 
-def _settings(sc: Scenario, out: Path, trials: int, sampler: str, seed: int) -> TuneSettings:
+def _settings(sc: Scenario, out: Path, trials: int, sampler: str, seed: int, adaptive: bool = True) -> TuneSettings:
     return TuneSettings(
         model=sc.model,
         latency_budget_ms=sc.budget_ms,
@@ -97,6 +97,7 @@ def _settings(sc: Scenario, out: Path, trials: int, sampler: str, seed: int) -> 
         seed=seed,
         max_concurrency=sc.max_concurrency,
         measurement_interval_ms=300,
+        adaptive_load=adaptive,
     )
 
 
@@ -118,6 +119,14 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a smaller grid and fewer trials (a smoke run)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rounds", type=int, default=2, help="re-measurement rounds of each pick")
+    ap.add_argument(
+        "--load-search",
+        choices=("adaptive", "doubling"),
+        default="adaptive",
+        help="how trials find their highest load within budget: bracket and bisect around similar trials "
+        "with early-decided levels (perfkit's default), or every level from concurrency 1 by doubling "
+        "(the earlier behaviour, for comparison)",
+    )
     args = ap.parse_args()
     sc = _scenario(args.model, args.quick)
     if args.budget_ms:
@@ -135,16 +144,19 @@ def main() -> int:
     search_space = resolve(sc.search, read_config(cfg_path), repo / sc.model, latency_budget_us=budget_us)
     grid_n = math.prod(len(v) for v in grid_points(grid_space).values())
     tune_n = sc.trials or max(1, math.floor(0.25 * grid_n))
-    print(f"{sc.model}: p99 <= {sc.budget_ms:g} ms, concurrency up to {sc.max_concurrency}")
+    head = f"{sc.model}: p99 <= {sc.budget_ms:g} ms, concurrency up to {sc.max_concurrency}"
+    print(f"{head}, {args.load_search} load search")
     print(f"grid ({grid_n} points): {', '.join(d.describe() for d in grid_space.dimensions)}")
     print(f"perfkit tune ({tune_n} trials): {', '.join(d.describe() for d in search_space.dimensions)}")
 
     with launch_local(LocalLaunch(repo, models=(sc.model,))) as server:
         t0 = time.monotonic()
-        grid = tune(server, _settings(sc, work / "grid", grid_n, "grid", args.seed), sc.grid, model_repository=repo)
+        adaptive = args.load_search == "adaptive"
+        grid = tune(server, _settings(sc, work / "grid", grid_n, "grid", args.seed, adaptive), sc.grid,
+                    model_repository=repo)  # fmt: skip
         grid_wall = time.monotonic() - t0
         t0 = time.monotonic()
-        tuned = tune(server, _settings(sc, work / "tune", tune_n, "auto", args.seed), sc.search,
+        tuned = tune(server, _settings(sc, work / "tune", tune_n, "auto", args.seed, adaptive), sc.search,
                      model_repository=repo, echo=print)  # fmt: skip
         tune_wall = time.monotonic() - t0
         assert cfg_path.read_bytes() == original, "the tuner did not restore the config"

@@ -210,3 +210,18 @@ def test_a_level_is_decided_once_its_percentile_is_clearly_on_one_side_of_the_bu
     assert _threshold_decided(rec, spec, end, rel, True) == decided
     # Not asked (profile's default): never decided early.
     assert _threshold_decided(rec, dataclasses.replace(spec, stop_when_decided=False), end, rel, True) is None
+
+
+def test_sweep_and_flags_set_the_accuracy_tolerance():
+    from perfkit.cli import main as cli_main
+
+    settings = TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_output_diff": "abs=0.1,rel=0.02"})
+    assert settings.max_output_diff == OutputTolerance(max_abs=0.1, max_rel=0.02)
+    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_output_diff": "off"}).max_output_diff == (
+        OutputTolerance.off()
+    )
+    with pytest.raises(UsageError):
+        TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_output_diff": "loose"})
+    # The CLI refuses a bad value before any server starts (usage error, exit 2).
+    assert cli_main(["tune", "-m", "m", "--model-repository", ".", "--latency-budget", "20ms",
+                     "--max-output-diff", "loose"]) == 2  # fmt: skip

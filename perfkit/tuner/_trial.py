@@ -228,6 +228,11 @@ class TrialRunner:
         """Put the original back and reload it; a server that cannot reload it ends the search."""
         try:
             apply_config(self.server, self.model, self.config_path, self.original_text)
+        except CandidateNotAppliedError as err:
+            raise ServerError(
+                f"the server does not serve {self.config_path} even after restoring it: {err.message}",
+                hint="--model-repository must be the folder the server reads",
+            ) from err
         except ModelLoadError as err:
             raise ServerError(
                 f"the original config of {self.model!r} no longer loads after a failed trial: {err.message}",

@@ -434,3 +434,13 @@ def test_applied_differences_allow_server_defaults_but_not_other_values():
     previous = parse_config('name: "m"\nmax_batch_size: 16\ndynamic_batching { }\n')
     kept = parse_config('name: "m"\nmax_batch_size: 16\ninstance_group [{ count: 2 }]\ndynamic_batching { }\n')
     assert applied_differences(written, kept, previous) == ["dynamic_batching: removed, server applied {}"]
+
+
+def test_render_replaces_every_parameter_with_new_ones():
+    text = 'name: "m"\nparameters: { key: "a" value: { string_value: "1" } }  # a\nparameters: { key: "b" value: { string_value: "2" } }\nmax_batch_size: 4\n'
+    want = parse_config(text)
+    want.parameters.clear()
+    want.parameters["c"].string_value = "3"
+    out = render_config(text, want)
+    assert parse_config(out) == want
+    assert out.startswith('name: "m"\nparameters {\n  key: "c"') and out.endswith("}\nmax_batch_size: 4\n")

@@ -318,11 +318,20 @@ def _edit_map(
                 getattr(tmp, fd.name)[k].CopyFrom(new_map[k])
             else:
                 getattr(tmp, fd.name)[k] = new_map[k]
-        last = occs[-1]
         col = _indent_at(text, occs[0].start)
         rendered = _render_field(tmp, fd, col)
-        edits.append(_Edit(last.end, last.end, "\n" + " " * col + rendered))
+        kept = [o for o in occs if _kept(o, edits)]
+        if kept:  # after the last entry that stays
+            edits.append(_Edit(kept[-1].end, kept[-1].end, "\n" + " " * col + rendered))
+        else:  # every entry goes: the new ones take the first one's line
+            line_start = text.rfind("\n", 0, occs[0].start) + 1
+            edits.append(_Edit(line_start, line_start, " " * col + rendered + "\n"))
     return edits
+
+
+def _kept(occ: _Occ, edits: list[_Edit]) -> bool:
+    """Whether no deletion removes this occurrence."""
+    return not any(e.text == "" and e.start <= occ.start and occ.end <= e.end for e in edits)
 
 
 def _append(text: str, body_end: int, parts: list[str], indent: int, top: bool) -> _Edit:

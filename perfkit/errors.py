@@ -91,6 +91,11 @@ class ModelLoadError(ServerError):
     """The server refused to load a model (invalid config, out of memory...)."""
 
 
+class CandidateNotAppliedError(ModelLoadError):
+    """The server loaded a config other than the one written (a server reading another
+    repository, or adjusting the config); measuring it would measure the wrong thing."""
+
+
 class MeasurementError(PerfkitError):
     """A measurement failed part-way; what was measured is saved (and kept in `.record`)."""
 

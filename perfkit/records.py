@@ -646,6 +646,9 @@ class ProfileSpec:
     min_windows: int = DEFAULT_MIN_WINDOWS
     percentile: float | None = None  # None: stability and thresholds on the average latency
     latency_threshold_ms: float | None = None  # stop the sweep past this latency
+    # End a level as soon as its latency is clearly over the threshold, or clearly under it once
+    # throughput is precise (the tuner only needs which side of its budget a level is on).
+    stop_when_decided: bool = False
     binary_search: bool = False
     warmup_request_count: int = 0
     warmup_s: float = 0.5

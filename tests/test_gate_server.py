@@ -130,3 +130,29 @@ def test_ab_mode_restores_the_config_when_the_candidate_fails_to_load(tmp_path, 
     )  # fmt: skip
     assert rc == 4, capsys.readouterr().err
     assert cfg.read_bytes() == original
+
+
+def test_ab_mode_refuses_a_candidate_the_server_did_not_apply(sleeper_server, tmp_path, capsys):
+    # The server reads its own repository; --model-repository names another copy. Writing there
+    # and reloading leaves the server on its own config: the candidate is not what would be measured.
+    server, served_repo = sleeper_server
+    served_cfg = served_repo / "sleeper" / "config.pbtxt"
+    served_before = served_cfg.read_bytes()
+    other = copy_models(tmp_path, ["sleeper"])
+    cfg = other / "sleeper" / "config.pbtxt"
+    original = cfg.read_bytes()
+    (tmp_path / "candidate.pbtxt").write_text(_config(13, original.decode()))
+    rc = main(
+        [
+            "gate", "--ab", "-m", "sleeper", "-u", server.endpoints.http_url, "--model-repository", str(other),
+            "--baseline-config", str(cfg), "--candidate-config", str(tmp_path / "candidate.pbtxt"),
+            "--rounds", "1", "--concurrency", "1", "--measurement-interval", "300", "--max-trials", "3",
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert rc == 4, err
+    assert "did not apply the candidate config of 'sleeper'" in err and "delay_ms" in err
+    assert cfg.read_bytes() == original and served_cfg.read_bytes() == served_before
+    # The server still serves its own, unchanged config.
+    applied = server.model_config("sleeper")
+    assert applied["parameters"]["delay_ms"]["string_value"] == "10"

@@ -17,12 +17,14 @@ from perfkit.errors import ConfigError
 from perfkit.server.modelconfig import (
     ConfigGuard,
     ModelConfig,
+    applied_differences,
     config_from_dict,
     config_sha256,
     config_to_dict,
     format_config,
     parse_config,
     read_config,
+    render_config,
     write_config,
 )
 
@@ -296,3 +298,149 @@ class _nullcontext:
 
     def __exit__(self, *a: object) -> None:
         return None
+
+
+# -- render_config: the user's file edited, not reprinted ---------------------------------------
+
+CORPUS_COMMENTS = Path(__file__).resolve().parent / "corpus" / "comments"
+COMMENTED = sorted(CORPUS_COMMENTS.glob("*.pbtxt")) + sorted(FIXTURES.glob("*/config.pbtxt"))
+
+
+def _tuner_like_edits(cfg: ModelConfig) -> ModelConfig:
+    """What a tuner changes: batch size, dynamic batching, instances, a parameter, an accelerator."""
+    out = ModelConfig()
+    out.CopyFrom(cfg)
+    out.max_batch_size = 64 if cfg.max_batch_size else 0
+    if out.max_batch_size:
+        out.dynamic_batching.max_queue_delay_microseconds = 750
+        del out.dynamic_batching.preferred_batch_size[:]
+        out.dynamic_batching.preferred_batch_size.extend([32, 64])
+    if out.instance_group:
+        out.instance_group[0].count = out.instance_group[0].count + 1
+    else:
+        out.instance_group.add(count=2, kind=out.instance_group.add().KIND_CPU)
+        del out.instance_group[0]
+    out.parameters["perfkit_test"].string_value = "1"
+    out.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
+    return out
+
+
+def _comment_lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip().startswith("#") or " #" in ln]
+
+
+@pytest.mark.parametrize("path", COMMENTED, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_render_keeps_every_comment_and_parses_to_the_candidate(path: Path):
+    text = path.read_text()
+    cfg = parse_config(text)
+    want = _tuner_like_edits(cfg)
+    out = render_config(text, want)
+    assert parse_config(out) == want
+    kept = _comment_lines(out)
+    for line in _comment_lines(text):
+        assert line in kept, f"lost comment {line!r}"
+    # Untouched fields keep their bytes: every input/output block is still in the text verbatim.
+    for line in text.splitlines():
+        if "data_type" in line or "dims" in line or line.startswith("name"):
+            assert line in out.splitlines()
+
+
+@pytest.mark.parametrize("path", COMMENTED[:3], ids=lambda p: p.name)
+def test_render_of_an_unchanged_config_is_the_original_byte_for_byte(path: Path):
+    text = path.read_text()
+    assert render_config(text, parse_config(text)) == text
+
+
+def test_render_changes_only_the_changed_lines_and_keeps_comments_inside_blocks():
+    text = textwrap.dedent("""\
+        # header
+        name: "m"   # trailing comment
+        max_batch_size : 8
+        dynamic_batching {
+          # why 100 us: the client sends in bursts
+          max_queue_delay_microseconds: 100
+          preferred_batch_size: [ 4, 8 ]
+        }
+        instance_group [ { count: 1, kind: KIND_CPU } ]  # one is enough?
+        parameters: { key: "a" value: { string_value: "x" } }
+        parameters: { key: "b" value: { string_value: "y" } }
+        # trailer
+        """)
+    cfg = parse_config(text)
+    want = ModelConfig()
+    want.CopyFrom(cfg)
+    want.max_batch_size = 32
+    want.dynamic_batching.max_queue_delay_microseconds = 400
+    want.instance_group[0].count = 2
+    del want.parameters["a"]
+    want.parameters["b"].string_value = "z"
+    out = render_config(text, want)
+    assert parse_config(out) == want
+    assert out == textwrap.dedent("""\
+        # header
+        name: "m"   # trailing comment
+        max_batch_size : 32
+        dynamic_batching {
+          # why 100 us: the client sends in bursts
+          max_queue_delay_microseconds: 400
+          preferred_batch_size: [ 4, 8 ]
+        }
+        instance_group [ { count: 2, kind: KIND_CPU } ]  # one is enough?
+        parameters: { key: "b" value: { string_value: "z" } }
+        # trailer
+        """)
+
+
+def test_render_removes_a_dropped_block_and_appends_a_new_one():
+    text = 'name: "m"\nmax_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 100 }  # gone\n# end\n'
+    cfg = parse_config(text)
+    want = ModelConfig()
+    want.CopyFrom(cfg)
+    want.ClearField("dynamic_batching")
+    want.instance_group.add(count=3)
+    out = render_config(text, want)
+    assert parse_config(out) == want
+    assert out.startswith('name: "m"\nmax_batch_size: 8\n# end\n')
+    assert "dynamic_batching" not in out and "count: 3" in out
+
+
+def test_render_falls_back_loudly_when_the_edit_cannot_be_made(monkeypatch: pytest.MonkeyPatch, caplog):
+    from perfkit.server import _render, modelconfig
+
+    def refuse(*_: object) -> str:
+        raise _render.RenderError("a shape this editor does not handle")
+
+    monkeypatch.setattr(modelconfig, "render_edits", refuse)
+    text = '# kept header\nname: "m"\nmax_batch_size: 8 # lost\n'
+    want = parse_config(text)
+    want.max_batch_size = 16
+    with caplog.at_level("WARNING", logger="perfkit.server.modelconfig"):
+        out = render_config(text, want)
+    assert parse_config(out) == want and out.startswith("# kept header\n")
+    assert "fell back to a full rewrite" in caplog.text and "does not handle" in caplog.text
+
+
+def test_applied_differences_allow_server_defaults_but_not_other_values():
+    written = parse_config('name: "m"\nmax_batch_size: 16\ninstance_group [{ count: 2 }]\n')
+    served = parse_config(
+        'name: "m"\nmax_batch_size: 16\ninstance_group [{ name: "m_0" count: 2 kind: KIND_CPU }]\nbackend: "python"\n'
+    )
+    assert applied_differences(written, served) == []
+    stale = parse_config('name: "m"\nmax_batch_size: 8\ninstance_group [{ count: 1 kind: KIND_CPU }]\n')
+    diffs = applied_differences(written, stale)
+    assert any(d.startswith("max_batch_size: wrote 16") for d in diffs)
+    assert any(d.startswith("instance_group[0].count: wrote 2") for d in diffs)
+    # A field the candidate dropped must be gone from what the server applied.
+    previous = parse_config('name: "m"\nmax_batch_size: 16\ndynamic_batching { }\n')
+    kept = parse_config('name: "m"\nmax_batch_size: 16\ninstance_group [{ count: 2 }]\ndynamic_batching { }\n')
+    assert applied_differences(written, kept, previous) == ["dynamic_batching: removed, server applied {}"]
+
+
+def test_render_replaces_every_parameter_with_new_ones():
+    text = 'name: "m"\nparameters: { key: "a" value: { string_value: "1" } }  # a\nparameters: { key: "b" value: { string_value: "2" } }\nmax_batch_size: 4\n'
+    want = parse_config(text)
+    want.parameters.clear()
+    want.parameters["c"].string_value = "3"
+    out = render_config(text, want)
+    assert parse_config(out) == want
+    assert out.startswith('name: "m"\nparameters {\n  key: "c"') and out.endswith("}\nmax_batch_size: 4\n")

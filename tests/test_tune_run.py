@@ -202,3 +202,57 @@ def test_pareto_objective_and_apply_write_the_pick_with_a_backup(model_repo: Pat
     assert result.applied_backup is not None and result.applied_backup.read_bytes() == original
     assert cfg_path.read_text() == rec.best_config
     assert applied["parameters"]["precision"]["string_value"] == result.best.params["precision"]
+
+
+def test_accuracy_guard_and_rejected_candidates_on_the_real_server(model_repo: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch):  # fmt: skip
+    """hungry's int8 quantizes its input: its outputs differ from fp32's by ~1e-2 and the guard
+    refuses it; fp16's half-precision rounding stays within the FP32 default. A candidate the
+    validator rejects (here: 2 instances) is recorded with its reason and never loaded."""
+    from perfkit.errors import CandidateRejectedError
+    from perfkit.tuner import _trial
+
+    real_apply = _trial.apply_params
+
+    def apply_or_reject(original, params, space):
+        if params.get("instance_count") == 2:
+            raise CandidateRejectedError("instance_count 2: rejected by the test's rule")
+        return real_apply(original, params, space)
+
+    monkeypatch.setattr(_trial, "apply_params", apply_or_reject)
+    cfg_path = model_repo / "hungry" / "config.pbtxt"
+    original = cfg_path.read_bytes()
+    space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2),
+                      precisions=("fp32", "fp16", "int8"))  # fmt: skip
+    settings = TuneSettings(model="hungry", latency_budget_ms=200, trials=6, output_dir=tmp_path / "out",
+                            max_concurrency=2, measurement_interval_ms=300, sampler="grid")  # fmt: skip
+    events = []
+    with launch_local(LocalLaunch(model_repo, models=("hungry",))) as server:
+        loaded: list[str] = []
+        real_load = server.load_model
+
+        def load_and_note(name, **kw):
+            loaded.append(cfg_path.read_text())
+            return real_load(name, **kw)
+
+        monkeypatch.setattr(server, "load_model", load_and_note)
+        result = tune(server, settings, space, model_repository=model_repo, on_event=events.append)
+    assert cfg_path.read_bytes() == original
+    by_point = {(t.params.get("instance_count"), t.params.get("precision")): t for t in result.record.trials}
+    assert set(by_point) == {(i, p) for i in (1, 2) for p in ("fp32", "fp16", "int8")}
+    int8, fp16 = by_point[(1, "int8")], by_point[(1, "fp16")]
+    assert int8.state == "failed" and not int8.feasible
+    assert "outputs differ from the original config's" in int8.fail_reason and "OUTPUT0" in int8.fail_reason
+    assert fp16.state == "complete" and fp16.feasible
+    for p in ("fp32", "fp16", "int8"):
+        t = by_point[(2, p)]
+        assert t.state == "failed" and t.fail_reason.startswith("rejected: instance_count 2")
+        assert not (tmp_path / "out" / "runs" / f"trial-{t.number:03d}.json").exists()
+    assert loaded and not any("count: 2" in text for text in loaded)
+    csv = pd.read_csv(tmp_path / "out" / "trials.csv")
+    assert csv["fail_reason"].fillna("").str.contains("outputs differ").sum() == 1
+    names = {type(e).__name__ for e in events}
+    assert {"SearchStarted", "TrialStarted", "TrialMeasured", "TrialFailed", "TrialRejected", "Summary"} <= names
+    # Every candidate written is the user's file with only the changed lines: comments survive.
+    comment = "# fp16 rounds the arithmetic to half precision; int8 quantizes the input to 8 bits"
+    assert all(comment in text for text in loaded)

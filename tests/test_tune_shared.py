@@ -104,7 +104,9 @@ def test_two_workers_share_one_study_without_losing_or_repeating_trials(postgres
     assert len(numbers) == len(set(numbers))
     # Each worker checks the budget before asking; at most one trial more when both ask at once.
     assert trials <= len(measured) <= trials + 1, logs
-    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in measured), [t.state for t in measured]
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in measured), [
+        (t.number, t.state, t.user_attrs.get("fail_reason")) for t in measured
+    ]
     # Every measured trial ran on exactly one worker: its run record is in exactly one output folder.
     for t in measured:
         owners = [w for w in ("a", "b") if (tmp_path / f"out-{w}" / "runs" / f"trial-{t.number:03d}.json").is_file()]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from perfkit.campaign.sweep import Sweep
 from perfkit.errors import PerfkitError
@@ -17,6 +17,9 @@ from perfkit.gate import GateOptions, GateResult, compare_records, parse_thresho
 from perfkit.records import RunRecord
 from perfkit.server.launch import ServerOptions, open_server
 from perfkit.store import open_store
+
+if TYPE_CHECKING:  # the tuner is imported lazily: a campaign without [tune] never loads optuna
+    from perfkit.tuner import TuneEvent
 
 _log = logging.getLogger(__name__)
 CampaignStep = Literal["server", "profile", "profiled", "tune", "store", "report"]
@@ -226,14 +229,14 @@ def _tune(server: Any, sweep: Sweep, out: Path, echo: Callable[..., None]) -> di
             command=("perfkit", "run", str(sweep.path)),
         )
         space = TuneSpace.from_mapping(sweep.tune, source=source, ignore=(*SETTINGS_KEYS, "models"))
-        result = tune(server, settings, space, model_repository=Path(repo), echo=_tune_lines(echo, plan.name))
+        result = tune(server, settings, space, model_repository=Path(repo), on_event=_tune_lines(echo, plan.name))
         dirs[plan.name] = result.output_dir
     return dirs
 
 
-def _tune_lines(echo: Callable[..., None], model: str) -> Callable[[str], None]:
-    def line(text: str) -> None:
-        echo("tune", text, model=model)
+def _tune_lines(echo: Callable[..., None], model: str) -> Callable[[TuneEvent], None]:
+    def line(event: TuneEvent) -> None:
+        echo("tune", event.line(), model=model)
 
     return line
 

@@ -19,6 +19,7 @@ from perfkit.tuner import (
     parse_bytes,
     parse_duration_s,
     parse_latency_ms,
+    parse_max_output_diff,
     plan,
     tune,
     write_candidates,
@@ -98,6 +99,12 @@ def _dry_run(
 @click.option("--min-throughput", type=float, help="Constraint: infer/s at least this.")
 @click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB.")
 @click.option(
+    "--max-output-diff",
+    help="Accuracy guard: how far a candidate's outputs may differ from the original config's on the same "
+    "inputs: a relative difference (1e-3), abs=X,rel=Y, or off. Default by output datatype: FP32 2e-3, "
+    "FP16/BF16 1e-2, integers and strings exact.",
+)
+@click.option(
     "--max-batch-sizes",
     help="max_batch_size values, e.g. 1,2,4,8 (default: powers of 2 up to 128, or the model's own for TensorRT).",
 )
@@ -165,6 +172,7 @@ def command(  # noqa: PLR0917
     sampler: str,
     min_throughput: float | None,
     max_gpu_memory: str | None,
+    max_output_diff: str | None,
     max_batch_sizes: str | None,
     max_batch_size_limit: int | None,
     dynamic_batching: bool | None,
@@ -241,6 +249,8 @@ def command(  # noqa: PLR0917
         overrides["max_time_s"] = parse_duration_s(max_time, default_unit="s", what="--max-time")
     if max_gpu_memory is not None:
         overrides["max_gpu_memory_bytes"] = parse_bytes(max_gpu_memory)
+    if max_output_diff is not None:
+        overrides["max_output_diff"] = parse_max_output_diff(max_output_diff)
     if (
         "trials" not in overrides
         and "trials" not in table
@@ -283,7 +293,9 @@ def command(  # noqa: PLR0917
     with open_server(opts) as server:
         if opts.mode != "remote":
             click.echo(f" ready at {server.endpoints.http_url}", err=True)
-        result = tune(server, settings, space, model_repository=opts.model_repository, echo=click.echo)
+        result = tune(
+            server, settings, space, model_repository=opts.model_repository, on_event=lambda e: click.echo(e.line())
+        )
     if report_path is not None:
         from perfkit.report import load_inputs, write_tune_report
 

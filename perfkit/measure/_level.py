@@ -97,8 +97,13 @@ def measure_level(
         # offered rate sets throughput (Poisson windows vary by design); what must hold is
         # that the server keeps up with it, or the backlog grows and nothing is stable.
         throughput_ok = _within(precision.throughput_rel, tgt_tput) if closed else _keeps_up(rec, end_ns, tgt_tput)
-        tail_ok = rec.tail_certified(end_ns, spec.tail_percentiles)  # what the gate will judge
-        if k >= spec.min_windows and throughput_ok and _within(precision.latency_rel, tgt_lat) and tail_ok:
+        decided = _threshold_decided(rec, spec, end_ns, precision.latency_rel, closed)
+        if decided == "over":
+            break  # more windows cannot bring it under the threshold
+        latency_ok = _within(precision.latency_rel, tgt_lat) or decided == "under"
+        # what the gate will judge must be certified too, unless the level only had to decide a threshold
+        tail_ok = decided == "under" or rec.tail_certified(end_ns, spec.tail_percentiles)
+        if k >= spec.min_windows and throughput_ok and latency_ok and tail_ok:
             stable = True
             break
     end_ns = warm_until + len(windows) * window_ns
@@ -110,6 +115,34 @@ def measure_level(
     rec.add(gen.stop(drain_timeout_s=0.5 if died else 30.0))
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
     return LevelOutcome(result, died, error)
+
+
+MIN_DECISION_SAMPLES = 20
+
+
+def _threshold_decided(
+    rec: LevelRecorder, spec: ProfileSpec, end_ns: int, latency_rel: float | None, closed: bool
+) -> str | None:
+    """'over' or 'under' when the level's latency statistic is clearly on one side of
+    spec.latency_threshold_ms (its ~95% interval, or the median already over it for a
+    percentile >= 50); None when undecided or not asked (spec.stop_when_decided)."""
+    if not spec.stop_when_decided or spec.latency_threshold_ms is None:
+        return None
+    lat = rec.latencies_us(end_ns, "service" if closed else "corrected")
+    if lat.size < MIN_DECISION_SAMPLES:
+        return None
+    limit_us = spec.latency_threshold_ms * 1e3
+    pct = spec.percentile
+    if pct is not None and pct >= 50 and float(np.median(lat)) > limit_us:
+        return "over"
+    if latency_rel is None:
+        return None
+    value = float(lat.mean()) if pct is None else float(np.percentile(lat, pct))
+    if value * (1 - latency_rel) > limit_us:
+        return "over"
+    if value * (1 + latency_rel) < limit_us:
+        return "under"
+    return None
 
 
 def _within(value: float | None, target: float) -> bool:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import signal
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -23,18 +23,24 @@ from typing import Any
 from google.protobuf import json_format, text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from perfkit.errors import ConfigError, PerfkitError
+from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelNotFoundError, PerfkitError
+from perfkit.server._render import RenderError, render_edits
 from perfkit.server.base import Server
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ConfigGuard",
     "ModelConfig",
+    "apply_config",
+    "applied_differences",
     "config_from_dict",
     "config_sha256",
     "config_to_dict",
     "format_config",
     "parse_config",
     "read_config",
+    "render_config",
     "write_config",
     "write_bytes_atomic",
 ]
@@ -73,6 +79,34 @@ def read_config(path: Path) -> ModelConfig:
 def format_config(cfg: ModelConfig) -> str:
     """The config as config.pbtxt text (protobuf text format)."""
     return str(text_format.MessageToString(cfg))
+
+
+def render_config(original_text: str, cfg: ModelConfig) -> str:
+    """cfg as config.pbtxt text made by editing original_text: only the fields whose values
+    differ change; comments, order and formatting of everything else are kept byte for byte.
+
+    The result always parses to exactly cfg: when the text has a shape the editor does not
+    handle (or the edit would not re-parse to cfg) it falls back to format_config(cfg) after
+    the original's leading comment block, and logs a warning. Raises ConfigError when
+    original_text itself does not parse.
+    """
+    original = parse_config(original_text, source="original config")
+    if original == cfg:
+        return original_text
+    try:
+        text = render_edits(original_text, original, cfg)
+        if parse_config(text, source="edited config") == cfg:
+            return text
+        why = "the edited text does not parse back to the candidate"
+    except (RenderError, ConfigError, text_format.ParseError) as err:
+        why = str(err)
+    log.warning("config.pbtxt edit fell back to a full rewrite (comments inside may be lost): %s", why)
+    header = []
+    for line in original_text.splitlines(keepends=True):
+        if not line.lstrip().startswith("#"):
+            break
+        header.append(line)
+    return "".join(header) + format_config(cfg)
 
 
 def config_to_dict(cfg: ModelConfig) -> dict[str, Any]:
@@ -135,6 +169,66 @@ def write_config(path: Path, cfg: ModelConfig | str) -> str:
     return text
 
 
+def _subset_diffs(want: Any, got: Any, where: str) -> list[str]:
+    if isinstance(want, dict):
+        if not isinstance(got, dict):
+            return [f"{where}: wrote {want!r}, server applied {got!r}"]
+        out: list[str] = []
+        for key, value in want.items():
+            out.extend(_subset_diffs(value, got.get(key), f"{where}.{key}" if where else key))
+        return out
+    if isinstance(want, list):
+        if not isinstance(got, list) or len(got) != len(want):
+            return [f"{where}: wrote {want!r}, server applied {got!r}"]
+        return [d for i, (w, g) in enumerate(zip(want, got, strict=True)) for d in _subset_diffs(w, g, f"{where}[{i}]")]
+    return [] if want == got else [f"{where}: wrote {want!r}, server applied {got!r}"]
+
+
+def applied_differences(candidate: ModelConfig, applied: ModelConfig, previous: ModelConfig | None = None) -> list[str]:
+    """How the config a server applied differs from the candidate written: every field the
+    candidate sets must hold the same value (the server may add defaults), and a top-level
+    field the candidate dropped from `previous` must be gone. Empty when it was applied."""
+    want, got = config_to_dict(candidate), config_to_dict(applied)
+    diffs = _subset_diffs(want, got, "")
+    if previous is not None:
+        for key in config_to_dict(previous):
+            if key not in want and key in got:
+                diffs.append(f"{key}: removed, server applied {got[key]!r}")
+    return diffs
+
+
+def apply_config(server: Server, model: str, config_path: Path, candidate: str | ModelConfig) -> ModelConfig:
+    """The one way to put a candidate config on a running server: write it atomically over
+    config_path (fsync, file mode kept), reload the model, and verify that the config the
+    server applied is the candidate. Returns the applied config.
+
+    Call it inside a ConfigGuard, which puts the original back whatever happens. Raises
+    ConfigError (candidate text invalid or file not writable), ModelLoadError (the server
+    refused it), CandidateNotAppliedError (the server serves something else).
+    """
+    config_path = Path(config_path)
+    text = candidate if isinstance(candidate, str) else format_config(candidate)
+    cfg = parse_config(text, source="candidate config") if isinstance(candidate, str) else candidate
+    try:
+        previous: ModelConfig | None = read_config(config_path)
+    except ConfigError:
+        previous = None
+    write_bytes_atomic(config_path, text.encode("utf-8"))
+    server.load_model(model)
+    try:
+        applied = config_from_dict(server.model_config(model), source=f"applied config of {model}")
+    except ModelNotFoundError as err:
+        raise CandidateNotAppliedError(f"{model!r}: config not readable after load: {err.message}") from None
+    diffs = applied_differences(cfg, applied, previous)
+    if diffs:
+        shown = "; ".join(diffs[:5]) + (f" (+{len(diffs) - 5} more)" if len(diffs) > 5 else "")
+        raise CandidateNotAppliedError(
+            f"the server did not apply the candidate config of {model!r}: {shown}",
+            hint=f"check that the server reads the model repository holding {config_path}",
+        )
+    return applied
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -167,6 +261,13 @@ class ConfigGuard:
                 self._old_sigterm = current
                 signal.signal(signal.SIGTERM, _raise_interrupt)
         return self
+
+    def apply(self, candidate: str | ModelConfig) -> ModelConfig:
+        """Put a candidate on the server under this guard (see apply_config); returns the
+        config the server applied. Raises ConfigError, ModelLoadError, CandidateNotAppliedError."""
+        if self.server is None or not self.model:
+            raise PerfkitError("ConfigGuard.apply needs the guard's server and model")
+        return apply_config(self.server, self.model, self.path, candidate)
 
     @property
     def original_text(self) -> str:
@@ -212,10 +313,7 @@ class ConfigGuard:
                 if server_alive:
                     self.restore(reload=True)
                     if self.restore_error:
-                        print(
-                            f"perfkit: warning: {self.path} restored, reload failed: {self.restore_error}",
-                            file=sys.stderr,
-                        )
+                        log.warning("%s restored, reload failed: %s", self.path, self.restore_error)
         finally:
             if self._old_sigterm is not None:
                 signal.signal(signal.SIGTERM, self._old_sigterm)

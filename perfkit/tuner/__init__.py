@@ -5,10 +5,13 @@ count and kind, and precision (backend-aware) with Optuna; reloads the model for
 candidate instead of restarting the server; always puts the user's config back.
 """
 
+from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
+from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
 from perfkit.tuner._plan import Plan, describe, plan, render_candidate, write_candidates
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
-from perfkit.tuner._run import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes, tune
+from perfkit.tuner._run import tune
+from perfkit.tuner._settings import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes
 from perfkit.tuner._space import (
     ResolvedSpace,
     TuneSpace,
@@ -22,9 +25,11 @@ from perfkit.tuner._space import (
 __all__ = [
     "SETTINGS_KEYS",
     "JudgeSettings",
+    "OutputTolerance",
     "ResolvedSpace",
     "TuneResult",
     "TuneSettings",
+    "TuneEvent",
     "TuneSpace",
     "WorkerOutcome",
     "apply_params",
@@ -42,6 +47,7 @@ __all__ = [
     "plan",
     "render_candidate",
     "write_candidates",
+    "parse_max_output_diff",
     "resolve",
     "tune",
     "tune_on_ray",

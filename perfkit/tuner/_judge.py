@@ -3,9 +3,10 @@ the budget (the highest load whose percentile stays within it, and its throughpu
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from perfkit.errors import UsageError
 from perfkit.records import PERCENTILES, LevelResult, LoadLevel, ProfileSpec, RunRecord
@@ -73,12 +74,16 @@ class JudgeSettings:
     collect_metrics: bool = False
     metrics_url: str | None = None
     batch_size: int = 1
+    stop_when_decided: bool = False
 
-    def spec(self, model: str) -> ProfileSpec:
-        """The ProfileSpec of one trial: doubling concurrency, stopping past the budget."""
+    def spec(self, model: str, levels: tuple[LoadLevel, ...] | None = None, *, bisect: bool = False) -> ProfileSpec:
+        """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
+        when `bisect`), stopping past the budget."""
         return ProfileSpec(
             model=model,
-            levels=concurrency_levels(self.max_concurrency),
+            levels=levels or concurrency_levels(self.max_concurrency),
+            binary_search=bisect,
+            stop_when_decided=self.stop_when_decided,
             protocol="grpc" if self.protocol == "grpc" else "http",
             batch_size=self.batch_size,
             measurement_interval_ms=self.measurement_interval_ms,
@@ -91,6 +96,17 @@ class JudgeSettings:
             collect_metrics=self.collect_metrics,
             metrics_url=self.metrics_url,
         )
+
+
+class ConstraintSettings(Protocol):
+    """The settings a verdict is checked against (TuneSettings has them)."""
+
+    @property
+    def latency_budget_ms(self) -> float: ...
+    @property
+    def min_throughput(self) -> float | None: ...
+    @property
+    def max_gpu_memory_bytes(self) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -116,13 +132,18 @@ def _level_latency_us(level: LevelResult, pct: float) -> float:
     return level.latency().percentile_us(pct)
 
 
+def level_within_budget(level: LevelResult, latency_budget_ms: float, percentile: float) -> bool:
+    """Whether a level counts as within budget: no errors, its percentile at most the budget."""
+    return level.error_count == 0 and _level_latency_us(level, percentile) <= latency_budget_ms * 1e3
+
+
 def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> Verdict:
     """Read a trial's run record against the budget. A level counts only without errors."""
     budget_us = latency_budget_ms * 1e3
     levels = list(record.levels)
     best: LevelResult | None = None
     for level in levels:
-        ok = level.error_count == 0 and _level_latency_us(level, percentile) <= budget_us
+        ok = level_within_budget(level, latency_budget_ms, percentile)
         if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
             best = level
     first = levels[0] if levels else None
@@ -157,6 +178,25 @@ def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> 
         gpu_memory_bytes=max(mem) if mem else None,
         metrics=metrics,
     )
+
+
+def constraints(settings: ConstraintSettings, v: Verdict) -> tuple[bool, dict[str, float]]:
+    """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
+    the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
+    unknown (no metrics) does not break the constraint."""
+    budget_us = settings.latency_budget_ms * 1e3
+    lat = v.latency_us if v.latency_us is not None else v.lowest_latency_us
+    rel = (lat - budget_us) / budget_us
+    cons = {"latency": rel if v.within_budget else max(1e-6, rel)}
+    if settings.min_throughput is not None:
+        tput = v.throughput_infer_per_s or 0.0
+        cons["min_throughput"] = (settings.min_throughput - tput) / settings.min_throughput
+    if settings.max_gpu_memory_bytes is not None:
+        mem = v.gpu_memory_bytes
+        limit = settings.max_gpu_memory_bytes
+        cons["gpu_memory"] = 0.0 if mem is None else (mem - limit) / limit
+    cons = {k: (c if math.isfinite(c) else 1e6) for k, c in cons.items()}
+    return all(c <= 0 for c in cons.values()), cons
 
 
 def level_table(record: RunRecord, percentile: float) -> list[dict[str, Any]]:

@@ -5,7 +5,6 @@ outputs include every worker's trials."""
 from __future__ import annotations
 
 import difflib
-import itertools
 import json
 import math
 import shutil
@@ -19,7 +18,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from perfkit.records import LoadLevel, TrialRecord, TuneRecord, to_dict
-from perfkit.server.modelconfig import format_config, parse_config, write_bytes_atomic
+from perfkit.server.modelconfig import write_bytes_atomic
 from perfkit.tuner._space import PARAM_ORDER
 from perfkit.tuner._study import A_DUPLICATE_OF, A_FAIL_REASON, A_ORIGINAL
 
@@ -123,17 +122,13 @@ def trials_frame(records: Sequence[TrialRecord], percentile: float) -> pd.DataFr
 
 
 def unified_diff(original: str, best: str, model: str, best_number: int) -> str:
-    """best.diff: the recommendation against the original config, both in protobuf text
-    format (so the diff shows what changes, not layout; leading comments are kept)."""
-
-    lines = original.splitlines(keepends=True)
-    header = "".join(itertools.takewhile(lambda ln: ln.lstrip().startswith("#"), lines))
-    normalized = header + format_config(parse_config(original, source=f"{model}/config.pbtxt"))
+    """best.diff: the recommendation against the original config.pbtxt as the user wrote it
+    (candidates are edits of that file, so the diff shows only the real changes)."""
     return "".join(
         difflib.unified_diff(
-            normalized.splitlines(keepends=True),
+            original.splitlines(keepends=True),
             best.splitlines(keepends=True),
-            fromfile=f"{model}/config.pbtxt (original, normalized)",
+            fromfile=f"{model}/config.pbtxt (original)",
             tofile=f"{model}/config.pbtxt (trial {best_number})",
         )
     )

@@ -22,7 +22,8 @@ from typing import Any
 from perfkit.distributed import alive_nodes, connect
 from perfkit.errors import PerfkitError, UsageError
 from perfkit.server.launch import ServerOptions, open_server
-from perfkit.tuner._run import TuneSettings, default_output_dir, tune
+from perfkit.tuner._run import tune
+from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import TuneSpace
 
 log = logging.getLogger(__name__)

@@ -28,6 +28,7 @@ A_INTERRUPTED = "interrupted"
 A_CONSTRAINTS = "constraints"
 A_FAIL_REASON = "fail_reason"
 A_DUPLICATE_OF = "duplicate_of"
+A_REJECTED = "rejected"  # a candidate Triton would reject: never loaded, costs nothing
 
 
 # Optuna >= 5 keeps constraints on the trial (Trial.set_constraint); older ones ask the sampler
@@ -161,7 +162,7 @@ def counted(trial: FrozenTrial) -> bool:
     """Whether a trial uses up the --trials budget: finished ones and others' running ones,
     but not those cut short by an interruption (they are queued again) nor repeats of a
     config already measured (answered from the earlier trial without measuring)."""
-    if trial.user_attrs.get(A_DUPLICATE_OF) is not None:
+    if trial.user_attrs.get(A_DUPLICATE_OF) is not None or trial.user_attrs.get(A_REJECTED):
         return False
     if trial.state == TrialState.FAIL:
         return not trial.user_attrs.get(A_INTERRUPTED, False)

@@ -1,0 +1,178 @@
+"""Progress of a tune run as typed events. The library emits them (and logs through
+`logging`); whoever runs it decides what to show: the CLI prints each event's line()."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TuneEvent:
+    """Base of every tune progress event."""
+
+    def line(self) -> str:
+        """The event as one line of the CLI's progress output."""
+        raise NotImplementedError
+
+
+OnEvent = Callable[[TuneEvent], None]
+
+
+@dataclass(frozen=True)
+class SearchStarted(TuneEvent):
+    model: str
+    backend: str
+    percentile: float
+    latency_budget_ms: float
+    dimensions: tuple[str, ...]
+    notes: tuple[str, ...]
+
+    def line(self) -> str:
+        lines = [f"perfkit tune: {self.model} ({self.backend}), p{self.percentile:g} <= {self.latency_budget_ms:g} ms"]
+        lines += [f"  search {d}" for d in self.dimensions]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class StudyOpened(TuneEvent):
+    name: str
+    storage: str
+    trials_so_far: int
+
+    def line(self) -> str:
+        return f"  study {self.name!r} in {self.storage} ({self.trials_so_far} trials so far)"
+
+
+@dataclass(frozen=True)
+class AccuracyNote(TuneEvent):
+    message: str
+
+    def line(self) -> str:
+        return f"  accuracy: {self.message}"
+
+
+@dataclass(frozen=True)
+class TrialStarted(TuneEvent):
+    number: int
+    of: int | None
+    label: str
+
+    def line(self) -> str:
+        return f"trial {self.number}{f'/{self.of}' if self.of else ''}: {self.label}"
+
+
+@dataclass(frozen=True)
+class TrialRepeated(TuneEvent):
+    number: int
+    of: int | None
+    label: str
+    same_as: int
+
+    def line(self) -> str:
+        of = f"/{self.of}" if self.of else ""
+        return f"trial {self.number}{of}: {self.label}: same config as trial {self.same_as}, not measured again"
+
+
+@dataclass(frozen=True)
+class TrialRejected(TuneEvent):
+    """A candidate Triton would reject: recorded, never written nor loaded."""
+
+    number: int
+    label: str
+    reason: str
+
+    def line(self) -> str:
+        return f"trial {self.number}: {self.label}: rejected before loading: {self.reason}"
+
+
+@dataclass(frozen=True)
+class TrialFailed(TuneEvent):
+    number: int
+    reason: str
+
+    def line(self) -> str:
+        return f"  failed: {self.reason}"
+
+
+@dataclass(frozen=True)
+class TrialPruned(TuneEvent):
+    number: int
+    reason: str
+    duration_s: float
+
+    def line(self) -> str:
+        return f"  pruned: {self.reason} ({self.duration_s:.1f} s)"
+
+
+@dataclass(frozen=True)
+class TrialMeasured(TuneEvent):
+    number: int
+    throughput_infer_per_s: float
+    concurrency: int | None  # the highest load within the budget; None: only the lowest measured
+    percentile: float
+    latency_ms: float
+    feasible: bool
+    reload_s: float
+    measure_s: float
+    levels_measured: int
+
+    def line(self) -> str:
+        load = f"concurrency {self.concurrency}" if self.concurrency is not None else "lowest load"
+        status = "within budget" if self.feasible else "INFEASIBLE"
+        return (
+            f"  {self.throughput_infer_per_s:.1f} infer/s at {load}, p{self.percentile:g} {self.latency_ms:.2f} ms: "
+            f"{status} (reload {self.reload_s:.1f} s, measure {self.measure_s:.1f} s, {self.levels_measured} levels)"
+        )
+
+
+@dataclass(frozen=True)
+class SearchStopped(TuneEvent):
+    reason: str
+
+    def line(self) -> str:
+        return f"stopping: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Summary(TuneEvent):
+    """The closing lines (counts, best, Pareto front, importances, where results are)."""
+
+    lines: tuple[str, ...]
+    output_dir: Path
+
+    def line(self) -> str:
+        return "\n".join(self.lines)
+
+
+@dataclass(frozen=True)
+class Applied(TuneEvent):
+    trial: int | None
+    config_path: Path
+    backup: Path | None
+
+    def line(self) -> str:
+        if self.backup is None:
+            return "--apply: the original is already the best config; nothing written"
+        return f"--apply: wrote trial {self.trial} to {self.config_path} (backup {self.backup.name}) and reloaded"
+
+
+def fmt_params(params: Mapping[str, Any]) -> str:
+    """Parameters in the short form of progress lines: 'mbs=16 db=on delay_us=500'."""
+    short = {
+        "max_batch_size": "mbs",
+        "dynamic_batching": "db",
+        "max_queue_delay_us": "delay_us",
+        "preferred_batch_sizes": "pref",
+        "instance_count": "inst",
+        "instance_kind": "kind",
+        "precision": "prec",
+    }
+    parts = []
+    for k, v in params.items():
+        shown = ("on" if v else "off") if isinstance(v, bool) else v
+        parts.append(f"{short.get(k, k)}={shown}")
+    return " ".join(parts)

@@ -1,0 +1,100 @@
+"""The tune record of a search (rebuilt from the study, so a shared study's record holds
+every worker's trials) and its closing summary."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+
+from perfkit import __version__
+from perfkit.errors import ServerError
+from perfkit.records import TuneRecord
+from perfkit.tuner import _outputs, _study
+from perfkit.tuner._events import Summary, fmt_params
+from perfkit.tuner._trial import TrialRunner
+
+
+def build_record(
+    t: TrialRunner, study: optuna.Study, status: Literal["ok", "failed", "interrupted"], error: str | None
+) -> TuneRecord:
+    """The TuneRecord of the search so far."""
+    frozen = _outputs.study_trials(study)
+    trials = tuple(_outputs.trial_record(ft) for ft in frozen)
+    configs = {ft.number: str(ft.user_attrs.get("config_pbtxt", "")) for ft in frozen}
+    best = _outputs.best_trial(trials)
+    front = _outputs.pareto_front(trials)  # informative in both modes: throughput vs latency
+    return TuneRecord(
+        perfkit_version=__version__,
+        created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=t.s.command,
+        machine={
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        server=_server_info(t),
+        model=t.model,
+        latency_budget_ms=t.s.latency_budget_ms,
+        percentile=t.s.percentile,
+        objective=t.s.objective,
+        original_config=t.original_text,
+        best_config=configs.get(best.number) if best else None,
+        best_trial=best.number if best else None,
+        trials=trials,
+        pareto_trials=tuple(r.number for r in front),
+        importances=_study.param_importances(study, t.s.objective),
+        status=status,
+        error=error,
+    )
+
+
+def _server_info(t: TrialRunner) -> dict[str, Any]:
+    info: dict[str, Any] = {"url": t.server.endpoints.http_url, "mode": t.server.mode}
+    try:
+        info["version"] = t.server.version()
+    except ServerError:
+        info["version"] = "unknown (unreachable)"
+    info["study"] = {"storage": _study._redact(t.storage_url), "name": t.study_name}
+    info["space"] = [d.describe() for d in t.space.dimensions]
+    return info
+
+
+def summary(rec: TuneRecord, out_dir: Path) -> Summary:
+    """The closing lines: counts, the best trial against the original, front, importances."""
+    lines: list[str] = []
+    done = [r for r in rec.trials if r.state != "running"]
+    counts = {s: sum(1 for r in done if r.state == s) for s in ("complete", "pruned", "failed")}
+    rejected = sum(1 for r in done if r.fail_reason.startswith("rejected:"))
+    rej = f" ({rejected} rejected before loading)" if rejected else ""
+    lines.append(
+        f"{len(done)} trials: {counts['complete']} complete, {counts['pruned']} pruned, {counts['failed']} failed"
+        f"{rej} (status {rec.status})"
+    )
+    best = next((r for r in rec.trials if r.number == rec.best_trial), None)
+    orig = _outputs.original_trial(rec.trials)
+    if best is None:
+        lines.append("no config met the budget: nothing to recommend")
+    else:
+        gain = ""
+        if orig is not None and orig.feasible and orig.throughput_infer_per_s:
+            pct = 100.0 * ((best.throughput_infer_per_s or 0) / orig.throughput_infer_per_s - 1)
+            gain = f", {pct:+.0f}% vs the original ({orig.throughput_infer_per_s:.1f} infer/s)"
+        elif orig is not None:
+            gain = ", the original did not meet the budget"
+        lines.append(
+            f"best: trial {best.number} {fmt_params(best.params)}: {best.throughput_infer_per_s:.1f} infer/s, "
+            f"p{rec.percentile:g} {(best.latency_us or 0) / 1e3:.2f} ms{gain}"
+        )
+        if rec.pareto_trials:
+            lines.append(f"pareto front: trials {', '.join(map(str, rec.pareto_trials))}")
+    if rec.importances:
+        lines.append("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in rec.importances.items()))
+    lines.append(f"results in {out_dir}")
+    return Summary(tuple(lines), out_dir)

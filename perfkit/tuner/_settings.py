@@ -1,0 +1,170 @@
+"""What a tune run is asked to do (TuneSettings, from flags or a sweep file's [tune] table)
+and what it hands back (TuneResult)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from perfkit.errors import InputError, UsageError
+from perfkit.records import TrialRecord, TuneRecord
+from perfkit.tuner import _outputs
+from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
+from perfkit.tuner._judge import JudgeSettings, check_percentile, parse_duration_s, parse_latency_ms
+
+SETTINGS_KEYS = (
+    "latency_budget",
+    "percentile",
+    "trials",
+    "max_time",
+    "objective",
+    "seed",
+    "min_throughput",
+    "max_gpu_memory",
+    "max_concurrency",
+    "measurement_interval_ms",
+    "protocol",
+    "sampler",
+    "max_output_diff",
+)
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """How to search: budget, objective, bounds, where results and the study go."""
+
+    model: str
+    latency_budget_ms: float
+    percentile: float = 99.0
+    objective: Literal["throughput", "pareto"] = "throughput"
+    trials: int | None = 20
+    max_time_s: float | None = None
+    min_throughput: float | None = None  # infer/s
+    max_gpu_memory_bytes: float | None = None
+    seed: int = 0
+    output_dir: Path | None = None
+    storage: str | None = None  # default: sqlite:///<output_dir>/study.db
+    study_name: str | None = None
+    resume: bool = False
+    apply: bool = False
+    protocol: Literal["http", "grpc"] = "http"
+    max_concurrency: int = 64
+    measurement_interval_ms: float = 800.0
+    min_windows: int = 3
+    max_windows: int = 6
+    stability_percentage: float = 15.0
+    warmup_s: float = 0.5
+    sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
+    # Accuracy guard: None compares outputs with per-datatype defaults; OutputTolerance.off() skips it.
+    max_output_diff: OutputTolerance | None = None
+    # Concurrency search: bracket and bisect around what similar trials reached, and end a level
+    # as soon as it is clearly over or under the budget. False: every level from 1 by doubling.
+    adaptive_load: bool = True
+    command: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_percentile(self.percentile)
+        if self.latency_budget_ms <= 0:
+            raise UsageError("--latency-budget must be positive")
+        if self.trials is not None and self.trials < 1:
+            raise UsageError("--trials must be at least 1")
+        if self.trials is None and self.max_time_s is None:
+            raise UsageError("give --trials N or --max-time (or both) to bound the search")
+        if self.sampler not in ("auto", "grid", "random"):
+            raise UsageError(f"--sampler {self.sampler!r}: choose auto, grid or random")
+        if self.max_concurrency < 1:
+            raise UsageError("--max-concurrency must be at least 1")
+
+    @classmethod
+    def from_mapping(
+        cls, model: str, data: Mapping[str, Any], *, source: str = "[tune]", **overrides: Any
+    ) -> TuneSettings:
+        """Settings from a sweep file's [tune] table (keys in SETTINGS_KEYS; space keys are
+        TuneSpace's). Raises InputError/UsageError naming the key."""
+        kw: dict[str, Any] = {}
+        if "latency_budget" not in data and "latency_budget_ms" not in overrides:
+            raise InputError(f"{source}: latency_budget is required", hint='e.g. latency_budget = "20ms"')
+        if "latency_budget" in data:
+            kw["latency_budget_ms"] = parse_latency_ms(data["latency_budget"])
+        if "max_time" in data:
+            kw["max_time_s"] = parse_duration_s(data["max_time"], what=f"{source} max_time")
+        for key, conv in (
+            ("percentile", float),
+            ("trials", int),
+            ("seed", int),
+            ("min_throughput", float),
+            ("max_concurrency", int),
+            ("measurement_interval_ms", float),
+        ):
+            if key in data:
+                try:
+                    kw[key] = conv(data[key])
+                except (TypeError, ValueError):
+                    raise InputError(f"{source}: {key} = {data[key]!r} is not a number") from None
+        if "max_gpu_memory" in data:
+            kw["max_gpu_memory_bytes"] = parse_bytes(data["max_gpu_memory"])
+        if "max_output_diff" in data:
+            kw["max_output_diff"] = parse_max_output_diff(str(data["max_output_diff"]))
+        for key in ("objective", "protocol", "sampler"):
+            if key in data:
+                kw[key] = str(data[key])
+        if kw.get("objective", "throughput") not in ("throughput", "pareto"):
+            raise InputError(f'{source}: objective must be "throughput" or "pareto"')
+        kw.update(overrides)
+        return cls(model=model, **kw)
+
+    def judge_settings(self, metrics_url: str | None) -> JudgeSettings:
+        return JudgeSettings(
+            latency_budget_ms=self.latency_budget_ms,
+            percentile=self.percentile,
+            max_concurrency=self.max_concurrency,
+            protocol=self.protocol,
+            measurement_interval_ms=self.measurement_interval_ms,
+            stability_percentage=self.stability_percentage,
+            min_windows=self.min_windows,
+            max_windows=self.max_windows,
+            warmup_s=self.warmup_s,
+            collect_metrics=self.max_gpu_memory_bytes is not None,
+            metrics_url=metrics_url,
+            stop_when_decided=self.adaptive_load,
+        )
+
+
+def parse_bytes(text: str | float) -> float:
+    """'8GiB', '500MB', '1e9' in bytes; raises UsageError."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+    raw = str(text).strip().lower().replace(" ", "")
+    num = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = raw[len(num) :]
+    try:
+        return float(num) * units[unit]
+    except (ValueError, KeyError):
+        raise UsageError(f"--max-gpu-memory {text!r} is not a size", hint="e.g. 8GiB, 500MB") from None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """The tune record and where its files went."""
+
+    record: TuneRecord
+    output_dir: Path
+    paths: dict[str, Path] = field(default_factory=dict)
+    applied_backup: Path | None = None
+
+    @property
+    def best(self) -> TrialRecord | None:
+        return next((t for t in self.record.trials if t.number == self.record.best_trial), None)
+
+    @property
+    def original(self) -> TrialRecord | None:
+        return _outputs.original_trial(self.record.trials)
+
+
+def default_output_dir(model: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"tune-{model}-{stamp}"

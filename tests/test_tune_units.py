@@ -1,0 +1,227 @@
+"""The tuner's pure parts: the concurrency search (bracket and bisect around similar trials,
+widened only when the answer lies outside), the accuracy guard's comparison and tolerance,
+the --max-gpu-memory constraint from GPU metrics in a run record, and progress events."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfkit.errors import UsageError
+from perfkit.gate.synthetic import synthetic_level, synthetic_record
+from perfkit.measure import _binary_search, _over_threshold
+from perfkit.records import MetricSample, ProfileSpec, RunRecord
+from perfkit.tuner import JudgeSettings, TuneSettings, judge, parse_max_output_diff
+from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
+from perfkit.tuner._events import TrialMeasured, TrialRejected
+from perfkit.tuner._judge import constraints
+from perfkit.tuner._loadplan import bracket, find_load, start_concurrency
+
+BUDGET_MS = 20.0
+
+
+class FakeSystem:
+    """A model whose p99 grows linearly with concurrency; measures levels the way profile does
+    (in order, stopping past the threshold, or bisecting) and counts what it measured."""
+
+    def __init__(self, ms_per_concurrency: float) -> None:
+        self.k = ms_per_concurrency
+        self.measured: list[int] = []
+
+    def level(self, c: float):
+        # synthetic_level's p99 is 1.3x its latency_ms: p99 <= 20 ms while k * c <= 13.4.
+        return synthetic_level(concurrency=c, latency_ms=2.0 + self.k * c, noise=0.0)
+
+    def __call__(self, server, spec: ProfileSpec, *, command=(), record_path: Path | None = None) -> RunRecord:
+        levels = []
+
+        def run(level):
+            self.measured.append(int(level.value))
+            result = self.level(level.value)
+            levels.append(result)
+            return result
+
+        if spec.binary_search:
+            _binary_search(spec, run)
+        else:
+            for lv in spec.levels:
+                if _over_threshold(spec, run(lv)):
+                    break
+        return synthetic_record(levels, model=spec.model)
+
+
+JUDGE = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, max_concurrency=128)
+
+
+def _best_concurrency(rec: RunRecord) -> int | None:
+    v = judge(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    return int(v.feasible_load.value) if v.feasible_load else None
+
+
+def test_without_history_the_search_doubles_from_one_until_the_budget_breaks():
+    sys_ = FakeSystem(0.5)  # c <= 26.8
+    rec = find_load(sys_, None, JUDGE, "m", None)
+    assert sys_.measured == [1, 2, 4, 8, 16, 32]
+    assert _best_concurrency(rec) == 16
+
+
+def test_with_history_it_bisects_a_bracket_around_the_similar_trial_and_finds_a_finer_answer():
+    sys_ = FakeSystem(0.5)  # c <= 26.8: doubling stops at 16, the bracket finds 23
+    rec = find_load(sys_, None, JUDGE, "m", start=16)
+    assert bracket(16, 128) == (8, 11, 16, 23, 32)
+    assert bracket(1, 128) == (1, 2, 3, 4) and bracket(100, 128) == (50, 71, 100, 128)
+    assert len(sys_.measured) <= 3  # doubling from 1 measures 6
+    assert _best_concurrency(rec) == 23
+    assert [lv.load.value for lv in rec.levels] == sorted(lv.load.value for lv in rec.levels)
+
+
+def test_an_answer_below_the_bracket_is_searched_down_to_concurrency_one():
+    sys_ = FakeSystem(3.0)  # c <= 4.5
+    rec = find_load(sys_, None, JUDGE, "m", start=32)
+    assert _best_concurrency(rec) == 4
+    assert 1 in sys_.measured and min(lv.load.value for lv in rec.levels) == 1
+    hopeless = FakeSystem(20.0)  # over the budget at concurrency 1: the judge can prune it
+    v = judge(find_load(hopeless, None, JUDGE, "m", start=8), latency_budget_ms=BUDGET_MS, percentile=99)
+    assert v.lowest_over_budget and v.feasible_load is None
+
+
+def test_an_answer_above_the_bracket_widens_it_upwards():
+    sys_ = FakeSystem(0.05)  # c <= 268: capped by max_concurrency 128
+    rec = find_load(sys_, None, JUDGE, "m", start=4)
+    assert _best_concurrency(rec) == 128
+    assert len(sys_.measured) < 8
+
+
+def test_the_start_is_the_most_similar_trials_concurrency():
+    history = [({"max_batch_size": 8, "inst": 1}, 8), ({"max_batch_size": 64, "inst": 1}, 64),
+               ({"max_batch_size": 64, "inst": 2}, 48)]  # fmt: skip
+    assert start_concurrency([], {"max_batch_size": 8}) is None
+    assert start_concurrency(history, {"max_batch_size": 32, "inst": 1}) == 64
+    assert start_concurrency(history, {"max_batch_size": 64, "inst": 2}) == 48
+    assert start_concurrency(history, {"max_batch_size": 8, "inst": 2}) == 8
+
+
+def _with_gpu_memory(rec: RunRecord, used_bytes: list[float]) -> RunRecord:
+    levels = [
+        dataclasses.replace(
+            lv, metrics=tuple(MetricSample(t_s=i, gpu="0", memory_used_bytes=b) for i, b in enumerate(used_bytes))
+        )  # fmt: skip
+        for lv in rec.levels
+    ]
+    return dataclasses.replace(rec, levels=tuple(levels))
+
+
+def test_max_gpu_memory_is_a_constraint_read_from_the_runs_gpu_metrics():
+    settings = TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_gpu_memory": "8GiB"})
+    assert settings.max_gpu_memory_bytes == 8 * 2**30 and settings.judge_settings(None).collect_metrics
+    rec = synthetic_record([synthetic_level(concurrency=c, latency_ms=5, noise=0) for c in (1, 2)])
+    big = judge(_with_gpu_memory(rec, [6e9, 9.5e9]), latency_budget_ms=20, percentile=99)
+    small = judge(_with_gpu_memory(rec, [3e9, 4e9]), latency_budget_ms=20, percentile=99)
+    unknown = judge(rec, latency_budget_ms=20, percentile=99)
+    assert big.gpu_memory_bytes == 9.5e9 and big.metrics["gpu_memory_bytes"] == 9.5e9
+    feasible, cons = constraints(settings, big)
+    assert not feasible and cons["gpu_memory"] > 0 and cons["latency"] <= 0
+    assert constraints(settings, small)[0] and constraints(settings, small)[1]["gpu_memory"] < 0
+    assert constraints(settings, unknown) == (True, {"latency": pytest.approx(-0.675), "gpu_memory": 0.0})
+    no_limit = TuneSettings.from_mapping("m", {"latency_budget": "20ms"})
+    assert "gpu_memory" not in constraints(no_limit, big)[1] and constraints(no_limit, big)[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("1e-3", OutputTolerance(max_rel=1e-3)),
+        ("rel=0.01", OutputTolerance(max_rel=0.01)),
+        ("abs=0.5,rel=0.01", OutputTolerance(max_abs=0.5, max_rel=0.01)),
+        ("off", OutputTolerance.off()),
+    ],
+)
+def test_max_output_diff_parses(text: str, want: OutputTolerance):
+    assert parse_max_output_diff(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "fast", "rel=-1", "abs=1,abs=2", "max=3"])
+def test_bad_max_output_diff_is_a_usage_error_with_an_example(text: str):
+    with pytest.raises(UsageError, match="--max-output-diff"):
+        parse_max_output_diff(text)
+
+
+def test_outputs_are_compared_per_output_against_per_datatype_defaults():
+    rng = np.random.default_rng(0)
+    ref = {"Y": rng.uniform(-2, 2, (8, 16)).astype(np.float32), "IDX": np.arange(8, dtype=np.int64),
+           "S": np.array([b"a", b"b"], dtype=np.object_)}  # fmt: skip
+    types = {"Y": "FP32", "IDX": "INT64", "S": "BYTES"}
+    half = {**ref, "Y": ref["Y"].astype(np.float16).astype(np.float32)}
+    step = float(np.abs(ref["Y"]).max()) / 127
+    quant = {**ref, "Y": (np.round(ref["Y"] / step) * step).astype(np.float32)}
+    default = OutputTolerance()
+    assert all(d.within for d in compare_outputs(ref, half, types, default))
+    bad = [d for d in compare_outputs(ref, quant, types, default) if not d.within]
+    assert [d.name for d in bad] == ["Y"] and "Y (FP32) max abs diff" in bad[0].describe()
+    assert all(d.within for d in compare_outputs(ref, quant, types, OutputTolerance(max_rel=0.01)))
+    off_by_one = {**ref, "IDX": ref["IDX"] + 1, "S": np.array([b"a", b"c"], dtype=np.object_)}
+    assert {d.name for d in compare_outputs(ref, off_by_one, types, default) if not d.within} == {"IDX", "S"}
+    reshaped = {**ref, "Y": ref["Y"][:4]}
+    assert [d.name for d in compare_outputs(ref, reshaped, types, default) if not d.within] == ["Y"]
+
+
+def test_events_render_the_progress_lines():
+    measured = TrialMeasured(3, 812.4, 16, 99, 18.5, True, 1.2, 4.5, 3)
+    assert measured.line() == (
+        "  812.4 infer/s at concurrency 16, p99 18.50 ms: within budget (reload 1.2 s, measure 4.5 s, 3 levels)"
+    )
+    rejected = TrialRejected(4, "mbs=2", "sequence batching preferred batch size must be <= max batch size")
+    assert rejected.line().startswith("trial 4: mbs=2: rejected before loading: sequence batching")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        measured.number = 5  # type: ignore[misc]  # the events are frozen: that is what this checks
+
+
+def _recorder_with(service_ms: np.ndarray):
+    from perfkit.recorder import LevelRecorder
+    from perfkit.records import Samples
+
+    ms = 1_000_000
+    n = service_ms.size
+    sent = np.arange(n, dtype=np.int64) * (ms // 2)
+    rec = LevelRecorder(start_ns=0, window_ns=1000 * ms, closed_loop=True, batch_size=1)
+    rec.add(Samples(np.full(n, -1, dtype=np.int64), sent, sent + (service_ms * ms).astype(np.int64),
+                    np.zeros(n, np.int32)))  # fmt: skip
+    end = int(sent[-1] + 100 * ms)
+    return rec, end
+
+
+@pytest.mark.parametrize(
+    ("center_ms", "threshold_ms", "decided"),
+    [(30.0, 20.0, "over"), (5.0, 20.0, "under"), (19.0, None, None)],  # None: at the level's own p99
+)
+def test_a_level_is_decided_once_its_percentile_is_clearly_on_one_side_of_the_budget(center_ms, threshold_ms,
+                                                                                      decided):  # fmt: skip
+    from perfkit.measure._level import _threshold_decided
+
+    service = np.random.default_rng(1).normal(center_ms, center_ms * 0.05, 2000).clip(0.1)
+    rec, end = _recorder_with(service)
+    if threshold_ms is None:
+        threshold_ms = float(np.percentile(rec.latencies_us(end, "service"), 99)) / 1e3
+    spec = ProfileSpec(model="m", levels=(), percentile=99, latency_threshold_ms=threshold_ms, stop_when_decided=True)
+    rel = rec.precision(rec.windows(1), end, 99).latency_rel
+    assert _threshold_decided(rec, spec, end, rel, True) == decided
+    # Not asked (profile's default): never decided early.
+    assert _threshold_decided(rec, dataclasses.replace(spec, stop_when_decided=False), end, rel, True) is None
+
+
+def test_sweep_and_flags_set_the_accuracy_tolerance():
+    from perfkit.cli import main as cli_main
+
+    settings = TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_output_diff": "abs=0.1,rel=0.02"})
+    assert settings.max_output_diff == OutputTolerance(max_abs=0.1, max_rel=0.02)
+    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_output_diff": "off"}).max_output_diff == (
+        OutputTolerance.off()
+    )
+    with pytest.raises(UsageError):
+        TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_output_diff": "loose"})
+    # The CLI refuses a bad value before any server starts (usage error, exit 2).
+    assert cli_main(["tune", "-m", "m", "--model-repository", ".", "--latency-budget", "20ms",
+                     "--max-output-diff", "loose"]) == 2  # fmt: skip

@@ -486,7 +486,8 @@ class TrialRecord:
     latency_us: float | None  # the budget percentile at that load
     feasible: bool
     fail_reason: str = ""
-    config_sha256: str = ""  # of the candidate config as perfkit wrote it (not ModelInfo.served_config_sha256)
+    config_pbtxt_sha256: str = ""  # of the candidate config.pbtxt as perfkit wrote it (canonical protobuf)
+    served_config_sha256: str = ""  # of the config the server applied (ModelInfo.served_config_sha256 of its run)
     duration_s: float = 0.0
     is_original: bool = False
     metrics: dict[str, float] = field(default_factory=dict)  # every other figure, e.g. gpu_memory_bytes
@@ -499,7 +500,7 @@ class TuneRecord:
     perfkit_version: str
     created_utc: str
     command: tuple[str, ...]
-    machine: dict[str, Any]
+    machine: Machine  # older tune records' free-form machine objects are read by Machine.from_mapping
     server: dict[str, Any]
     model: str
     latency_budget_ms: float
@@ -579,10 +580,19 @@ class TuneRecord:
                 f"{TUNE_SCHEMA_VERSION}",
                 hint="read it with the perfkit version that wrote it",
             )
+        trials = data.get("trials")
+        if isinstance(trials, list):  # records before the hashes were named for what they hash
+            data = {**data, "trials": [_renamed_key(t, "config_sha256", "config_pbtxt_sha256") for t in trials]}
         try:
             return from_dict(cls, data)
         except (TypeError, KeyError, ValueError) as err:
             raise InputError(f"{source} is a malformed tune record: {err}") from None
+
+
+def _renamed_key(obj: Any, old: str, new: str) -> Any:
+    if isinstance(obj, dict) and old in obj and new not in obj:
+        return {(new if k == old else k): v for k, v in obj.items()}
+    return obj
 
 
 def load_record(path: Path) -> RunRecord | TuneRecord:

@@ -118,7 +118,7 @@ def test_fleet_of_two_servers_breakdown_adds_up(triton, ray_cluster, model_repo:
     # each server's own statistics: it saw (at least) the requests sent to it in the period
     for s in lv.fleet:
         assert s.server is not None and s.server.request_count >= s.service.count * 0.5
-    assert rec.server["fleet"] == [s.url for s in lv.fleet]
+    assert rec.distributed["servers"] == [s.url for s in lv.fleet]
     # the report shows the fleet total and each server's share, and the workers
     from perfkit.report import write_profile_report
 

@@ -19,7 +19,7 @@ from perfkit.server.modelconfig import (
     ModelConfig,
     applied_differences,
     config_from_dict,
-    config_sha256,
+    config_pbtxt_sha256,
     config_to_dict,
     format_config,
     parse_config,
@@ -146,7 +146,7 @@ def test_text_round_trip_loses_nothing(name: str, tmp_path: Path):
     write_config(path, cfg)
     again = read_config(path)
     assert again == cfg
-    assert config_sha256(again) == config_sha256(cfg)
+    assert config_pbtxt_sha256(again) == config_pbtxt_sha256(cfg)
     # Printing is a fixed point: a second write gives the same bytes.
     first = path.read_bytes()
     write_config(path, again)
@@ -172,9 +172,9 @@ def test_sha256_ignores_layout_and_comments_but_not_content():
     a = parse_config('name: "m"\nmax_batch_size: 8\n')
     b = parse_config('# comment\nmax_batch_size: 8   name:"m"')
     c = parse_config('name: "m"\nmax_batch_size: 4\n')
-    assert config_sha256(a) == config_sha256(b)
-    assert config_sha256(a) != config_sha256(c)
-    assert len(config_sha256(a)) == 64
+    assert config_pbtxt_sha256(a) == config_pbtxt_sha256(b)
+    assert config_pbtxt_sha256(a) != config_pbtxt_sha256(c)
+    assert len(config_pbtxt_sha256(a)) == 64
 
 
 def test_server_json_with_unknown_fields_and_string_int64_is_read():

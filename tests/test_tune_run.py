@@ -20,8 +20,8 @@ import pytest
 from perfkit.errors import PerfkitError
 from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.server import LocalLaunch, launch_local
-from perfkit.server.modelconfig import config_sha256, read_config
-from perfkit.tuner import TuneSettings, TuneSpace, judge, tune
+from perfkit.server.modelconfig import config_pbtxt_sha256, read_config
+from perfkit.tuner import TuneSettings, TuneSpace, judge_trial, tune
 from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -72,11 +72,11 @@ def test_tune_finds_a_better_config_and_its_outputs_agree(model_repo: Path, tmp_
     top = measured.sort_values("throughput_infer_per_s", kind="stable").iloc[-1]
     assert int(top.trial) == best.number
     best_cfg = read_config(out / "best" / "config.pbtxt")
-    assert config_sha256(best_cfg) == top.config_sha256 == best.config_sha256
+    assert config_pbtxt_sha256(best_cfg) == top.config_pbtxt_sha256 == best.config_pbtxt_sha256
     assert best_cfg.parameters["precision"].string_value == top.precision
     assert best_cfg.instance_group[0].count == int(top.instance_count)
     run = RunRecord.load(out / "runs" / f"trial-{best.number:03d}.json")
-    verdict = judge(run, latency_budget_ms=20, percentile=99)
+    verdict = judge_trial(run, latency_budget_ms=20, percentile=99)
     assert verdict.throughput_infer_per_s == pytest.approx(top.throughput_infer_per_s)
     assert run.model.config["parameters"]["precision"]["string_value"] == top.precision  # what the server ran
     assert "+  count: 2" in (out / "best.diff").read_text() or "int8" in (out / "best.diff").read_text()

@@ -18,7 +18,7 @@ from perfkit.tuner import (
     apply_params,
     concurrency_levels,
     extract_params,
-    judge,
+    judge_trial,
     parse_latency_ms,
     resolve,
 )
@@ -204,16 +204,16 @@ def _run(*levels: LevelResult) -> RunRecord:
 
 
 def test_judge_takes_the_best_level_within_budget():
-    v = judge(_run(_level(1, 100, 5), _level(2, 180, 9), _level(4, 260, 25)), latency_budget_ms=20, percentile=99)
+    v = judge_trial(_run(_level(1, 100, 5), _level(2, 180, 9), _level(4, 260, 25)), latency_budget_ms=20, percentile=99)
     assert v.feasible_load == LoadLevel("concurrency", 2)
     assert v.throughput_infer_per_s == 180
     assert not v.lowest_over_budget
 
 
 def test_judge_ignores_levels_with_errors_and_flags_hopeless_trials():
-    v = judge(_run(_level(1, 100, 5), _level(2, 300, 6, errors=3)), latency_budget_ms=20, percentile=99)
+    v = judge_trial(_run(_level(1, 100, 5), _level(2, 300, 6, errors=3)), latency_budget_ms=20, percentile=99)
     assert v.throughput_infer_per_s == 100
-    hopeless = judge(_run(_level(1, 50, 30)), latency_budget_ms=20, percentile=99)
+    hopeless = judge_trial(_run(_level(1, 50, 30)), latency_budget_ms=20, percentile=99)
     assert hopeless.feasible_load is None and hopeless.lowest_over_budget
 
 

@@ -14,7 +14,7 @@ from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.measure import _binary_search, _over_threshold
 from perfkit.records import MetricSample, ProfileSpec, RunRecord
-from perfkit.tuner import JudgeSettings, TuneSettings, judge, parse_max_output_diff
+from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
 from perfkit.tuner._judge import constraints
@@ -57,7 +57,7 @@ JUDGE = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, max_concurrenc
 
 
 def _best_concurrency(rec: RunRecord) -> int | None:
-    v = judge(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     return int(v.feasible_load.value) if v.feasible_load else None
 
 
@@ -84,7 +84,7 @@ def test_an_answer_below_the_bracket_is_searched_down_to_concurrency_one():
     assert _best_concurrency(rec) == 4
     assert 1 in sys_.measured and min(lv.load.value for lv in rec.levels) == 1
     hopeless = FakeSystem(20.0)  # over the budget at concurrency 1: the judge can prune it
-    v = judge(find_load(hopeless, None, JUDGE, "m", start=8), latency_budget_ms=BUDGET_MS, percentile=99)
+    v = judge_trial(find_load(hopeless, None, JUDGE, "m", start=8), latency_budget_ms=BUDGET_MS, percentile=99)
     assert v.lowest_over_budget and v.feasible_load is None
 
 
@@ -118,9 +118,9 @@ def test_max_gpu_memory_is_a_constraint_read_from_the_runs_gpu_metrics():
     settings = TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_gpu_memory": "8GiB"})
     assert settings.max_gpu_memory_bytes == 8 * 2**30 and settings.judge_settings(None).collect_metrics
     rec = synthetic_record([synthetic_level(concurrency=c, latency_ms=5, noise=0) for c in (1, 2)])
-    big = judge(_with_gpu_memory(rec, [6e9, 9.5e9]), latency_budget_ms=20, percentile=99)
-    small = judge(_with_gpu_memory(rec, [3e9, 4e9]), latency_budget_ms=20, percentile=99)
-    unknown = judge(rec, latency_budget_ms=20, percentile=99)
+    big = judge_trial(_with_gpu_memory(rec, [6e9, 9.5e9]), latency_budget_ms=20, percentile=99)
+    small = judge_trial(_with_gpu_memory(rec, [3e9, 4e9]), latency_budget_ms=20, percentile=99)
+    unknown = judge_trial(rec, latency_budget_ms=20, percentile=99)
     assert big.gpu_memory_bytes == 9.5e9 and big.metrics["gpu_memory_bytes"] == 9.5e9
     feasible, cons = constraints(settings, big)
     assert not feasible and cons["gpu_memory"] > 0 and cons["latency"] <= 0

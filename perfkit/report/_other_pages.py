@@ -15,7 +15,7 @@ from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, command
 
 
 def _run_labels_for_tune(tune: TuneRecord, runs: list[RunRecord]) -> list[str]:
-    by_sha = {t.config_sha256: t for t in tune.trials if t.config_sha256}
+    by_sha = {t.served_config_sha256: t for t in tune.trials if t.served_config_sha256}
     best = tune.best()
     labels = []
     for i, run in enumerate(runs):

@@ -35,7 +35,7 @@ __all__ = [
     "apply_config",
     "applied_differences",
     "config_from_dict",
-    "config_sha256",
+    "config_pbtxt_sha256",
     "config_to_dict",
     "format_config",
     "parse_config",
@@ -125,7 +125,7 @@ def config_from_dict(data: dict[str, Any], *, source: str = "<config JSON>") -> 
     return cfg
 
 
-def config_sha256(cfg: ModelConfig) -> str:
+def config_pbtxt_sha256(cfg: ModelConfig) -> str:
     """A stable sha256 of a config's content: canonical JSON, independent of field order,
     whitespace and comments in the file."""
     canonical = json.dumps(config_to_dict(cfg), sort_keys=True, separators=(",", ":"))

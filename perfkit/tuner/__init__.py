@@ -7,7 +7,7 @@ candidate instead of restarting the server; always puts the user's config back.
 
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge, parse_duration_s, parse_latency_ms
+from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge_trial, parse_duration_s, parse_latency_ms
 from perfkit.tuner._plan import Plan, describe, plan, render_candidate, write_candidates
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._run import tune
@@ -37,7 +37,7 @@ __all__ = [
     "default_output_dir",
     "extract_params",
     "grid_points",
-    "judge",
+    "judge_trial",
     "parse_bytes",
     "parse_delay_range",
     "parse_duration_s",

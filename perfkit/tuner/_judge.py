@@ -110,7 +110,7 @@ class ConstraintSettings(Protocol):
 
 
 @dataclass(frozen=True)
-class Verdict:
+class TrialVerdict:
     """What a trial achieved: the best level within the budget, or why none was."""
 
     feasible_load: LoadLevel | None
@@ -137,7 +137,7 @@ def level_within_budget(level: LevelResult, latency_budget_ms: float, percentile
     return level.error_count == 0 and _level_latency_us(level, percentile) <= latency_budget_ms * 1e3
 
 
-def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> Verdict:
+def judge_trial(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> TrialVerdict:
     """Read a trial's run record against the budget. A level counts only without errors."""
     budget_us = latency_budget_ms * 1e3
     levels = list(record.levels)
@@ -167,7 +167,7 @@ def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> 
                 metrics["avg_batch"] = best.server.inference_count / best.server.execution_count
     if mem:
         metrics["gpu_memory_bytes"] = max(mem)
-    return Verdict(
+    return TrialVerdict(
         feasible_load=best.load if best else None,
         throughput_infer_per_s=best.throughput_infer_per_s if best else None,
         latency_us=_level_latency_us(best, percentile) if best else None,
@@ -180,7 +180,7 @@ def judge(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> 
     )
 
 
-def constraints(settings: ConstraintSettings, v: Verdict) -> tuple[bool, dict[str, float]]:
+def constraints(settings: ConstraintSettings, v: TrialVerdict) -> tuple[bool, dict[str, float]]:
     """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
     the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
     unknown (no metrics) does not break the constraint."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import shutil
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -48,7 +47,8 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
         latency_us=ua.get("latency_us"),
         feasible=bool(ua.get("feasible", False)),
         fail_reason=str(ua.get(A_FAIL_REASON, "")),
-        config_sha256=str(ua.get("config_sha256", "")),
+        config_pbtxt_sha256=str(ua.get("config_pbtxt_sha256", "")),
+        served_config_sha256=str(ua.get("served_config_sha256", "")),
         duration_s=duration,
         is_original=bool(ua.get(A_ORIGINAL, False)),
         metrics=metrics,
@@ -58,43 +58,6 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
 def study_trials(study: optuna.Study) -> list[FrozenTrial]:
     """The trials worth reporting: every trial that started (not queued ones)."""
     return [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
-
-
-def best_trial(records: Sequence[TrialRecord]) -> TrialRecord | None:
-    """The complete, feasible trial with the most throughput (ties: the lower latency, then the earlier)."""
-    ok = [r for r in records if r.state == "complete" and r.feasible and r.throughput_infer_per_s is not None]
-    if not ok:
-        return None
-    return max(ok, key=lambda r: (r.throughput_infer_per_s or 0.0, -(r.latency_us or math.inf), -r.number))
-
-
-def pareto_front(records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Feasible complete trials no other dominates on (throughput up, latency down)."""
-    ok = [
-        r
-        for r in records
-        if r.state == "complete" and r.feasible and r.throughput_infer_per_s is not None and r.latency_us is not None
-    ]
-    front = []
-    for r in ok:
-        dominated = any(
-            (o.throughput_infer_per_s or 0) >= (r.throughput_infer_per_s or 0)
-            and (o.latency_us or 0) <= (r.latency_us or 0)
-            and (
-                (o.throughput_infer_per_s or 0) > (r.throughput_infer_per_s or 0)
-                or (o.latency_us or 0) < (r.latency_us or 0)
-            )
-            for o in ok
-        )
-        if not dominated:
-            front.append(r)
-    return sorted(front, key=lambda r: r.throughput_infer_per_s or 0.0)
-
-
-def original_trial(records: Sequence[TrialRecord]) -> TrialRecord | None:
-    return next((r for r in records if r.is_original and r.state == "complete"), None) or next(
-        (r for r in records if r.is_original), None
-    )
 
 
 def trials_frame(records: Sequence[TrialRecord], percentile: float) -> pd.DataFrame:
@@ -115,7 +78,7 @@ def trials_frame(records: Sequence[TrialRecord], percentile: float) -> pd.DataFr
         for k in metric_keys:
             row[k] = r.metrics.get(k)
         row["duration_s"] = r.duration_s
-        row["config_sha256"] = r.config_sha256
+        row["config_pbtxt_sha256"] = r.config_pbtxt_sha256
         row["fail_reason"] = r.fail_reason
         rows.append(row)
     return pd.DataFrame(rows)

@@ -5,14 +5,13 @@ with no server and without touching the model repository.
 from __future__ import annotations
 
 import importlib.metadata
-import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfkit.errors import CandidateRejectedError, ConfigError, InputError
-from perfkit.server.modelconfig import ModelConfig, config_sha256, format_config, read_config
+from perfkit.server.modelconfig import ModelConfig, config_pbtxt_sha256, read_config, render_config
 from perfkit.tuner._space import (
     KNOBS,
     ResolvedSpace,
@@ -62,14 +61,9 @@ def _tritonclient_version() -> str:
 
 
 def render_candidate(original_text: str, cfg: ModelConfig) -> str:
-    """The text of a candidate config written for the user's file.
-
-    The one place candidate texts are made: the leading comment block of the original is kept
-    and the rest printed from the message (a comment-preserving renderer replaces this).
-    """
-    lines = original_text.splitlines(keepends=True)
-    header = "".join(itertools.takewhile(lambda ln: ln.lstrip().startswith("#"), lines))
-    return header + format_config(cfg)
+    """The text of a candidate config written for the user's file: an edit of the original that
+    changes only the fields whose values differ, comments and formatting kept (render_config)."""
+    return render_config(original_text, cfg)
 
 
 @dataclass(frozen=True)
@@ -125,7 +119,7 @@ def plan(
     if rs.refused:
         return Plan(model, rs, (), (), 0, 0)
     names = {d.name for d in rs.dimensions}
-    seen = {config_sha256(original)}
+    seen = {config_pbtxt_sha256(original)}
     first = {k: v for k, v in rs.original_params.items() if k in names}
     cands = [Candidate(0, normalize_params(first), original_text, original=True)]
     rejected: list[tuple[dict[str, Any], str]] = []
@@ -137,7 +131,7 @@ def plan(
         except CandidateRejectedError as err:
             rejected.append((normalize_params(point), err.message))
             continue
-        sha = config_sha256(cfg)
+        sha = config_pbtxt_sha256(cfg)
         if sha in seen:
             duplicates += 1
             continue

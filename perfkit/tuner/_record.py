@@ -3,9 +3,7 @@ every worker's trials) and its closing summary."""
 
 from __future__ import annotations
 
-import os
-import platform
-import socket
+import dataclasses
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -14,6 +12,7 @@ import optuna
 
 from perfkit import __version__
 from perfkit.errors import ServerError
+from perfkit.measure import machine_info
 from perfkit.records import TuneRecord
 from perfkit.tuner import _outputs, _study
 from perfkit.tuner._events import Summary, fmt_params
@@ -27,31 +26,30 @@ def build_record(
     frozen = _outputs.study_trials(study)
     trials = tuple(_outputs.trial_record(ft) for ft in frozen)
     configs = {ft.number: str(ft.user_attrs.get("config_pbtxt", "")) for ft in frozen}
-    best = _outputs.best_trial(trials)
-    front = _outputs.pareto_front(trials)  # informative in both modes: throughput vs latency
-    return TuneRecord(
+    rec = TuneRecord(
         perfkit_version=__version__,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         command=t.s.command,
-        machine={
-            "hostname": socket.gethostname(),
-            "platform": platform.platform(),
-            "cpu_count": os.cpu_count(),
-            "python": platform.python_version(),
-        },
+        machine=machine_info(),
         server=_server_info(t),
         model=t.model,
         latency_budget_ms=t.s.latency_budget_ms,
         percentile=t.s.percentile,
         objective=t.s.objective,
         original_config=t.original_text,
-        best_config=configs.get(best.number) if best else None,
-        best_trial=best.number if best else None,
+        best_config=None,
+        best_trial=None,
         trials=trials,
-        pareto_trials=tuple(r.number for r in front),
         importances=_study.param_importances(study, t.s.objective),
         status=status,
         error=error,
+    )
+    best = rec.best()
+    return dataclasses.replace(
+        rec,
+        best_config=configs.get(best.number) if best else None,
+        best_trial=best.number if best else None,
+        pareto_trials=tuple(r.number for r in rec.pareto()),  # informative in both modes: throughput vs latency
     )
 
 
@@ -77,8 +75,8 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
         f"{len(done)} trials: {counts['complete']} complete, {counts['pruned']} pruned, {counts['failed']} failed"
         f"{rej} (status {rec.status})"
     )
-    best = next((r for r in rec.trials if r.number == rec.best_trial), None)
-    orig = _outputs.original_trial(rec.trials)
+    best = rec.trial(rec.best_trial)
+    orig = rec.original()
     if best is None:
         lines.append("no config met the budget: nothing to recommend")
     else:

@@ -13,7 +13,7 @@ import optuna
 
 from perfkit.errors import PerfkitError, UsageError
 from perfkit.server.base import Server
-from perfkit.server.modelconfig import ConfigGuard, apply_config, config_sha256
+from perfkit.server.modelconfig import ConfigGuard, apply_config, config_pbtxt_sha256
 from perfkit.tuner import _outputs, _study
 from perfkit.tuner._events import Applied, OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._loadplan import Measure
@@ -46,7 +46,7 @@ def open_study(t: TrialRunner) -> optuna.Study:
     if created and t.s.resume:
         optuna.delete_study(study_name=t.study_name, storage=storage)
         raise nothing_to_resume
-    sha = config_sha256(t.original_cfg)
+    sha = config_pbtxt_sha256(t.original_cfg)
     known = study.user_attrs.get("original_sha256")
     if known is None:
         study.set_user_attr("original_sha256", sha)

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from perfkit.errors import InputError, UsageError
 from perfkit.records import TrialRecord, TuneRecord
-from perfkit.tuner import _outputs
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._judge import JudgeSettings, check_percentile, parse_duration_s, parse_latency_ms
 
@@ -162,7 +161,7 @@ class TuneResult:
 
     @property
     def original(self) -> TrialRecord | None:
-        return _outputs.original_trial(self.record.trials)
+        return self.record.original()
 
 
 def default_output_dir(model: str) -> Path:

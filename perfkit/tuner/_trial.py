@@ -30,7 +30,7 @@ from perfkit.server.base import Server
 from perfkit.server.modelconfig import (
     ModelConfig,
     apply_config,
-    config_sha256,
+    config_pbtxt_sha256,
     parse_config,
     read_config,
     render_config,
@@ -48,7 +48,7 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._judge import Verdict, constraints, judge
+from perfkit.tuner._judge import TrialVerdict, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
@@ -255,12 +255,14 @@ class TrialRunner:
                 return
             text = render_config(self.original_text, candidate)
             # What we write must parse back to the same config (no field lost on the way).
-            if config_sha256(parse_config(text, source=f"trial {number} config")) != config_sha256(candidate):
+            if config_pbtxt_sha256(parse_config(text, source=f"trial {number} config")) != config_pbtxt_sha256(
+                candidate
+            ):
                 raise ConfigError(f"trial {number}: the candidate config does not round-trip through text format")
         record_params = self.searched(candidate)
-        sha = config_sha256(candidate)
+        sha = config_pbtxt_sha256(candidate)
         trial.set_user_attr("params", record_params)
-        trial.set_user_attr("config_sha256", sha)
+        trial.set_user_attr("config_pbtxt_sha256", sha)
         trial.set_user_attr("config_pbtxt", text)
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         self.trial_configs[number] = text
@@ -300,7 +302,7 @@ class TrialRunner:
         self._fail(study, trial, f"rejected: {err.message}")
         self.emit(TrialRejected(trial.number, fmt_params(params), err.message))
 
-    def _tell(self, study: optuna.Study, trial: optuna.Trial, verdict: Verdict, reload_s: float, measure_s: float,
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, verdict: TrialVerdict, reload_s: float, measure_s: float,
               duration: float) -> None:  # fmt: skip
         metrics = dict(verdict.metrics)
         metrics.update({"reload_s": reload_s, "measure_s": measure_s})
@@ -343,7 +345,7 @@ class TrialRunner:
         return out
 
     def _evaluate(self, study: optuna.Study, trial: optuna.Trial, text: str, number: int, is_original: bool,
-                  params: dict[str, Any]) -> tuple[Verdict, float, float] | None:  # fmt: skip
+                  params: dict[str, Any]) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip
         t0 = time.monotonic()
         try:
             apply_config(self.server, self.model, self.config_path, text)
@@ -384,18 +386,19 @@ class TrialRunner:
         return self._verdict(study, trial, record, reload_s, measure_s)
 
     def _verdict(self, study: optuna.Study, trial: optuna.Trial, record: RunRecord, reload_s: float,
-                 measure_s: float) -> tuple[Verdict, float, float] | None:  # fmt: skip
+                 measure_s: float) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip
         if record.status != "ok" and not record.levels:
             self._fail(study, trial, f"measurement {record.status}: {record.error or ''}")
             return None
-        verdict = judge(record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile)
+        trial.set_user_attr("served_config_sha256", record.model.served_config_sha256)  # pairs the trial with its run
+        verdict = judge_trial(record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile)
         return verdict, reload_s, measure_s
 
     def _measured_before(self, study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
             if (
                 t.number != number
-                and t.user_attrs.get("config_sha256") == sha
+                and t.user_attrs.get("config_pbtxt_sha256") == sha
                 and not t.user_attrs.get(_study.A_DUPLICATE_OF)
             ):
                 return t

@@ -126,6 +126,35 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class StreamingSummary:
+    """Per-response figures of a level of streamed requests (one response per token).
+
+    ttft: first non-empty response from the send time; ttft_corrected (open loop): from
+    the time the request was due. itl: every gap between consecutive non-empty responses
+    of a request (a distribution over responses, not per-request means). second_token:
+    from the first to the second response. output_len_*: non-empty responses per request.
+    goodput counts requests
+    meeting every SLO in goodput_slo_ms (keys 'ttft', 'itl', 'latency'; a request's
+    worst ITL gap is held against 'itl').
+    """
+
+    ttft: LatencySummary
+    itl: LatencySummary
+    second_token: LatencySummary
+    output_len_mean: float
+    output_len_p50: float
+    output_len_p99: float
+    output_len_max: int
+    responses_per_s: float
+    output_tokens_per_s: float
+    request_count: int
+    ttft_corrected: LatencySummary | None = None
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)
+    goodput_rps: float | None = None
+    goodput_fraction: float | None = None
+
+
+@dataclass(frozen=True)
 class LevelResult:
     """Everything measured at one load level."""
 
@@ -150,6 +179,7 @@ class LevelResult:
     server: ServerStats | None = None
     metrics: tuple[MetricSample, ...] = ()
     note: str = ""
+    streaming: StreamingSummary | None = None  # streamed (decoupled) requests only
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -352,6 +382,17 @@ class ProfileSpec:
     seed: int = 0
     workers: int = 1  # load-generator processes
     max_outstanding: int = 4096  # open loop: cap on requests in flight before sends count as dropped
+    # Streaming (decoupled models over gRPC ModelStreamInfer) and sequence (stateful) models.
+    streaming: bool = False
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)  # e.g. {"ttft": 200, "itl": 20}
+    sequence_length: int = 20
+    sequence_length_specified: bool = False  # with input data: else a sequence is one data stream
+    sequence_length_variation: float = 20.0  # percent
+    sequence_id_start: int = 1
+    sequence_id_end: int | None = None  # exclusive; None: unbounded
+    num_of_sequences: int = 4  # open loop: concurrent sequences
+    serial_sequences: bool = False
+    string_sequence_ids: bool = False
 
 
 # Request outcome codes shared by the load generator and the recorder.
@@ -363,6 +404,7 @@ STATUS_CONNECTION_REFUSED = -2
 STATUS_DROPPED = -3  # open loop: could not be sent (max outstanding reached)
 STATUS_UNFINISHED = -4  # still in flight when the level's drain timeout ran out
 STATUS_PROTOCOL = -5  # a response perfkit could not parse
+STATUS_STREAM_ERROR = -6  # a streamed request answered with an error message on the stream
 GRPC_STATUS_BASE = 1000
 _CLIENT_STATUS_NAMES = {
     STATUS_CONNECTION_CLOSED: "connection_closed",
@@ -370,6 +412,7 @@ _CLIENT_STATUS_NAMES = {
     STATUS_DROPPED: "dropped",
     STATUS_UNFINISHED: "unfinished",
     STATUS_PROTOCOL: "protocol_error",
+    STATUS_STREAM_ERROR: "stream_error",
 }
 
 
@@ -387,7 +430,10 @@ class Samples:
     """Raw per-request timestamps (one monotonic clock, ns) from the load generator.
 
     due_ns is -1 in closed loop; sent_ns is -1 for dropped sends. Arrays are numpy int64
-    (status int32), all of one length.
+    (status int32), all of one length. Streamed requests (decoupled models) also carry
+    response_ns: an object array holding, per request, an int64 array of the arrival times
+    of its non-empty responses (tokens); done_ns is then its final response. None for
+    unary requests.
     """
 
     due_ns: Any
@@ -395,6 +441,7 @@ class Samples:
     done_ns: Any
     status: Any
     error_examples: dict[int, str] = field(default_factory=dict)
+    response_ns: Any = None
 
     def __len__(self) -> int:
         return len(self.done_ns)

@@ -12,6 +12,8 @@ from time import perf_counter_ns
 from perfkit.loadgen._engine import Engine, EngineConfig
 from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, file_tensors, grpc_payload, http_payload
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
+from perfkit.loadgen._sequences import SequenceSpec
+from perfkit.loadgen._stream_grpc import StreamConfig, StreamEngine
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
 from perfkit.records import LoadLevel, Samples
@@ -21,6 +23,8 @@ __all__ = [
     "EngineConfig",
     "LoadGenerator",
     "ModelIO",
+    "SequenceSpec",
+    "StreamConfig",
     "ShmBinding",
     "Tensor",
     "file_tensors",
@@ -39,11 +43,15 @@ SWITCH_INTERVAL_S = 0.0002
 class LoadGenerator:
     """One engine in this process (workers=1) or one per worker process, merged exactly."""
 
-    def __init__(self, cfg: EngineConfig, workers: int = 1) -> None:
+    def __init__(self, cfg: EngineConfig | StreamConfig, workers: int = 1) -> None:
         self.workers = max(1, workers)
-        self._engines: list[Engine] | list[ProcessEngine]
+        self._engines: list[Engine] | list[ProcessEngine] | list[StreamEngine]
         self._switch_interval_s: float | None = None
-        if self.workers == 1:
+        if isinstance(cfg, StreamConfig):
+            # streamed requests (decoupled models, sequences over a stream): one engine in this process
+            self.workers = 1
+            self._engines = [StreamEngine(cfg)]
+        elif self.workers == 1:
             self._switch_interval_s = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval_s))
             self._engines = [Engine(cfg)]

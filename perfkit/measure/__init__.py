@@ -19,6 +19,7 @@ from perfkit.loadgen import (
     EngineConfig,
     LoadGenerator,
     ModelIO,
+    StreamConfig,
     Tensor,
     file_tensors,
     grpc_payload,
@@ -31,6 +32,7 @@ from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
+from perfkit.measure._stream_setup import stream_config, streamed_steps
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.schedule import read_intervals_file
 from perfkit.server.base import Server
@@ -116,7 +118,7 @@ def profile(
     config = server.model_config(spec.model)
     io = ModelIO.from_server(metadata, config, spec.model_version)
     _check_spec(io, spec)
-    steps = _steps(io, spec)
+    steps = streamed_steps(io, spec, _steps(io, spec))
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
     stats_models = [spec.model, *composing_models(config)]
     info = server_info(server, spec.protocol)
@@ -145,9 +147,11 @@ def profile(
     host, port = _engine_target(server, spec.protocol)
     try:
         with _payloads(server, io, spec, steps) as payloads:
-            cfg = EngineConfig(
+            cfg: EngineConfig | StreamConfig = EngineConfig(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
             )
+            # streamed requests (--streaming, sequence models) go through the stream engine
+            cfg = stream_config(spec, config, host, port, payloads, intervals) or cfg
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:

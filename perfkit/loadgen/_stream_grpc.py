@@ -1,0 +1,371 @@
+"""Streamed requests over gRPC ModelStreamInfer (decoupled models, and sequences over a stream).
+
+One bidirectional stream per engine carries every request; responses are matched to
+requests by the request `id`, which is appended to the prebuilt request bytes as one
+more protobuf field (a later field of the same number wins, so no re-serialization).
+Each request also asks for `triton_enable_empty_final_response`, so every request ends
+with a response whose `triton_final_response` parameter is true, empty or not: that
+is the request's completion time. Each non-empty response's arrival is timestamped
+(one per token for an LLM-style model).
+
+Runs on its own thread and event loop, with the engine protocol the measure stage uses
+(start / drain / stop / close returning Samples).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from perfkit.loadgen._sequences import SequenceManager, SequenceSpec
+from perfkit.loadgen._timer import precise_selector
+from perfkit.records import (
+    GRPC_STATUS_BASE,
+    STATUS_CONNECTION_CLOSED,
+    STATUS_DROPPED,
+    STATUS_STREAM_ERROR,
+    STATUS_UNFINISHED,
+    LoadLevel,
+    Samples,
+)
+from perfkit.schedule import due_times
+
+_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+_FINAL = "triton_final_response"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    n &= (1 << 64) - 1  # negative int64 values are 10-byte two's complement varints
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _len_field(number: int, data: bytes) -> bytes:
+    return _varint((number << 3) | 2) + _varint(len(data)) + data
+
+
+def _param(key: str, value: bool | int | str) -> bytes:
+    # ModelInferRequest.parameters (field 4) is map<string, InferParameter>: each entry is a
+    # message {1: key, 2: value}; InferParameter's oneof: 1 bool, 2 int64, 3 string.
+    if isinstance(value, bool):
+        encoded = b"\x08" + (b"\x01" if value else b"\x00")
+    elif isinstance(value, int):
+        encoded = b"\x10" + _varint(value)
+    else:
+        encoded = _len_field(3, value.encode())
+    return _len_field(4, _len_field(1, key.encode()) + _len_field(2, encoded))
+
+
+def request_suffix(
+    request_id: str, *, sequence_id: int | str | None = None, start: bool = False, end: bool = False
+) -> bytes:
+    """Protobuf fields appended to a serialized ModelInferRequest: its id, final-response and sequence flags."""
+    out = _len_field(3, request_id.encode()) + _param("triton_enable_empty_final_response", True)
+    if sequence_id is not None:
+        out += _param("sequence_id", sequence_id)
+        out += _param("sequence_start", start) + _param("sequence_end", end)
+    return out
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Everything the stream engine needs; picklable."""
+
+    host: str
+    port: int
+    payloads: tuple[bytes, ...]  # serialized ModelInferRequest, without id
+    intervals_ns: tuple[int, ...] = ()
+    seed: int = 0
+    max_outstanding: int = 1000
+    sequences: SequenceSpec | None = None  # sequence (stateful) model: IDs and flags per request
+
+
+class _Req:
+    __slots__ = ("due", "responses", "sent", "slot")
+
+    def __init__(self, due: int, slot: int) -> None:
+        self.due = due
+        self.sent = -1
+        self.slot = slot
+        self.responses: list[int] = []
+
+
+class StreamEngine:
+    """Streams requests on one gRPC bidirectional stream, closed or open loop."""
+
+    def __init__(self, cfg: StreamConfig) -> None:
+        from tritonclient.grpc import service_pb2
+
+        self.cfg = cfg
+        self._parse = service_pb2.ModelStreamInferResponse.FromString
+        self.records: list[tuple[int, int, int, int, list[int]]] = []
+        self.error_examples: dict[int, str] = {}
+        self.active = False
+        self.closed_loop = True
+        self.inflight: dict[str, _Req] = {}
+        self._ids = itertools.count()
+        self._payloads = itertools.cycle(range(len(cfg.payloads)))
+        self._channel: Any = None
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._outq: asyncio.Queue[bytes] = asyncio.Queue()
+        self._dues: Iterator[int] | None = None
+        self._t0 = 0
+        self._next_due = 0
+        self._seq: SequenceManager | None = None
+        self._seq_rr = 0
+        self._pending: collections.deque[int] = collections.deque()
+        self.loop = asyncio.SelectorEventLoop(precise_selector())
+        self._thread = threading.Thread(target=self._run, name="perfkit-stream", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def _sync(self, coro: Any, timeout_s: float | None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    # -- engine protocol --------------------------------------------------------------------
+    def start(self, level: LoadLevel, t0_ns: int, share: float, worker: int = 0, workers: int = 1) -> None:
+        """Begin a level: `share` is the concurrency (closed loop); open loops pace from t0_ns."""
+        self._sync(self._start(level, t0_ns, share, worker, workers), 60)
+
+    def drain(self) -> Samples:
+        """Samples of requests completed since the last drain."""
+        return _to_samples(*self._sync(self._swap(), 30))
+
+    def stop(self, drain_timeout_s: float) -> Samples:
+        """Stop sending, wait up to drain_timeout_s for requests in flight, return the rest."""
+        return _to_samples(*self._sync(self._stop(drain_timeout_s), drain_timeout_s + 30))
+
+    def close(self) -> None:
+        """Close the stream, the channel and the thread; idempotent."""
+        if self.loop.is_closed():
+            return
+        try:
+            self._sync(self._shutdown(), 10)
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+    # -- loop side ----------------------------------------------------------------------------
+    async def _swap(self) -> tuple[list[tuple[int, int, int, int, list[int]]], dict[int, str]]:
+        records, self.records = self.records, []
+        examples, self.error_examples = self.error_examples, {}
+        return records, examples
+
+    async def _open(self) -> None:
+        import grpc.aio
+
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(
+                f"{self.cfg.host}:{self.cfg.port}",
+                options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+            )
+            await self._channel.channel_ready()
+        if self._call is None or self._call.done():
+            method = self._channel.stream_stream(_STREAM_INFER)  # raw bytes both ways
+            self._call = method()
+            self._outq = asyncio.Queue()
+            self._reader = self.loop.create_task(self._read(self._call))
+            self._writer = self.loop.create_task(self._write(self._call, self._outq))
+
+    async def _start(self, level: LoadLevel, t0_ns: int, share: float, worker: int, workers: int) -> None:
+        self.records, self.error_examples = [], {}
+        self.inflight.clear()
+        self._pending.clear()
+        self.closed_loop = level.mode == "concurrency"
+        await self._open()
+        seq = self.cfg.sequences
+        slots = int(share) if self.closed_loop else (seq.num_sequences if seq else 0)
+        self._seq = SequenceManager(seq, max(1, slots), seed=self.cfg.seed + worker) if seq else None
+        self.active = True
+        if self.closed_loop:
+            for slot in range(int(share)):
+                self._send(-1, slot)
+            return
+        self._dues = due_times(
+            level, seed=self.cfg.seed, worker=worker, workers=workers, intervals_ns=self.cfg.intervals_ns
+        )
+        self._t0 = t0_ns
+        self._next_due = t0_ns + next(self._dues)
+        self.loop.call_at(self._next_due / 1e9, self._tick)
+
+    def _send(self, due: int, slot: int) -> None:
+        rid = str(next(self._ids))
+        if self._seq is not None:
+            index, seq_id, start, end = self._seq.next_request(slot, len(self.cfg.payloads))
+            self._seq.slot(slot).in_flight += 1
+            suffix = request_suffix(rid, sequence_id=self._seq.wire_id(seq_id), start=start, end=end)
+        else:
+            index = next(self._payloads)
+            suffix = request_suffix(rid)
+        req = _Req(due, slot)
+        self.inflight[rid] = req
+        req.sent = perf_counter_ns()
+        # One writer drains a FIFO (a stream takes one write at a time): the order of sends
+        # on the stream is the order of these calls, which keeps a sequence's steps in order.
+        self._outq.put_nowait(self.cfg.payloads[index] + suffix)
+
+    async def _write(self, call: Any, queue: asyncio.Queue[bytes]) -> None:
+        try:
+            while True:
+                await call.write(await queue.get())
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the stream broke: the reader fails what is in flight
+            self.error_examples.setdefault(STATUS_CONNECTION_CLOSED, str(err)[:300])
+
+    async def _read(self, call: Any) -> None:
+        parse = self._parse
+        try:
+            async for raw in call:
+                now = perf_counter_ns()
+                msg = parse(raw)
+                resp = msg.infer_response
+                req = self.inflight.get(resp.id)
+                if msg.error_message:
+                    if req is None and self.inflight:  # errors may come without the id
+                        req = next(iter(self.inflight.values()))
+                        resp_id = next(iter(self.inflight))
+                    else:
+                        resp_id = resp.id
+                    if req is not None:
+                        self.error_examples.setdefault(STATUS_STREAM_ERROR, msg.error_message[:300])
+                        self._finish(resp_id, req, now, STATUS_STREAM_ERROR)
+                    continue
+                if req is None:
+                    continue
+                if resp.outputs:
+                    req.responses.append(now)
+                param = resp.parameters.get(_FINAL)
+                if param is not None and param.bool_param:
+                    self._finish(resp.id, req, now, 0)
+            status = STATUS_CONNECTION_CLOSED  # the server ended the stream
+            if self.inflight:
+                self.error_examples.setdefault(status, "the server closed the stream")
+        except asyncio.CancelledError:
+            return
+        except Exception as err:
+            code = getattr(err, "code", None)
+            status = STATUS_CONNECTION_CLOSED
+            if callable(code):
+                try:
+                    status = GRPC_STATUS_BASE + int(code().value[0])
+                except Exception:
+                    pass
+            self.error_examples.setdefault(status, str(err)[:300])
+        now = perf_counter_ns()
+        for rid, req in list(self.inflight.items()):
+            self._finish(rid, req, now, status, resend=False)
+
+    def _finish(self, rid: str, req: _Req, done: int, status: int, resend: bool = True) -> None:
+        del self.inflight[rid]
+        self.records.append((req.due, req.sent, done, status, req.responses))
+        if self._seq is not None:
+            self._seq.slot(req.slot).in_flight -= 1
+        if not (self.active and resend):
+            return
+        if self.closed_loop:
+            self._send(-1, req.slot)
+        elif self._pending and self._seq is not None:
+            self._send(self._pending.popleft(), req.slot)
+
+    # open loop
+    def _tick(self) -> None:
+        if not self.active or self._dues is None:
+            return
+        now = perf_counter_ns()
+        due = self._next_due
+        while due <= now:
+            self._dispatch(due)
+            due = self._t0 + next(self._dues)
+            if due > now:
+                now = perf_counter_ns()
+        self._next_due = due
+        self.loop.call_at(due / 1e9, self._tick)
+
+    def _dispatch(self, due: int) -> None:
+        if len(self.inflight) + len(self._pending) >= self.cfg.max_outstanding:
+            self.records.append((due, -1, perf_counter_ns(), STATUS_DROPPED, []))
+            return
+        if self._seq is None:
+            self._send(due, 0)
+            return
+        # Sequences take due requests round-robin; with --serial-sequences a sequence with a
+        # request in flight is skipped, and when all are busy the request waits (sent late).
+        n = len(self._seq._slots)
+        for k in range(n):
+            slot = (self._seq_rr + k) % n
+            if not self.cfg.sequences or not self.cfg.sequences.serial or self._seq.slot(slot).in_flight == 0:
+                self._seq_rr = slot + 1
+                self._send(due, slot)
+                return
+        self._pending.append(due)
+
+    async def _stop(self, drain_timeout_s: float) -> tuple[list[tuple[int, int, int, int, list[int]]], dict[int, str]]:
+        self.active = False
+        deadline = perf_counter_ns() + int(drain_timeout_s * 1e9)
+        while self._pending:
+            self.records.append((self._pending.popleft(), -1, perf_counter_ns(), STATUS_DROPPED, []))
+        while self.inflight and perf_counter_ns() < deadline:
+            await asyncio.sleep(0.002)
+        if self.inflight:
+            now = perf_counter_ns()
+            for rid, req in list(self.inflight.items()):
+                self._finish(rid, req, now, STATUS_UNFINISHED, resend=False)
+            self.error_examples.setdefault(STATUS_UNFINISHED, f"still in flight after {drain_timeout_s:g} s")
+            # A request left running would answer into the next level: start a fresh stream.
+            await self._close_call()
+        return await self._swap()
+
+    async def _close_call(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
+        for task in (self._reader, self._writer):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._reader = self._writer = None
+
+    async def _shutdown(self) -> None:
+        self.active = False
+        if self._call is not None:
+            self._call.cancel()
+        await self._close_call()
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+
+def _to_samples(records: list[tuple[int, int, int, int, list[int]]], examples: dict[int, str]) -> Samples:
+    n = len(records)
+    responses = np.empty(n, dtype=object)
+    if n:
+        arr = np.array([r[:4] for r in records], dtype=np.int64)
+        for i, r in enumerate(records):
+            responses[i] = np.array(r[4], dtype=np.int64)
+        return Samples(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, responses)
+    empty = np.empty(0, dtype=np.int64)
+    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, responses)

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from perfkit.cli._server_options import build_server_options, server_options
+from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.launch import open_server
@@ -94,6 +95,7 @@ def summary_table(record: RunRecord) -> str:
             lines.append(f"{'':>18} (too few samples for {', '.join(lat.thin)})")
     kind = "corrected (from due time)" if open_loop else "service (from send time)"
     lines.append(f"latency: {kind}; ±: ~95% CI half-width, relative")
+    lines.extend(streaming_lines(record))
     for lv in record.levels:
         if lv.corrected is not None:
             s = lv.service
@@ -211,6 +213,7 @@ class _Progress:
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random data and Poisson gaps.")
 @click.option("--model", "serve_models", multiple=True, help="Models a launched server loads (default: all).")
+@streaming_options()
 @server_options()
 def command(**kw: Any) -> None:
     """Measure throughput and latency of a model under load, like perf_analyzer.
@@ -267,6 +270,7 @@ def command(**kw: Any) -> None:
         seed=kw["seed"],
         workers=kw["workers"],
         max_outstanding=kw["max_outstanding"],
+        **streaming_spec_fields(kw),
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     run_profile(opts, spec, out, kw["csv_path"], kw["report_path"])

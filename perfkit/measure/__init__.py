@@ -33,12 +33,13 @@ from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
 from perfkit.measure._stream_setup import stream_config, streamed_steps
+from perfkit.measure._streaming import parse_goodput
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.schedule import read_intervals_file
 from perfkit.server.base import Server
 from perfkit.server.remote import parse_host_port
 
-__all__ = ["levels_frame", "profile", "write_csv"]
+__all__ = ["levels_frame", "parse_goodput", "profile", "write_csv"]
 
 Progress = Callable[[dict[str, Any]], None]
 

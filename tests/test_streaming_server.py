@@ -1,0 +1,174 @@
+"""Streaming (decoupled) and sequence models against the real server and the fixtures' known truth.
+
+streamer: first token after first_token_ms (20), then one token per token_ms (5) plus
+token_ms_per_stream (1) per other stream in flight, max_tokens tokens, then an empty
+final response. accumulator / accumulator_oldest: running sum and step index per
+sequence, with an audit file proving every sequence's steps arrived whole and in order.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from perfkit.errors import UsageError
+from perfkit.measure import profile
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord
+from perfkit.server import LocalLaunch, launch_local
+from tests.conftest import copy_models
+
+FIRST_TOKEN_MS, TOKEN_MS, PER_STREAM_MS = 20.0, 5.0, 1.0
+
+
+def _data(tmp_path: Path, max_tokens: int, stream: bool = True) -> str:
+    path = tmp_path / f"tokens{max_tokens}-{stream}.json"
+    path.write_text(json.dumps({"data": [{"text_input": ["hi"], "max_tokens": [max_tokens], "stream": [stream]}]}))
+    return str(path)
+
+
+def _spec(model: str, *levels: LoadLevel, **kw) -> ProfileSpec:
+    base = dict(protocol="grpc", measurement_interval_ms=400, max_trials=3, min_windows=2, warmup_s=0.3)
+    base.update(kw)
+    return ProfileSpec(model=model, levels=levels, **base)
+
+
+def test_streamed_tokens_match_the_fixture_closed_and_open_loop(triton, tmp_path):
+    spec = _spec(
+        "streamer",
+        LoadLevel("concurrency", 1),
+        LoadLevel("concurrency", 4),
+        LoadLevel("request_rate", 10, "constant"),
+        streaming=True,
+        input_data=_data(tmp_path, 6),
+        goodput_slo_ms={"ttft": 10_000, "itl": 10_000},
+    )
+    rec = profile(triton, spec)
+    c1, c4, rate = rec.levels
+    for lv in rec.levels:
+        st = lv.streaming
+        assert st is not None and lv.error_count == 0 and st.request_count > 0
+        assert st.output_len_mean == 6 and st.output_len_max == 6  # every token, the empty final not counted
+        assert st.ttft.count == st.request_count and st.itl.count == 5 * st.request_count
+        assert st.second_token.count == st.request_count
+        assert st.ttft.min_us >= FIRST_TOKEN_MS * 1e3  # the model sleeps at least that long
+        assert st.goodput_fraction == 1.0  # loose SLOs: every completed request counts
+        # a request ends at its final (empty) response, after its last token
+        assert lv.service.p50_us > st.ttft.p50_us + 4 * st.itl.min_us
+    # the known per-token delay, and its growth with streams in flight (continuous batching)
+    assert c1.streaming.itl.p50_us >= TOKEN_MS * 1e3 * 0.9
+    assert c4.streaming.itl.p50_us >= (TOKEN_MS + 2 * PER_STREAM_MS) * 1e3
+    assert c4.streaming.output_tokens_per_s > c1.streaming.output_tokens_per_s
+    assert c1.streaming.ttft_corrected is None
+    assert rate.streaming.ttft_corrected is not None and rate.dropped_count == 0
+    assert rate.streaming.ttft_corrected.count == rate.streaming.request_count
+    assert RunRecord.from_dict(json.loads(rec.to_json())) == rec
+
+
+def test_a_final_response_that_carries_the_data_ends_the_request(triton, tmp_path):
+    # stream=false: the model sends one response holding every token, flagged final
+    spec = _spec("streamer", LoadLevel("concurrency", 2), streaming=True, input_data=_data(tmp_path, 4, stream=False))
+    lv = profile(triton, spec).levels[0]
+    assert lv.error_count == 0 and lv.streaming is not None
+    assert lv.streaming.output_len_max == 1 and lv.streaming.itl.count == 0
+    assert lv.streaming.ttft.min_us >= (FIRST_TOKEN_MS + 3 * TOKEN_MS) * 1e3
+
+
+def test_decoupled_model_needs_streaming_over_grpc(triton, tmp_path):
+    with pytest.raises(UsageError, match="decoupled"):
+        profile(triton, _spec("streamer", LoadLevel("concurrency", 1)))
+    with pytest.raises(UsageError, match="gRPC streaming"):
+        profile(triton, _spec("streamer", LoadLevel("concurrency", 1), streaming=True, protocol="http"))
+
+
+def test_cli_streaming_prints_ttft_and_goodput(triton, tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "perfkit", "profile", "-m", "streamer", "-i", "grpc",
+         "-u", triton.endpoints.grpc_url, "--admin-url", triton.endpoints.http_url, "--streaming",
+         "--input-data", _data(tmp_path, 3), "--goodput", "ttft:5s", "-p", "300", "-r", "2",
+         "-o", str(tmp_path / "run.json")],
+        capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "TTFT p50" in out.stdout and "goodput" in out.stdout
+    assert RunRecord.load(tmp_path / "run.json").levels[0].streaming is not None
+    bad = subprocess.run(
+        [sys.executable, "-m", "perfkit", "profile", "-m", "streamer", "-u", triton.endpoints.http_url,
+         "--goodput", "tpot:3ms", "-o", str(tmp_path / "bad.json")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--goodput tpot:3ms" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _audit(audit_dir: Path) -> dict[str, list[list[tuple[int, bool, bool]]]]:
+    """Per correlation ID, its sequences as lists of (step, start, end) in arrival order."""
+    seqs: dict[str, list[list[tuple[int, bool, bool]]]] = defaultdict(list)
+    for path in sorted(audit_dir.glob("*.audit")):
+        for line in path.read_text().splitlines():
+            corrid, step, start, end = line.split()
+            if start == "1" or not seqs[corrid]:
+                seqs[corrid].append([])
+            seqs[corrid][-1].append((int(step), start == "1", end == "1"))
+    return seqs
+
+
+@pytest.fixture(scope="module")
+def audited_server(tmp_path_factory):
+    """A server with both accumulators writing their audit files to one folder."""
+    tmp = tmp_path_factory.mktemp("seq")
+    repo = copy_models(tmp, ["accumulator", "accumulator_oldest"])
+    audit = tmp / "audit"
+    audit.mkdir()
+    for name in ("accumulator", "accumulator_oldest"):
+        cfg = repo / name / "config.pbtxt"
+        text = cfg.read_text()
+        cfg.write_text(
+            text.replace(
+                'key: "audit_dir"\n  value: { string_value: "" }',
+                f'key: "audit_dir"\n  value: {{ string_value: "{audit}" }}',
+            )
+        )
+    with launch_local(LocalLaunch(repo)) as server:
+        yield server, audit
+
+
+@pytest.mark.parametrize(
+    ("model", "level", "extra"),
+    [
+        ("accumulator", LoadLevel("concurrency", 3), {}),
+        ("accumulator_oldest", LoadLevel("concurrency", 3), {}),
+        ("accumulator", LoadLevel("request_rate", 150, "poisson"), {"num_of_sequences": 3}),
+        (
+            "accumulator_oldest",
+            LoadLevel("request_rate", 150, "constant"),
+            {"num_of_sequences": 4, "serial_sequences": True},
+        ),
+    ],
+    ids=["direct-closed", "oldest-closed", "direct-open", "oldest-open-serial"],
+)
+def test_sequences_arrive_whole_and_in_order(audited_server, model, level, extra):
+    server, audit = audited_server
+    for old in audit.glob("*"):
+        old.write_text("")  # the model appends (line-buffered); start each case empty
+    spec = _spec(model, level, sequence_length=6, sequence_length_variation=50, sequence_id_start=1000, **extra)
+    lv = profile(server, spec).levels[0]
+    assert lv.error_count == 0 and lv.request_count > 20
+    seqs = _audit(audit)
+    assert seqs, "the model audited no steps"
+    complete = 0
+    lengths = set()
+    for corrid, runs in seqs.items():
+        assert int(corrid) >= 1000
+        for steps in runs:
+            assert steps[0][1], f"sequence {corrid} began without its start flag: {steps[:3]}"
+            assert [s[0] for s in steps] == list(range(1, len(steps) + 1)), f"sequence {corrid} out of order"
+            assert not any(s[2] for s in steps[:-1]), f"sequence {corrid} ended early"
+            if steps[-1][2]:
+                complete += 1
+                lengths.add(len(steps))
+                assert 3 <= len(steps) <= 9  # 6 +/- 50%
+    assert complete > 0 and len(lengths) > 1

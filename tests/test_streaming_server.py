@@ -90,12 +90,16 @@ def test_cli_streaming_prints_ttft_and_goodput(triton, tmp_path):
         [sys.executable, "-m", "perfkit", "profile", "-m", "streamer", "-i", "grpc",
          "-u", triton.endpoints.grpc_url, "--admin-url", triton.endpoints.http_url, "--streaming",
          "--input-data", _data(tmp_path, 3), "--goodput", "ttft:5s", "-p", "300", "-r", "2",
-         "-o", str(tmp_path / "run.json")],
+         "-o", str(tmp_path / "run.json"), "-f", str(tmp_path / "run.csv")],
         capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "TTFT p50" in out.stdout and "goodput" in out.stdout
-    assert RunRecord.load(tmp_path / "run.json").levels[0].streaming is not None
+    level = RunRecord.load(tmp_path / "run.json").levels[0]
+    assert level.streaming is not None
+    header, row = (tmp_path / "run.csv").read_text().splitlines()[:2]
+    assert header.startswith("Concurrency,Inferences/Second,Response Throughput,")  # as perf_analyzer writes
+    assert float(row.split(",")[2]) == pytest.approx(level.streaming.responses_per_s, rel=1e-3)
     bad = subprocess.run(
         [sys.executable, "-m", "perfkit", "profile", "-m", "streamer", "-u", triton.endpoints.http_url,
          "--goodput", "tpot:3ms", "-o", str(tmp_path / "bad.json")],

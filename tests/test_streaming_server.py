@@ -78,11 +78,29 @@ def test_a_final_response_that_carries_the_data_ends_the_request(triton, tmp_pat
     assert lv.streaming.ttft.min_us >= (FIRST_TOKEN_MS + 3 * TOKEN_MS) * 1e3
 
 
-def test_decoupled_model_needs_streaming_over_grpc(triton, tmp_path):
+def test_decoupled_model_needs_streaming_and_sequences_need_grpc(triton, tmp_path):
     with pytest.raises(UsageError, match="decoupled"):
         profile(triton, _spec("streamer", LoadLevel("concurrency", 1)))
     with pytest.raises(UsageError, match="gRPC streaming"):
-        profile(triton, _spec("streamer", LoadLevel("concurrency", 1), streaming=True, protocol="http"))
+        profile(triton, _spec("accumulator", LoadLevel("concurrency", 1), protocol="http"))
+
+
+def test_http_generate_stream_server_sent_events(triton, tmp_path):
+    spec = _spec(
+        "streamer",
+        LoadLevel("concurrency", 2),
+        LoadLevel("request_rate", 10, "poisson"),
+        streaming=True,
+        protocol="http",
+        input_data=_data(tmp_path, 5),
+    )
+    for lv in profile(triton, spec).levels:
+        st = lv.streaming
+        assert lv.error_count == 0 and st is not None and st.request_count > 0
+        assert st.output_len_mean == 5 and st.itl.count == 4 * st.request_count  # one event per token
+        assert st.ttft.min_us >= FIRST_TOKEN_MS * 1e3
+        assert st.itl.p50_us >= TOKEN_MS * 1e3 * 0.9
+    assert lv.streaming.ttft_corrected is not None
 
 
 def test_cli_streaming_prints_ttft_and_goodput(triton, tmp_path):

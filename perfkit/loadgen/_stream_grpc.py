@@ -93,15 +93,17 @@ class StreamConfig:
     seed: int = 0
     max_outstanding: int = 1000
     sequences: SequenceSpec | None = None  # sequence (stateful) model: IDs and flags per request
+    transport: str = "grpc"  # "grpc" (ModelStreamInfer) or "sse" (HTTP generate_stream)
 
 
 class _Req:
-    __slots__ = ("due", "responses", "sent", "slot")
+    __slots__ = ("due", "failed", "responses", "sent", "slot")
 
     def __init__(self, due: int, slot: int) -> None:
         self.due = due
         self.sent = -1
         self.slot = slot
+        self.failed = False
         self.responses: list[int] = []
 
 
@@ -223,9 +225,12 @@ class StreamEngine:
         req = _Req(due, slot)
         self.inflight[rid] = req
         req.sent = perf_counter_ns()
+        self._transmit(rid, self.cfg.payloads[index] + suffix)
+
+    def _transmit(self, rid: str, data: bytes) -> None:
         # One writer drains a FIFO (a stream takes one write at a time): the order of sends
         # on the stream is the order of these calls, which keeps a sequence's steps in order.
-        self._outq.put_nowait(self.cfg.payloads[index] + suffix)
+        self._outq.put_nowait(data)
 
     async def _write(self, call: Any, queue: asyncio.Queue[bytes]) -> None:
         try:

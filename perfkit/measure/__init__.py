@@ -152,7 +152,7 @@ def profile(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
             )
             # streamed requests (--streaming, sequence models) go through the stream engine
-            cfg = stream_config(spec, config, host, port, payloads, intervals) or cfg
+            cfg = stream_config(spec, config, host, port, payloads, intervals, io=io, steps=steps) or cfg
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from perfkit.errors import UsageError
-from perfkit.loadgen import ModelIO, SequenceSpec, StreamConfig, Tensor
+from perfkit.loadgen import ModelIO, SequenceSpec, StreamConfig, Tensor, sse_payload
 
 
 def is_decoupled(config: dict[str, Any]) -> bool:
@@ -45,11 +45,16 @@ def stream_config(
     port: int,
     payloads: tuple[bytes, ...],
     intervals_ns: tuple[int, ...],
+    *,
+    io: ModelIO,
+    steps: list[list[Tensor]],
 ) -> StreamConfig | None:
     """The stream engine's config where requests are streamed (decoupled or sequence models), else None.
 
-    Raises UsageError for a decoupled model without --streaming, and for streamed
-    requests over HTTP (ModelStreamInfer is gRPC).
+    gRPC streams over ModelStreamInfer; HTTP streams over generate_stream (server-sent
+    events), which maps the model's inputs from JSON. Raises UsageError for a decoupled
+    model without --streaming, for sequence models over HTTP, and for shared memory
+    with generate_stream.
     """
     decoupled = is_decoupled(config)
     sequence = is_sequence_model(config)
@@ -61,8 +66,14 @@ def stream_config(
     if not (spec.streaming or sequence):
         return None
     if spec.protocol != "grpc":
-        what = "--streaming" if spec.streaming else f"sequence model {spec.model!r}"
-        raise UsageError(f"{what} is measured over gRPC streaming", hint="add -i grpc")
+        if sequence:
+            raise UsageError(f"sequence model {spec.model!r} is measured over gRPC streaming", hint="add -i grpc")
+        if spec.shared_memory != "none":
+            raise UsageError("--streaming over HTTP (generate_stream) takes JSON inputs, not shared memory")
+        sse = tuple(sse_payload(io, step, f"{host}:{port}") for step in steps)
+        return StreamConfig(
+            host, port, sse, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, transport="sse"
+        )
     seq = None
     if sequence:
         seq = SequenceSpec(

@@ -20,7 +20,7 @@ from perfkit.errors import InputError
 RUN_SCHEMA = "perfkit.run"
 RUN_SCHEMA_VERSION = 1
 
-LoadMode = Literal["concurrency", "request_rate", "custom_intervals"]
+LoadMode = Literal["concurrency", "request_rate", "custom_intervals", "trace"]
 LatencyKind = Literal["service", "corrected"]
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 
@@ -39,6 +39,8 @@ class LoadLevel:
             return f"concurrency {int(self.value)}"
         if self.mode == "request_rate":
             return f"{self.value:g} req/s {self.distribution or 'constant'}"
+        if self.mode == "trace":
+            return f"trace replay ({self.value:.4g} req/s mean)"
         return f"custom intervals ({self.value:g} req/s mean)"
 
 
@@ -393,6 +395,10 @@ class ProfileSpec:
     num_of_sequences: int = 4  # open loop: concurrent sequences
     serial_sequences: bool = False
     string_sequence_ids: bool = False
+    # Trace replay (one open-loop pass): perf_analyzer's --fixed-schedule (timestamps in the
+    # --input-data file) or a JSONL trace file.
+    fixed_schedule: bool = False
+    trace: str | None = None
 
 
 # Request outcome codes shared by the load generator and the recorder.

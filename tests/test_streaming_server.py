@@ -194,3 +194,53 @@ def test_sequences_arrive_whole_and_in_order(audited_server, model, level, extra
                 lengths.add(len(steps))
                 assert 3 <= len(steps) <= 9  # 6 +/- 50%
     assert complete > 0 and len(lengths) > 1
+
+
+# -- trace replay -------------------------------------------------------------------------------
+
+
+def test_jsonl_trace_sessions_replay_as_ordered_sequences(audited_server, tmp_path):
+    server, audit = audited_server
+    for old in audit.glob("*"):
+        old.write_text("")
+    lines = []
+    for turn in range(4):  # three sessions, turns 2 ms apart: a turn is often due while the previous is in flight
+        for session in ("a", "b", "c"):
+            ts = turn * 2 + {"a": 0, "b": 0.5, "c": 1}[session]
+            lines.append(json.dumps({"timestamp": ts, "inputs": {"INPUT": [turn + 1]}, "session_id": session}))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    rec = profile(server, _spec("accumulator", LoadLevel("concurrency", 1), trace=str(trace), sequence_id_start=500))
+    (lv,) = rec.levels
+    assert lv.load.mode == "trace" and lv.request_count == 12 and lv.error_count == 0
+    assert lv.corrected is not None and lv.corrected.count == 12
+    seqs = _audit(audit)
+    assert sorted(seqs) == ["500", "501", "502"]  # one sequence per session, IDs from the start
+    for corrid, runs in seqs.items():
+        assert len(runs) == 1, f"session {corrid} split: {runs}"
+        assert runs[0] == [(1, True, False), (2, False, False), (3, False, False), (4, False, True)]
+
+
+def test_fixed_schedule_replays_each_entry_once_at_its_timestamp(triton, tmp_path):
+    data = tmp_path / "schedule.json"
+    entries = [{"text_input": ["q"], "max_tokens": [3], "stream": [True], "timestamp": [i * 40]} for i in range(8)]
+    data.write_text(json.dumps({"data": entries}))
+    spec = _spec("streamer", LoadLevel("concurrency", 1), streaming=True, input_data=str(data), fixed_schedule=True)
+    (lv,) = profile(triton, spec).levels
+    assert lv.load.mode == "trace" and lv.load.value == pytest.approx(8 / 0.28)
+    assert lv.request_count == 8 and lv.error_count == 0 and lv.dropped_count == 0
+    assert lv.streaming is not None and lv.streaming.output_len_max == 3
+    assert lv.streaming.ttft_corrected is not None and lv.streaming.ttft_corrected.count == 8
+
+
+def test_jsonl_trace_of_lengths_over_http_generate_stream(triton, tmp_path):
+    trace = tmp_path / "lengths.jsonl"
+    trace.write_text(
+        "\n".join(
+            json.dumps({"timestamp": i * 30, "input_length": 5, "output_length": n}) for i, n in enumerate([2, 4, 6])
+        )
+    )
+    spec = _spec("streamer", LoadLevel("concurrency", 1), streaming=True, protocol="http", trace=str(trace))
+    (lv,) = profile(triton, spec).levels
+    assert lv.request_count == 3 and lv.error_count == 0
+    assert lv.streaming.output_len_mean == 4 and lv.streaming.output_len_max == 6

@@ -175,3 +175,30 @@ def test_streaming_summary_round_trips_in_a_run_record():
     older = to_dict(level)
     del older["streaming"]  # records written before streaming existed still load
     assert from_dict(LevelResult, older).streaming is None
+
+
+def test_jsonl_trace_errors_name_the_line_and_field(tmp_path):
+    from perfkit.errors import InputError
+    from perfkit.loadgen import ModelIO
+    from perfkit.measure._replay import read_jsonl_trace
+
+    io = ModelIO("m", "", 0, (("text_input", "BYTES", (1,)), ("max_tokens", "INT32", (1,))), ("text_output",))
+    path = tmp_path / "t.jsonl"
+    cases = {
+        '{"timestamp": 0, "inputs": {}}\n{"timestamp": -1, "input_length": 3}': "line 2: 'timestamp'",
+        '{"timestamp": 0, "prompt": "x"}': "line 1: unknown field(s) ['prompt']",
+        '{"timestamp": 0}': "line 1: give 'inputs' or 'input_length'",
+        "not json": "line 1: not valid JSON",
+        "": "no requests",
+    }
+    for text, message in cases.items():
+        path.write_text(text)
+        with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+            read_jsonl_trace(path, io)
+    path.write_text('{"timestamp": 5, "input_length": 3, "output_length": 7, "session_id": 9}')
+    (entry,) = read_jsonl_trace(path, io)
+    assert entry.inputs == {"text_input": ["tok tok tok"], "max_tokens": [7]} and entry.session == "9"
+    no_text = ModelIO("m", "", 0, (("INPUT", "INT32", (1,)),), ())
+    path.write_text('{"timestamp": 5, "input_length": 3}')
+    with pytest.raises(InputError, match="needs a model input named 'text_input'"):
+        read_jsonl_trace(path, no_text)

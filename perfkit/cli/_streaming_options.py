@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -51,6 +52,17 @@ def streaming_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         ),
         click.option("--serial-sequences", is_flag=True, help="At most one request in flight per sequence."),
         click.option("--string-sequence-ids", is_flag=True, help="Send correlation IDs as strings."),
+        click.option(
+            "--fixed-schedule",
+            is_flag=True,
+            help="Replay --input-data once, each entry at its 'timestamp' (ms), as perf_analyzer does.",
+        ),
+        click.option(
+            "--trace",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Replay a JSONL trace once: timestamp (ms), inputs or input_length/output_length, session_id.",
+        ),
     ]
 
     def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -96,6 +108,8 @@ def streaming_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         "sequence_id_end": id_end,
         "serial_sequences": kw.pop("serial_sequences"),
         "string_sequence_ids": kw.pop("string_sequence_ids"),
+        "fixed_schedule": kw.pop("fixed_schedule"),
+        "trace": str(trace) if (trace := kw.pop("trace")) else None,
     }
 
 

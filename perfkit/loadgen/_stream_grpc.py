@@ -94,6 +94,11 @@ class StreamConfig:
     max_outstanding: int = 1000
     sequences: SequenceSpec | None = None  # sequence (stateful) model: IDs and flags per request
     transport: str = "grpc"  # "grpc" (ModelStreamInfer) or "sse" (HTTP generate_stream)
+    # Trace replay: request k is due schedule_ns[k] after the start and sends payloads[k], once.
+    # sessions[k] >= 0 groups requests into a session whose turns go one at a time, in order
+    # (a sequence, with start/end flags, on a sequence model).
+    schedule_ns: tuple[int, ...] = ()
+    sessions: tuple[int, ...] = ()
 
 
 class _Req:
@@ -105,6 +110,22 @@ class _Req:
         self.slot = slot
         self.failed = False
         self.responses: list[int] = []
+
+
+class _Trace:
+    """Replay state: the next entry, and per session its turns in flight, waiting and sent."""
+
+    def __init__(self, sessions: tuple[int, ...]) -> None:
+        self.sessions = sessions
+        self.next = 0
+        self.busy: set[int] = set()
+        self.waiting: dict[int, collections.deque[tuple[int, int]]] = {}
+        self.turns_sent: dict[int, int] = {}
+        self.turns = collections.Counter(s for s in sessions if s >= 0)
+        self.closed = False
+
+    def waiting_count(self) -> int:
+        return sum(len(q) for q in self.waiting.values())
 
 
 class StreamEngine:
@@ -133,6 +154,7 @@ class StreamEngine:
         self._seq: SequenceManager | None = None
         self._seq_rr = 0
         self._pending: collections.deque[int] = collections.deque()
+        self._trace: _Trace | None = None
         self.loop = asyncio.SelectorEventLoop(precise_selector())
         self._thread = threading.Thread(target=self._run, name="perfkit-stream", daemon=True)
         self._thread.start()
@@ -194,6 +216,7 @@ class StreamEngine:
 
     async def _start(self, level: LoadLevel, t0_ns: int, share: float, worker: int, workers: int) -> None:
         self.records, self.error_examples = [], {}
+        self._trace = None
         self.inflight.clear()
         self._pending.clear()
         self.closed_loop = level.mode == "concurrency"
@@ -206,12 +229,18 @@ class StreamEngine:
             for slot in range(int(share)):
                 self._send(-1, slot)
             return
-        self._dues = due_times(
-            level, seed=self.cfg.seed, worker=worker, workers=workers, intervals_ns=self.cfg.intervals_ns
-        )
+        if self.cfg.schedule_ns:
+            self._trace = _Trace(self.cfg.sessions or (-1,) * len(self.cfg.schedule_ns))
+            self._dues = iter(self.cfg.schedule_ns)
+        else:
+            self._dues = due_times(
+                level, seed=self.cfg.seed, worker=worker, workers=workers, intervals_ns=self.cfg.intervals_ns
+            )
         self._t0 = t0_ns
-        self._next_due = t0_ns + next(self._dues)
-        self.loop.call_at(self._next_due / 1e9, self._tick)
+        first = next(self._dues, None)
+        if first is not None:
+            self._next_due = t0_ns + first
+            self.loop.call_at(self._next_due / 1e9, self._tick)
 
     def _send(self, due: int, slot: int) -> None:
         rid = str(next(self._ids))
@@ -287,6 +316,9 @@ class StreamEngine:
     def _finish(self, rid: str, req: _Req, done: int, status: int, resend: bool = True) -> None:
         del self.inflight[rid]
         self.records.append((req.due, req.sent, done, status, req.responses))
+        if self._trace is not None:
+            self._trace_done(req.slot)
+            return
         if self._seq is not None:
             self._seq.slot(req.slot).in_flight -= 1
         if not (self.active and resend):
@@ -304,7 +336,10 @@ class StreamEngine:
         due = self._next_due
         while due <= now:
             self._dispatch(due)
-            due = self._t0 + next(self._dues)
+            offset = next(self._dues, None)
+            if offset is None:  # a replayed trace has run out
+                return
+            due = self._t0 + offset
             if due > now:
                 now = perf_counter_ns()
         self._next_due = due
@@ -313,6 +348,11 @@ class StreamEngine:
     def _dispatch(self, due: int) -> None:
         if len(self.inflight) + len(self._pending) >= self.cfg.max_outstanding:
             self.records.append((due, -1, perf_counter_ns(), STATUS_DROPPED, []))
+            if self._trace is not None:
+                self._trace.next += 1
+            return
+        if self._trace is not None:
+            self._trace_dispatch(due)
             return
         if self._seq is None:
             self._send(due, 0)
@@ -328,13 +368,66 @@ class StreamEngine:
                 return
         self._pending.append(due)
 
+    # trace replay
+    def _trace_dispatch(self, due: int) -> None:
+        trace = self._trace
+        assert trace is not None
+        k = trace.next
+        trace.next += 1
+        session = trace.sessions[k]
+        if session >= 0 and session in trace.busy:
+            trace.waiting.setdefault(session, collections.deque()).append((k, due))
+            return
+        self._trace_send(k, due)
+
+    def _trace_send(self, k: int, due: int) -> None:
+        trace = self._trace
+        assert trace is not None
+        session = trace.sessions[k]
+        rid = str(next(self._ids))
+        if session >= 0 and self.cfg.sequences is not None:
+            start = trace.turns_sent.get(session, 0) == 0
+            end = trace.turns_sent.get(session, 0) + 1 == trace.turns[session]
+            seq_id = self.cfg.sequences.id_start + session
+            wire: int | str = str(seq_id) if self.cfg.sequences.string_ids else seq_id
+            suffix = request_suffix(rid, sequence_id=wire, start=start, end=end)
+        else:
+            suffix = request_suffix(rid)
+        if session >= 0:
+            trace.busy.add(session)
+            trace.turns_sent[session] = trace.turns_sent.get(session, 0) + 1
+        req = _Req(due, k)
+        self.inflight[rid] = req
+        req.sent = perf_counter_ns()
+        self._transmit(rid, self._trace_payload(k, suffix))
+
+    def _trace_payload(self, k: int, suffix: bytes) -> bytes:
+        return self.cfg.payloads[k] + suffix
+
+    def _trace_done(self, k: int) -> None:
+        trace = self._trace
+        assert trace is not None
+        session = trace.sessions[k]
+        if session < 0:
+            return
+        trace.busy.discard(session)
+        queue = trace.waiting.get(session)
+        if queue and not trace.closed:  # waiting turns still go out while the level drains
+            nxt, due = queue.popleft()
+            self._trace_send(nxt, due)
+
     async def _stop(self, drain_timeout_s: float) -> tuple[list[tuple[int, int, int, int, list[int]]], dict[int, str]]:
         self.active = False
         deadline = perf_counter_ns() + int(drain_timeout_s * 1e9)
         while self._pending:
             self.records.append((self._pending.popleft(), -1, perf_counter_ns(), STATUS_DROPPED, []))
-        while self.inflight and perf_counter_ns() < deadline:
+        while (self.inflight or (self._trace and self._trace.waiting_count())) and perf_counter_ns() < deadline:
             await asyncio.sleep(0.002)
+        if self._trace is not None:
+            self._trace.closed = True
+            for queue in self._trace.waiting.values():
+                while queue:  # a session's turns never sent: its previous turn did not finish in time
+                    self.records.append((queue.popleft()[1], -1, perf_counter_ns(), STATUS_UNFINISHED, []))
         if self.inflight:
             now = perf_counter_ns()
             for rid, req in list(self.inflight.items()):

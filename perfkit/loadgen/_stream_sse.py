@@ -183,6 +183,9 @@ class SseEngine(StreamEngine):
         req.sent = perf_counter_ns()
         self._transmit(rid, self.cfg.payloads[next(self._payloads)])
 
+    def _trace_payload(self, k: int, suffix: bytes) -> bytes:
+        return self.cfg.payloads[k]  # HTTP requests carry no protobuf suffix
+
     def _transmit(self, rid: str, data: bytes) -> None:
         if self.idle:
             self.idle.pop().send(rid, data)

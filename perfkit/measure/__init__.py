@@ -30,6 +30,7 @@ from perfkit.measure._context import make_record, server_info
 from perfkit.measure._csv import levels_frame, write_csv
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
+from perfkit.measure._replay import replay_profile
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
 from perfkit.measure._stream_setup import stream_config, streamed_steps
@@ -119,6 +120,11 @@ def profile(
     config = server.model_config(spec.model)
     io = ModelIO.from_server(metadata, config, spec.model_version)
     _check_spec(io, spec)
+    if spec.trace or spec.fixed_schedule:
+        host, port = _engine_target(server, spec.protocol)
+        return replay_profile(
+            server, spec, io, config, host, port, command=command, on_progress=on_progress, record_path=record_path
+        )
     steps = streamed_steps(io, spec, _steps(io, spec))
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
     stats_models = [spec.model, *composing_models(config)]

@@ -76,18 +76,24 @@ def stream_config(
         )
     seq = None
     if sequence:
-        seq = SequenceSpec(
-            length=spec.sequence_length,
-            length_specified=spec.sequence_length_specified,
-            length_variation_pct=spec.sequence_length_variation,
-            id_start=spec.sequence_id_start,
-            id_end=spec.sequence_id_end,
-            num_sequences=spec.num_of_sequences,
-            serial=spec.serial_sequences,
-            string_ids=spec.string_sequence_ids,
-            # a perf_analyzer-format file's steps form one data stream, sent step by step
-            streams=(tuple(range(len(payloads))),) if spec.input_data not in ("random", "zero") else (),
-        )
+        # a perf_analyzer-format file's steps form one data stream, sent step by step
+        from_file = spec.input_data not in ("random", "zero")
+        seq = sequence_spec(spec, streams=(tuple(range(len(payloads))),) if from_file else ())
     return StreamConfig(
         host, port, payloads, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=seq
+    )
+
+
+def sequence_spec(spec: Any, streams: tuple[tuple[int, ...], ...] = ()) -> SequenceSpec:
+    """The sequence rules of a spec (perf_analyzer's sequence flags)."""
+    return SequenceSpec(
+        length=spec.sequence_length,
+        length_specified=spec.sequence_length_specified,
+        length_variation_pct=spec.sequence_length_variation,
+        id_start=spec.sequence_id_start,
+        id_end=spec.sequence_id_end,
+        num_sequences=spec.num_of_sequences,
+        serial=spec.serial_sequences,
+        string_ids=spec.string_sequence_ids,
+        streams=streams,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from perfkit.errors import UsageError
 from perfkit.measure import profile
+from perfkit.recorder import concat
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server import LocalLaunch, launch_local
 from tests.conftest import copy_models
@@ -244,3 +246,33 @@ def test_jsonl_trace_of_lengths_over_http_generate_stream(triton, tmp_path):
     (lv,) = profile(triton, spec).levels
     assert lv.request_count == 3 and lv.error_count == 0
     assert lv.streaming.output_len_mean == 4 and lv.streaming.output_len_max == 6
+
+
+@pytest.mark.parametrize("transport", ["grpc", "grpc.aio"])
+def test_both_grpc_stream_transports_carry_large_requests_and_every_token(triton, transport):
+    import numpy as np
+
+    from perfkit.loadgen import LoadGenerator, ModelIO, StreamConfig, grpc_payload
+    from perfkit.loadgen._requests import Tensor, to_wire
+
+    io = ModelIO.from_server(triton.model_metadata("streamer", ""), triton.model_config("streamer"))
+    prompt = np.array([b"x" * 40_000], dtype=np.object_)  # spans several HTTP/2 DATA frames
+    tensors = [
+        Tensor("text_input", "BYTES", (1,), to_wire(prompt, "BYTES")),
+        Tensor("max_tokens", "INT32", (1,), to_wire(np.array([3], dtype=np.int32), "INT32")),
+        Tensor("stream", "BOOL", (1,), to_wire(np.array([True]), "BOOL")),
+    ]
+    host, port = triton.endpoints.host, int(triton.endpoints.grpc_port)
+    cfg = StreamConfig(host, port, (grpc_payload(io, tensors),), transport=transport)
+    parts = []
+    with LoadGenerator(cfg) as gen:
+        gen.start(LoadLevel("concurrency", 2))
+        deadline = time.monotonic() + 60
+        while sum(len(p) for p in parts) < 10 and time.monotonic() < deadline:  # wait on completions
+            parts.append(gen.drain())
+        parts.append(gen.stop(30))
+    samples = concat(parts)
+    assert len(samples) >= 10
+    assert (samples.status == 0).all()
+    assert all(len(r) == 3 for r in samples.response_ns)
+    assert (samples.done_ns >= np.array([r[-1] for r in samples.response_ns])).all()

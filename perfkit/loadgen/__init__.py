@@ -14,6 +14,7 @@ from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, file_tensors,
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
 from perfkit.loadgen._stream_grpc import StreamConfig, StreamEngine
+from perfkit.loadgen._stream_h2 import H2StreamEngine
 from perfkit.loadgen._stream_sse import SseEngine, sse_payload
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
@@ -52,7 +53,8 @@ class LoadGenerator:
         if isinstance(cfg, StreamConfig):
             # streamed requests (decoupled models, sequences over a stream): one engine in this process
             self.workers = 1
-            self._engines = [SseEngine(cfg) if cfg.transport == "sse" else StreamEngine(cfg)]
+            kinds = {"sse": SseEngine, "grpc.aio": StreamEngine}
+            self._engines = [kinds.get(cfg.transport, H2StreamEngine)(cfg)]
         elif self.workers == 1:
             self._switch_interval_s = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval_s))

@@ -93,7 +93,9 @@ class StreamConfig:
     seed: int = 0
     max_outstanding: int = 1000
     sequences: SequenceSpec | None = None  # sequence (stateful) model: IDs and flags per request
-    transport: str = "grpc"  # "grpc" (ModelStreamInfer) or "sse" (HTTP generate_stream)
+    # "grpc": ModelStreamInfer on the hand-written HTTP/2 client; "grpc.aio": the same on
+    # grpc.aio (slower, kept as a reference); "sse": HTTP generate_stream.
+    transport: str = "grpc"
     # Trace replay: request k is due schedule_ns[k] after the start and sends payloads[k], once.
     # sessions[k] >= 0 groups requests into a session whose turns go one at a time, in order
     # (a sequence, with start/end flags, on a sequence model).
@@ -271,30 +273,9 @@ class StreamEngine:
             self.error_examples.setdefault(STATUS_CONNECTION_CLOSED, str(err)[:300])
 
     async def _read(self, call: Any) -> None:
-        parse = self._parse
         try:
             async for raw in call:
-                now = perf_counter_ns()
-                msg = parse(raw)
-                resp = msg.infer_response
-                req = self.inflight.get(resp.id)
-                if msg.error_message:
-                    if req is None and self.inflight:  # errors may come without the id
-                        req = next(iter(self.inflight.values()))
-                        resp_id = next(iter(self.inflight))
-                    else:
-                        resp_id = resp.id
-                    if req is not None:
-                        self.error_examples.setdefault(STATUS_STREAM_ERROR, msg.error_message[:300])
-                        self._finish(resp_id, req, now, STATUS_STREAM_ERROR)
-                    continue
-                if req is None:
-                    continue
-                if resp.outputs:
-                    req.responses.append(now)
-                param = resp.parameters.get(_FINAL)
-                if param is not None and param.bool_param:
-                    self._finish(resp.id, req, now, 0)
+                self._on_message(raw, perf_counter_ns())
             status = STATUS_CONNECTION_CLOSED  # the server ended the stream
             if self.inflight:
                 self.error_examples.setdefault(status, "the server closed the stream")
@@ -309,9 +290,34 @@ class StreamEngine:
                 except Exception:
                     pass
             self.error_examples.setdefault(status, str(err)[:300])
+        self._fail_inflight(status)
+
+    def _fail_inflight(self, status: int) -> None:
         now = perf_counter_ns()
         for rid, req in list(self.inflight.items()):
             self._finish(rid, req, now, status, resend=False)
+
+    def _on_message(self, raw: bytes, now: int) -> None:
+        """One ModelStreamInferResponse: a response of a request in flight, maybe its final one."""
+        msg = self._parse(raw)
+        resp = msg.infer_response
+        req = self.inflight.get(resp.id)
+        if msg.error_message:
+            rid = resp.id
+            if req is None and self.inflight:  # errors may come without the id
+                rid = next(iter(self.inflight))
+                req = self.inflight[rid]
+            if req is not None:
+                self.error_examples.setdefault(STATUS_STREAM_ERROR, msg.error_message[:300])
+                self._finish(rid, req, now, STATUS_STREAM_ERROR)
+            return
+        if req is None:
+            return
+        if resp.outputs:
+            req.responses.append(now)
+        param = resp.parameters.get(_FINAL)
+        if param is not None and param.bool_param:
+            self._finish(resp.id, req, now, 0)
 
     def _finish(self, rid: str, req: _Req, done: int, status: int, resend: bool = True) -> None:
         del self.inflight[rid]

@@ -78,19 +78,19 @@ def run_pa(server: LocalServer, data: Path, c: int, seconds: int) -> tuple[subpr
     return proc, export
 
 
-def pa_figures(export: Path) -> dict[str, float]:
-    """TTFT and ITL p50 (ms) from perf_analyzer's profile export (ns timestamps per request)."""
+def pa_figures(export: Path, tokens: int) -> dict[str, float]:
+    """TTFT and ITL p50 (ms) from perf_analyzer's profile export (ns timestamps per request).
+
+    perf_analyzer 2.41's export has no response outputs: the empty final response it asks
+    for is the last timestamp of a request with tokens + 1 of them, and is dropped.
+    """
     doc = json.loads(export.read_text())
     ttft, itl = [], []
     for exp in doc["experiments"]:
         for req in exp["requests"]:
-            times = [t for t in req.get("response_timestamps", [])]
+            times = list(req.get("response_timestamps", []))[:tokens]
             if not times:
                 continue
-            # the last timestamp is the empty final response perf_analyzer asks for, when present
-            outputs = req.get("response_outputs", [])
-            if outputs and len(outputs) == len(times):
-                times = [t for t, o in zip(times, outputs) if o]
             ttft.append(times[0] - req["timestamp"])
             itl.extend(np.diff(times).tolist())
     return {"ttft_p50_ms": float(np.percentile(ttft, 50)) / 1e6, "itl_p50_ms": float(np.percentile(itl, 50)) / 1e6}
@@ -131,7 +131,7 @@ def main() -> None:
                     stdout, _ = proc.communicate(timeout=120)
                     if proc.returncode != 0:
                         raise SystemExit(f"{tool} failed ({proc.returncode}):\n{stdout[-3000:]}")
-                    figs = perfkit_figures(out) if tool == "perfkit" else pa_figures(out)
+                    figs = perfkit_figures(out) if tool == "perfkit" else pa_figures(out, args.tokens)
                     rows.append({"tool": tool, "c": c, "round": r, "cpu_us_per_response": cpu, **figs})
                     print(f"  {tool:13} c{c} round {r}: TTFT p50 {figs['ttft_p50_ms']:.2f} ms, ITL p50 "
                           f"{figs['itl_p50_ms']:.2f} ms, {cpu:.1f} us CPU/response", flush=True)  # fmt: skip

@@ -128,6 +128,17 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class StreamWindow:
+    """Streaming figures of one measurement window (requests attributed by completion time)."""
+
+    ttft_p50_us: float
+    ttft_p99_us: float
+    itl_p50_us: float
+    itl_p99_us: float
+    output_tokens_per_s: float
+
+
+@dataclass(frozen=True)
 class StreamingSummary:
     """Per-response figures of a level of streamed requests (one response per token).
 
@@ -154,6 +165,7 @@ class StreamingSummary:
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)
     goodput_rps: float | None = None
     goodput_fraction: float | None = None
+    windows: tuple[StreamWindow, ...] = ()  # per window, for gates' significance tests
 
 
 @dataclass(frozen=True)

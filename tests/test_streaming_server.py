@@ -59,6 +59,7 @@ def test_streamed_tokens_match_the_fixture_closed_and_open_loop(triton, tmp_path
         assert st.second_token.count == st.request_count
         assert st.ttft.min_us >= FIRST_TOKEN_MS * 1e3  # the model sleeps at least that long
         assert st.goodput_fraction == 1.0  # loose SLOs: every completed request counts
+        assert len(st.windows) == len(lv.windows)  # per-window figures for the gate's significance test
         # a request ends at its final (empty) response, after its last token
         assert lv.service.p50_us > st.ttft.p50_us + 4 * st.itl.min_us
     # the known per-token delay, and its growth with streams in flight (continuous batching)

@@ -103,7 +103,8 @@ def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution
     multiple=True,
     metavar="METRIC:CHANGE",
     help="Allowed change toward worse, repeatable: throughput:-5%, p99:+10%, p99:+2ms, throughput:-50/s. "
-    "Metrics: throughput, p50, p90, p95, p99, p999. Default: throughput:-5% and p99:+10%.",
+    "Metrics: throughput, p50, p90, p95, p99, p999; streamed runs also ttft_p50, ttft_p99 (ttft), itl_p50, "
+    "itl_p99 (itl), tokens (tokens/s). Default: throughput:-5% and p99:+10%.",
 )
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True,
               help="Confidence of the intervals; a change is significant when its interval excludes zero.")  # fmt: skip

@@ -12,6 +12,7 @@ import numpy as np
 
 from perfkit.errors import ExitCode, InputError, PerfkitError
 from perfkit.gate.stats import DiffStats, bootstrap_rel_diff, min_samples
+from perfkit.gate.stream_metrics import STREAM_METRICS, stream_summary, stream_values
 from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, PERCENTILE_OF, Threshold, parse_thresholds
 from perfkit.records import LatencyKind, LevelResult, RunRecord
 
@@ -370,6 +371,9 @@ def _compare_level(
             problems.append(f"{side} run is {rec.status}: {rec.error or 'no detail'}")
     out = []
     for thr in opts.thresholds:
+        if thr.metric in STREAM_METRICS:
+            out.append(_compare_stream_metric(label, b, c, thr, problems, opts))
+            continue
         is_tput = thr.metric == "throughput"
         unit = "infer/s" if is_tput else "us"
         lat_kind: LatencyKind | None = None if is_tput else kind
@@ -405,6 +409,37 @@ def _compare_level(
             continue
         out.append(_judge(base, thr, b_win, c_win, opts))
     return out
+
+
+def _compare_stream_metric(
+    label: str, b: LevelResult, c: LevelResult, thr: Threshold, problems: list[str], opts: GateOptions
+) -> Finding:
+    # Streaming metrics (TTFT, ITL, tokens/s) are judged like the others: threshold, then
+    # significance over per-window values; a side without streaming figures is invalid.
+    bv, cv = stream_values(b, thr.metric), stream_values(c, thr.metric)
+    base = {
+        "level": label,
+        "metric": thr.metric,
+        "unit": "tokens/s" if thr.metric == "tokens" else "us",
+        "latency_kind": None if thr.metric == "tokens" else "service",
+        "baseline": bv[0] if bv else 0.0,
+        "current": cv[0] if cv else 0.0,
+        "threshold": thr.text,
+        "windows": (len(bv[1]) if bv else 0, len(cv[1]) if cv else 0),
+    }
+    invalid = list(problems)
+    for side, values in (("baseline", bv), ("current", cv)):
+        if values is None:
+            invalid.append(f"{side} has no streaming figures (measure with --streaming)")
+    summaries = [(side, stream_summary(lv, thr.metric)) for side, lv in (("baseline", b), ("current", c))]
+    if not invalid:
+        pct = STREAM_METRICS[thr.metric][1]
+        for side, summary in summaries:
+            if summary is not None and summary.count < min_samples(pct):
+                invalid.append(f"{side} has {summary.count} samples; {thr.metric} needs {min_samples(pct)}")
+    if invalid or bv is None or cv is None:
+        return _finding(base, None, None, "invalid", "; ".join(invalid))
+    return _judge(base, thr, bv[1], cv[1], opts)
 
 
 def _finding(

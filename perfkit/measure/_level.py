@@ -196,6 +196,7 @@ def _result(
             end_ns=end_ns,
             closed_loop=closed,
             goodput_slo_ms=spec.goodput_slo_ms,
+            window_ns=rec.window_ns,
         )
         if spec.streaming
         else None,

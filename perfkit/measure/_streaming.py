@@ -11,7 +11,7 @@ import numpy as np
 
 from perfkit.errors import UsageError
 from perfkit.recorder import summarize
-from perfkit.records import STATUS_OK, Samples, StreamingSummary
+from perfkit.records import STATUS_OK, Samples, StreamingSummary, StreamWindow
 
 GOODPUT_KEYS = ("ttft", "itl", "latency")
 _UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
@@ -49,6 +49,7 @@ def streaming_summary(
     end_ns: int,
     closed_loop: bool,
     goodput_slo_ms: dict[str, float] | None = None,
+    window_ns: int = 0,
 ) -> StreamingSummary | None:
     """The streaming figures of the level's requests (mask in_level); None for unary samples.
 
@@ -61,6 +62,7 @@ def streaming_summary(
     idx = np.flatnonzero(ok)
     responses = samples.response_ns
     ttft, ttft_c, second, gaps, lengths, req_itl, e2e = [], [], [], [], [], [], []
+    gaps_by_request: dict[int, np.ndarray] = {}
     for i in idx.tolist():
         r = responses[i]
         lengths.append(len(r))
@@ -75,6 +77,7 @@ def streaming_summary(
         if len(r) > 1:
             d = np.diff(r)
             gaps.append(d)
+            gaps_by_request[i] = d
             second.append(d[0])
             req_itl.append(float(d.mean()))
         else:
@@ -100,6 +103,7 @@ def streaming_summary(
         goodput_rps = float(good.sum()) / period_s
         goodput_fraction = float(good.sum()) / total if total else 0.0
     return StreamingSummary(
+        windows=_windows(samples, idx, ttft_arr, gaps_by_request, all_times, start_ns, end_ns, window_ns),
         ttft=summarize("service", ttft_arr[has_first] / 1e3),
         ttft_corrected=None if closed_loop else summarize("corrected", np.array(ttft_c, dtype=np.float64) / 1e3),
         itl=summarize("service", gap_arr / 1e3),
@@ -115,3 +119,34 @@ def streaming_summary(
         goodput_rps=goodput_rps,
         goodput_fraction=goodput_fraction,
     )
+
+
+def _p(values: np.ndarray, pct: float) -> float:
+    return float(np.percentile(values, pct)) if values.size else 0.0
+
+
+def _windows(
+    samples: Samples,
+    idx: np.ndarray,
+    ttft_ns: np.ndarray,
+    gaps_by_request: dict[int, np.ndarray],
+    all_times: np.ndarray,
+    start_ns: int,
+    end_ns: int,
+    window_ns: int,
+) -> tuple[StreamWindow, ...]:
+    """Per-window figures; a request belongs to the window its final response fell in."""
+    if window_ns <= 0:
+        return ()
+    done = samples.done_ns[idx]
+    out = []
+    for w0 in range(start_ns, end_ns - window_ns + 1, window_ns):
+        w1 = w0 + window_ns
+        inw = (done >= w0) & (done < w1)
+        ttft = ttft_ns[inw & (ttft_ns >= 0)] / 1e3
+        members = idx[inw].tolist()
+        gaps = [gaps_by_request[i] for i in members if i in gaps_by_request]
+        itl = np.concatenate(gaps) / 1e3 if gaps else np.empty(0)
+        tokens = int(((all_times >= w0) & (all_times < w1)).sum())
+        out.append(StreamWindow(_p(ttft, 50), _p(ttft, 99), _p(itl, 50), _p(itl, 99), tokens / (window_ns / 1e9)))
+    return tuple(out)

@@ -164,7 +164,7 @@ def audited_server(tmp_path_factory):
 @pytest.mark.parametrize(
     ("model", "level", "extra"),
     [
-        ("accumulator", LoadLevel("concurrency", 3), {}),
+        ("accumulator", (LoadLevel("concurrency", 2), LoadLevel("concurrency", 3)), {}),
         ("accumulator_oldest", LoadLevel("concurrency", 3), {}),
         ("accumulator", LoadLevel("request_rate", 150, "poisson"), {"num_of_sequences": 3}),
         (
@@ -179,15 +179,17 @@ def test_sequences_arrive_whole_and_in_order(audited_server, model, level, extra
     server, audit = audited_server
     for old in audit.glob("*"):
         old.write_text("")  # the model appends (line-buffered); start each case empty
-    spec = _spec(model, level, sequence_length=6, sequence_length_variation=50, sequence_id_start=1000, **extra)
-    lv = profile(server, spec).levels[0]
-    assert lv.error_count == 0 and lv.request_count > 20
+    levels = level if isinstance(level, tuple) else (level,)
+    spec = _spec(model, *levels, sequence_length=6, sequence_length_variation=50, sequence_id_start=1000, **extra)
+    for lv in profile(server, spec).levels:
+        assert lv.error_count == 0 and lv.request_count > 20
     seqs = _audit(audit)
     assert seqs, "the model audited no steps"
     complete = 0
     lengths = set()
     for corrid, runs in seqs.items():
         assert int(corrid) >= 1000
+        assert len(runs) == 1, f"ID {corrid} reused (across levels too) while IDs are unbounded"
         for steps in runs:
             assert steps[0][1], f"sequence {corrid} began without its start flag: {steps[:3]}"
             assert [s[0] for s in steps] == list(range(1, len(steps) + 1)), f"sequence {corrid} out of order"

@@ -65,6 +65,8 @@ def test_sequences_have_start_and_end_flags_and_lengths_within_the_variation():
     assert len(set(lengths)) > 1  # the variation is applied
     ids = [s[1] for s in steps if s[2]]
     assert ids == list(range(1, len(ids) + 1))  # new IDs from the default start, 1
+    later = SequenceManager(SequenceSpec(length=2), slots=1, first_id=mgr.ids_issued)
+    assert later.next_request(0, 1)[1] == len(ids) + 1  # a later level goes on from there
 
 
 def test_sequence_id_range_wraps_and_never_reuses_a_live_id():

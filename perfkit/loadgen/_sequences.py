@@ -61,11 +61,13 @@ class SequenceManager:
     spec: SequenceSpec
     slots: int
     seed: int = 0
+    first_id: int = 0  # how many IDs earlier levels of the run issued (IDs continue from there)
     _slots: list[SequenceSlot] = field(default_factory=list)
     _next_id: int = 0
     _next_stream: int = 0
 
     def __post_init__(self) -> None:
+        self._next_id = self.first_id
         span = self.id_span
         if span is not None and span < self.slots:
             raise UsageError(
@@ -75,6 +77,10 @@ class SequenceManager:
             )
         self._rng = random.Random(self.seed)
         self._slots = [SequenceSlot() for _ in range(self.slots)]
+
+    @property
+    def ids_issued(self) -> int:
+        return self._next_id
 
     @property
     def id_span(self) -> int | None:

@@ -225,7 +225,9 @@ class StreamEngine:
         await self._open()
         seq = self.cfg.sequences
         slots = int(share) if self.closed_loop else (seq.num_sequences if seq else 0)
-        self._seq = SequenceManager(seq, max(1, slots), seed=self.cfg.seed + worker) if seq else None
+        # IDs go on from the previous level's: its last sequences may still be open on the server
+        used = self._seq.ids_issued if self._seq is not None else 0
+        self._seq = SequenceManager(seq, max(1, slots), seed=self.cfg.seed + worker, first_id=used) if seq else None
         self.active = True
         if self.closed_loop:
             for slot in range(int(share)):

@@ -127,6 +127,13 @@ def test_cli_streaming_prints_ttft_and_goodput(triton, tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 2 and "--goodput tpot:3ms" in bad.stderr and "Traceback" not in bad.stderr
+    closed = subprocess.run(
+        [sys.executable, "-m", "perfkit", "profile", "-m", "streamer", "-i", "grpc", "-u", "127.0.0.1:9",
+         "--admin-url", triton.endpoints.http_url, "--streaming", "-o", str(tmp_path / "closed.json")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert closed.returncode == 5 and "cannot open a gRPC stream to 127.0.0.1:9" in closed.stderr
+    assert "Traceback" not in closed.stderr
 
 
 def _audit(audit_dir: Path) -> dict[str, list[list[tuple[int, bool, bool]]]]:
@@ -224,6 +231,16 @@ def test_jsonl_trace_sessions_replay_as_ordered_sequences(audited_server, tmp_pa
     for corrid, runs in seqs.items():
         assert len(runs) == 1, f"session {corrid} split: {runs}"
         assert runs[0] == [(1, True, False), (2, False, False), (3, False, False), (4, False, True)]
+
+
+def test_a_sequence_model_trace_needs_sessions(audited_server, tmp_path):
+    from perfkit.errors import InputError
+
+    server, _ = audited_server
+    trace = tmp_path / "nosession.jsonl"
+    trace.write_text('{"timestamp": 0, "inputs": {"INPUT": [1]}}\n')
+    with pytest.raises(InputError, match="every request needs a 'session_id'"):
+        profile(server, _spec("accumulator", LoadLevel("concurrency", 1), trace=str(trace)))
 
 
 def test_fixed_schedule_replays_each_entry_once_at_its_timestamp(triton, tmp_path):

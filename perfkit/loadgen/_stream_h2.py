@@ -19,6 +19,7 @@ from typing import Any
 
 import hpack
 
+from perfkit.errors import ServerError
 from perfkit.loadgen._h2 import PREFACE, grpc_message, header_block
 from perfkit.loadgen._stream_grpc import _STREAM_INFER, StreamEngine
 from perfkit.records import GRPC_STATUS_BASE, STATUS_CONNECTION_CLOSED, STATUS_PROTOCOL
@@ -226,11 +227,17 @@ class H2StreamEngine(StreamEngine):
     async def _open(self) -> None:
         if self._h2 is not None and not self._h2.closed:
             return
-        _, self._h2 = await self.loop.create_connection(
-            lambda: H2Stream(f"{self.cfg.host}:{self.cfg.port}", self._on_message, self._on_end),
-            self.cfg.host,
-            self.cfg.port,
-        )
+        try:
+            _, self._h2 = await self.loop.create_connection(
+                lambda: H2Stream(f"{self.cfg.host}:{self.cfg.port}", self._on_message, self._on_end),
+                self.cfg.host,
+                self.cfg.port,
+            )
+        except OSError as err:
+            raise ServerError(
+                f"cannot open a gRPC stream to {self.cfg.host}:{self.cfg.port}: {err.strerror or err}",
+                hint="is the server's gRPC port right (-u HOST:GRPC_PORT with -i grpc)?",
+            ) from None
 
     def _on_end(self, status: int, message: str) -> None:
         if self.inflight:

@@ -237,6 +237,11 @@ def replay_profile(
         raise UsageError("trace replay goes over gRPC streaming (or HTTP generate_stream)", hint="add -i grpc")
     steps = trace_tensors(io, entries, spec, source)
     sequence = sequence_spec(spec) if is_sequence_model(config) else None
+    if sequence is not None and any(e.session is None for e in entries):
+        raise InputError(
+            f"{source}: model {spec.model!r} is a sequence model: every request needs a 'session_id'",
+            hint="a session is one sequence (its first turn starts it, its last ends it)",
+        )
     cfg, level = trace_config(io, spec, entries, steps, host, port, sequence=sequence)
     stats_models = [spec.model, *composing_models(config)]
     info = server_info(server, spec.protocol)

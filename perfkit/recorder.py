@@ -75,6 +75,15 @@ def concat(parts: Sequence[Samples]) -> Samples:
         np.concatenate([p.status for p in parts]),
         examples,
         _concat_responses(parts),
+        _concat_tokens(parts),
+    )
+
+
+def _concat_tokens(parts: Sequence[Samples]) -> np.ndarray | None:
+    if all(p.output_tokens is None for p in parts):
+        return None
+    return np.concatenate(
+        [p.output_tokens if p.output_tokens is not None else np.zeros(len(p), dtype=np.int64) for p in parts]
     )
 
 

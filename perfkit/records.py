@@ -145,7 +145,8 @@ class StreamingSummary:
     ttft: first non-empty response from the send time; ttft_corrected (open loop): from
     the time the request was due. itl: every gap between consecutive non-empty responses
     of a request (a distribution over responses, not per-request means). second_token:
-    from the first to the second response. output_len_*: non-empty responses per request.
+    from the first to the second response. output_len_*: output tokens per request (non-empty
+    responses, or the elements of a declared output tensor).
     goodput counts requests
     meeting every SLO in goodput_slo_ms (keys 'ttft', 'itl', 'latency'; a request's
     worst ITL gap is held against 'itl').
@@ -411,6 +412,7 @@ class ProfileSpec:
     # --input-data file) or a JSONL trace file.
     fixed_schedule: bool = False
     trace: str | None = None
+    output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
 
 
 # Request outcome codes shared by the load generator and the recorder.
@@ -460,6 +462,7 @@ class Samples:
     status: Any
     error_examples: dict[int, str] = field(default_factory=dict)
     response_ns: Any = None
+    output_tokens: Any = None  # per request: elements of a declared output tensor over its responses
 
     def __len__(self) -> int:
         return len(self.done_ns)

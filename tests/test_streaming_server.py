@@ -8,6 +8,7 @@ sequence, with an audit file proving every sequence's steps arrived whole and in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -79,6 +80,16 @@ def test_a_final_response_that_carries_the_data_ends_the_request(triton, tmp_pat
     assert lv.error_count == 0 and lv.streaming is not None
     assert lv.streaming.output_len_max == 1 and lv.streaming.itl.count == 0
     assert lv.streaming.ttft.min_us >= (FIRST_TOKEN_MS + 3 * TOKEN_MS) * 1e3
+
+
+def test_output_tokens_from_a_declared_tensor(triton, tmp_path):
+    spec = _spec("streamer", LoadLevel("concurrency", 2), streaming=True, input_data=_data(tmp_path, 5))
+    lv = profile(triton, dataclasses.replace(spec, output_tokens_tensor="text_output")).levels[0]
+    assert lv.error_count == 0 and lv.streaming.output_len_max == 5 and lv.streaming.output_len_mean == 5
+    with pytest.raises(UsageError, match="--output-tokens-tensor output_ids: model 'streamer' has no such output"):
+        profile(triton, dataclasses.replace(spec, output_tokens_tensor="output_ids"))
+    with pytest.raises(UsageError, match="--workers 2: streamed requests run in one process"):
+        profile(triton, dataclasses.replace(spec, workers=2))
 
 
 def test_decoupled_model_needs_streaming_and_sequences_need_grpc(triton, tmp_path):

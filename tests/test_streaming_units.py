@@ -145,6 +145,18 @@ def test_streaming_summary_from_known_response_times():
     assert streaming_summary(unary, mask, start_ns=0, end_ns=MS, closed_loop=True) is None
 
 
+def test_tokens_from_a_declared_output_tensor_replace_response_counts():
+    s = _streamed([(-1, 0, 31 * MS, STATUS_OK, [20 * MS, 25 * MS, 30 * MS]), (-1, 0, 40 * MS, STATUS_OK, [35 * MS])])
+    s = Samples(s.due_ns, s.sent_ns, s.done_ns, s.status, {}, s.response_ns, np.array([12, 5], dtype=np.int64))
+    st = streaming_summary(
+        s, np.array([True, True]), start_ns=0, end_ns=1000 * MS, closed_loop=True, window_ns=500 * MS
+    )
+    assert st is not None
+    assert st.output_len_max == 12 and st.output_len_mean == 8.5
+    assert st.output_tokens_per_s == pytest.approx(17.0) and st.responses_per_s == pytest.approx(4.0)
+    assert [w.output_tokens_per_s for w in st.windows] == [34.0, 0.0]  # both ended in the first 0.5 s window
+
+
 def test_open_loop_ttft_is_also_corrected_from_the_due_time():
     s = _streamed([(0, 40 * MS, 80 * MS, STATUS_OK, [60 * MS, 70 * MS])])  # sent 40 ms late
     st = streaming_summary(s, np.array([True]), start_ns=0, end_ns=1000 * MS, closed_loop=False)

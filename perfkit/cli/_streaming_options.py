@@ -53,6 +53,12 @@ def streaming_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         click.option("--serial-sequences", is_flag=True, help="At most one request in flight per sequence."),
         click.option("--string-sequence-ids", is_flag=True, help="Send correlation IDs as strings."),
         click.option(
+            "--output-tokens-tensor",
+            default=None,
+            help="Count output tokens as the elements of this output tensor in each response (e.g. output_ids), "
+            "not one per response (gRPC).",
+        ),
+        click.option(
             "--fixed-schedule",
             is_flag=True,
             help="Replay --input-data once, each entry at its 'timestamp' (ms), as perf_analyzer does.",
@@ -109,6 +115,7 @@ def streaming_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         "serial_sequences": kw.pop("serial_sequences"),
         "string_sequence_ids": kw.pop("string_sequence_ids"),
         "fixed_schedule": kw.pop("fixed_schedule"),
+        "output_tokens_tensor": kw.pop("output_tokens_tensor"),
         "trace": str(trace) if (trace := kw.pop("trace")) else None,
     }
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import math
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -101,16 +102,18 @@ class StreamConfig:
     # (a sequence, with start/end flags, on a sequence model).
     schedule_ns: tuple[int, ...] = ()
     sessions: tuple[int, ...] = ()
+    token_output: str = ""  # count tokens as this output tensor's elements (gRPC only)
 
 
 class _Req:
-    __slots__ = ("due", "failed", "responses", "sent", "slot")
+    __slots__ = ("due", "failed", "responses", "sent", "slot", "tokens")
 
     def __init__(self, due: int, slot: int) -> None:
         self.due = due
         self.sent = -1
         self.slot = slot
         self.failed = False
+        self.tokens = 0
         self.responses: list[int] = []
 
 
@@ -138,7 +141,7 @@ class StreamEngine:
 
         self.cfg = cfg
         self._parse = service_pb2.ModelStreamInferResponse.FromString
-        self.records: list[tuple[int, int, int, int, list[int]]] = []
+        self.records: list[tuple[int, int, int, int, list[int], int]] = []
         self.error_examples: dict[int, str] = {}
         self.active = False
         self.closed_loop = True
@@ -175,11 +178,13 @@ class StreamEngine:
 
     def drain(self) -> Samples:
         """Samples of requests completed since the last drain."""
-        return _to_samples(*self._sync(self._swap(), 30))
+        records, examples = self._sync(self._swap(), 30)
+        return _to_samples(records, examples, counted=bool(self.cfg.token_output))
 
     def stop(self, drain_timeout_s: float) -> Samples:
         """Stop sending, wait up to drain_timeout_s for requests in flight, return the rest."""
-        return _to_samples(*self._sync(self._stop(drain_timeout_s), drain_timeout_s + 30))
+        records, examples = self._sync(self._stop(drain_timeout_s), drain_timeout_s + 30)
+        return _to_samples(records, examples, counted=bool(self.cfg.token_output))
 
     def close(self) -> None:
         """Close the stream, the channel and the thread; idempotent."""
@@ -195,7 +200,7 @@ class StreamEngine:
             self.loop.close()
 
     # -- loop side ----------------------------------------------------------------------------
-    async def _swap(self) -> tuple[list[tuple[int, int, int, int, list[int]]], dict[int, str]]:
+    async def _swap(self) -> tuple[list[tuple[int, int, int, int, list[int], int]], dict[int, str]]:
         records, self.records = self.records, []
         examples, self.error_examples = self.error_examples, {}
         return records, examples
@@ -317,13 +322,17 @@ class StreamEngine:
             return
         if resp.outputs:
             req.responses.append(now)
+            if self.cfg.token_output:
+                for out in resp.outputs:
+                    if out.name == self.cfg.token_output:
+                        req.tokens += math.prod(out.shape)
         param = resp.parameters.get(_FINAL)
         if param is not None and param.bool_param:
             self._finish(resp.id, req, now, 0)
 
     def _finish(self, rid: str, req: _Req, done: int, status: int, resend: bool = True) -> None:
         del self.inflight[rid]
-        self.records.append((req.due, req.sent, done, status, req.responses))
+        self.records.append((req.due, req.sent, done, status, req.responses, req.tokens))
         if self._trace is not None:
             self._trace_done(req.slot)
             return
@@ -355,7 +364,7 @@ class StreamEngine:
 
     def _dispatch(self, due: int) -> None:
         if len(self.inflight) + len(self._pending) >= self.cfg.max_outstanding:
-            self.records.append((due, -1, perf_counter_ns(), STATUS_DROPPED, []))
+            self.records.append((due, -1, perf_counter_ns(), STATUS_DROPPED, [], 0))
             if self._trace is not None:
                 self._trace.next += 1
             return
@@ -424,18 +433,20 @@ class StreamEngine:
             nxt, due = queue.popleft()
             self._trace_send(nxt, due)
 
-    async def _stop(self, drain_timeout_s: float) -> tuple[list[tuple[int, int, int, int, list[int]]], dict[int, str]]:
+    async def _stop(
+        self, drain_timeout_s: float
+    ) -> tuple[list[tuple[int, int, int, int, list[int], int]], dict[int, str]]:
         self.active = False
         deadline = perf_counter_ns() + int(drain_timeout_s * 1e9)
         while self._pending:
-            self.records.append((self._pending.popleft(), -1, perf_counter_ns(), STATUS_DROPPED, []))
+            self.records.append((self._pending.popleft(), -1, perf_counter_ns(), STATUS_DROPPED, [], 0))
         while (self.inflight or (self._trace and self._trace.waiting_count())) and perf_counter_ns() < deadline:
             await asyncio.sleep(0.002)
         if self._trace is not None:
             self._trace.closed = True
             for queue in self._trace.waiting.values():
                 while queue:  # a session's turns never sent: its previous turn did not finish in time
-                    self.records.append((queue.popleft()[1], -1, perf_counter_ns(), STATUS_UNFINISHED, []))
+                    self.records.append((queue.popleft()[1], -1, perf_counter_ns(), STATUS_UNFINISHED, [], 0))
         if self.inflight:
             now = perf_counter_ns()
             for rid, req in list(self.inflight.items()):
@@ -465,13 +476,16 @@ class StreamEngine:
             self._channel = None
 
 
-def _to_samples(records: list[tuple[int, int, int, int, list[int]]], examples: dict[int, str]) -> Samples:
+def _to_samples(
+    records: list[tuple[int, int, int, int, list[int], int]], examples: dict[int, str], counted: bool = False
+) -> Samples:
     n = len(records)
     responses = np.empty(n, dtype=object)
+    tokens = np.array([r[5] for r in records], dtype=np.int64) if counted else None
     if n:
         arr = np.array([r[:4] for r in records], dtype=np.int64)
         for i, r in enumerate(records):
             responses[i] = np.array(r[4], dtype=np.int64)
-        return Samples(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, responses)
+        return Samples(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, responses, tokens)
     empty = np.empty(0, dtype=np.int64)
-    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, responses)
+    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, responses, tokens)

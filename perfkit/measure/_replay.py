@@ -149,7 +149,7 @@ def trace_config(
     level = LoadLevel("trace", len(schedule) / span_s)
     cfg = StreamConfig(
         host, port, payloads, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=sequence,
-        transport=transport, schedule_ns=schedule, sessions=sessions,
+        transport=transport, schedule_ns=schedule, sessions=sessions, token_output=spec.output_tokens_tensor or "",
     )  # fmt: skip
     return cfg, level
 

@@ -65,11 +65,18 @@ def stream_config(
         )
     if not (spec.streaming or sequence):
         return None
+    if spec.workers > 1:
+        raise UsageError(
+            f"--workers {spec.workers}: streamed requests run in one process (one stream carries them all)",
+            hint="drop --workers",
+        )
     if spec.protocol != "grpc":
         if sequence:
             raise UsageError(f"sequence model {spec.model!r} is measured over gRPC streaming", hint="add -i grpc")
         if spec.shared_memory != "none":
             raise UsageError("--streaming over HTTP (generate_stream) takes JSON inputs, not shared memory")
+        if spec.output_tokens_tensor:
+            raise UsageError("--output-tokens-tensor counts gRPC responses' tensors", hint="use -i grpc")
         sse = tuple(sse_payload(io, step, f"{host}:{port}") for step in steps)
         return StreamConfig(
             host, port, sse, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, transport="sse"
@@ -79,9 +86,16 @@ def stream_config(
         # a perf_analyzer-format file's steps form one data stream, sent step by step
         from_file = spec.input_data not in ("random", "zero")
         seq = sequence_spec(spec, streams=(tuple(range(len(payloads))),) if from_file else ())
+    token_output = spec.output_tokens_tensor or ""
+    if token_output and token_output not in io.outputs:
+        raise UsageError(
+            f"--output-tokens-tensor {token_output}: model {spec.model!r} has no such output",
+            hint=f"outputs: {', '.join(io.outputs)}",
+        )
     return StreamConfig(
-        host, port, payloads, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=seq
-    )
+        host, port, payloads, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=seq,
+        token_output=token_output,
+    )  # fmt: skip
 
 
 def sequence_spec(spec: Any, streams: tuple[tuple[int, ...], ...] = ()) -> SequenceSpec:

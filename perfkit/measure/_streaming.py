@@ -63,9 +63,10 @@ def streaming_summary(
     responses = samples.response_ns
     ttft, ttft_c, second, gaps, lengths, req_itl, e2e = [], [], [], [], [], [], []
     gaps_by_request: dict[int, np.ndarray] = {}
+    counted = samples.output_tokens
     for i in idx.tolist():
         r = responses[i]
-        lengths.append(len(r))
+        lengths.append(int(counted[i]) if counted is not None else len(r))
         e2e.append(samples.done_ns[i] - samples.sent_ns[i])
         if len(r) == 0:
             ttft.append(-1)
@@ -86,7 +87,11 @@ def streaming_summary(
     has_first = ttft_arr >= 0
     period_s = max(1e-9, (end_ns - start_ns) / 1e9)
     all_times = np.concatenate([np.asarray(r, dtype=np.int64) for r in responses]) if len(responses) else np.empty(0)
-    in_period = int(((all_times >= start_ns) & (all_times < end_ns)).sum())
+    responses_in_period = int(((all_times >= start_ns) & (all_times < end_ns)).sum())
+    tokens_in_period = responses_in_period
+    if counted is not None:  # a declared output tensor's elements, attributed at each request's end
+        done_in = (samples.done_ns >= start_ns) & (samples.done_ns < end_ns) & (samples.status == STATUS_OK)
+        tokens_in_period = int(counted[done_in].sum())
     length_arr = np.array(lengths, dtype=np.float64)
     gap_arr = np.concatenate(gaps) if gaps else np.empty(0, dtype=np.int64)
     slo = dict(goodput_slo_ms or {})
@@ -112,8 +117,8 @@ def streaming_summary(
         output_len_p50=float(np.percentile(length_arr, 50)) if length_arr.size else 0.0,
         output_len_p99=float(np.percentile(length_arr, 99)) if length_arr.size else 0.0,
         output_len_max=int(length_arr.max()) if length_arr.size else 0,
-        responses_per_s=in_period / period_s,
-        output_tokens_per_s=in_period / period_s,
+        responses_per_s=responses_in_period / period_s,
+        output_tokens_per_s=tokens_in_period / period_s,
         request_count=len(idx),
         goodput_slo_ms=slo,
         goodput_rps=goodput_rps,
@@ -147,6 +152,9 @@ def _windows(
         members = idx[inw].tolist()
         gaps = [gaps_by_request[i] for i in members if i in gaps_by_request]
         itl = np.concatenate(gaps) / 1e3 if gaps else np.empty(0)
-        tokens = int(((all_times >= w0) & (all_times < w1)).sum())
+        if samples.output_tokens is not None:
+            tokens = int(samples.output_tokens[idx[inw]].sum())
+        else:
+            tokens = int(((all_times >= w0) & (all_times < w1)).sum())
         out.append(StreamWindow(_p(ttft, 50), _p(ttft, 99), _p(itl, 50), _p(itl, 99), tokens / (window_ns / 1e9)))
     return tuple(out)

@@ -10,7 +10,7 @@ from tritonclient.grpc import service_pb2
 
 from perfkit.errors import UsageError
 from perfkit.loadgen._sequences import SequenceManager, SequenceSpec
-from perfkit.loadgen._stream_grpc import request_suffix
+from perfkit.loadgen._stream_parts import request_suffix
 from perfkit.measure import parse_goodput
 from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import concat, summarize

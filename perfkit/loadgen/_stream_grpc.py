@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 from typing import Any
 
-import numpy as np
-
 from perfkit.loadgen._sequences import SequenceManager, SequenceSpec
+from perfkit.loadgen._stream_parts import _Req, _to_samples, _Trace, request_suffix
 from perfkit.loadgen._timer import precise_selector
 from perfkit.records import (
     GRPC_STATUS_BASE,
@@ -41,46 +40,6 @@ from perfkit.schedule import due_times
 
 _STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 _FINAL = "triton_final_response"
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= (1 << 64) - 1  # negative int64 values are 10-byte two's complement varints
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def _len_field(number: int, data: bytes) -> bytes:
-    return _varint((number << 3) | 2) + _varint(len(data)) + data
-
-
-def _param(key: str, value: bool | int | str) -> bytes:
-    # ModelInferRequest.parameters (field 4) is map<string, InferParameter>: each entry is a
-    # message {1: key, 2: value}; InferParameter's oneof: 1 bool, 2 int64, 3 string.
-    if isinstance(value, bool):
-        encoded = b"\x08" + (b"\x01" if value else b"\x00")
-    elif isinstance(value, int):
-        encoded = b"\x10" + _varint(value)
-    else:
-        encoded = _len_field(3, value.encode())
-    return _len_field(4, _len_field(1, key.encode()) + _len_field(2, encoded))
-
-
-def request_suffix(
-    request_id: str, *, sequence_id: int | str | None = None, start: bool = False, end: bool = False
-) -> bytes:
-    """Protobuf fields appended to a serialized ModelInferRequest: its id, final-response and sequence flags."""
-    out = _len_field(3, request_id.encode()) + _param("triton_enable_empty_final_response", True)
-    if sequence_id is not None:
-        out += _param("sequence_id", sequence_id)
-        out += _param("sequence_start", start) + _param("sequence_end", end)
-    return out
 
 
 @dataclass(frozen=True)
@@ -103,34 +62,6 @@ class StreamConfig:
     schedule_ns: tuple[int, ...] = ()
     sessions: tuple[int, ...] = ()
     token_output: str = ""  # count tokens as this output tensor's elements (gRPC only)
-
-
-class _Req:
-    __slots__ = ("due", "failed", "responses", "sent", "slot", "tokens")
-
-    def __init__(self, due: int, slot: int) -> None:
-        self.due = due
-        self.sent = -1
-        self.slot = slot
-        self.failed = False
-        self.tokens = 0
-        self.responses: list[int] = []
-
-
-class _Trace:
-    """Replay state: the next entry, and per session its turns in flight, waiting and sent."""
-
-    def __init__(self, sessions: tuple[int, ...]) -> None:
-        self.sessions = sessions
-        self.next = 0
-        self.busy: set[int] = set()
-        self.waiting: dict[int, collections.deque[tuple[int, int]]] = {}
-        self.turns_sent: dict[int, int] = {}
-        self.turns = collections.Counter(s for s in sessions if s >= 0)
-        self.closed = False
-
-    def waiting_count(self) -> int:
-        return sum(len(q) for q in self.waiting.values())
 
 
 class StreamEngine:
@@ -442,6 +373,16 @@ class StreamEngine:
             self.records.append((self._pending.popleft(), -1, perf_counter_ns(), STATUS_DROPPED, [], 0))
         while (self.inflight or (self._trace and self._trace.waiting_count())) and perf_counter_ns() < deadline:
             await asyncio.sleep(0.002)
+        if self._seq is not None and self._trace is None and not self.inflight:
+            # Live sequences get one last request flagged end (perf_analyzer's
+            # CompleteOngoingSequences, src/infer_context.cc): left open they would hold the
+            # sequence batcher's slots until their idle timeout and stall the next level.
+            for index, slot in enumerate(self._seq._slots):
+                if slot.started and slot.remaining > 0:
+                    slot.remaining = 1
+                    self._send(-1, index)
+            while self.inflight and perf_counter_ns() < deadline:
+                await asyncio.sleep(0.002)
         if self._trace is not None:
             self._trace.closed = True
             for queue in self._trace.waiting.values():
@@ -474,18 +415,3 @@ class StreamEngine:
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
-
-
-def _to_samples(
-    records: list[tuple[int, int, int, int, list[int], int]], examples: dict[int, str], counted: bool = False
-) -> Samples:
-    n = len(records)
-    responses = np.empty(n, dtype=object)
-    tokens = np.array([r[5] for r in records], dtype=np.int64) if counted else None
-    if n:
-        arr = np.array([r[:4] for r in records], dtype=np.int64)
-        for i, r in enumerate(records):
-            responses[i] = np.array(r[4], dtype=np.int64)
-        return Samples(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, responses, tokens)
-    empty = np.empty(0, dtype=np.int64)
-    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, responses, tokens)

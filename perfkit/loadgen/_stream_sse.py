@@ -20,7 +20,8 @@ import numpy as np
 
 from perfkit.errors import UsageError
 from perfkit.loadgen._requests import NP_DTYPES, ModelIO, Tensor
-from perfkit.loadgen._stream_grpc import StreamEngine, _Req
+from perfkit.loadgen._stream_grpc import StreamEngine
+from perfkit.loadgen._stream_parts import _Req
 from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_STREAM_ERROR
 
 

@@ -310,3 +310,15 @@ def test_both_grpc_stream_transports_carry_large_requests_and_every_token(triton
     assert (samples.status == 0).all()
     assert all(len(r) == 3 for r in samples.response_ns)
     assert (samples.done_ns >= np.array([r[-1] for r in samples.response_ns])).all()
+
+
+def test_open_loop_streams_past_max_outstanding_are_dropped_and_counted(triton, tmp_path):
+    spec = _spec(
+        "streamer", LoadLevel("request_rate", 200, "constant"), streaming=True, input_data=_data(tmp_path, 8),
+        max_outstanding=2,
+    )  # fmt: skip
+    (lv,) = profile(triton, spec).levels
+    # each stream takes ~60 ms: at 200 req/s at most 2 in flight leaves most sends undone
+    assert lv.dropped_count > lv.request_count // 2 and lv.errors.get("dropped") == lv.dropped_count
+    assert lv.streaming is not None and lv.streaming.request_count > 0
+    assert lv.streaming.request_count + lv.dropped_count <= lv.request_count

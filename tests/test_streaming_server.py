@@ -92,11 +92,11 @@ def test_output_tokens_from_a_declared_tensor(triton, tmp_path):
         profile(triton, dataclasses.replace(spec, workers=2))
 
 
-def test_decoupled_model_needs_streaming_and_sequences_need_grpc(triton, tmp_path):
+def test_decoupled_model_needs_streaming_and_sequence_streams_need_grpc(triton, tmp_path):
     with pytest.raises(UsageError, match="decoupled"):
         profile(triton, _spec("streamer", LoadLevel("concurrency", 1)))
-    with pytest.raises(UsageError, match="gRPC streaming"):
-        profile(triton, _spec("accumulator", LoadLevel("concurrency", 1), protocol="http"))
+    with pytest.raises(UsageError, match="streams over gRPC only"):
+        profile(triton, _spec("accumulator", LoadLevel("concurrency", 1), protocol="http", streaming=True))
 
 
 def test_http_generate_stream_server_sent_events(triton, tmp_path):
@@ -190,8 +190,17 @@ def audited_server(tmp_path_factory):
             LoadLevel("request_rate", 150, "constant"),
             {"num_of_sequences": 4, "serial_sequences": True},
         ),
+        ("accumulator", LoadLevel("concurrency", 3), {"protocol": "http"}),
+        ("accumulator_oldest", LoadLevel("request_rate", 150, "poisson"), {"protocol": "http", "num_of_sequences": 4}),
     ],
-    ids=["direct-closed", "oldest-closed", "direct-open", "oldest-open-serial"],
+    ids=[
+        "direct-closed",
+        "oldest-closed",
+        "direct-open",
+        "oldest-open-serial",
+        "http-direct-closed",
+        "http-oldest-open",
+    ],
 )
 def test_sequences_arrive_whole_and_in_order(audited_server, model, level, extra):
     server, audit = audited_server

@@ -15,7 +15,7 @@ from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
 from perfkit.loadgen._stream_grpc import StreamConfig, StreamEngine
 from perfkit.loadgen._stream_h2 import H2StreamEngine
-from perfkit.loadgen._stream_sse import SseEngine, sse_payload
+from perfkit.loadgen._stream_sse import HttpSequenceEngine, SseEngine, http_infer_path, http_sequence_body, sse_payload
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
 from perfkit.records import LoadLevel, Samples
@@ -30,6 +30,8 @@ __all__ = [
     "ShmBinding",
     "Tensor",
     "file_tensors",
+    "http_infer_path",
+    "http_sequence_body",
     "sse_payload",
     "grpc_payload",
     "http_payload",
@@ -53,7 +55,7 @@ class LoadGenerator:
         if isinstance(cfg, StreamConfig):
             # streamed requests (decoupled models, sequences over a stream): one engine in this process
             self.workers = 1
-            kinds = {"sse": SseEngine, "grpc.aio": StreamEngine}
+            kinds = {"sse": SseEngine, "grpc.aio": StreamEngine, "http": HttpSequenceEngine}
             self._engines = [kinds.get(cfg.transport, H2StreamEngine)(cfg)]
         elif self.workers == 1:
             self._switch_interval_s = sys.getswitchinterval()

@@ -62,6 +62,7 @@ class StreamConfig:
     schedule_ns: tuple[int, ...] = ()
     sessions: tuple[int, ...] = ()
     token_output: str = ""  # count tokens as this output tensor's elements (gRPC only)
+    http_path: str = ""  # transport "http": the infer path the sequence engine posts to
 
 
 class StreamEngine:

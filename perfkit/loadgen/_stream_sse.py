@@ -65,6 +65,7 @@ class _SseConn(asyncio.Protocol):
         self.need = -1  # body bytes left (non-chunked error answers)
         self.code = 0
         self.events = bytearray()
+        self.unary = eng.unary  # plain infer answers (one JSON response), not an event stream
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -105,6 +106,12 @@ class _SseConn(asyncio.Protocol):
                 return False
             body = bytes(buf[: self.need])
             del buf[: self.need]
+            if self.unary and self.code == 200:
+                req = self.eng.inflight.get(self.rid or "")
+                if req is not None:
+                    req.responses.append(now)
+                self._done(now, 0, "")
+                return False
             status = self.code if self.code != 200 else STATUS_PROTOCOL
             self._done(now, status, body.decode(errors="replace"))
             return False
@@ -168,6 +175,8 @@ class _SseConn(asyncio.Protocol):
 class SseEngine(StreamEngine):
     """The stream engine's loops and bookkeeping over generate_stream connections."""
 
+    unary = False
+
     def __init__(self, cfg: Any) -> None:
         self.conns: set[_SseConn] = set()
         self.idle: list[_SseConn] = []
@@ -224,3 +233,50 @@ class SseEngine(StreamEngine):
     async def _shutdown(self) -> None:
         self.active = False
         await self._close_call()
+
+
+def _json_data(t: Tensor) -> list[Any]:
+    value = _json_value(t)
+    return value if isinstance(value, list) else [value]
+
+
+def http_sequence_body(io: ModelIO, tensors: list[Tensor]) -> bytes:
+    """The JSON infer body of one step, without its opening brace: per-request fields go in front."""
+    inputs = [{"name": t.name, "shape": list(t.shape), "datatype": t.datatype, "data": _json_data(t)} for t in tensors]
+    return json.dumps({"inputs": inputs}, separators=(",", ":")).encode()[1:]
+
+
+def http_infer_path(io: ModelIO) -> str:
+    """The KServe v2 infer path of the model (and version)."""
+    return f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/infer"
+
+
+class HttpSequenceEngine(SseEngine):
+    """Sequence models over plain HTTP infer calls, sequence ID and flags in each request's parameters.
+
+    A sequence's next step goes out only after its previous one answered (one request in
+    flight per sequence, as --serial-sequences): on separate connections two steps in
+    flight together could reach the server out of order.
+    """
+
+    unary = True
+
+    def _send(self, due: int, slot: int) -> None:
+        assert self._seq is not None
+        rid = str(next(self._ids))
+        index, seq_id, start, end = self._seq.next_request(slot, len(self.cfg.payloads))
+        self._seq.slot(slot).in_flight += 1
+        wire = json.dumps(self._seq.wire_id(seq_id))
+        params = (
+            f'{{"id":"{rid}","parameters":{{"sequence_id":{wire},"sequence_start":{str(start).lower()},'
+            f'"sequence_end":{str(end).lower()}}},'
+        ).encode()
+        body = params + self.cfg.payloads[index]
+        head = (
+            f"POST {self.cfg.http_path} HTTP/1.1\r\nHost: {self.cfg.host}:{self.cfg.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        req = _Req(due, slot)
+        self.inflight[rid] = req
+        req.sent = perf_counter_ns()
+        self._transmit(rid, head + body)

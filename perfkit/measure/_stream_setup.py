@@ -6,7 +6,15 @@ import dataclasses
 from typing import Any
 
 from perfkit.errors import UsageError
-from perfkit.loadgen import ModelIO, SequenceSpec, StreamConfig, Tensor, sse_payload
+from perfkit.loadgen import (
+    ModelIO,
+    SequenceSpec,
+    StreamConfig,
+    Tensor,
+    http_infer_path,
+    http_sequence_body,
+    sse_payload,
+)
 
 
 def is_decoupled(config: dict[str, Any]) -> bool:
@@ -52,9 +60,10 @@ def stream_config(
     """The stream engine's config where requests are streamed (decoupled or sequence models), else None.
 
     gRPC streams over ModelStreamInfer; HTTP streams over generate_stream (server-sent
-    events), which maps the model's inputs from JSON. Raises UsageError for a decoupled
-    model without --streaming, for sequence models over HTTP, and for shared memory
-    with generate_stream.
+    events), which maps the model's inputs from JSON; sequence models over HTTP (without
+    --streaming) use plain infer calls carrying the sequence parameters, one request in
+    flight per sequence. Raises UsageError for a decoupled model without --streaming, and
+    for shared memory over HTTP.
     """
     decoupled = is_decoupled(config)
     sequence = is_sequence_model(config)
@@ -70,9 +79,20 @@ def stream_config(
             f"--workers {spec.workers}: streamed requests run in one process (one stream carries them all)",
             hint="drop --workers",
         )
+    if spec.protocol != "grpc" and sequence and not spec.streaming:
+        if spec.shared_memory != "none":
+            raise UsageError(f"sequence model {spec.model!r} over HTTP sends JSON inputs, not shared memory")
+        from_file = spec.input_data not in ("random", "zero")
+        # one request in flight per sequence: steps on separate connections could cross
+        serial = dataclasses.replace(sequence_spec(spec, streams=_one_stream(steps) if from_file else ()), serial=True)
+        bodies = tuple(http_sequence_body(io, step) for step in steps)
+        return StreamConfig(
+            host, port, bodies, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=serial,
+            transport="http", http_path=http_infer_path(io),
+        )  # fmt: skip
     if spec.protocol != "grpc":
         if sequence:
-            raise UsageError(f"sequence model {spec.model!r} is measured over gRPC streaming", hint="add -i grpc")
+            raise UsageError(f"sequence model {spec.model!r} streams over gRPC only", hint="add -i grpc")
         if spec.shared_memory != "none":
             raise UsageError("--streaming over HTTP (generate_stream) takes JSON inputs, not shared memory")
         if spec.output_tokens_tensor:
@@ -81,11 +101,11 @@ def stream_config(
         return StreamConfig(
             host, port, sse, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, transport="sse"
         )
-    seq = None
+    seq: SequenceSpec | None = None
     if sequence:
         # a perf_analyzer-format file's steps form one data stream, sent step by step
         from_file = spec.input_data not in ("random", "zero")
-        seq = sequence_spec(spec, streams=(tuple(range(len(payloads))),) if from_file else ())
+        seq = sequence_spec(spec, streams=_one_stream(steps) if from_file else ())
     token_output = spec.output_tokens_tensor or ""
     if token_output and token_output not in io.outputs:
         raise UsageError(
@@ -111,3 +131,8 @@ def sequence_spec(spec: Any, streams: tuple[tuple[int, ...], ...] = ()) -> Seque
         string_ids=spec.string_sequence_ids,
         streams=streams,
     )
+
+
+def _one_stream(steps: list[list[Tensor]]) -> tuple[tuple[int, ...], ...]:
+    # a perf_analyzer-format file's steps form one data stream, sent step by step
+    return (tuple(range(len(steps))),)

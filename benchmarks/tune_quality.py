@@ -184,7 +184,7 @@ def main() -> int:
     print()
     print(f"grid best     trial {g_best.number:>3} {g_best.params}: {g_best.throughput_infer_per_s:.0f}/s in the grid")
     print(f"perfkit pick  trial {t_best.number:>3} {t_best.params}: {t_best.throughput_infer_per_s:.0f}/s in its run")
-    same = " (same config)" if g_best.config_sha256 == t_best.config_sha256 else ""
+    same = " (same config)" if g_best.config_pbtxt_sha256 == t_best.config_pbtxt_sha256 else ""
     print(f"re-measured ({args.rounds} rounds, alternating): grid best {g_re:.0f}, perfkit {t_re:.0f} infer/s"
           f" -> {100 * ratio:.1f}% of the grid's best{same}")  # fmt: skip
     print(f"trials: grid {g_n}, perfkit {t_n}")

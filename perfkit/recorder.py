@@ -75,7 +75,34 @@ def concat(parts: Sequence[Samples]) -> Samples:
         np.concatenate([p.done_ns for p in parts]),
         np.concatenate([p.status for p in parts]),
         examples,
+        _concat_responses(parts),
+        _concat_tokens(parts),
     )
+
+
+def _concat_tokens(parts: Sequence[Samples]) -> np.ndarray | None:
+    if all(p.output_tokens is None for p in parts):
+        return None
+    return np.concatenate(
+        [p.output_tokens if p.output_tokens is not None else np.zeros(len(p), dtype=np.int64) for p in parts]
+    )
+
+
+def _concat_responses(parts: Sequence[Samples]) -> np.ndarray | None:
+    # Streamed samples carry per-request response times; a batch without them (unary, or
+    # only dropped sends) contributes empty arrays so the lengths stay aligned.
+    if all(p.response_ns is None for p in parts):
+        return None
+    chunks = []
+    for p in parts:
+        if p.response_ns is not None:
+            chunks.append(p.response_ns)
+        else:
+            empty = np.empty(len(p), dtype=object)
+            for i in range(len(p)):
+                empty[i] = np.empty(0, dtype=np.int64)
+            chunks.append(empty)
+    return np.concatenate(chunks)
 
 
 def histogram_of(values_us: np.ndarray) -> HdrHistogram:
@@ -223,6 +250,10 @@ class LevelRecorder:
             self._all = concat(self._parts)
             self._parts = [self._all]
         return self._all
+
+    def level_mask(self, end_ns: int) -> np.ndarray:
+        """Which of self.samples belong to the level ending at end_ns (by send or due time)."""
+        return self._in_level(self.samples, end_ns)
 
     def _in_level(self, s: Samples, end_ns: int) -> np.ndarray:
         t = s.sent_ns if self.closed_loop else s.due_ns

@@ -21,7 +21,7 @@ from perfkit.errors import InputError
 RUN_SCHEMA = "perfkit.run"
 RUN_SCHEMA_VERSION = 2  # 2: typed machine, server, model and spec; model.served_config_sha256
 
-LoadMode = Literal["concurrency", "request_rate", "custom_intervals"]
+LoadMode = Literal["concurrency", "request_rate", "custom_intervals", "trace"]
 LatencyKind = Literal["service", "corrected"]
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 PERCENTILE_OF_METRIC = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
@@ -50,6 +50,8 @@ class LoadLevel:
             return f"concurrency {int(self.value)}"
         if self.mode == "request_rate":
             return f"{self.value:g} req/s {self.distribution or 'constant'}"
+        if self.mode == "trace":
+            return f"trace replay ({self.value:.4g} req/s mean)"
         return f"custom intervals ({self.value:g} req/s mean)"
 
 
@@ -148,6 +150,48 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class StreamWindow:
+    """Streaming figures of one measurement window (requests attributed by completion time)."""
+
+    ttft_p50_us: float
+    ttft_p99_us: float
+    itl_p50_us: float
+    itl_p99_us: float
+    output_tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class StreamingSummary:
+    """Per-response figures of a level of streamed requests (one response per token).
+
+    ttft: first non-empty response from the send time; ttft_corrected (open loop): from
+    the time the request was due. itl: every gap between consecutive non-empty responses
+    of a request (a distribution over responses, not per-request means). second_token:
+    from the first to the second response. output_len_*: output tokens per request (non-empty
+    responses, or the elements of a declared output tensor).
+    goodput counts requests
+    meeting every SLO in goodput_slo_ms (keys 'ttft', 'itl', 'latency'; a request's
+    worst ITL gap is held against 'itl').
+    """
+
+    ttft: LatencySummary
+    itl: LatencySummary
+    second_token: LatencySummary
+    output_len_mean: float
+    output_len_p50: float
+    output_len_p99: float
+    output_len_max: int
+    responses_per_s: float
+    output_tokens_per_s: float
+    request_count: int
+    ttft_corrected: LatencySummary | None = None
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)
+    goodput_rps: float | None = None
+    goodput_fraction: float | None = None
+    windows: tuple[StreamWindow, ...] = ()  # per window, for gates' significance tests
+
+
+@dataclass(frozen=True)
 class LevelResult:
     """Everything measured at one load level."""
 
@@ -176,6 +220,7 @@ class LevelResult:
     fleet: tuple[ServerShare, ...] = ()  # per-server breakdown when load went to several servers
     workers: tuple[WorkerShare, ...] = ()  # per load worker: its share, clock offset, fate
     incomplete: bool = False  # a worker died mid-level: figures hold what the others (and it, before) sent
+    streaming: StreamingSummary | None = None  # streamed (decoupled) requests only
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -673,6 +718,23 @@ class ProfileSpec:
     # certified: the ones the gate judges by default, so profile, profile, gate can pass.
     tail_percentiles: tuple[float, ...] = DEFAULT_TAIL_PERCENTILES
 
+    # Streaming (decoupled models over gRPC ModelStreamInfer) and sequence (stateful) models.
+    streaming: bool = False
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)  # e.g. {"ttft": 200, "itl": 20}
+    sequence_length: int = 20
+    sequence_length_specified: bool = False  # with input data: else a sequence is one data stream
+    sequence_length_variation: float = 20.0  # percent
+    sequence_id_start: int = 1
+    sequence_id_end: int | None = None  # exclusive; None: unbounded
+    num_of_sequences: int = 4  # open loop: concurrent sequences
+    serial_sequences: bool = False
+    string_sequence_ids: bool = False
+    # Trace replay (one open-loop pass): perf_analyzer's --fixed-schedule (timestamps in the
+    # --input-data file) or a JSONL trace file.
+    fixed_schedule: bool = False
+    trace: str | None = None
+    output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
+
 
 def spec_defaults() -> dict[str, Any]:
     """ProfileSpec's defaults by field name: what the CLI's flags and sweep files default to."""
@@ -694,6 +756,7 @@ STATUS_CONNECTION_REFUSED = -2
 STATUS_DROPPED = -3  # open loop: could not be sent (max outstanding reached)
 STATUS_UNFINISHED = -4  # still in flight when the level's drain timeout ran out
 STATUS_PROTOCOL = -5  # a response perfkit could not parse
+STATUS_STREAM_ERROR = -6  # a streamed request answered with an error message on the stream
 GRPC_STATUS_BASE = 1000
 _CLIENT_STATUS_NAMES = {
     STATUS_CONNECTION_CLOSED: "connection_closed",
@@ -701,6 +764,7 @@ _CLIENT_STATUS_NAMES = {
     STATUS_DROPPED: "dropped",
     STATUS_UNFINISHED: "unfinished",
     STATUS_PROTOCOL: "protocol_error",
+    STATUS_STREAM_ERROR: "stream_error",
 }
 
 
@@ -718,7 +782,10 @@ class Samples:
     """Raw per-request timestamps (one monotonic clock, ns) from the load generator.
 
     due_ns is -1 in closed loop; sent_ns is -1 for dropped sends. Arrays are numpy int64
-    (status int32), all of one length.
+    (status int32), all of one length. Streamed requests (decoupled models) also carry
+    response_ns: an object array holding, per request, an int64 array of the arrival times
+    of its non-empty responses (tokens); done_ns is then its final response. None for
+    unary requests.
     """
 
     due_ns: Any
@@ -726,6 +793,8 @@ class Samples:
     done_ns: Any
     status: Any
     error_examples: dict[int, str] = field(default_factory=dict)
+    response_ns: Any = None
+    output_tokens: Any = None  # per request: elements of a declared output tensor over its responses
 
     def __len__(self) -> int:
         return len(self.done_ns)

@@ -54,7 +54,18 @@ def _infer_http(url: str, model: str, name: str, array: np.ndarray, out: str) ->
 
 def test_every_fixture_model_answers_a_real_inference(triton):
     ready = {m["name"] for m in triton.repository_index() if m.get("state") == "READY"}
-    assert ready == {"batcher", "identity", "pipeline", "preprocess", "sleeper", "strings", "vardims"}
+    assert ready == {
+        "accumulator",
+        "accumulator_oldest",
+        "batcher",
+        "identity",
+        "pipeline",
+        "preprocess",
+        "sleeper",
+        "streamer",
+        "strings",
+        "vardims",
+    }  # fmt: skip  (streamer and the accumulators are exercised in test_streaming_server.py)
     url = triton.endpoints.http_url
     x = np.arange(32, dtype=np.float32).reshape(2, 16)
     np.testing.assert_array_equal(_infer_http(url, "batcher", "INPUT0", x, "OUTPUT0"), 2 * x + 1)

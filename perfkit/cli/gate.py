@@ -106,7 +106,8 @@ _D = spec_defaults()
     multiple=True,
     metavar="METRIC:CHANGE",
     help="Allowed change toward worse, repeatable: throughput:-5%, p99:+10%, p99:+2ms, throughput:-50/s. "
-    "Metrics: throughput, p50, p90, p95, p99, p999. Default: " + " and ".join(DEFAULT_THRESHOLDS) + ".",
+    "Metrics: throughput, p50, p90, p95, p99, p999; streamed runs also ttft_p50, ttft_p99 (ttft), itl_p50, "
+    "itl_p99 (itl), tokens (tokens/s). Default: " + " and ".join(DEFAULT_THRESHOLDS) + ".",
 )
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=_G.confidence, show_default=True,
               help="Confidence of the intervals; a change is significant when its interval excludes zero.")  # fmt: skip

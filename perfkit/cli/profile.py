@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from perfkit.cli._server_options import build_server_options, server_options
+from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
 from perfkit.measure import LevelDone, LevelStarted, ProgressEvent, WindowMeasured, WorkersPlaced
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord, spec_defaults
@@ -109,6 +110,7 @@ def summary_table(record: RunRecord) -> str:
             lines.append(f"{'':>18} (too few samples for {', '.join(lat.thin)})")
     kind = "corrected (from due time)" if open_loop else "service (from send time)"
     lines.append(f"latency: {kind}; ±: ~95% CI half-width, relative")
+    lines.extend(streaming_lines(record))
     for lv in record.levels:
         if lv.corrected is not None:
             s = lv.service
@@ -288,6 +290,7 @@ class _Progress:
     metavar="NAME",
     help="With --ray: place workers only on nodes offering this custom resource (ray start --resources).",
 )
+@streaming_options()
 @server_options()
 def command(**kw: Any) -> None:
     """Measure throughput and latency of a model under load, like perf_analyzer.
@@ -353,6 +356,7 @@ def command(**kw: Any) -> None:
         workers=kw["workers"],
         max_outstanding=kw["max_outstanding"],
         tail_percentiles=_percentiles(kw["tail_percentiles"]),
+        **streaming_spec_fields(kw),
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:

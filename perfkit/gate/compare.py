@@ -35,6 +35,7 @@ from perfkit.gate._results import (
     GateResult,
 )
 from perfkit.gate.stats import DiffStats, bootstrap_rel_diff, min_samples
+from perfkit.gate.stream_metrics import STREAM_METRICS, stream_summary, stream_values
 from perfkit.gate.thresholds import PERCENTILE_OF, Threshold
 from perfkit.records import LatencyKind, LevelResult, Machine, RunRecord
 
@@ -248,6 +249,9 @@ def _compare_level(b: LevelResult, c: LevelResult, run_problems: list[str], opts
     problems = _level_problems(b, "baseline", opts) + _level_problems(c, "current", opts) + run_problems
     out = []
     for thr in opts.thresholds:
+        if thr.metric in STREAM_METRICS:
+            out.append(_compare_stream_metric(b, c, thr, problems, opts))
+            continue
         is_tput = thr.metric == "throughput"
         b_val, b_win = _metric_values(b, thr.metric, kind)
         c_val, c_win = _metric_values(c, thr.metric, kind)
@@ -275,6 +279,37 @@ def _compare_level(b: LevelResult, c: LevelResult, run_problems: list[str], opts
             continue
         out.append(_decide(base, thr, b_win, c_win, opts))
     return out
+
+
+def _compare_stream_metric(
+    b: LevelResult, c: LevelResult, thr: Threshold, problems: list[str], opts: GateOptions
+) -> Finding:
+    # Streaming metrics (TTFT, ITL, tokens/s) are judged like the others: threshold, then
+    # significance over per-window values; a side without streaming figures is invalid.
+    bv, cv = stream_values(b, thr.metric), stream_values(c, thr.metric)
+    base = {
+        "level": level_label(c),
+        "metric": thr.metric,
+        "unit": "tokens/s" if thr.metric == "tokens" else "us",
+        "latency_kind": None if thr.metric == "tokens" else "service",
+        "baseline": bv[0] if bv else 0.0,
+        "current": cv[0] if cv else 0.0,
+        "threshold": thr.text,
+        "windows": (len(bv[1]) if bv else 0, len(cv[1]) if cv else 0),
+    }
+    invalid = list(problems)
+    for side, values in (("baseline", bv), ("current", cv)):
+        if values is None:
+            invalid.append(f"{side} has no streaming figures (measure with --streaming)")
+    if not invalid:
+        pct = STREAM_METRICS[thr.metric][1]
+        for side, lv in (("baseline", b), ("current", c)):
+            summary = stream_summary(lv, thr.metric)
+            if summary is not None and summary.count < min_samples(pct):
+                invalid.append(f"{side} has {summary.count} samples; {thr.metric} needs {min_samples(pct)}")
+    if invalid or bv is None or cv is None:
+        return _finding(base, None, None, "invalid", "; ".join(invalid))
+    return _decide(base, thr, bv[1], cv[1], opts)
 
 
 def _percentile_problems(metric: str, b: LevelResult, c: LevelResult, kind: LatencyKind) -> list[str]:

@@ -7,14 +7,17 @@ from dataclasses import dataclass
 from typing import Literal
 
 from perfkit.errors import UsageError
+from perfkit.gate.stream_metrics import ALIASES as STREAM_ALIASES
+from perfkit.gate.stream_metrics import STREAM_METRICS
 from perfkit.records import DEFAULT_GATE_THRESHOLDS, PERCENTILE_OF_METRIC
 
-METRICS = ("throughput", *PERCENTILE_OF_METRIC)
+METRICS = ("throughput", *PERCENTILE_OF_METRIC, *STREAM_METRICS)
 PERCENTILE_OF = PERCENTILE_OF_METRIC
 DEFAULT_THRESHOLDS = DEFAULT_GATE_THRESHOLDS  # defined on the records: the measurement reads them too
+HIGHER_IS_BETTER = ("throughput", "tokens")
 
 _UNIT_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
-_PATTERN = re.compile(r"^\s*([a-z0-9.]+)\s*:\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|us|ms|s|/s|infer/s)?\s*$")
+_PATTERN = re.compile(r"^\s*([a-z0-9._/]+?)\s*:\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|us|ms|s|/s|infer/s)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Threshold:
 
     @property
     def higher_is_better(self) -> bool:
-        return self.metric == "throughput"
+        return self.metric in HIGHER_IS_BETTER
 
     def exceeded(self, worse_pct: float, worse_abs: float) -> bool:
         """Whether a change toward worse (positive = worse) is past the threshold."""
@@ -42,19 +45,20 @@ def parse_threshold(text: str) -> Threshold:
     if not m:
         raise UsageError(f"--threshold {text!r} is not METRIC:[+-]VALUE[%|ms|us|/s]", hint=forms)
     metric, sign, number, unit = m.groups()
-    metric = {"p99.9": "p999", "infer/s": "throughput", "tput": "throughput"}.get(metric, metric)
+    metric = {"p99.9": "p999", "infer/s": "throughput", "tput": "throughput", **STREAM_ALIASES}.get(metric, metric)
     if metric not in METRICS:
         raise UsageError(f"--threshold {text!r}: unknown metric {metric!r}", hint=forms)
     value = float(number)
-    worse_sign = "-" if metric == "throughput" else "+"
+    worse_sign = "-" if metric in HIGHER_IS_BETTER else "+"
     if sign and sign != worse_sign:
-        direction = "a drop (-)" if metric == "throughput" else "a rise (+)"
+        direction = "a drop (-)" if metric in HIGHER_IS_BETTER else "a rise (+)"
         raise UsageError(f"--threshold {text!r}: a {metric} regression is {direction}", hint=forms)
     if unit == "%":
         return Threshold(metric, "pct", value, text)
-    if metric == "throughput":
+    if metric in HIGHER_IS_BETTER:
         if unit not in (None, "/s", "infer/s"):
-            raise UsageError(f"--threshold {text!r}: throughput is in % or infer/s", hint=forms)
+            per_s = "infer/s" if metric == "throughput" else "tokens/s"
+            raise UsageError(f"--threshold {text!r}: {metric} is in % or {per_s}", hint=forms)
         return Threshold(metric, "abs", value, text)
     if unit not in _UNIT_US:
         raise UsageError(f"--threshold {text!r}: latency needs a unit (%, ms, us or s)", hint=forms)

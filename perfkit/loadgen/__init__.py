@@ -24,6 +24,10 @@ from perfkit.loadgen._inputdata import (
 )
 from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
+from perfkit.loadgen._sequences import SequenceSpec
+from perfkit.loadgen._stream_grpc import StreamConfig, StreamEngine
+from perfkit.loadgen._stream_h2 import H2StreamEngine
+from perfkit.loadgen._stream_sse import HttpSequenceEngine, SseEngine, http_infer_path, http_sequence_body, sse_payload
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
 from perfkit.records import LoadLevel, Samples
@@ -36,6 +40,8 @@ __all__ = [
     "InputData",
     "LoadGenerator",
     "ModelIO",
+    "SequenceSpec",
+    "StreamConfig",
     "ShmBinding",
     "Step",
     "StepTensor",
@@ -44,6 +50,9 @@ __all__ = [
     "build_requests",
     "check_synthetic",
     "file_tensors",
+    "http_infer_path",
+    "http_sequence_body",
+    "sse_payload",
     "grpc_payload",
     "http_payload",
     "read_input_data",
@@ -61,11 +70,16 @@ SWITCH_INTERVAL_S = 0.0002
 class LoadGenerator:
     """One engine in this process (workers=1) or one per worker process, merged exactly."""
 
-    def __init__(self, cfg: EngineConfig, workers: int = 1) -> None:
+    def __init__(self, cfg: EngineConfig | StreamConfig, workers: int = 1) -> None:
         self.workers = max(1, workers)
-        self._engines: list[Engine] | list[ProcessEngine]
+        self._engines: list[Engine] | list[ProcessEngine] | list[StreamEngine]
         self._switch_interval_s: float | None = None
-        if self.workers == 1:
+        if isinstance(cfg, StreamConfig):
+            # streamed requests (decoupled models, sequences over a stream): one engine in this process
+            self.workers = 1
+            kinds = {"sse": SseEngine, "grpc.aio": StreamEngine, "http": HttpSequenceEngine}
+            self._engines = [kinds.get(cfg.transport, H2StreamEngine)(cfg)]
+        elif self.workers == 1:
             self._switch_interval_s = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval_s))
             self._engines = [Engine(cfg)]

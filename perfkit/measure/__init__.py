@@ -23,6 +23,7 @@ from perfkit.loadgen import (
     FileRequest,
     LoadGenerator,
     ModelIO,
+    StreamConfig,
     Tensor,
     build_requests,
     check_synthetic,
@@ -44,8 +45,11 @@ from perfkit.measure._events import (
 )
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
+from perfkit.measure._replay import replay_profile
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
+from perfkit.measure._stream_setup import stream_config, streamed_steps
+from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._validate import OutputMismatchError, validate_outputs
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.schedule import read_intervals_file
@@ -62,6 +66,7 @@ __all__ = [
     "WindowMeasured",
     "WorkersPlaced",
     "levels_frame",
+    "parse_goodput",
     "machine_info",
     "profile",
     "served_config_sha256",
@@ -150,9 +155,15 @@ def profile(
     config = server.model_config(spec.model)
     io = ModelIO.from_server(metadata, config, spec.model_version)
     _check_spec(io, spec)
-    steps, file_requests = _steps(io, spec)
+    if spec.trace or spec.fixed_schedule:
+        host, port = _engine_target(server, spec.protocol)
+        return replay_profile(
+            server, spec, io, config, host, port, command=command, on_progress=on_progress, record_path=record_path
+        )
+    plain_steps, file_requests = _steps(io, spec)
     if any(r.expected for r in file_requests):
         validate_outputs(server, io, file_requests, source=spec.input_data)
+    steps = streamed_steps(io, spec, plain_steps)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
     stats_models = [spec.model, *composing_models(config)]
     info = server_info(server, spec.protocol)
@@ -181,9 +192,11 @@ def profile(
     host, port = _engine_target(server, spec.protocol)
     try:
         with _payloads(server, io, spec, steps) as payloads:
-            cfg = EngineConfig(
+            cfg: EngineConfig | StreamConfig = EngineConfig(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
             )
+            # streamed requests (--streaming, sequence models) go through the stream engine
+            cfg = stream_config(spec, config, host, port, payloads, intervals, io=io, steps=steps) or cfg
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:

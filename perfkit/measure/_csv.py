@@ -64,6 +64,22 @@ def _row(level: LevelResult) -> dict[str, float | int | str | bool | None]:
         "windows": len(level.windows),
         "duration_s": level.duration_s,
     }
+    st = level.streaming
+    if st is not None:
+        row.update(
+            {
+                "ttft_p50_us": st.ttft.p50_us,
+                "ttft_p99_us": st.ttft.p99_us,
+                "ttft_corrected_p99_us": st.ttft_corrected.p99_us if st.ttft_corrected else None,
+                "itl_p50_us": st.itl.p50_us,
+                "itl_p99_us": st.itl.p99_us,
+                "second_token_p50_us": st.second_token.p50_us,
+                "responses_per_s": st.responses_per_s,
+                "output_tokens_per_s": st.output_tokens_per_s,
+                "output_len_mean": st.output_len_mean,
+                "goodput_rps": st.goodput_rps,
+            }
+        )
     if srv is not None:
         row.update(
             {
@@ -117,7 +133,13 @@ def write_csv(record: RunRecord, path: Path) -> Path:
                 0,
             ]
         )
-    frame = pd.DataFrame(rows, columns=[first, *PA_COLUMNS[1:]])
+    columns = [first, *PA_COLUMNS[1:]]
+    if any(level.streaming is not None for level in record.levels):
+        # perf_analyzer adds this column for decoupled models: responses per second
+        columns.insert(2, "Response Throughput")
+        for row, level in zip(rows, record.levels):
+            row.insert(2, round(level.streaming.responses_per_s, 2) if level.streaming else 0)
+    frame = pd.DataFrame(rows, columns=columns)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(path, index=False)

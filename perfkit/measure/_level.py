@@ -15,6 +15,7 @@ from perfkit.loadgen import LoadGenerator
 from perfkit.measure import _server_stats
 from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
+from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
     STATUS_CONNECTION_CLOSED,
@@ -212,4 +213,15 @@ def _result(
         server=server,
         metrics=samples,
         note=note,
+        streaming=streaming_summary(
+            rec.samples,
+            rec.level_mask(end_ns),
+            start_ns=rec.start_ns,
+            end_ns=end_ns,
+            closed_loop=closed,
+            goodput_slo_ms=spec.goodput_slo_ms,
+            window_ns=rec.window_ns,
+        )
+        if spec.streaming
+        else None,
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 from perfkit.records import RunRecord, ServerInfo, to_dict
 from perfkit.report import _figures as F
+from perfkit.report import _streaming_figures as SF
 from perfkit.report._fleet import fleet_table, workers_table
 from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, Section, command_line, fmt_value, machine_facts
 
@@ -148,6 +149,16 @@ def add_run_sections(b: PageBuilder, rec: RunRecord, sid: str, heading: str) -> 
     )
     for kind in F.level_kinds(rec):
         b.figure(s, F.latency_cdf(rec, kind), F.percentile_table(rec, kind))
+
+    if SF.has_streaming(rec):
+        s = b.section(
+            f"streaming{sid}",
+            f"Streaming{heading}",
+            "Time to first token, the gaps between tokens, and token throughput per load level.",
+        )
+        b.figure(s, SF.streaming_cdf(rec, "ttft"), SF.streaming_table(rec))
+        b.figure(s, SF.streaming_cdf(rec, "itl"))
+        b.figure(s, SF.tokens_vs_load([rec]))
 
     breakdown = F.server_breakdown(rec)
     batches = F.batch_sizes(rec)

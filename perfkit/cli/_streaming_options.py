@@ -1,0 +1,140 @@
+"""`perfkit profile` options for streamed (decoupled) and sequence models, and their summary lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfkit.errors import UsageError
+from perfkit.measure import parse_goodput
+from perfkit.records import RunRecord
+
+_DEFAULT_SEQUENCE_LENGTH = 20
+
+
+def streaming_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator adding --streaming, --goodput and perf_analyzer's sequence flags."""
+    opts = [
+        click.option(
+            "--streaming",
+            is_flag=True,
+            help="Stream requests over gRPC (ModelStreamInfer); needed for decoupled models, as in perf_analyzer.",
+        ),
+        click.option("--goodput", default=None, help="SLOs a request must meet to count, e.g. ttft:200ms,itl:20ms."),
+        click.option(
+            "--num-of-sequences",
+            type=int,
+            default=4,
+            show_default=True,
+            help="Sequence models, open loop: concurrent sequences.",
+        ),
+        click.option(
+            "--sequence-length",
+            type=int,
+            default=None,
+            help=f"Sequence models: base requests per sequence (default {_DEFAULT_SEQUENCE_LENGTH}, "
+            "or a data stream's steps with --input-data FILE).",
+        ),
+        click.option(
+            "--sequence-length-variation",
+            type=float,
+            default=20.0,
+            show_default=True,
+            help="Sequence models: +/- percent around --sequence-length.",
+        ),
+        click.option(
+            "--sequence-id-range",
+            default=None,
+            help="Sequence models: start[:end] correlation IDs (end excluded; default 1, unbounded).",
+        ),
+        click.option("--serial-sequences", is_flag=True, help="At most one request in flight per sequence."),
+        click.option("--string-sequence-ids", is_flag=True, help="Send correlation IDs as strings."),
+        click.option(
+            "--output-tokens-tensor",
+            default=None,
+            help="Count output tokens as the elements of this output tensor in each response (e.g. output_ids), "
+            "not one per response (gRPC).",
+        ),
+        click.option(
+            "--fixed-schedule",
+            is_flag=True,
+            help="Replay --input-data once, each entry at its 'timestamp' (ms), as perf_analyzer does.",
+        ),
+        click.option(
+            "--trace",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Replay a JSONL trace once: timestamp (ms), inputs or input_length/output_length, session_id.",
+        ),
+    ]
+
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+
+    return wrap
+
+
+def _id_range(text: str | None) -> tuple[int, int | None]:
+    if not text:
+        return 1, None
+    start, _, end = text.partition(":")
+    try:
+        lo = int(start)
+        hi = int(end) if end else None
+    except ValueError:
+        raise UsageError(f"--sequence-id-range {text!r}: expected start[:end] integers") from None
+    if lo < 0 or (hi is not None and hi <= lo):
+        raise UsageError(f"--sequence-id-range {text!r}: need 0 <= start < end")
+    return lo, hi
+
+
+def streaming_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
+    """ProfileSpec fields from the options above (consumes them from kw); raises UsageError."""
+    id_start, id_end = _id_range(kw.pop("sequence_id_range"))
+    length = kw.pop("sequence_length")
+    if length is not None and length < 1:
+        raise UsageError(f"--sequence-length {length}: must be at least 1")
+    num = kw.pop("num_of_sequences")
+    if num < 1:
+        raise UsageError(f"--num-of-sequences {num}: must be at least 1")
+    goodput = kw.pop("goodput")
+    return {
+        "streaming": kw.pop("streaming"),
+        "goodput_slo_ms": parse_goodput(goodput) if goodput else {},
+        "num_of_sequences": num,
+        "sequence_length": length if length is not None else _DEFAULT_SEQUENCE_LENGTH,
+        "sequence_length_specified": length is not None,
+        "sequence_length_variation": kw.pop("sequence_length_variation"),
+        "sequence_id_start": id_start,
+        "sequence_id_end": id_end,
+        "serial_sequences": kw.pop("serial_sequences"),
+        "string_sequence_ids": kw.pop("string_sequence_ids"),
+        "fixed_schedule": kw.pop("fixed_schedule"),
+        "output_tokens_tensor": kw.pop("output_tokens_tensor"),
+        "trace": str(trace) if (trace := kw.pop("trace")) else None,
+    }
+
+
+def streaming_lines(record: RunRecord) -> list[str]:
+    """Summary lines of the streaming figures (empty for unary runs)."""
+    lines = []
+    for lv in record.levels:
+        st = lv.streaming
+        if st is None:
+            continue
+        ttft = st.ttft_corrected or st.ttft
+        line = (
+            f"  {lv.load.label}: TTFT p50 {ttft.p50_us / 1e3:.2f} ms p99 {ttft.p99_us / 1e3:.2f} ms"
+            f"{' (from due time)' if st.ttft_corrected else ''}; ITL p50 {st.itl.p50_us / 1e3:.2f} ms"
+            f" p99 {st.itl.p99_us / 1e3:.2f} ms; 2nd token p50 {st.second_token.p50_us / 1e3:.2f} ms;"
+            f" {st.output_tokens_per_s:,.1f} tokens/s; {st.output_len_mean:.1f} tokens/request"
+        )
+        if st.goodput_rps is not None:
+            line += f"; goodput {st.goodput_rps:,.1f} req/s ({(st.goodput_fraction or 0) * 100:.1f}%)"
+        lines.append(line)
+    return lines

@@ -1,0 +1,92 @@
+"""Pieces of the stream engines: request wire suffixes, per-request state, trace state, Samples."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+from perfkit.records import Samples
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    n &= (1 << 64) - 1  # negative int64 values are 10-byte two's complement varints
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _len_field(number: int, data: bytes) -> bytes:
+    return _varint((number << 3) | 2) + _varint(len(data)) + data
+
+
+def _param(key: str, value: bool | int | str) -> bytes:
+    # ModelInferRequest.parameters (field 4) is map<string, InferParameter>: each entry is a
+    # message {1: key, 2: value}; InferParameter's oneof: 1 bool, 2 int64, 3 string.
+    if isinstance(value, bool):
+        encoded = b"\x08" + (b"\x01" if value else b"\x00")
+    elif isinstance(value, int):
+        encoded = b"\x10" + _varint(value)
+    else:
+        encoded = _len_field(3, value.encode())
+    return _len_field(4, _len_field(1, key.encode()) + _len_field(2, encoded))
+
+
+def request_suffix(
+    request_id: str, *, sequence_id: int | str | None = None, start: bool = False, end: bool = False
+) -> bytes:
+    """Protobuf fields appended to a serialized ModelInferRequest: its id, final-response and sequence flags."""
+    out = _len_field(3, request_id.encode()) + _param("triton_enable_empty_final_response", True)
+    if sequence_id is not None:
+        out += _param("sequence_id", sequence_id)
+        out += _param("sequence_start", start) + _param("sequence_end", end)
+    return out
+
+
+class _Req:
+    __slots__ = ("due", "failed", "responses", "sent", "slot", "tokens")
+
+    def __init__(self, due: int, slot: int) -> None:
+        self.due = due
+        self.sent = -1
+        self.slot = slot
+        self.failed = False
+        self.tokens = 0
+        self.responses: list[int] = []
+
+
+class _Trace:
+    """Replay state: the next entry, and per session its turns in flight, waiting and sent."""
+
+    def __init__(self, sessions: tuple[int, ...]) -> None:
+        self.sessions = sessions
+        self.next = 0
+        self.busy: set[int] = set()
+        self.waiting: dict[int, collections.deque[tuple[int, int]]] = {}
+        self.turns_sent: dict[int, int] = {}
+        self.turns = collections.Counter(s for s in sessions if s >= 0)
+        self.closed = False
+
+    def waiting_count(self) -> int:
+        return sum(len(q) for q in self.waiting.values())
+
+
+def _to_samples(
+    records: list[tuple[int, int, int, int, list[int], int]], examples: dict[int, str], counted: bool = False
+) -> Samples:
+    n = len(records)
+    responses = np.empty(n, dtype=object)
+    tokens = np.array([r[5] for r in records], dtype=np.int64) if counted else None
+    if n:
+        arr = np.array([r[:4] for r in records], dtype=np.int64)
+        for i, r in enumerate(records):
+            responses[i] = np.array(r[4], dtype=np.int64)
+        return Samples(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, responses, tokens)
+    empty = np.empty(0, dtype=np.int64)
+    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, responses, tokens)

@@ -1,0 +1,282 @@
+"""Streamed requests over Triton's HTTP generate_stream endpoint (server-sent events).
+
+`POST /v2/models/M/generate_stream` with a JSON body of the model's inputs answers
+`text/event-stream` in HTTP/1.1 chunks: one `data: {...}` event per response, an
+event whose object has an "error" key on failure, and the zero-length last chunk when
+the final response is sent. Each event's arrival is one response (one token for an
+LLM-style model); the last chunk is the request's completion. One keep-alive
+connection carries one request at a time; requests are built once (bytes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from perfkit.errors import UsageError
+from perfkit.loadgen._requests import NP_DTYPES, ModelIO, Tensor
+from perfkit.loadgen._stream_grpc import StreamEngine
+from perfkit.loadgen._stream_parts import _Req
+from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_STREAM_ERROR
+
+
+def _json_value(t: Tensor) -> Any:
+    if t.datatype == "BYTES":
+        values, data, i = [], t.data, 0
+        while i + 4 <= len(data):
+            n = int.from_bytes(data[i : i + 4], "little")
+            values.append(data[i + 4 : i + 4 + n].decode(errors="replace"))
+            i += 4 + n
+    elif t.datatype in NP_DTYPES and t.datatype != "BF16":
+        values = np.frombuffer(t.data, dtype=np.dtype(NP_DTYPES[t.datatype]).newbyteorder("<")).tolist()
+    else:
+        raise UsageError(f"input {t.name!r} ({t.datatype}) cannot be sent to generate_stream", hint="use -i grpc")
+    return values[0] if len(values) == 1 else values
+
+
+def sse_payload(io: ModelIO, tensors: list[Tensor], host: str) -> bytes:
+    """One HTTP request for generate_stream: the step's inputs as a JSON object; raises UsageError."""
+    if io.max_batch_size > 0 and any(t.shape and t.shape[0] > 1 for t in tensors):
+        raise UsageError("generate_stream takes one request per call", hint="use -b 1")
+    body = json.dumps({t.name: _json_value(t) for t in tensors}, separators=(",", ":")).encode()
+    path = f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/generate_stream"
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _SseConn(asyncio.Protocol):
+    """One keep-alive connection; parses a chunked event stream per request."""
+
+    def __init__(self, eng: SseEngine) -> None:
+        self.eng = eng
+        self.transport: Any = None
+        self.rid: str | None = None
+        self.buf = bytearray()
+        self.head_done = False
+        self.chunked = False
+        self.need = -1  # body bytes left (non-chunked error answers)
+        self.code = 0
+        self.events = bytearray()
+        self.unary = eng.unary  # plain infer answers (one JSON response), not an event stream
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def send(self, rid: str, data: bytes) -> None:
+        self.rid = rid
+        self.head_done = False
+        self.events.clear()
+        self.transport.write(data)
+
+    def data_received(self, data: bytes) -> None:
+        now = perf_counter_ns()
+        self.buf += data
+        while self.rid is not None and self._step(now):
+            pass
+
+    def _step(self, now: int) -> bool:
+        buf = self.buf
+        if not self.head_done:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                return False
+            head = bytes(buf[:end]).lower()
+            del buf[: end + 4]
+            self.code = int(head[9:12])
+            self.head_done = True
+            self.chunked = b"transfer-encoding: chunked" in head
+            i = head.find(b"content-length:")
+            self.need = (
+                int(head[i + 15 : head.find(b"\r\n", i) if head.find(b"\r\n", i) > 0 else None]) if i >= 0 else 0
+            )
+            return True
+        if not self.chunked:
+            if len(buf) < self.need:
+                return False
+            body = bytes(buf[: self.need])
+            del buf[: self.need]
+            if self.unary and self.code == 200:
+                req = self.eng.inflight.get(self.rid or "")
+                if req is not None:
+                    req.responses.append(now)
+                self._done(now, 0, "")
+                return False
+            status = self.code if self.code != 200 else STATUS_PROTOCOL
+            self._done(now, status, body.decode(errors="replace"))
+            return False
+        line_end = buf.find(b"\r\n")
+        if line_end < 0:
+            return False
+        size = int(bytes(buf[:line_end]).split(b";")[0], 16)
+        if len(buf) < line_end + 2 + size + 2:
+            return False
+        chunk = bytes(buf[line_end + 2 : line_end + 2 + size])
+        del buf[: line_end + 2 + size + 2]
+        if size == 0:
+            self._done(now, 0 if self.code == 200 else self.code, "")
+            return False
+        self.events += chunk
+        while True:
+            cut = self.events.find(b"\n\n")
+            if cut < 0:
+                return True
+            event = bytes(self.events[:cut])
+            del self.events[: cut + 2]
+            self._event(event, now)
+
+    def _event(self, event: bytes, now: int) -> None:
+        if not event.startswith(b"data:"):
+            return
+        req = self.eng.inflight.get(self.rid or "")
+        if req is None:
+            return
+        if b'"error"' in event:
+            self.eng.error_examples.setdefault(STATUS_STREAM_ERROR, event[5:300].decode(errors="replace").strip())
+            req.failed = True
+            return
+        req.responses.append(now)
+
+    def _done(self, now: int, status: int, message: str) -> None:
+        rid, self.rid = self.rid, None
+        req = self.eng.inflight.get(rid or "")
+        if req is not None:
+            if status == 0 and req.failed:
+                status = STATUS_STREAM_ERROR
+            if status and message:
+                self.eng.error_examples.setdefault(status, message[:300])
+            self.eng.idle.append(self)
+            self.eng._finish(rid or "", req, now, status)
+        else:
+            self.eng.idle.append(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        eng = self.eng
+        eng.conns.discard(self)
+        if self in eng.idle:
+            eng.idle.remove(self)
+        rid, self.rid = self.rid, None
+        req = eng.inflight.get(rid or "")
+        if req is not None:
+            eng.error_examples.setdefault(STATUS_CONNECTION_CLOSED, str(exc or "server closed the connection"))
+            eng._finish(rid or "", req, perf_counter_ns(), STATUS_CONNECTION_CLOSED)
+
+
+class SseEngine(StreamEngine):
+    """The stream engine's loops and bookkeeping over generate_stream connections."""
+
+    unary = False
+
+    def __init__(self, cfg: Any) -> None:
+        self.conns: set[_SseConn] = set()
+        self.idle: list[_SseConn] = []
+        self._waiting: list[tuple[str, bytes]] = []
+        super().__init__(cfg)
+
+    async def _open(self) -> None:
+        return None
+
+    def _send(self, due: int, slot: int) -> None:
+        rid = str(next(self._ids))
+        req = _Req(due, slot)
+        self.inflight[rid] = req
+        req.sent = perf_counter_ns()
+        self._transmit(rid, self.cfg.payloads[next(self._payloads)])
+
+    def _trace_payload(self, k: int, suffix: bytes) -> bytes:
+        return self.cfg.payloads[k]  # HTTP requests carry no protobuf suffix
+
+    def _transmit(self, rid: str, data: bytes) -> None:
+        if self.idle:
+            self.idle.pop().send(rid, data)
+            return
+        self._waiting.append((rid, data))
+        self.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        try:
+            _, conn = await self.loop.create_connection(lambda: _SseConn(self), self.cfg.host, self.cfg.port)
+        except OSError as err:
+            if self._waiting:
+                rid, _ = self._waiting.pop(0)
+                req = self.inflight.get(rid)
+                self.error_examples.setdefault(STATUS_CONNECTION_REFUSED, str(err))
+                if req is not None:
+                    self._finish(rid, req, perf_counter_ns(), STATUS_CONNECTION_REFUSED, resend=False)
+            return
+        self.conns.add(conn)
+        if self._waiting:
+            rid, data = self._waiting.pop(0)
+            if rid in self.inflight:
+                conn.send(rid, data)
+                return
+        self.idle.append(conn)
+
+    async def _close_call(self) -> None:
+        for conn in list(self.conns):
+            if conn.transport is not None:
+                conn.transport.abort()
+        self.conns.clear()
+        self.idle.clear()
+        self._waiting.clear()
+
+    async def _shutdown(self) -> None:
+        self.active = False
+        await self._close_call()
+
+
+def _json_data(t: Tensor) -> list[Any]:
+    value = _json_value(t)
+    return value if isinstance(value, list) else [value]
+
+
+def http_sequence_body(io: ModelIO, tensors: list[Tensor]) -> bytes:
+    """The JSON infer body of one step, without its opening brace: per-request fields go in front."""
+    inputs = [{"name": t.name, "shape": list(t.shape), "datatype": t.datatype, "data": _json_data(t)} for t in tensors]
+    return json.dumps({"inputs": inputs}, separators=(",", ":")).encode()[1:]
+
+
+def http_infer_path(io: ModelIO) -> str:
+    """The KServe v2 infer path of the model (and version)."""
+    return f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/infer"
+
+
+class HttpSequenceEngine(SseEngine):
+    """Sequence models over plain HTTP infer calls, sequence ID and flags in each request's parameters.
+
+    A sequence's next step goes out only after its previous one answered (one request in
+    flight per sequence, as --serial-sequences): on separate connections two steps in
+    flight together could reach the server out of order.
+    """
+
+    unary = True
+
+    def _send(self, due: int, slot: int) -> None:
+        assert self._seq is not None
+        rid = str(next(self._ids))
+        index, seq_id, start, end = self._seq.next_request(slot, len(self.cfg.payloads))
+        self._seq.slot(slot).in_flight += 1
+        wire = json.dumps(self._seq.wire_id(seq_id))
+        params = (
+            f'{{"id":"{rid}","parameters":{{"sequence_id":{wire},"sequence_start":{str(start).lower()},'
+            f'"sequence_end":{str(end).lower()}}},'
+        ).encode()
+        body = params + self.cfg.payloads[index]
+        head = (
+            f"POST {self.cfg.http_path} HTTP/1.1\r\nHost: {self.cfg.host}:{self.cfg.port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        req = _Req(due, slot)
+        self.inflight[rid] = req
+        req.sent = perf_counter_ns()
+        self._transmit(rid, head + body)

@@ -37,7 +37,7 @@ from pathlib import Path
 from perfkit.measure import profile
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import ConfigGuard, read_config
-from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, grid_points, judge, resolve, tune
+from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, grid_points, judge_trial, resolve, tune
 from perfkit.tuner._loadplan import find_load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -173,7 +173,7 @@ def main() -> int:
                     guard.apply(text)
                     start = int(pick.load.value) if pick.load else None
                     rec = find_load(profile, server, js, sc.model, start)
-                    v = judge(rec, latency_budget_ms=sc.budget_ms, percentile=99)
+                    v = judge_trial(rec, latency_budget_ms=sc.budget_ms, percentile=99)
                     again[label].append(v.throughput_infer_per_s or 0.0)
     shutil.rmtree(work, ignore_errors=True)
 

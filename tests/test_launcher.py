@@ -58,6 +58,7 @@ def test_every_fixture_model_answers_a_real_inference(triton):
         "accumulator",
         "accumulator_oldest",
         "batcher",
+        "hungry",
         "identity",
         "pipeline",
         "preprocess",

@@ -19,9 +19,13 @@ from perfkit.records import (
     STATUS_OK,
     LevelResult,
     LoadLevel,
+    Machine,
+    ModelInfo,
     Precision,
+    ProfileSpec,
     RunRecord,
     Samples,
+    ServerInfo,
     StreamingSummary,
     from_dict,
     to_dict,
@@ -183,7 +187,8 @@ def test_streaming_summary_round_trips_in_a_run_record():
         LoadLevel("concurrency", 1), 1, True, Precision(0.01, 0.01), 1.0, 5, 5, 5.0, 5.0, 5.0, 0, {}, 0, 0, None,
         lat, None, (), streaming=st,
     )  # fmt: skip
-    rec = RunRecord("0", "t", (), {}, {}, {}, {}, (level,))
+    spec = ProfileSpec(model="m", levels=(level.load,), streaming=True)
+    rec = RunRecord("0", "t", (), Machine(), ServerInfo(), ModelInfo(name="m"), spec, (level,))
     again = RunRecord.from_dict(json.loads(rec.to_json()))
     assert again == rec and again.levels[0].streaming == st
     older = to_dict(level)

@@ -18,7 +18,7 @@ from perfkit.tuner import (
     describe,
     parse_bytes,
     parse_duration_s,
-    parse_latency_ms,
+    parse_latency_budget,
     parse_max_output_diff,
     plan,
     tune,
@@ -78,7 +78,12 @@ def _dry_run(
 
 @click.command(name="tune")
 @click.option("-m", "--model", required=True, help="Model to tune (its folder in the model repository).")
-@click.option("--latency-budget", required=True, help="Latency budget for the percentile, e.g. 20ms, 0.5s, 800us.")
+@click.option(
+    "--latency-budget",
+    required=True,
+    help="Budget for the percentile: end-to-end latency (20ms, 0.5s, 800us), or for a decoupled model"
+    " time to first token (ttft:300ms) or inter-token latency (itl:20ms).",
+)
 @click.option("--percentile", type=float, default=99.0, show_default=True, help="Percentile held to the budget.")
 @click.option("--trials", type=int, default=None, help="Trials in the study (default 20; counts resumed ones).")
 @click.option("--max-time", default=None, help="Stop starting trials after this long, e.g. 10m.")
@@ -227,12 +232,17 @@ def command(  # noqa: PLR0917
             model,
             space,
             kwargs.get("model_repository"),
-            latency_budget_ms=parse_latency_ms(latency_budget),
+            latency_budget_ms=parse_latency_budget(latency_budget)[1],
             gpus=_planned_gpus(kwargs.get("gpus"), assume_gpu),
             output_dir=output_dir,
         )
         return
-    overrides: dict[str, Any] = {"latency_budget_ms": parse_latency_ms(latency_budget), "percentile": percentile}
+    budget_metric, budget_ms = parse_latency_budget(latency_budget)
+    overrides: dict[str, Any] = {
+        "latency_budget_ms": budget_ms,
+        "budget_metric": budget_metric,
+        "percentile": percentile,
+    }
     for key, value in (
         ("objective", objective),
         ("seed", seed),

@@ -178,6 +178,11 @@ def fmt_params(params: Mapping[str, Any]) -> str:
         "instance_count": "inst",
         "instance_kind": "kind",
         "precision": "prec",
+        "sequence_strategy": "seq",
+        "max_sequence_idle_us": "idle_us",
+        "sequence_max_queue_delay_us": "seq_delay_us",
+        "max_candidate_sequences": "candidates",
+        "sequence_preferred_batch_sizes": "seq_pref",
     }
     parts = []
     for k, v in params.items():

@@ -57,6 +57,8 @@ def test_tune_of_the_streaming_fixture_under_a_ttft_budget(model_repo: Path, tmp
     assert config_pbtxt_sha256(best_cfg) == best.config_pbtxt_sha256
     assert best_cfg.model_transaction_policy.decoupled
     assert "TTFT p99" in proc.stdout and "tokens/s" in proc.stdout
+    header = (out / "trials.csv").read_text().splitlines()[0].split(",")
+    assert "p99_ttft_ms" in header and "p99_latency_ms" not in header
 
 
 def test_tune_of_a_sequence_model_searches_the_sequence_batcher(model_repo: Path, tmp_path: Path):

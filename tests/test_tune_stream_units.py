@@ -236,3 +236,17 @@ def test_sequence_rules_follow_triton_core():
     assert [v.rule for v in validate(util, Context("python", sequence=True))] == ["sequence-direct-slot-utilization"]
     ok = parse_config('name: "m" max_batch_size: 4 sequence_batching { oldest { preferred_batch_size: [2, 4] } }')
     assert validate(ok, Context("python", sequence=True)) == []
+
+
+def test_dry_run_shows_the_decoupled_and_sequence_spaces(capsys):
+    from perfkit.cli import main
+
+    args = ["tune", "--model-repository", str(FIXTURES), "--dry-run", "--latency-budget"]
+    assert main([*args, "ttft:300ms", "-m", "streamer"]) == 0
+    out = capsys.readouterr().out
+    assert "decoupled" in out and "candidate configs" in out
+    assert main([*args, "20ms", "-m", "accumulator_oldest"]) == 0
+    out = capsys.readouterr().out
+    assert "sequence_strategy" in out and "max_candidate_sequences" in out and "dynamic_batching=" not in out
+    assert main([*args, "itl:5ms", "-m", "batcher"]) == 2
+    assert "not decoupled" in capsys.readouterr().err

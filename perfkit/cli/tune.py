@@ -63,10 +63,13 @@ def _dry_run(
     latency_budget_ms: float,
     gpus: int,
     output_dir: Path | None,
+    budget_metric: str = "latency",
 ) -> None:
     if repository is None:
         raise UsageError("perfkit tune --dry-run needs --model-repository DIR: the folder holding the model")
-    the_plan = plan(space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus)
+    the_plan = plan(
+        space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus, budget_metric=budget_metric
+    )
     for line in describe(the_plan):
         click.echo(line)
     if the_plan.refused:
@@ -225,6 +228,7 @@ def command(  # noqa: PLR0917
     merged = {**table, **{k: v for k, v in flags.items() if v is not None}}
     source = f"{space_file} [tune]" if space_file else "flags"
     space = TuneSpace.from_mapping(merged, source=source, ignore=SETTINGS_KEYS)
+    budget_metric, budget_ms = parse_latency_budget(latency_budget)
     if assume_gpu and not dry_run:
         raise UsageError("--assume-gpu plans a server: use it with --dry-run")
     if dry_run:
@@ -232,12 +236,12 @@ def command(  # noqa: PLR0917
             model,
             space,
             kwargs.get("model_repository"),
-            latency_budget_ms=parse_latency_budget(latency_budget)[1],
+            latency_budget_ms=budget_ms,
+            budget_metric=budget_metric,
             gpus=_planned_gpus(kwargs.get("gpus"), assume_gpu),
             output_dir=output_dir,
         )
         return
-    budget_metric, budget_ms = parse_latency_budget(latency_budget)
     overrides: dict[str, Any] = {
         "latency_budget_ms": budget_ms,
         "budget_metric": budget_metric,

@@ -63,6 +63,15 @@ def parse_latency_budget(text: str | float) -> tuple[str, float]:
     return metric, parse_latency_ms(rest)
 
 
+def check_budget_metric(metric: str, model: str, decoupled: bool) -> None:
+    """Raise UsageError when a TTFT/ITL budget is given for a model that streams no responses."""
+    if metric in STREAM_BUDGET_METRICS and not decoupled:
+        raise UsageError(
+            f"--latency-budget {metric}:...: model {model!r} is not decoupled, so it streams no responses to time",
+            hint="give a plain budget (end-to-end latency), e.g. --latency-budget 20ms",
+        )
+
+
 def budget_label(metric: str, percentile: float) -> str:
     """How a budget's statistic is named in lines and reports: 'p99', 'TTFT p99', 'ITL p99'."""
     pct = f"p{percentile:g}"

@@ -24,7 +24,6 @@ from perfkit.errors import (
     ModelLoadError,
     PerfkitError,
     ServerError,
-    UsageError,
 )
 from perfkit.records import RunRecord
 from perfkit.server.base import Server
@@ -49,15 +48,15 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._judge import STREAM_BUDGET_METRICS, TrialVerdict, budget_label, constraints, judge_trial
+from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
-    DECOUPLED_BACKENDS,
     P_DB,
     TuneSpace,
     apply_params,
     extract_params,
+    is_decoupled,
     log_clamp,
     normalize_params,
     resolve,
@@ -122,15 +121,8 @@ class TrialRunner:
         self.out_dir = Path(settings.output_dir or default_output_dir(self.model))
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
         self.study_name = settings.study_name or f"tune-{self.model}"
-        self.decoupled = bool(self.original_cfg.model_transaction_policy.decoupled) or self.space.backend in (
-            DECOUPLED_BACKENDS
-        )
-        if settings.budget_metric in STREAM_BUDGET_METRICS and not self.decoupled:
-            raise UsageError(
-                f"--latency-budget {settings.budget_metric}:...: model {self.model!r} is not decoupled, so it streams"
-                " no responses to time",
-                hint="give a plain budget (end-to-end latency), e.g. --latency-budget 20ms",
-            )
+        self.decoupled = is_decoupled(self.original_cfg, self.space.backend)
+        check_budget_metric(settings.budget_metric, self.model, self.decoupled)
         self.judge = settings.judge_settings(server.endpoints.metrics_url, streaming=self.decoupled)
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()

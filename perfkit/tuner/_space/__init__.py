@@ -88,6 +88,7 @@ __all__ = [
     "parse_delay_range",
     "parse_trt_engines",
     "pow2_sizes",
+    "is_decoupled",
     "resolve",
     "validation_context",
 ]
@@ -134,6 +135,11 @@ ENGINE_TUNED_BACKENDS = {
         " engine claiming its own share of GPU memory, and Triton's batchers do not apply to it"
     ),
 }
+
+
+def is_decoupled(cfg: ModelConfig, backend: str) -> bool:
+    """Whether the model streams its responses (its config says so, or its backend makes it so)."""
+    return bool(cfg.model_transaction_policy.decoupled) or backend in DECOUPLED_BACKENDS
 
 
 def _refusal(cfg: ModelConfig, facts: ModelFacts) -> str | None:

@@ -179,7 +179,8 @@ def test_the_streaming_fixture_is_tuned_by_instance_count():
 
 
 def test_a_decoupled_python_model_with_a_batch_dimension_searches_dynamic_batching(tmp_path: Path):
-    # Triton's dynamic batcher serves decoupled models too (docs: user_guide/decoupled_models.md).
+    # Triton's dynamic batcher serves decoupled models too (server docs/user_guide/decoupled_models.md;
+    # python_backend README, Decoupled mode: execute receives a batch of requests).
     text = 'name: "m" backend: "python" max_batch_size: 8 model_transaction_policy { decoupled: true }'
     (tmp_path / "m" / "1").mkdir(parents=True)
     rs = resolve(TuneSpace(), parse_config(text), tmp_path / "m", latency_budget_us=300_000)

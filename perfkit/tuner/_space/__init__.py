@@ -207,6 +207,11 @@ def resolve(
     )
     ctx = Ctx(space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines)
     if cfg.model_transaction_policy.decoupled:
+        # A decoupled model keeps the usual space: Triton core schedules it with the dynamic
+        # batcher like any other (triton-inference-server/server docs/user_guide/decoupled_models.md
+        # warns only that a backend returning early from execute makes batching eager), and a
+        # python model's decoupled `execute` receives "a batch of pb_utils.InferenceRequest"
+        # (triton-inference-server/python_backend README.md, "Decoupled mode").
         ctx.notes.append(
             f"{facts.name!r} is decoupled: trials stream over gRPC (perfkit profile --streaming); a ttft: or itl:"
             " budget holds that stream's percentile"

@@ -29,7 +29,8 @@ SEQUENCE_IDLE_DEFAULT_US = 1_000_000
 # while a timeout shorter than a client's gap between steps ends live sequences (their next
 # step fails), so none below one second.
 SEQUENCE_IDLE_CHOICES_US = (1_000_000, 5_000_000, 30_000_000)
-# Oldest-first max_candidate_sequences searched (0 means max_batch_size to Triton core).
+# Oldest-first max_candidate_sequences searched (0 means max_batch_size: triton-inference-server/core
+# src/sequence_batch_scheduler/sequence_batch_scheduler.cc, seq_slot_cnt_).
 CANDIDATE_CHOICES = (1, 4, 16, 64)
 
 

@@ -559,6 +559,10 @@ class TuneRecord:
     importances: dict[str, float] = field(default_factory=dict)
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
+    # What latency_budget_ms holds at the percentile: "latency" (end-to-end request latency; what
+    # records before this field meant), "ttft" or "itl" (a decoupled model's stream). Trials'
+    # latency_us are that metric's percentile.
+    budget_metric: str = "latency"
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
 

@@ -216,7 +216,8 @@ def test_dry_run_assume_gpu_on_every_config_exits_0_or_3_with_a_reason(tmp_path:
         elif rc == 3 and _one_line_reason(err):
             reason = _one_line_reason(err)
             why = next(
-                (k for k in ("ensemble", "decoupled", "sequence batcher", "would be rejected") if k in reason), "other"
+                (k for k in ("ensemble", "vllm", "decoupled", "sequence batcher", "would be rejected") if k in reason),
+                "other",
             )
             row[f"refused: {why}"] += 1
         else:

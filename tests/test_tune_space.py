@@ -308,26 +308,17 @@ def test_preferred_sizes_are_recorded_as_a_searched_choice_for_small_batches(tmp
     assert list(one.dynamic_batching.preferred_batch_size) == []
 
 
-@pytest.mark.parametrize(
-    ("text", "match"),
-    [
-        ('name: "m" backend: "python" max_batch_size: 4 model_transaction_policy { decoupled: true }', "decoupled"),
-        ('name: "m" backend: "python" max_batch_size: 4 sequence_batching { direct { } }', "sequence batcher"),
-    ],
-)
-def test_models_profile_cannot_drive_are_refused_up_front(tmp_path: Path, text: str, match: str):
-    with pytest.raises(ConfigError, match=match) as info:
-        _cfg_space(text, tmp_path)
+def test_vllm_backend_models_are_refused_with_the_reason(tmp_path: Path):
+    # The vLLM backend makes every model decoupled, and its throughput lives in vLLM's engine args.
+    with pytest.raises(ConfigError, match="engine arguments") as info:
+        _cfg_space('name: "m" backend: "vllm" instance_group [{ kind: KIND_MODEL }]', tmp_path)
     assert info.value.exit_code == 3
 
 
-def test_sequence_knobs_are_shown_as_not_yet_measurable(tmp_path: Path):
+def test_oldest_sequence_batcher_keeps_max_batch_size_above_its_preferred_batch(tmp_path: Path):
     text = 'name: "m" backend: "python" max_batch_size: 8 sequence_batching { oldest { preferred_batch_size: [4] } }'
-    model_dir = tmp_path / "m"
-    model_dir.mkdir()
-    rs = resolve(TuneSpace(), parse_config(text), model_dir, latency_budget_us=20_000, refuse=False)
-    assert rs.refused and "sequence" in rs.refused
-    assert {d.name for d in rs.unmeasurable} == {"sequence_max_queue_delay_us", "max_candidate_sequences"}
+    _, rs = _cfg_space(text, tmp_path)
+    assert rs.refused is None and not rs.unmeasurable
     assert min(rs.dimension("max_batch_size").choices) == 4  # the oldest batcher's preferred 4 must fit
 
 

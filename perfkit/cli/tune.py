@@ -18,7 +18,7 @@ from perfkit.tuner import (
     describe,
     parse_bytes,
     parse_duration_s,
-    parse_latency_ms,
+    parse_latency_budget,
     parse_max_output_diff,
     plan,
     tune,
@@ -63,10 +63,13 @@ def _dry_run(
     latency_budget_ms: float,
     gpus: int,
     output_dir: Path | None,
+    budget_metric: str = "latency",
 ) -> None:
     if repository is None:
         raise UsageError("perfkit tune --dry-run needs --model-repository DIR: the folder holding the model")
-    the_plan = plan(space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus)
+    the_plan = plan(
+        space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus, budget_metric=budget_metric
+    )
     for line in describe(the_plan):
         click.echo(line)
     if the_plan.refused:
@@ -78,7 +81,12 @@ def _dry_run(
 
 @click.command(name="tune")
 @click.option("-m", "--model", required=True, help="Model to tune (its folder in the model repository).")
-@click.option("--latency-budget", required=True, help="Latency budget for the percentile, e.g. 20ms, 0.5s, 800us.")
+@click.option(
+    "--latency-budget",
+    required=True,
+    help="Budget for the percentile: end-to-end latency (20ms, 0.5s, 800us), or for a decoupled model"
+    " time to first token (ttft:300ms) or inter-token latency (itl:20ms).",
+)
 @click.option("--percentile", type=float, default=99.0, show_default=True, help="Percentile held to the budget.")
 @click.option("--trials", type=int, default=None, help="Trials in the study (default 20; counts resumed ones).")
 @click.option("--max-time", default=None, help="Stop starting trials after this long, e.g. 10m.")
@@ -220,6 +228,7 @@ def command(  # noqa: PLR0917
     merged = {**table, **{k: v for k, v in flags.items() if v is not None}}
     source = f"{space_file} [tune]" if space_file else "flags"
     space = TuneSpace.from_mapping(merged, source=source, ignore=SETTINGS_KEYS)
+    budget_metric, budget_ms = parse_latency_budget(latency_budget)
     if assume_gpu and not dry_run:
         raise UsageError("--assume-gpu plans a server: use it with --dry-run")
     if dry_run:
@@ -227,12 +236,17 @@ def command(  # noqa: PLR0917
             model,
             space,
             kwargs.get("model_repository"),
-            latency_budget_ms=parse_latency_ms(latency_budget),
+            latency_budget_ms=budget_ms,
+            budget_metric=budget_metric,
             gpus=_planned_gpus(kwargs.get("gpus"), assume_gpu),
             output_dir=output_dir,
         )
         return
-    overrides: dict[str, Any] = {"latency_budget_ms": parse_latency_ms(latency_budget), "percentile": percentile}
+    overrides: dict[str, Any] = {
+        "latency_budget_ms": budget_ms,
+        "budget_metric": budget_metric,
+        "percentile": percentile,
+    }
     for key, value in (
         ("objective", objective),
         ("seed", seed),

@@ -7,7 +7,15 @@ candidate instead of restarting the server; always puts the user's config back.
 
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._judge import JudgeSettings, concurrency_levels, judge_trial, parse_duration_s, parse_latency_ms
+from perfkit.tuner._judge import (
+    BUDGET_METRICS,
+    JudgeSettings,
+    concurrency_levels,
+    judge_trial,
+    parse_duration_s,
+    parse_latency_budget,
+    parse_latency_ms,
+)
 from perfkit.tuner._plan import Plan, describe, plan, render_candidate, write_candidates
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._run import tune
@@ -23,6 +31,7 @@ from perfkit.tuner._space import (
 )
 
 __all__ = [
+    "BUDGET_METRICS",
     "SETTINGS_KEYS",
     "JudgeSettings",
     "OutputTolerance",
@@ -41,6 +50,7 @@ __all__ = [
     "parse_bytes",
     "parse_delay_range",
     "parse_duration_s",
+    "parse_latency_budget",
     "parse_latency_ms",
     "Plan",
     "describe",

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfkit.tuner._judge import budget_label
+
 
 @dataclass(frozen=True)
 class TuneEvent:
@@ -29,9 +31,11 @@ class SearchStarted(TuneEvent):
     latency_budget_ms: float
     dimensions: tuple[str, ...]
     notes: tuple[str, ...]
+    budget_metric: str = "latency"
 
     def line(self) -> str:
-        lines = [f"perfkit tune: {self.model} ({self.backend}), p{self.percentile:g} <= {self.latency_budget_ms:g} ms"]
+        stat = budget_label(self.budget_metric, self.percentile)
+        lines = [f"perfkit tune: {self.model} ({self.backend}), {stat} <= {self.latency_budget_ms:g} ms"]
         lines += [f"  search {d}" for d in self.dimensions]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
@@ -119,12 +123,16 @@ class TrialMeasured(TuneEvent):
     reload_s: float
     measure_s: float
     levels_measured: int
+    budget_metric: str = "latency"
+    output_tokens_per_s: float | None = None  # streamed (decoupled) models
 
     def line(self) -> str:
         load = f"concurrency {self.concurrency}" if self.concurrency is not None else "lowest load"
         status = "within budget" if self.feasible else "INFEASIBLE"
+        stat = budget_label(self.budget_metric, self.percentile)
+        tokens = f" ({self.output_tokens_per_s:.1f} tokens/s)" if self.output_tokens_per_s is not None else ""
         return (
-            f"  {self.throughput_infer_per_s:.1f} infer/s at {load}, p{self.percentile:g} {self.latency_ms:.2f} ms: "
+            f"  {self.throughput_infer_per_s:.1f} infer/s{tokens} at {load}, {stat} {self.latency_ms:.2f} ms: "
             f"{status} (reload {self.reload_s:.1f} s, measure {self.measure_s:.1f} s, {self.levels_measured} levels)"
         )
 
@@ -170,6 +178,11 @@ def fmt_params(params: Mapping[str, Any]) -> str:
         "instance_count": "inst",
         "instance_kind": "kind",
         "precision": "prec",
+        "sequence_strategy": "seq",
+        "max_sequence_idle_us": "idle_us",
+        "sequence_max_queue_delay_us": "seq_delay_us",
+        "max_candidate_sequences": "candidates",
+        "sequence_preferred_batch_sizes": "seq_pref",
     }
     parts = []
     for k, v in params.items():

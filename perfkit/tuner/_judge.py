@@ -37,6 +37,47 @@ def parse_latency_ms(text: str | float) -> float:
     return parse_duration_s(text, default_unit="ms", what="latency budget") * 1e3
 
 
+# What a budget holds to its percentile: the end-to-end request latency (plain '20ms'), or for
+# streamed (decoupled) models the time to first response ('ttft:300ms') or the gap between
+# consecutive responses ('itl:20ms'), as `perfkit profile --streaming` measures them.
+BUDGET_METRICS = ("latency", "ttft", "itl")
+STREAM_BUDGET_METRICS = ("ttft", "itl")
+
+
+def parse_latency_budget(text: str | float) -> tuple[str, float]:
+    """A --latency-budget as (metric, milliseconds): '20ms' -> ('latency', 20.0),
+    'ttft:300ms' -> ('ttft', 300.0), 'itl:20ms' -> ('itl', 20.0). Raises UsageError naming the
+    value for an unknown metric or a bad duration."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return "latency", parse_latency_ms(text)
+    raw = str(text).strip()
+    metric, sep, rest = raw.partition(":")
+    if not sep:
+        return "latency", parse_latency_ms(raw)
+    metric = metric.strip().lower()
+    if metric not in BUDGET_METRICS:
+        raise UsageError(
+            f"latency budget {raw!r}: unknown metric {metric!r}",
+            hint="use ttft:300ms, itl:20ms, or a plain duration (end-to-end latency), e.g. 20ms",
+        )
+    return metric, parse_latency_ms(rest)
+
+
+def check_budget_metric(metric: str, model: str, decoupled: bool) -> None:
+    """Raise UsageError when a TTFT/ITL budget is given for a model that streams no responses."""
+    if metric in STREAM_BUDGET_METRICS and not decoupled:
+        raise UsageError(
+            f"--latency-budget {metric}:...: model {model!r} is not decoupled, so it streams no responses to time",
+            hint="give a plain budget (end-to-end latency), e.g. --latency-budget 20ms",
+        )
+
+
+def budget_label(metric: str, percentile: float) -> str:
+    """How a budget's statistic is named in lines and reports: 'p99', 'TTFT p99', 'ITL p99'."""
+    pct = f"p{percentile:g}"
+    return pct if metric == "latency" else f"{metric.upper()} {pct}"
+
+
 def check_percentile(pct: float) -> float:
     """The percentile if perfkit summarizes it (50, 90, 95, 99, 99.9); raises UsageError."""
     if float(pct) not in PERCENTILES:
@@ -75,26 +116,39 @@ class JudgeSettings:
     metrics_url: str | None = None
     batch_size: int = 1
     stop_when_decided: bool = False
+    budget_metric: str = "latency"  # one of BUDGET_METRICS
+    streaming: bool = False  # a decoupled model: responses arrive on a gRPC stream
+
+    @property
+    def judged_by_measure(self) -> bool:
+        """Whether perfkit profile itself can judge levels against the budget (its threshold is
+        on the end-to-end latency); TTFT/ITL budgets are judged by the tuner level by level."""
+        return self.budget_metric == "latency"
 
     def spec(self, model: str, levels: tuple[LoadLevel, ...] | None = None, *, bisect: bool = False) -> ProfileSpec:
         """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
         when `bisect`), stopping past the budget."""
+        by_measure = self.judged_by_measure
         return ProfileSpec(
             model=model,
             levels=levels or concurrency_levels(self.max_concurrency),
-            binary_search=bisect,
-            stop_when_decided=self.stop_when_decided,
-            protocol="grpc" if self.protocol == "grpc" else "http",
+            binary_search=bisect and by_measure,
+            stop_when_decided=self.stop_when_decided and by_measure,
+            # Decoupled models stream over gRPC ModelStreamInfer: HTTP's generate_stream maps
+            # only models whose inputs it can read from JSON.
+            protocol="grpc" if self.protocol == "grpc" or self.streaming else "http",
             batch_size=self.batch_size,
             measurement_interval_ms=self.measurement_interval_ms,
             stability_percentage=self.stability_percentage,
             max_trials=self.max_windows,
             min_windows=self.min_windows,
             percentile=self.percentile,
-            latency_threshold_ms=self.latency_budget_ms,
+            # measure's threshold is on the end-to-end latency: a TTFT/ITL budget must not stop it.
+            latency_threshold_ms=self.latency_budget_ms if by_measure else None,
             warmup_s=self.warmup_s,
             collect_metrics=self.collect_metrics,
             metrics_url=self.metrics_url,
+            streaming=self.streaming,
         )
 
 
@@ -128,22 +182,50 @@ class TrialVerdict:
         return self.feasible_load is not None
 
 
-def _level_latency_us(level: LevelResult, pct: float) -> float:
-    return level.latency().percentile_us(pct)
+def level_budget_us(level: LevelResult, percentile: float, metric: str = "latency") -> float:
+    """The statistic a budget holds at this level: the percentile of the end-to-end latency
+    (corrected where measured), of TTFT, or of ITL. A TTFT/ITL budget on a level measured
+    without streaming reads as infinite (never within budget)."""
+    if metric == "latency":
+        return level.latency().percentile_us(percentile)
+    st = level.streaming
+    if st is None:
+        return math.inf
+    if metric == "ttft":
+        return st.ttft.percentile_us(percentile)
+    if metric == "itl":
+        return st.itl.percentile_us(percentile)
+    raise UsageError(f"budget metric {metric!r} unknown", hint=f"use one of {', '.join(BUDGET_METRICS)}")
 
 
-def level_within_budget(level: LevelResult, latency_budget_ms: float, percentile: float) -> bool:
-    """Whether a level counts as within budget: no errors, its percentile at most the budget."""
-    return level.error_count == 0 and _level_latency_us(level, percentile) <= latency_budget_ms * 1e3
+def level_within_budget(
+    level: LevelResult, latency_budget_ms: float, percentile: float, metric: str = "latency"
+) -> bool:
+    """Whether a level counts as within budget: no errors, its percentile (of the budget's
+    metric) at most the budget."""
+    return level.error_count == 0 and level_budget_us(level, percentile, metric) <= latency_budget_ms * 1e3
 
 
-def judge_trial(record: RunRecord, *, latency_budget_ms: float, percentile: float) -> TrialVerdict:
-    """Read a trial's run record against the budget. A level counts only without errors."""
+def judge_trial(
+    record: RunRecord, *, latency_budget_ms: float, percentile: float, metric: str = "latency"
+) -> TrialVerdict:
+    """Read a trial's run record against the budget (of `metric`: end-to-end latency, TTFT or
+    ITL). A level counts only without errors.
+
+    The throughput judged stays completed requests per second for every model. For a decoupled
+    model output tokens/s is the figure users quote, but the tokens a request streams are set by
+    the workload (its inputs, max_tokens), not by the config: tokens/s ranks candidates exactly as
+    requests/s does, so the record keeps one throughput meaning for every model and reports
+    tokens/s beside it (metrics['output_tokens_per_s'], shown in the summary line)."""
     budget_us = latency_budget_ms * 1e3
     levels = list(record.levels)
     best: LevelResult | None = None
+
+    def _level_latency_us(level: LevelResult, pct: float) -> float:
+        return level_budget_us(level, pct, metric)
+
     for level in levels:
-        ok = level_within_budget(level, latency_budget_ms, percentile)
+        ok = level_within_budget(level, latency_budget_ms, percentile, metric)
         if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
             best = level
     first = levels[0] if levels else None
@@ -160,6 +242,18 @@ def judge_trial(record: RunRecord, *, latency_budget_ms: float, percentile: floa
                 "stable": 1.0 if best.stable else 0.0,
             }
         )
+        st = best.streaming
+        if st is not None:
+            metrics.update(
+                {
+                    "ttft_p50_us": st.ttft.p50_us,
+                    "ttft_p99_us": st.ttft.p99_us,
+                    "itl_p50_us": st.itl.p50_us,
+                    "itl_p99_us": st.itl.p99_us,
+                    "output_tokens_per_s": st.output_tokens_per_s,
+                    "responses_per_s": st.responses_per_s,
+                }
+            )
         if best.server is not None:
             metrics["server_queue_avg_us"] = best.server.queue_avg_us
             metrics["server_compute_infer_avg_us"] = best.server.compute_infer_avg_us
@@ -199,13 +293,13 @@ def constraints(settings: ConstraintSettings, v: TrialVerdict) -> tuple[bool, di
     return all(c <= 0 for c in cons.values()), cons
 
 
-def level_table(record: RunRecord, percentile: float) -> list[dict[str, Any]]:
+def level_table(record: RunRecord, percentile: float, metric: str = "latency") -> list[dict[str, Any]]:
     """One short row per measured level (for progress lines)."""
     return [
         {
             "load": lv.load.label,
             "throughput": lv.throughput_infer_per_s,
-            "latency_us": _level_latency_us(lv, percentile),
+            "latency_us": level_budget_us(lv, percentile, metric),
             "errors": lv.error_count,
         }
         for lv in record.levels

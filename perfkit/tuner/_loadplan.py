@@ -80,19 +80,26 @@ def find_load(
     """Measure a loaded candidate up to its highest concurrency within the budget; returns one
     run record holding every level measured (sorted by load). Raises what measure raises."""
 
-    def run(values: Sequence[int], bisect: bool) -> RunRecord:
+    def ok(lv: LevelResult) -> bool:
+        return level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric)
+
+    def run_spec(values: Sequence[int], bisect: bool) -> RunRecord:
         return measure(server, judge.spec(model, _levels(values), bisect=bisect), command=command,
                        record_path=record_path)  # fmt: skip
 
+    def run(values: Sequence[int], bisect: bool) -> RunRecord:
+        if judge.judged_by_measure:
+            return run_spec(values, bisect)
+        return _run_level_by_level(run_spec, values, bisect, ok)
+
     if start is None:
-        return run(_doubling(1, judge.max_concurrency), False)
+        first_run = run(_doubling(1, judge.max_concurrency), False)
+        if record_path is not None and not judge.judged_by_measure:
+            first_run.save(record_path)
+        return first_run
     values = bracket(start, judge.max_concurrency)
     first = run(values, len(values) > 2)
     levels: list[LevelResult] = list(first.levels)
-
-    def ok(lv: LevelResult) -> bool:
-        return level_within_budget(lv, judge.latency_budget_ms, judge.percentile)
-
     within = [int(lv.load.value) for lv in levels if ok(lv)]
     if first.status == "ok":
         if not within and values[0] > 1:
@@ -109,3 +116,41 @@ def find_load(
     if record_path is not None:
         merged.save(record_path)
     return merged
+
+
+def _run_level_by_level(
+    run_spec: Callable[[Sequence[int], bool], RunRecord],
+    values: Sequence[int],
+    bisect: bool,
+    ok: Callable[[LevelResult], bool],
+) -> RunRecord:
+    """Measure levels one run each, judged here rather than by measure (whose threshold is on the
+    end-to-end latency, not a stream's TTFT or ITL): in order until the first level over the
+    budget, or bisected for the highest level within it. One record holding every level measured."""
+    records: list[RunRecord] = []
+    ordered = sorted(set(values))
+
+    def one(value: int) -> LevelResult | None:
+        rec = run_spec((value,), False)
+        records.append(rec)
+        return rec.levels[-1] if rec.levels and rec.status == "ok" else None
+
+    if bisect:
+        lo, hi = 0, len(ordered) - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            level = one(ordered[mid])
+            if level is None:
+                break
+            if ok(level):
+                lo = mid + 1
+            else:
+                hi = mid - 1
+    else:
+        for value in ordered:
+            level = one(value)
+            if level is None or not ok(level):
+                break
+    last = records[-1]
+    levels = sorted((lv for r in records for lv in r.levels), key=lambda lv: lv.load.value)
+    return dataclasses.replace(last, levels=tuple(levels))

@@ -60,8 +60,9 @@ def study_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
 
 
-def trials_frame(records: Sequence[TrialRecord], percentile: float) -> pd.DataFrame:
-    """One row per trial, columns named for its parameters and metrics."""
+def trials_frame(records: Sequence[TrialRecord], percentile: float, budget_metric: str = "latency") -> pd.DataFrame:
+    """One row per trial, columns named for its parameters and metrics; the budget's column for
+    what it holds (p99_latency_ms, or p99_ttft_ms / p99_itl_ms under a stream budget)."""
     param_keys = [k for k in PARAM_ORDER if any(k in r.params for r in records)]
     param_keys += sorted({k for r in records for k in r.params} - set(param_keys))
     metric_keys = sorted({k for r in records for k in r.metrics})
@@ -74,7 +75,7 @@ def trials_frame(records: Sequence[TrialRecord], percentile: float) -> pd.DataFr
         row["feasible"] = r.feasible
         row["concurrency"] = int(r.load.value) if r.load else None
         row["throughput_infer_per_s"] = r.throughput_infer_per_s
-        row[f"p{pct}_latency_ms"] = None if r.latency_us is None else r.latency_us / 1e3
+        row[f"p{pct}_{budget_metric}_ms"] = None if r.latency_us is None else r.latency_us / 1e3
         for k in metric_keys:
             row[k] = r.metrics.get(k)
         row["duration_s"] = r.duration_s
@@ -105,7 +106,7 @@ def write_outputs(out_dir: Path, record: TuneRecord, *, trial_configs: dict[int,
     write_bytes_atomic(tune_json, json.dumps(to_dict(record), indent=1).encode())
     paths["tune.json"] = tune_json
     csv = out_dir / "trials.csv"
-    trials_frame(record.trials, record.percentile).to_csv(csv, index=False)
+    trials_frame(record.trials, record.percentile, record.budget_metric).to_csv(csv, index=False)
     paths["trials.csv"] = csv
     if record.best_config is not None and record.best_trial is not None:
         best_dir = out_dir / "best"

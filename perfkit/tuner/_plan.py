@@ -12,6 +12,7 @@ from typing import Any
 
 from perfkit.errors import CandidateRejectedError, ConfigError, InputError
 from perfkit.server.modelconfig import ModelConfig, config_pbtxt_sha256, read_config, render_config
+from perfkit.tuner._judge import check_budget_metric
 from perfkit.tuner._space import (
     KNOBS,
     ResolvedSpace,
@@ -19,6 +20,7 @@ from perfkit.tuner._space import (
     apply_params,
     candidate_points,
     extract_params,
+    is_decoupled,
     normalize_params,
     resolve,
 )
@@ -100,6 +102,7 @@ def plan(
     cpu_cores: int | None = None,
     limit: int = DEFAULT_CANDIDATE_LIMIT,
     seed: int = 0,
+    budget_metric: str = "latency",
 ) -> Plan:
     """Resolve the space of model in model_repository for a server with `gpus` GPUs and list the
     candidates (validated, deduplicated). Reads only; raises InputError/ConfigError for a missing
@@ -116,6 +119,7 @@ def plan(
     rs = resolve(
         space, original, model_dir, latency_budget_us=latency_budget_us, gpus=gpus, cpu_cores=cpu_cores, refuse=False
     )
+    check_budget_metric(budget_metric, model, is_decoupled(original, rs.backend))
     if rs.refused:
         return Plan(model, rs, (), (), 0, 0)
     names = {d.name for d in rs.dimensions}

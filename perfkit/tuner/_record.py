@@ -16,6 +16,7 @@ from perfkit.measure import machine_info
 from perfkit.records import TuneRecord
 from perfkit.tuner import _outputs, _study
 from perfkit.tuner._events import Summary, fmt_params
+from perfkit.tuner._judge import budget_label
 from perfkit.tuner._trial import TrialRunner
 
 
@@ -34,6 +35,7 @@ def build_record(
         server=_server_info(t),
         model=t.model,
         latency_budget_ms=t.s.latency_budget_ms,
+        budget_metric=t.s.budget_metric,
         percentile=t.s.percentile,
         objective=t.s.objective,
         original_config=t.original_text,
@@ -86,9 +88,11 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
             gain = f", {pct:+.0f}% vs the original ({orig.throughput_infer_per_s:.1f} infer/s)"
         elif orig is not None:
             gain = ", the original did not meet the budget"
+        tokens_per_s = best.metrics.get("output_tokens_per_s")
+        tokens = f" ({tokens_per_s:.1f} output tokens/s)" if tokens_per_s is not None else ""
         lines.append(
-            f"best: trial {best.number} {fmt_params(best.params)}: {best.throughput_infer_per_s:.1f} infer/s, "
-            f"p{rec.percentile:g} {(best.latency_us or 0) / 1e3:.2f} ms{gain}"
+            f"best: trial {best.number} {fmt_params(best.params)}: {best.throughput_infer_per_s:.1f} infer/s{tokens}, "
+            f"{budget_label(rec.budget_metric, rec.percentile)} {(best.latency_us or 0) / 1e3:.2f} ms{gain}"
         )
         if rec.pareto_trials:
             lines.append(f"pareto front: trials {', '.join(map(str, rec.pareto_trials))}")

@@ -53,6 +53,7 @@ def open_study(t: TrialRunner) -> optuna.Study:
         study.set_user_attr("model", t.model)
         study.set_user_attr("latency_budget_ms", t.s.latency_budget_ms)
         study.set_user_attr("percentile", t.s.percentile)
+        study.set_user_attr("budget_metric", t.s.budget_metric)
     elif known != sha:
         raise UsageError(
             f"{t.config_path} differs from the config study {t.study_name!r} started from",
@@ -61,10 +62,13 @@ def open_study(t: TrialRunner) -> optuna.Study:
     elif (
         study.user_attrs.get("latency_budget_ms") != t.s.latency_budget_ms
         or study.user_attrs.get("percentile") != t.s.percentile
+        or study.user_attrs.get("budget_metric", "latency") != t.s.budget_metric
     ):
+        metric = study.user_attrs.get("budget_metric", "latency")
+        prefix = "" if metric == "latency" else f"{metric}:"
         raise UsageError(
             f"study {t.study_name!r} was run with --latency-budget "
-            f"{study.user_attrs.get('latency_budget_ms')}ms --percentile {study.user_attrs.get('percentile')}",
+            f"{prefix}{study.user_attrs.get('latency_budget_ms')}ms --percentile {study.user_attrs.get('percentile')}",
             hint="resume with the same budget, or start a new study",
         )
     _study.fail_stale(study)
@@ -107,7 +111,8 @@ def tune(
 
     t = TrialRunner(server, settings, space, model_repository, measure, emit_to)
     t.emit(SearchStarted(t.model, t.space.backend, settings.percentile, settings.latency_budget_ms,
-                         tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes)))  # fmt: skip
+                         tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
+                         settings.budget_metric))  # fmt: skip
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)

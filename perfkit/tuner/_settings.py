@@ -12,7 +12,13 @@ from typing import Any, Literal
 from perfkit.errors import InputError, UsageError
 from perfkit.records import TrialRecord, TuneRecord
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
-from perfkit.tuner._judge import JudgeSettings, check_percentile, parse_duration_s, parse_latency_ms
+from perfkit.tuner._judge import (
+    BUDGET_METRICS,
+    JudgeSettings,
+    check_percentile,
+    parse_duration_s,
+    parse_latency_budget,
+)
 
 SETTINGS_KEYS = (
     "latency_budget",
@@ -38,6 +44,8 @@ class TuneSettings:
     model: str
     latency_budget_ms: float
     percentile: float = 99.0
+    # What the budget holds: end-to-end latency, or TTFT / ITL of a decoupled model's stream.
+    budget_metric: str = "latency"
     objective: Literal["throughput", "pareto"] = "throughput"
     trials: int | None = 20
     max_time_s: float | None = None
@@ -68,6 +76,10 @@ class TuneSettings:
         check_percentile(self.percentile)
         if self.latency_budget_ms <= 0:
             raise UsageError("--latency-budget must be positive")
+        if self.budget_metric not in BUDGET_METRICS:
+            raise UsageError(
+                f"--latency-budget metric {self.budget_metric!r} unknown", hint="use ttft:300ms, itl:20ms or 20ms"
+            )
         if self.trials is not None and self.trials < 1:
             raise UsageError("--trials must be at least 1")
         if self.trials is None and self.max_time_s is None:
@@ -87,7 +99,7 @@ class TuneSettings:
         if "latency_budget" not in data and "latency_budget_ms" not in overrides:
             raise InputError(f"{source}: latency_budget is required", hint='e.g. latency_budget = "20ms"')
         if "latency_budget" in data:
-            kw["latency_budget_ms"] = parse_latency_ms(data["latency_budget"])
+            kw["budget_metric"], kw["latency_budget_ms"] = parse_latency_budget(data["latency_budget"])
         if "max_time" in data:
             kw["max_time_s"] = parse_duration_s(data["max_time"], what=f"{source} max_time")
         for key, conv in (
@@ -115,8 +127,11 @@ class TuneSettings:
         kw.update(overrides)
         return cls(model=model, **kw)
 
-    def judge_settings(self, metrics_url: str | None) -> JudgeSettings:
+    def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
+        """How each trial is measured; streaming for a decoupled model."""
         return JudgeSettings(
+            budget_metric=self.budget_metric,
+            streaming=streaming,
             latency_budget_ms=self.latency_budget_ms,
             percentile=self.percentile,
             max_concurrency=self.max_concurrency,

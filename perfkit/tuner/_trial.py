@@ -48,7 +48,7 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._judge import TrialVerdict, constraints, judge_trial
+from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
@@ -56,6 +56,7 @@ from perfkit.tuner._space import (
     TuneSpace,
     apply_params,
     extract_params,
+    is_decoupled,
     log_clamp,
     normalize_params,
     resolve,
@@ -120,7 +121,9 @@ class TrialRunner:
         self.out_dir = Path(settings.output_dir or default_output_dir(self.model))
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
         self.study_name = settings.study_name or f"tune-{self.model}"
-        self.judge = settings.judge_settings(server.endpoints.metrics_url)
+        self.decoupled = is_decoupled(self.original_cfg, self.space.backend)
+        check_budget_metric(settings.budget_metric, self.model, self.decoupled)
+        self.judge = settings.judge_settings(server.endpoints.metrics_url, streaming=self.decoupled)
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()
         self.done_here = 0
@@ -139,6 +142,12 @@ class TrialRunner:
         tol = self.s.max_output_diff or _accuracy.OutputTolerance()
         if not tol.enabled:
             self.emit(AccuracyNote("output check off (--max-output-diff off)"))
+            return
+        if self.decoupled or self.original_cfg.HasField("sequence_batching"):
+            # The probe sends one unary request: a decoupled model answers on a stream, and a
+            # sequence model's outputs depend on the state its earlier steps built.
+            kind = "decoupled" if self.decoupled else "a sequence model"
+            self.emit(AccuracyNote(f"output check skipped: {self.model!r} is {kind}; the probe sends unary requests"))
             return
         try:
             metadata = self.server.model_metadata(self.model)
@@ -316,7 +325,7 @@ class TrialRunner:
             trial.set_user_attr("load", {"mode": verdict.feasible_load.mode, "value": verdict.feasible_load.value})
             trial.set_user_attr("throughput_infer_per_s", verdict.throughput_infer_per_s)
             trial.set_user_attr("latency_us", verdict.latency_us)
-        pct = f"p{self.s.percentile:g}"
+        pct = budget_label(self.s.budget_metric, self.s.percentile)
         if verdict.lowest_over_budget and self.s.objective == "throughput":
             trial.report(verdict.lowest_throughput, step=0)
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at concurrency 1 is over the budget"
@@ -334,7 +343,8 @@ class TrialRunner:
             study.tell(trial, tput)
         conc = int(verdict.feasible_load.value) if verdict.feasible_load else None
         self.emit(TrialMeasured(trial.number, tput, conc, self.s.percentile, lat / 1e3, feasible, reload_s, measure_s,
-                                verdict.levels_measured))  # fmt: skip
+                                verdict.levels_measured, self.s.budget_metric,
+                                verdict.metrics.get("output_tokens_per_s")))  # fmt: skip
 
     def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], int]]:
         out = []
@@ -391,7 +401,10 @@ class TrialRunner:
             self._fail(study, trial, f"measurement {record.status}: {record.error or ''}")
             return None
         trial.set_user_attr("served_config_sha256", record.model.served_config_sha256)  # pairs the trial with its run
-        verdict = judge_trial(record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile)
+        verdict = judge_trial(
+            record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
+            metric=self.s.budget_metric,
+        )  # fmt: skip
         return verdict, reload_s, measure_s
 
     def _measured_before(self, study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:

@@ -32,6 +32,7 @@ class Context:
     gpus: int | None = None
     ensemble_max_batch: int = 0
     ensembles: tuple[str, ...] = ()
+    sequence: bool = False  # the original model uses the sequence batcher (a stateful model)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,31 @@ def _sequence_preferred(cfg: ModelConfig, ctx: Context) -> str | None:
                 f"sequence batching preferred batch size must be <= max batch size for {_name(cfg)}"
                 f" (preferred {size}, max_batch_size {cfg.max_batch_size})"
             )
+    return None
+
+
+def _sequence_kept(cfg: ModelConfig, ctx: Context) -> str | None:
+    # model_config.proto's `scheduling_choice` oneof holds one scheduler per model: enabling
+    # dynamic batching on a sequence model silently drops its sequence batcher, and the
+    # stateful model then gets requests without correlation IDs or its control inputs.
+    if not ctx.sequence:
+        return None
+    chosen = cfg.WhichOneof("scheduling_choice")
+    if chosen != "sequence_batching":
+        instead = f"has {chosen}" if chosen else "has no scheduler"
+        return (
+            f"model {_name(cfg)} is stateful: a candidate must keep its sequence_batching, this one {instead}"
+            " (one scheduler per model; dynamic batching never replaces the sequence batcher)"
+        )
+    return None
+
+
+def _direct_slot_utilization(cfg: ModelConfig, ctx: Context) -> str | None:
+    if not (cfg.HasField("sequence_batching") and cfg.sequence_batching.HasField("direct")):
+        return None
+    util = cfg.sequence_batching.direct.minimum_slot_utilization
+    if util < 0.0 or util > 1.0:
+        return f"sequence batching minimum slot utilization must be in range (0.0, 1.0] for {_name(cfg)}"
     return None
 
 
@@ -191,6 +217,12 @@ RULES: tuple[Rule, ...] = (
     Rule("mbs-non-negative", f"{_CORE_UTILS} ValidateModelConfig", _mbs_non_negative),
     Rule("dynamic-preferred-le-mbs", f"{_CORE_UTILS} ValidateModelConfig", _dynamic_preferred),
     Rule("sequence-preferred-le-mbs", f"{_CORE_UTILS} ValidateModelConfig", _sequence_preferred),
+    Rule(
+        "sequence-batcher-kept",
+        "triton-inference-server/common protobuf/model_config.proto (oneof scheduling_choice); perfkit",
+        _sequence_kept,
+    ),
+    Rule("sequence-direct-slot-utilization", f"{_CORE_UTILS} ValidateModelConfig", _direct_slot_utilization),
     Rule(
         "warmup-batch-le-mbs",
         "triton-inference-server/core src/infer_request.cc (warmup requests from src/backend_model_instance.cc)",

@@ -64,10 +64,8 @@ def features(cfg: ModelConfig) -> list[str]:
 def outcome(cfg: ModelConfig, feats: list[str], expected: str) -> str:
     if "ensemble" in feats:
         return "refused:ensemble"
-    if "decoupled" in feats:
-        return "refused:decoupled"
-    if any(f.startswith("sequence") for f in feats):
-        return "refused:sequence"
+    if cfg.backend == "vllm":
+        return "refused:vllm"  # throughput set by vLLM's engine arguments, not config.pbtxt
     if expected and any(m in expected for m in VALIDATED_MESSAGES):
         return "refused:invalid"
     mbs = cfg.max_batch_size

@@ -30,6 +30,9 @@ from perfkit.tuner._space._core import (
     P_PREF,
     P_SEQ_CANDIDATES,
     P_SEQ_DELAY,
+    P_SEQ_IDLE,
+    P_SEQ_PREF,
+    P_SEQ_STRATEGY,
     PARAM_ORDER,
     PREFERRED_CHOICES,
     SEQUENCE_MEASURABLE,
@@ -48,6 +51,7 @@ from perfkit.tuner._space._model import KIND_CPU, Machine, ModelFacts, backend_o
 from perfkit.tuner._validate import Context, check_candidate, validate
 
 __all__ = [
+    "DECOUPLED_BACKENDS",
     "DEFAULT_INSTANCE_COUNTS",
     "DEFAULT_MAX_BATCH_SIZE_LIMIT",
     "DEFAULT_PRECISIONS",
@@ -64,6 +68,9 @@ __all__ = [
     "P_PREF",
     "P_SEQ_CANDIDATES",
     "P_SEQ_DELAY",
+    "P_SEQ_IDLE",
+    "P_SEQ_PREF",
+    "P_SEQ_STRATEGY",
     "PARAM_ORDER",
     "PREFERRED_CHOICES",
     "TRT_PRECISION_MODE",
@@ -81,6 +88,7 @@ __all__ = [
     "parse_delay_range",
     "parse_trt_engines",
     "pow2_sizes",
+    "is_decoupled",
     "resolve",
     "validation_context",
 ]
@@ -119,12 +127,29 @@ def extract_params(
 DECOUPLED_BACKENDS = {
     "vllm": "the vLLM backend sets decoupled in auto-complete (triton-inference-server/vllm_backend src/model.py)",
 }
+# Decoupled backends whose throughput config.pbtxt does not govern, and why they stay refused.
+ENGINE_TUNED_BACKENDS = {
+    "vllm": (
+        "its throughput is set by vLLM's engine arguments in model.json (continuous batching, max_num_seqs,"
+        " gpu_memory_utilization), which perfkit tune does not search; each extra instance starts another"
+        " engine claiming its own share of GPU memory, and Triton's batchers do not apply to it"
+    ),
+}
+
+
+def is_decoupled(cfg: ModelConfig, backend: str) -> bool:
+    """Whether the model streams its responses (its config says so, or its backend makes it so)."""
+    return bool(cfg.model_transaction_policy.decoupled) or backend in DECOUPLED_BACKENDS
 
 
 def _refusal(cfg: ModelConfig, facts: ModelFacts) -> str | None:
     """Why this model cannot be tuned at all (None: it can)."""
     if facts.backend == "ensemble" or cfg.platform == "ensemble" or cfg.HasField("ensemble_scheduling"):
+        # An ensemble has no instances or batcher of its own: its speed is its steps' configs,
+        # each a model of its own that perfkit tune can search.
         return f"model {facts.name!r} is an ensemble: it has no instances or batcher of its own"
+    if facts.backend in ENGINE_TUNED_BACKENDS:
+        return f"model {facts.name!r} is served by the {facts.backend} backend: {ENGINE_TUNED_BACKENDS[facts.backend]}"
     if facts.backend in DECOUPLED_BACKENDS and not DECOUPLED_MEASURABLE:
         why = DECOUPLED_BACKENDS[facts.backend]
         return f"model {facts.name!r} is decoupled: {why}; perfkit profile cannot measure response streams yet"
@@ -143,6 +168,7 @@ def _refusal(cfg: ModelConfig, facts: ModelFacts) -> str | None:
 
 _HINTS = {
     "ensemble": "tune its composing models one by one",
+    "backend:": "tune vLLM's engine arguments in model.json; profile it with perfkit profile --streaming",
     "decoupled": "tune it once perfkit profile measures streams",
     "sequence": "tune it once perfkit profile sends sequences",
 }
@@ -180,8 +206,23 @@ def resolve(
         cfg, backend=facts.backend, precision_parameter=space.precision_parameter, engine_files=engines
     )
     ctx = Ctx(space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines)
+    if cfg.model_transaction_policy.decoupled:
+        # A decoupled model keeps the usual space: Triton core schedules it with the dynamic
+        # batcher like any other (triton-inference-server/server docs/user_guide/decoupled_models.md
+        # warns only that a backend returning early from execute makes batching eager), and a
+        # python model's decoupled `execute` receives "a batch of pb_utils.InferenceRequest"
+        # (triton-inference-server/python_backend README.md, "Decoupled mode").
+        ctx.notes.append(
+            f"{facts.name!r} is decoupled: trials stream over gRPC (perfkit profile --streaming); a ttft: or itl:"
+            " budget holds that stream's percentile"
+        )
+    if cfg.HasField("sequence_batching"):
+        ctx.notes.append(
+            f"{facts.name!r} uses the sequence batcher: trials send sequences (one per concurrency slot);"
+            " searched instead of dynamic batching, which Triton's config allows only in its place"
+        )
     # The ensemble rule binds only where the ensemble is loaded too (perfkit loads the model alone).
-    ctx_check = Context(facts.backend, gpus)
+    ctx_check = Context(facts.backend, gpus, sequence=cfg.HasField("sequence_batching"))
     broken = [v for v in validate(cfg, ctx_check) if not v.rule.startswith("onnxruntime-int8")]
     if broken and not refused:
         refused = f"the model's own config would be rejected: {broken[0].one_line()}"

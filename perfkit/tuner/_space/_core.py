@@ -30,10 +30,11 @@ GPU_INSTANCES_PER_GPU = 4
 # CPU instance counts below this.
 MIN_CPU_INSTANCE_BOUND = 4
 TRT_PRECISION_MODE = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16", "int8": "INT8"}
-# Sequence batcher knobs exist in the registry but stay off until `perfkit profile` can send
-# correlation IDs: flipping this one switch makes them searchable.
-SEQUENCE_MEASURABLE = False
-DECOUPLED_MEASURABLE = False
+# `perfkit profile` sends sequences (correlation IDs, start/end flags; closed loop: one sequence
+# per concurrency slot) and measures decoupled models' response streams, so both are tuned.
+# Turning one off again refuses those models up front and shows their knobs as not measurable.
+SEQUENCE_MEASURABLE = True
+DECOUPLED_MEASURABLE = True
 
 # Parameter names: Optuna params, CSV columns and TrialRecord.params keys.
 P_MBS = "max_batch_size"
@@ -43,9 +44,25 @@ P_PREF = "preferred_batch_sizes"
 P_COUNT = "instance_count"
 P_KIND = "instance_kind"
 P_PREC = "precision"
+P_SEQ_STRATEGY = "sequence_strategy"
+P_SEQ_IDLE = "max_sequence_idle_us"
 P_SEQ_DELAY = "sequence_max_queue_delay_us"
 P_SEQ_CANDIDATES = "max_candidate_sequences"
-PARAM_ORDER = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT, P_KIND, P_PREC, P_SEQ_DELAY, P_SEQ_CANDIDATES)
+P_SEQ_PREF = "sequence_preferred_batch_sizes"
+PARAM_ORDER = (
+    P_MBS,
+    P_DB,
+    P_DELAY,
+    P_PREF,
+    P_COUNT,
+    P_KIND,
+    P_PREC,
+    P_SEQ_STRATEGY,
+    P_SEQ_IDLE,
+    P_SEQ_DELAY,
+    P_SEQ_CANDIDATES,
+    P_SEQ_PREF,
+)
 
 
 def _int_tuple(value: Any, key: str, source: str) -> tuple[int, ...]:

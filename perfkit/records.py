@@ -150,6 +150,7 @@ class LevelResult:
     server: ServerStats | None = None
     metrics: tuple[MetricSample, ...] = ()
     note: str = ""
+    reconnects: int = 0  # connections that died during the level and were replaced
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -395,6 +396,7 @@ class Samples:
     done_ns: Any
     status: Any
     error_examples: dict[int, str] = field(default_factory=dict)
+    reconnects: int = 0  # connections that died under the load generator and were replaced
 
     def __len__(self) -> int:
         return len(self.done_ns)

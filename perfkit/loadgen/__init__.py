@@ -34,6 +34,8 @@ How it is built (each piece a small private module):
         drain() -> Samples          what was recorded since the last drain
         stop(drain_timeout_s) -> Samples   after it, every request of the level has its record
         close() -> None
+"""
+
 from __future__ import annotations
 
 import sys

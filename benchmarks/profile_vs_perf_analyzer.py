@@ -113,11 +113,12 @@ def closed_loop(server: LocalServer, rounds: int) -> list[dict]:
 LARGE_CASES = (("http", "http", ()), ("grpc", "grpc", ()), ("shm", "http", ("--shared-memory", "system")))
 
 
-def large_tensors(server: LocalServer, rounds: int, seconds: float = 8.0) -> list[dict]:
+def large_tensors(server: LocalServer, rounds: int, seconds: float = 8.0, cases: str = "") -> list[dict]:
     """Closed loop c1/c4 on the image model: HTTP, gRPC, system shared memory; both tools alternately."""
     rows = []
+    chosen = [c for c in LARGE_CASES if not cases or c[0] in cases.split(",")]
     warm_s, span_s = seconds * 0.3, seconds * 0.5
-    for case, protocol, extra in LARGE_CASES:
+    for case, protocol, extra in chosen:
         for c in (1, 4):
             for r in range(rounds):
                 for tool in ("perfkit", "perf_analyzer") if r % 2 == 0 else ("perf_analyzer", "perfkit"):
@@ -132,7 +133,7 @@ def large_tensors(server: LocalServer, rounds: int, seconds: float = 8.0) -> lis
                     print(f"  {tool:13} {case:4} c{c} round {r}: {fig['rps']:8.0f} infer/s, "
                           f"{fig['cpu_us_per_req']:7.1f} us CPU/request", flush=True)  # fmt: skip
     print("\nlarge tensors, ratios perfkit / perf_analyzer (median over rounds; goal: throughput >= 1.0):")
-    for case, _, _ in LARGE_CASES:
+    for case, _, _ in chosen:
         for c in (1, 4):
             pick = [r for r in rows if r["case"] == case and r["concurrency"] == c]
             fig = {t: [r for r in pick if r["tool"] == t] for t in ("perfkit", "perf_analyzer")}
@@ -277,6 +278,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
     ap.add_argument("--only", choices=["closed", "open", "stability", "large"], help="run one section only")
     ap.add_argument("--large-seconds", type=float, default=8.0, help="seconds per large-tensor run")
+    ap.add_argument("--large-cases", default="", help="large-tensor cases to run: http,grpc,shm (default all)")
     args = ap.parse_args()
     repo = Path(tempfile.mkdtemp()) / "models"
     for model in {"identity", "image", *args.models.split(",")}:
@@ -295,7 +297,7 @@ def main() -> None:
                 results["open"] = open_loop(server, capacity)
         if args.only in (None, "large"):
             print("\nlarge tensors: image model, FP32 [3,224,224] (~600 KB per request), closed loop, alternating")
-            results["large"] = large_tensors(server, args.rounds, args.large_seconds)
+            results["large"] = large_tensors(server, args.rounds, args.large_seconds, args.large_cases)
         if args.only in (None, "stability"):
             print("\ntime to a stable result, each tool with its defaults (HTTP); batcher: steady 3.25 ms compute")
             print("per call (like a GPU model); identity: no compute, bound by the server's IPC wake-ups on this VM")

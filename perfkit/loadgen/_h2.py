@@ -115,7 +115,7 @@ class H2Conn(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        no_delay(transport)
+        no_delay(transport, self.owner.largest_request_bytes)
         settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, _BIG_WINDOW)  # no push; big window
         transport.write(
             PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW, 0, 0, struct.pack(">I", _BIG_WINDOW - 65535))

@@ -35,7 +35,7 @@ class _HttpConn(asyncio.Protocol):
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        no_delay(transport)
+        no_delay(transport, self.owner.largest_request_bytes)
 
     def send(self, payload: bytes, due: int) -> None:
         self.due = due

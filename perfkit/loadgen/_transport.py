@@ -39,6 +39,7 @@ class Transport:
         self.on_done: OnDone = _ignore
         self._payloads: Iterator[bytes] = itertools.cycle(payloads)
         self._single = payloads[0] if len(payloads) == 1 else None
+        self.largest_request_bytes = max((len(p) for p in payloads), default=0)
         self._tasks: set[asyncio.Future[Any]] = set()
 
     async def prepare(self, closed_loop: bool, share: int, rate_rps: float) -> None:
@@ -82,8 +83,16 @@ def _ignore(status: int) -> None:
     pass
 
 
-def no_delay(transport: Any) -> None:
-    """Disable Nagle: requests and responses are small and latency-bound."""
+# A socket send buffer this size lets one write hand a whole image-sized request to the
+# kernel; with the default (~16-64 KB at start) asyncio keeps the rest, copies it into its
+# own buffer and needs more wake-ups to send it.
+LARGE_SNDBUF_BYTES = 4 << 20
+
+
+def no_delay(transport: Any, largest_request_bytes: int = 0) -> None:
+    """Disable Nagle (requests are latency-bound); size the send buffer for large requests."""
     sock = transport.get_extra_info("socket")
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if largest_request_bytes > 65536:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, min(LARGE_SNDBUF_BYTES, 2 * largest_request_bytes))

@@ -9,10 +9,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from perfkit.loadgen._ledger import Ledger
-from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED
+from perfkit.records import GRPC_STATUS_BASE, STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED
 
 OnDone = Callable[[int], None]  # called with the status after each request's one record
-CONNECTION_STATUSES = (STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED)
+# Outcomes that say the server could not be reached (gRPC UNAVAILABLE included: grpc.aio
+# reports a refused or dropped connection that way): closed loops back off after them.
+CONNECTION_STATUSES = (STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, GRPC_STATUS_BASE + 14)
 
 
 class Transport:

@@ -54,11 +54,18 @@ def steady(server: LocalServer, model: str, proc: subprocess.Popen[str], warm_s:
     return {"rps": n / (t1 - t0), "cpu_us_per_req": (c1 - c0) / max(n, 1) * 1e6}
 
 
-def run_perfkit(server: LocalServer, protocol: str, level: list[str], seconds: float) -> subprocess.Popen:
+def run_perfkit(
+    server: LocalServer,
+    protocol: str,
+    level: list[str],
+    seconds: float,
+    model: str = "identity",
+    extra: tuple[str, ...] = (),
+) -> subprocess.Popen:
     out = Path(tempfile.mkdtemp()) / "run.json"
     windows = str(int(seconds))
-    cmd = [sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", url_for(server, protocol),
-           "--admin-url", server.endpoints.http_url, "-i", protocol, *level,
+    cmd = [sys.executable, "-m", "perfkit", "profile", "-m", model, "-u", url_for(server, protocol),
+           "--admin-url", server.endpoints.http_url, "-i", protocol, *level, *extra,
            "-p", "1000", "-r", windows, "--min-windows", windows, "-o", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc.record_path = out  # type: ignore[attr-defined]
@@ -66,12 +73,18 @@ def run_perfkit(server: LocalServer, protocol: str, level: list[str], seconds: f
 
 
 def run_pa(
-    server: LocalServer, protocol: str, level: list[str], seconds: float, windows: int = 1, model: str = "identity"
+    server: LocalServer,
+    protocol: str,
+    level: list[str],
+    seconds: float,
+    windows: int = 1,
+    model: str = "identity",
+    extra: tuple[str, ...] = (),
 ) -> subprocess.Popen:
     """perf_analyzer at one level; `windows` x (seconds / windows) windows, stability check off (-s 100)."""
     binary, env = perf_analyzer()
     window_ms = str(int(seconds * 1000 / windows))
-    cmd = [str(binary), "-m", model, "-u", url_for(server, protocol), "-i", protocol, *level,
+    cmd = [str(binary), "-m", model, "-u", url_for(server, protocol), "-i", protocol, *level, *extra,
            "--measurement-interval", window_ms, "-r", str(windows), "-s", "100"]  # fmt: skip
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
 
@@ -93,6 +106,42 @@ def closed_loop(server: LocalServer, rounds: int) -> list[dict]:
                     rows.append({"tool": tool, "protocol": protocol, "concurrency": c, "round": r, **fig})
                     print(f"  {tool:13} {protocol} c{c} round {r}: {fig['rps']:8.0f} infer/s, "
                           f"{fig['cpu_us_per_req']:6.1f} us CPU/request", flush=True)  # fmt: skip
+    return rows
+
+
+# Image-sized requests: FP32 [3,224,224] = 602,112 bytes per request (the "image" fixture).
+LARGE_CASES = (("http", "http", ()), ("grpc", "grpc", ()), ("shm", "http", ("--shared-memory", "system")))
+
+
+def large_tensors(server: LocalServer, rounds: int, seconds: float = 8.0, cases: str = "") -> list[dict]:
+    """Closed loop c1/c4 on the image model: HTTP, gRPC, system shared memory; both tools alternately."""
+    rows = []
+    chosen = [c for c in LARGE_CASES if not cases or c[0] in cases.split(",")]
+    warm_s, span_s = seconds * 0.3, seconds * 0.5
+    for case, protocol, extra in chosen:
+        for c in (1, 4):
+            for r in range(rounds):
+                for tool in ("perfkit", "perf_analyzer") if r % 2 == 0 else ("perf_analyzer", "perfkit"):
+                    level = ["--concurrency-range", str(c)]
+                    if tool == "perfkit":
+                        proc = run_perfkit(server, protocol, level, seconds, model="image", extra=extra)
+                    else:
+                        proc = run_pa(server, protocol, level, seconds, model="image", extra=extra)
+                    fig = steady(server, "image", proc, warm_s, span_s)
+                    proc.wait(120)
+                    rows.append({"tool": tool, "case": case, "concurrency": c, "round": r, **fig})
+                    print(f"  {tool:13} {case:4} c{c} round {r}: {fig['rps']:8.0f} infer/s, "
+                          f"{fig['cpu_us_per_req']:7.1f} us CPU/request", flush=True)  # fmt: skip
+    print("\nlarge tensors, ratios perfkit / perf_analyzer (median over rounds; goal: throughput >= 1.0):")
+    for case, _, _ in chosen:
+        for c in (1, 4):
+            pick = [r for r in rows if r["case"] == case and r["concurrency"] == c]
+            fig = {t: [r for r in pick if r["tool"] == t] for t in ("perfkit", "perf_analyzer")}
+            pk, pa = (statistics.median(r["rps"] for r in fig[t]) for t in fig)
+            pk_cpu, pa_cpu = (statistics.median(r["cpu_us_per_req"] for r in fig[t]) for t in fig)
+            ratio, cpu_ratio = pk / max(pa, 1e-9), pk_cpu / max(pa_cpu, 1e-9)
+            print(f"  {case:4} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {ratio:.2f}; "
+                  f"client CPU/request {pk_cpu:6.1f} vs {pa_cpu:6.1f} us = {cpu_ratio:.2f}")  # fmt: skip
     return rows
 
 
@@ -227,10 +276,12 @@ def main() -> None:
     ap.add_argument("--models", default="batcher,identity", help="models for time-to-stable (comma-separated)")
     ap.add_argument("--targets", default="", help="extra perfkit -s values for time-to-stable, e.g. 5,3")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
-    ap.add_argument("--only", choices=["closed", "open", "stability"], help="run one section only")
+    ap.add_argument("--only", choices=["closed", "open", "stability", "large"], help="run one section only")
+    ap.add_argument("--large-seconds", type=float, default=8.0, help="seconds per large-tensor run")
+    ap.add_argument("--large-cases", default="", help="large-tensor cases to run: http,grpc,shm (default all)")
     args = ap.parse_args()
     repo = Path(tempfile.mkdtemp()) / "models"
-    for model in {"identity", *args.models.split(",")}:
+    for model in {"identity", "image", *args.models.split(",")}:
         shutil.copytree(ROOT / "fixtures" / "models" / model, repo / model)
     results: dict = {}
     with launch_local(LocalLaunch(repo)) as server:
@@ -244,6 +295,9 @@ def main() -> None:
             if args.only in (None, "open"):
                 print(f"\nopen loop (HTTP, constant rate; capacity seen above ~{capacity:.0f}/s):")
                 results["open"] = open_loop(server, capacity)
+        if args.only in (None, "large"):
+            print("\nlarge tensors: image model, FP32 [3,224,224] (~600 KB per request), closed loop, alternating")
+            results["large"] = large_tensors(server, args.rounds, args.large_seconds, args.large_cases)
         if args.only in (None, "stability"):
             print("\ntime to a stable result, each tool with its defaults (HTTP); batcher: steady 3.25 ms compute")
             print("per call (like a GPU model); identity: no compute, bound by the server's IPC wake-ups on this VM")

@@ -61,6 +61,7 @@ def lag1_autocorrelation(values: Sequence[float] | np.ndarray) -> float | None:
 
 def concat(parts: Sequence[Samples]) -> Samples:
     """Join sample batches (e.g. from several drains or worker processes) exactly."""
+    reconnects = sum(p.reconnects for p in parts)
     parts = [p for p in parts if len(p)]
     examples: dict[int, str] = {}
     for p in parts:
@@ -68,15 +69,16 @@ def concat(parts: Sequence[Samples]) -> Samples:
             examples.setdefault(k, v)
     if not parts:
         e = np.empty(0, dtype=np.int64)
-        return Samples(e, e, e, np.empty(0, dtype=np.int32), examples)
+        return Samples(e, e, e, np.empty(0, dtype=np.int32), examples, reconnects=reconnects)
     return Samples(
         np.concatenate([p.due_ns for p in parts]),
         np.concatenate([p.sent_ns for p in parts]),
         np.concatenate([p.done_ns for p in parts]),
         np.concatenate([p.status for p in parts]),
         examples,
-        _concat_responses(parts),
-        _concat_tokens(parts),
+        response_ns=_concat_responses(parts),
+        output_tokens=_concat_tokens(parts),
+        reconnects=reconnects,
     )
 
 
@@ -240,7 +242,7 @@ class LevelRecorder:
 
     def add(self, samples: Samples) -> None:
         """Add a batch of samples (any order, warm-up ones included: they are filtered)."""
-        if len(samples) or samples.error_examples:
+        if len(samples) or samples.error_examples or samples.reconnects:
             self._parts.append(samples)
             self._all = None
 

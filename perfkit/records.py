@@ -221,6 +221,7 @@ class LevelResult:
     workers: tuple[WorkerShare, ...] = ()  # per load worker: its share, clock offset, fate
     incomplete: bool = False  # a worker died mid-level: figures hold what the others (and it, before) sent
     streaming: StreamingSummary | None = None  # streamed (decoupled) requests only
+    reconnects: int = 0  # connections that died during the level and were replaced
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -799,6 +800,7 @@ class Samples:
     error_examples: dict[int, str] = field(default_factory=dict)
     response_ns: Any = None
     output_tokens: Any = None  # per request: elements of a declared output tensor over its responses
+    reconnects: int = 0  # connections that died under the load generator and were replaced
 
     def __len__(self) -> int:
         return len(self.done_ns)

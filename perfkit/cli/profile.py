@@ -121,6 +121,8 @@ def summary_table(record: RunRecord) -> str:
         if lv.errors:
             lines.append(f"  {lv.load.label}: errors {lv.errors} {lv.note}")
         lines.extend(_fleet_lines(lv))
+        if lv.reconnects:
+            lines.append(f"  {lv.load.label}: {lv.reconnects} connection(s) died and were replaced during the level")
         if lv.server is not None:
             s2 = lv.server
             batches = ", ".join(f"{k}×{v}" for k, v in s2.batch_sizes.items())

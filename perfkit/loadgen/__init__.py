@@ -2,6 +2,38 @@
 
 Public API: `LoadGenerator` (one or more engines behind one interface), request
 building helpers, and `EngineConfig`.
+
+How it is built (each piece a small private module):
+  - `_ledger.Ledger`: the record-keeping, and the one place the accounting invariant is
+    kept: every request the schedule makes due yields exactly one record (completed,
+    failed by kind with a message, dropped, or unfinished at level end).
+  - `_loops`: the loop modes. `ClosedLoop` (N in flight, each record triggers the next;
+    connection failures back off) and `OpenLoop` (due times from `perfkit.schedule`,
+    drops beyond max_outstanding). The clock assumptions are written there.
+  - `_transport.Transport`: the narrow interface between loop modes and protocols:
+        prepare(closed_loop, share, rate_rps)   async, before a level (warm connections)
+        submit(due_ns)                          send one request (due -1 in closed loop)
+        abort_in_flight(message)                async, record what is still owed as unfinished
+        end_level(closed_loop), close()
+    A transport calls `ledger.finish(due, sent, done, status, message)` exactly once per
+    submit, then `on_done(status)`; it reports dead connections with
+    `ledger.connection_lost()` and their replacements with `ledger.connection_opened()`
+    (reconnects per level reach `Samples.reconnects` and `LevelResult.reconnects`).
+    Implementations: `_http1.Http1Transport` (hand-written HTTP/1.1),
+    `_h2.H2Transport` (hand-written HTTP/2 for unary gRPC, any request size),
+    `_grpc_aio.AioTransport` (grpc.aio, the reference). `EngineConfig.transport` picks one.
+  - Streaming transports plug in the same way: `submit` starts one request (a decoupled
+    call, or one step of a sequence whose correlation ID the transport keeps in order);
+    the request's one `ledger.finish` comes with its final response (or failure), so the
+    invariant holds per request; per-response timestamps of a decoupled stream go to a
+    ledger method of their own beside `finish` (the request's record stays one).
+  - `_engine.Engine`: an event loop on its own thread holding one transport, one loop
+    mode and one ledger. The engine protocol, shared with `_workers.ProcessEngine` (and
+    any other engine, e.g. one on a remote actor):
+        start(level, t0_ns, share, worker, workers) -> None
+        drain() -> Samples          what was recorded since the last drain
+        stop(drain_timeout_s) -> Samples   after it, every request of the level has its record
+        close() -> None
 """
 
 from __future__ import annotations

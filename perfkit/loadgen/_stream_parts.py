@@ -87,6 +87,16 @@ def _to_samples(
         arr = np.array([r[:4] for r in records], dtype=np.int64)
         for i, r in enumerate(records):
             responses[i] = np.array(r[4], dtype=np.int64)
-        return Samples(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, responses, tokens)
+        return Samples(
+            arr[:, 0],
+            arr[:, 1],
+            arr[:, 2],
+            arr[:, 3].astype(np.int32),
+            examples,
+            response_ns=responses,
+            output_tokens=tokens,
+        )
     empty = np.empty(0, dtype=np.int64)
-    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, responses, tokens)
+    return Samples(
+        empty, empty, empty, np.empty(0, dtype=np.int32), examples, response_ns=responses, output_tokens=tokens
+    )

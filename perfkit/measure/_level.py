@@ -198,6 +198,11 @@ def _result(
     note = ""
     if examples:
         note = "; ".join(f"{status_name(k)}: {v.strip()[:160]}" for k, v in sorted(examples.items()))
+    reconnects = rec.samples.reconnects
+    if reconnects:
+        # Connections died under the load (server restarted, a proxy closed them...) and
+        # were replaced: the level went on, but its figures include that disruption.
+        note = (f"{reconnects} connection(s) lost and replaced; " + note).strip("; ")
     if died:
         note = ("server died; " + note).strip("; ")
     return LevelResult(
@@ -224,4 +229,5 @@ def _result(
         )
         if spec.streaming
         else None,
+        reconnects=reconnects,
     )

@@ -60,6 +60,7 @@ def test_every_fixture_model_answers_a_real_inference(triton):
         "batcher",
         "hungry",
         "identity",
+        "image",
         "pipeline",
         "preprocess",
         "sleeper",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -144,6 +145,16 @@ def test_tune_report(tmp_path):
         assert f'data-figure="{key}"' in page
     assert "trial 7 (best)" in page and "trial 0 (original)" in page
     assert_self_contained(page)
+
+
+def test_tune_report_names_a_streaming_budget(tmp_path):
+    runs, tunes = load_inputs([RECORDS / "tune"])
+    ttft = dataclasses.replace(tunes[0], budget_metric="ttft")
+    text = _visible(_text(write_tune_report(ttft, tmp_path / "tune.html", runs)))
+    assert "within the 20 ms TTFT p99 budget" in text
+    assert "TTFT p99 ≤ 20 ms" in text
+    plain = _visible(_text(write_tune_report(tunes[0], tmp_path / "plain.html", runs)))
+    assert "TTFT" not in plain
 
 
 def test_comparison_report_colours_by_direction(tmp_path):

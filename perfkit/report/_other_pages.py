@@ -36,7 +36,7 @@ def _run_labels_for_tune(tune: TuneRecord, runs: list[RunRecord]) -> list[str]:
 
 def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
     """The tune report: recommendation, trials, Pareto front, importances, config diff, trial runs."""
-    pct = F.pct_name(tune.percentile)
+    pct = T.budget_name(tune)
     page = Page(
         kind="tune",
         title=f"{tune.model}: config tuning within {tune.latency_budget_ms:g} ms {pct}",

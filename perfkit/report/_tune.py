@@ -55,9 +55,15 @@ def original_trial(tune: TuneRecord) -> TrialRecord | None:
     return tune.original()
 
 
+def budget_name(tune: TuneRecord) -> str:
+    """What the budget bounds, e.g. 'p99' (request latency) or 'TTFT p99' / 'ITL p99' (streamed models)."""
+    pct = pct_name(tune.percentile)
+    return pct if tune.budget_metric == "latency" else f"{tune.budget_metric.upper()} {pct}"
+
+
 def recommendation(tune: TuneRecord) -> str:
     """The recommendation in one sentence: config, throughput, latency, gain over the original, budget."""
-    pct = pct_name(tune.percentile)
+    pct = budget_name(tune)
     budget = f"{tune.latency_budget_ms:g} ms"
     best = tune.best()
     orig = original_trial(tune)
@@ -78,7 +84,8 @@ def recommendation(tune: TuneRecord) -> str:
         sentence += f", {gain:.1f}× the original config's {fmt_rate(orig.throughput_infer_per_s)} infer/s"
         if not orig.feasible:
             sentence += " (which missed the budget)"
-    sentence += f", within the {budget} budget."
+    scope = budget if tune.budget_metric == "latency" else f"{budget} {pct}"  # a TTFT/ITL budget says what it bounds
+    sentence += f", within the {scope} budget."
     if tune.status != "ok":
         sentence += f" The tune run was {tune.status} before it finished."
     return sentence

@@ -3,13 +3,38 @@
 from __future__ import annotations
 
 import base64
+import logging
 import os
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
-from perfkit.errors import UsageError
+from perfkit.errors import ServerError, UsageError
 from perfkit.loadgen import ModelIO, ShmBinding, Tensor
 from perfkit.server.base import Server
+
+_log = logging.getLogger(__name__)
+# Triton refuses to unregister a region that requests it is still executing use (its shared
+# memory manager counts references); after an interrupt those requests finish within moments,
+# so unregistering is retried for this long before the region is reported as left behind.
+UNREGISTER_WAIT_S = 10.0
+
+
+def _unregister(unregister: Callable[[str], None], name: str) -> None:
+    deadline = time.monotonic() + UNREGISTER_WAIT_S
+    while True:
+        try:
+            unregister(name)
+            return
+        except ServerError as err:
+            if time.monotonic() > deadline:
+                _log.warning("shared memory %s left registered: %s", name, err.one_line())
+                return
+        except Exception as err:  # the server is gone: nothing left to unregister from
+            _log.debug("shared memory %s not unregistered: %s", name, err)
+            return
+        time.sleep(0.05)
 
 
 class SharedMemory:
@@ -82,10 +107,7 @@ class SharedMemory:
     def close(self) -> None:
         """Unregister and destroy every region; never raises (called on error paths)."""
         for name, handle in self._system:
-            try:
-                self.server.unregister_system_shared_memory(name)
-            except Exception:
-                pass
+            _unregister(self.server.unregister_system_shared_memory, name)
             try:
                 import tritonclient.utils.shared_memory as shm
 
@@ -94,10 +116,7 @@ class SharedMemory:
                 pass
         self._system.clear()
         for name, handle in self._cuda:
-            try:
-                self.server.unregister_cuda_shared_memory(name)
-            except Exception:
-                pass
+            _unregister(self.server.unregister_cuda_shared_memory, name)
             try:
                 _cuda_module().destroy_shared_memory_region(handle)
             except Exception:

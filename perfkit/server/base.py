@@ -208,8 +208,11 @@ class Server:
             raise ServerError(f"registering shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def unregister_system_shared_memory(self, name: str) -> None:
-        """Unregister a system shared-memory region (no error if unknown)."""
-        self._request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", {})
+        """Unregister a system shared-memory region (no error if unknown); raises ServerError when the
+        server refuses (e.g. the region is still in use by requests it is executing)."""
+        status, payload = self._request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", {})
+        if status != 200:
+            raise ServerError(f"unregistering shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def register_cuda_shared_memory(self, name: str, raw_handle_b64: str, device_id: int, byte_size: int) -> None:
         """Register a CUDA IPC region with the server; raises ServerError."""
@@ -219,8 +222,11 @@ class Server:
             raise ServerError(f"registering CUDA shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def unregister_cuda_shared_memory(self, name: str) -> None:
-        """Unregister a CUDA shared-memory region (no error if unknown)."""
-        self._request("POST", f"/v2/cudasharedmemory/region/{name}/unregister", {})
+        """Unregister a CUDA shared-memory region (no error if unknown); raises ServerError when the
+        server refuses (e.g. the region is still in use by requests it is executing)."""
+        status, payload = self._request("POST", f"/v2/cudasharedmemory/region/{name}/unregister", {})
+        if status != 200:
+            raise ServerError(f"unregistering CUDA shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         """Inputs/outputs of a model; raises ModelNotFoundError."""

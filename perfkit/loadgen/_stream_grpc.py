@@ -81,19 +81,24 @@ class AioStreamTransport(StreamTransport):
         self._fresh = False  # the current stream has not answered yet
 
     async def _open(self) -> None:
-        import grpc.aio
-
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(
-                f"{self.cfg.host}:{self.cfg.port}",
-                options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
-            )
+            self._new_channel()
             await self._channel.channel_ready()
         self._ensure_call()
+
+    def _new_channel(self) -> None:
+        import grpc.aio
+
+        self._channel = grpc.aio.insecure_channel(
+            f"{self.cfg.host}:{self.cfg.port}",
+            options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+        )
 
     def _ensure_call(self) -> None:
         if self._call is not None and not self._call.done():
             return
+        if self._channel is None:
+            self._new_channel()
         method = self._channel.stream_stream(STREAM_INFER)  # raw bytes both ways
         self._call = method()
         self._fresh = True
@@ -138,7 +143,10 @@ class AioStreamTransport(StreamTransport):
                     pass
             message = str(err)
         if call is self._call:  # not one perfkit closed
-            self._call = None
+            # A fresh channel for the next stream: the broken one's channel would wait out
+            # grpc's reconnect backoff (1 s and growing), failing every call meanwhile.
+            self._call, channel, self._channel = None, self._channel, None
+            self.spawn(channel.close())
             self._stream_ended(status, message)
 
     async def _close_stream(self) -> None:

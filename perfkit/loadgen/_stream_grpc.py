@@ -82,17 +82,17 @@ class AioStreamTransport(StreamTransport):
 
     async def _open(self) -> None:
         if self._channel is None:
-            self._new_channel()
-            await self._channel.channel_ready()
+            await self._new_channel().channel_ready()
         self._ensure_call()
 
-    def _new_channel(self) -> None:
+    def _new_channel(self) -> Any:
         import grpc.aio
 
         self._channel = grpc.aio.insecure_channel(
             f"{self.cfg.host}:{self.cfg.port}",
             options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
         )
+        return self._channel
 
     def _ensure_call(self) -> None:
         if self._call is not None and not self._call.done():

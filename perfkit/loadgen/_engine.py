@@ -199,7 +199,8 @@ class Engine:
     async def _start(self, level: LoadLevel, t0_ns: int, share: float, worker: int, workers: int) -> None:
         self.ledger.reset()
         closed = level.mode == "concurrency"
-        _raise_priority(open_loop=not closed)
+        # A streaming open loop parses responses (tokens) all the time: no real-time thread there either.
+        _raise_priority(open_loop=not closed and not self._streaming)
         rate_rps = level.value / max(workers, 1) if level.mode == "request_rate" else 0.0
         await self.transport.prepare(closed, int(share), rate_rps)
         if closed:

@@ -22,11 +22,16 @@ How it is built (each piece a small private module):
     Implementations: `_http1.Http1Transport` (hand-written HTTP/1.1),
     `_h2.H2Transport` (hand-written HTTP/2 for unary gRPC, any request size),
     `_grpc_aio.AioTransport` (grpc.aio, the reference). `EngineConfig.transport` picks one.
-  - Streaming transports plug in the same way: `submit` starts one request (a decoupled
-    call, or one step of a sequence whose correlation ID the transport keeps in order);
-    the request's one `ledger.finish` comes with its final response (or failure), so the
-    invariant holds per request; per-response timestamps of a decoupled stream go to a
-    ledger method of their own beside `finish` (the request's record stays one).
+  - Streaming transports plug in the same way (`_stream_transport.StreamTransport`, given
+    a `StreamConfig`): `submit` starts one request (a decoupled call, one step of a
+    sequence whose correlation ID the transport keeps in order, or one turn of a replayed
+    trace); the request's one record comes with its final response (or failure) through
+    `ledger.finish_streamed`, which carries its responses' arrival times and tokens (the
+    record stays one). A broken stream fails what it carried, and the next request opens
+    its replacement (a reconnect). Implementations: `_stream_h2.H2StreamTransport`
+    (ModelStreamInfer on the hand-written HTTP/2 client), `_stream_grpc.AioStreamTransport`
+    (the same on grpc.aio), `_stream_sse.SseTransport` (HTTP generate_stream) and
+    `_stream_sse.HttpSequenceTransport` (sequence steps as plain HTTP infer calls).
   - `_engine.Engine`: an event loop on its own thread holding one transport, one loop
     mode and one ledger. The engine protocol, shared with `_workers.ProcessEngine` (and
     any other engine, e.g. one on a remote actor):
@@ -57,9 +62,8 @@ from perfkit.loadgen._inputdata import (
 from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
-from perfkit.loadgen._stream_grpc import StreamConfig, StreamEngine
-from perfkit.loadgen._stream_h2 import H2StreamEngine
-from perfkit.loadgen._stream_sse import HttpSequenceEngine, SseEngine, http_infer_path, http_sequence_body, sse_payload
+from perfkit.loadgen._stream_sse import http_infer_path, http_sequence_body, sse_payload
+from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
 from perfkit.records import LoadLevel, Samples
@@ -104,13 +108,13 @@ class LoadGenerator:
 
     def __init__(self, cfg: EngineConfig | StreamConfig, workers: int = 1) -> None:
         self.workers = max(1, workers)
-        self._engines: list[Engine] | list[ProcessEngine] | list[StreamEngine]
+        self._engines: list[Engine] | list[ProcessEngine]
         self._switch_interval_s: float | None = None
         if isinstance(cfg, StreamConfig):
-            # streamed requests (decoupled models, sequences over a stream): one engine in this process
+            # streamed requests (decoupled models, sequences over a stream): one engine in this
+            # process (one stream keeps a sequence's steps in order)
             self.workers = 1
-            kinds = {"sse": SseEngine, "grpc.aio": StreamEngine, "http": HttpSequenceEngine}
-            self._engines = [kinds.get(cfg.transport, H2StreamEngine)(cfg)]
+            self._engines = [Engine(cfg)]
         elif self.workers == 1:
             self._switch_interval_s = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval_s))

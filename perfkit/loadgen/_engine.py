@@ -12,6 +12,7 @@ import ctypes
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,11 @@ from perfkit.loadgen._h2 import H2Transport
 from perfkit.loadgen._http1 import Http1Transport
 from perfkit.loadgen._ledger import Ledger, Record
 from perfkit.loadgen._loops import ClosedLoop, OpenLoop
+from perfkit.loadgen._stream_grpc import AioStreamTransport
+from perfkit.loadgen._stream_h2 import H2StreamTransport
+from perfkit.loadgen._stream_parts import stream_samples
+from perfkit.loadgen._stream_sse import HttpSequenceTransport, SseTransport
+from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.loadgen._timer import precise_selector
 from perfkit.loadgen._transport import Transport
 from perfkit.records import LoadLevel, Samples
@@ -32,6 +38,12 @@ log = logging.getLogger(__name__)
 _PR_SET_TIMERSLACK = 29
 SENDER_NICE = -10
 TRANSPORTS = ("auto", "http1", "h2", "grpc-aio")
+STREAM_TRANSPORTS = {
+    "grpc": H2StreamTransport,
+    "grpc.aio": AioStreamTransport,
+    "sse": SseTransport,
+    "http": HttpSequenceTransport,
+}
 
 
 @dataclass(frozen=True)
@@ -52,8 +64,15 @@ class EngineConfig:
     transport: str = "auto"
 
 
-def make_transport(cfg: EngineConfig, loop: asyncio.AbstractEventLoop, ledger: Ledger) -> Transport:
+def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEventLoop, ledger: Ledger) -> Transport:
     """The transport cfg asks for; raises ValueError for an unknown one."""
+    if isinstance(cfg, StreamConfig):
+        stream = STREAM_TRANSPORTS.get(cfg.transport)
+        if stream is None:
+            raise ValueError(
+                f"unknown stream transport {cfg.transport!r}; expected one of {', '.join(STREAM_TRANSPORTS)}"
+            )
+        return stream(loop, ledger, cfg)
     kind = cfg.transport
     if kind == "auto":
         kind = "http1" if cfg.protocol == "http" else "h2"
@@ -100,10 +119,16 @@ def _raise_priority(open_loop: bool) -> None:
 
 
 class Engine:
-    """A load generator on one thread. Methods are called from other threads."""
+    """A load generator on one thread. Methods are called from other threads.
 
-    def __init__(self, cfg: EngineConfig) -> None:
+    With a `StreamConfig` it streams (decoupled models, sequences over a stream): its
+    Samples then carry each request's response arrival times (and tokens).
+    """
+
+    def __init__(self, cfg: EngineConfig | StreamConfig) -> None:
         self.cfg = cfg
+        self._streaming = isinstance(cfg, StreamConfig)
+        self._counted = isinstance(cfg, StreamConfig) and bool(cfg.token_output)
         self.ledger = Ledger()
         self.loop = asyncio.SelectorEventLoop(precise_selector())
         self.transport = make_transport(cfg, self.loop, self.ledger)
@@ -147,7 +172,7 @@ class Engine:
 
     def drain(self) -> Samples:
         """Samples recorded since the last drain."""
-        return _to_samples(*self._call(self._swap(), 30))
+        return self._samples(self._call(self._swap(), 30))
 
     def stop(self, drain_timeout_s: float) -> Samples:
         """Stop sending, wait up to drain_timeout_s for requests in flight, return the rest.
@@ -155,45 +180,53 @@ class Engine:
         Whatever is still in flight then is recorded as unfinished: after stop, every
         request of the level has its one record.
         """
-        return _to_samples(*self._call(self._stop(drain_timeout_s), drain_timeout_s + 30))
+        return self._samples(self._call(self._stop(drain_timeout_s), drain_timeout_s + 30))
+
+    def _samples(self, swapped: Any) -> Samples:
+        if self._streaming:
+            records, examples, reconnects, streamed = swapped
+            return stream_samples(records, examples, reconnects, streamed, counted=self._counted)
+        return _to_samples(*swapped)
 
     # -- loop side -------------------------------------------------------------------------------
     def _on_done(self, status: int) -> None:
         if self.mode is not None:
             self.mode.on_done(status)
 
-    async def _swap(self) -> tuple[list[Record], dict[int, str], int]:
-        return self.ledger.swap()
+    async def _swap(self) -> Any:
+        return self.ledger.swap_streamed() if self._streaming else self.ledger.swap()
 
     async def _start(self, level: LoadLevel, t0_ns: int, share: float, worker: int, workers: int) -> None:
         self.ledger.reset()
         closed = level.mode == "concurrency"
-        _raise_priority(open_loop=not closed)
+        # A streaming open loop parses responses (tokens) all the time: no real-time thread there either.
+        _raise_priority(open_loop=not closed and not self._streaming)
         rate_rps = level.value / max(workers, 1) if level.mode == "request_rate" else 0.0
         await self.transport.prepare(closed, int(share), rate_rps)
         if closed:
             self.mode = ClosedLoop(self.transport, self.ledger, self.loop, int(share))
         else:
-            dues = due_times(
-                level, seed=self.cfg.seed, worker=worker, workers=workers, intervals_ns=self.cfg.intervals_ns
-            )
+            if isinstance(self.cfg, StreamConfig) and self.cfg.schedule_ns:
+                dues: Iterator[int] = iter(self.cfg.schedule_ns)  # a replayed trace: each entry once
+            else:
+                dues = due_times(
+                    level, seed=self.cfg.seed, worker=worker, workers=workers, intervals_ns=self.cfg.intervals_ns
+                )
             self.mode = OpenLoop(self.transport, self.ledger, self.loop, dues, t0_ns, self.cfg.max_outstanding)
         self.mode.start()
 
-    async def _stop(self, drain_timeout_s: float) -> tuple[list[Record], dict[int, str], int]:
+    async def _stop(self, drain_timeout_s: float) -> Any:
         mode, ledger = self.mode, self.ledger
         if mode is not None:
             mode.stop()
-        deadline = self.loop.time() + drain_timeout_s
-        while ledger.in_flight > 0 and self.loop.time() < deadline:
-            await asyncio.sleep(0.001)
+        await self.transport.drain(self.loop.time() + drain_timeout_s)
         if ledger.in_flight > 0:
             await self.transport.abort_in_flight(f"still in flight after {drain_timeout_s:g} s")
         if ledger.in_flight != 0:  # the invariant is broken: a bug in a transport, say so loudly
             log.error("load generator: %d requests without a record at the end of a level", ledger.in_flight)
             ledger.in_flight = 0
         self.transport.end_level(isinstance(mode, ClosedLoop))
-        return ledger.swap()
+        return await self._swap()
 
 
 def _to_samples(records: list[Record], examples: dict[int, str], reconnects: int) -> Samples:

@@ -31,7 +31,7 @@ Record = tuple[int, int, int, int]  # (due_ns, sent_ns, done_ns, status); due -1
 class Ledger:
     """One engine's records, error examples and connection counters."""
 
-    __slots__ = ("examples", "in_flight", "lost_unreplaced", "reconnects", "records")
+    __slots__ = ("examples", "in_flight", "lost_unreplaced", "reconnects", "records", "streamed")
 
     def __init__(self) -> None:
         self.records: list[Record] = []
@@ -40,6 +40,8 @@ class Ledger:
         self.reconnects = 0
         # connections that died under us and were not replaced yet (kept across drains)
         self.lost_unreplaced = 0
+        # streamed requests: record index -> (response arrival times, output tokens)
+        self.streamed: dict[int, tuple[list[int], int]] = {}
 
     def begin(self) -> None:
         """A request was handed to a transport: it now owes exactly one `finish`."""
@@ -51,6 +53,21 @@ class Ledger:
         self.records.append((due_ns, sent_ns, done_ns, status))
         if status and status not in self.examples:
             self.examples[status] = message[:300]
+
+    def finish_streamed(
+        self,
+        due_ns: int,
+        sent_ns: int,
+        done_ns: int,
+        status: int,
+        message: str,
+        response_ns: list[int],
+        tokens: int,
+    ) -> None:
+        """`finish` for a streamed request: its one record, with its responses' arrival times and tokens."""
+        if response_ns or tokens:
+            self.streamed[len(self.records)] = (response_ns, tokens)
+        self.finish(due_ns, sent_ns, done_ns, status, message)
 
     def unsent(self, due_ns: int, status: int, message: str) -> None:
         """Record a request that was due but never handed to a transport (dropped)."""
@@ -75,12 +92,17 @@ class Ledger:
 
     def reset(self) -> None:
         """A new level: nothing recorded, nothing in flight."""
-        self.records, self.examples = [], {}
+        self.records, self.examples, self.streamed = [], {}, {}
         self.in_flight = 0
         self.reconnects = 0
 
     def swap(self) -> tuple[list[Record], dict[int, str], int]:
         """Hand over what was recorded since the last swap (records, examples, reconnects)."""
         out = (self.records, self.examples, self.reconnects)
-        self.records, self.examples, self.reconnects = [], {}, 0
+        self.records, self.examples, self.reconnects, self.streamed = [], {}, 0, {}
         return out
+
+    def swap_streamed(self) -> tuple[list[Record], dict[int, str], int, dict[int, tuple[list[int], int]]]:
+        """`swap`, with the streamed requests' responses by record index."""
+        streamed = self.streamed
+        return (*self.swap(), streamed)

@@ -61,7 +61,10 @@ class ClosedLoop:
 
 
 class OpenLoop:
-    """Sends at due times from `dues` (ns offsets from t0_ns), whatever the responses do."""
+    """Sends at due times from `dues` (ns offsets from t0_ns), whatever the responses do.
+
+    `dues` is endless for a rate or interval schedule; a replayed trace's ends with it.
+    """
 
     def __init__(
         self,
@@ -80,8 +83,10 @@ class OpenLoop:
 
     def start(self) -> None:
         self.active = True
-        self._next_due = self._t0 + next(self._dues)
-        self.loop.call_at(self._next_due / 1e9, self._tick)
+        first = next(self._dues, None)
+        if first is not None:  # a replayed trace may be empty
+            self._next_due = self._t0 + first
+            self.loop.call_at(self._next_due / 1e9, self._tick)
 
     def stop(self) -> None:
         self.active = False
@@ -96,7 +101,10 @@ class OpenLoop:
         due = self._next_due
         while due <= now:
             self._dispatch(due)
-            due = self._t0 + next(self._dues)
+            offset = next(self._dues, None)
+            if offset is None:  # a replayed trace has run out
+                return
+            due = self._t0 + offset
             if due > now:
                 now = perf_counter_ns()
         self._next_due = due
@@ -106,6 +114,7 @@ class OpenLoop:
         ledger = self.ledger
         if ledger.in_flight >= self.max_outstanding:
             ledger.unsent(due, STATUS_DROPPED, f"{self.max_outstanding} requests already in flight (max outstanding)")
+            self.transport.dropped(due)
             return
         ledger.begin()
         self.transport.submit(due)

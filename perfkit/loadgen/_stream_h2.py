@@ -21,8 +21,10 @@ import hpack
 
 from perfkit.errors import ServerError
 from perfkit.loadgen._h2 import PREFACE, grpc_message, header_block
-from perfkit.loadgen._stream_grpc import _STREAM_INFER, StreamEngine
-from perfkit.records import GRPC_STATUS_BASE, STATUS_CONNECTION_CLOSED, STATUS_PROTOCOL
+from perfkit.loadgen._ledger import Ledger
+from perfkit.loadgen._stream_grpc import STREAM_INFER, grpc_stream_request, on_stream_message
+from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
+from perfkit.records import GRPC_STATUS_BASE, STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL
 
 _DATA, _HEADERS, _RST, _SETTINGS, _PING, _GOAWAY, _WINDOW, _CONT = 0, 1, 3, 4, 6, 7, 8, 9
 _END_STREAM, _ACK, _END_HEADERS, _PADDED, _PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
@@ -40,7 +42,7 @@ class H2Stream(asyncio.Protocol):
     def __init__(
         self, authority: str, on_message: Callable[[bytes, int], None], on_end: Callable[[int, str], None]
     ) -> None:
-        self._block = header_block(authority, _STREAM_INFER)
+        self._block = header_block(authority, STREAM_INFER)
         self.on_message = on_message
         self.on_end = on_end
         self.transport: Any = None
@@ -217,48 +219,87 @@ class H2Stream(asyncio.Protocol):
             self._end(STATUS_CONNECTION_CLOSED, "server sent GOAWAY")
 
 
-class H2StreamEngine(StreamEngine):
-    """The stream engine's loops and bookkeeping over the hand-written HTTP/2 stream."""
+class H2StreamTransport(StreamTransport):
+    """Streamed requests on one hand-written HTTP/2 gRPC stream, replaced when the server breaks it."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, ledger: Ledger, cfg: StreamConfig) -> None:
+        super().__init__(loop, ledger, cfg)
         self._h2: H2Stream | None = None
-        super().__init__(cfg)
+        self._queued: list[tuple[str, bytes]] = []  # waiting for the stream that replaces a broken one
+        self._connecting = False
 
     async def _open(self) -> None:
         if self._h2 is not None and not self._h2.closed:
             return
         try:
-            _, self._h2 = await self.loop.create_connection(
-                lambda: H2Stream(f"{self.cfg.host}:{self.cfg.port}", self._on_message, self._on_end),
-                self.cfg.host,
-                self.cfg.port,
-            )
+            self._h2 = await self._connect()
         except OSError as err:
             raise ServerError(
                 f"cannot open a gRPC stream to {self.cfg.host}:{self.cfg.port}: {err.strerror or err}",
                 hint="is the server's gRPC port right (-u HOST:GRPC_PORT with -i grpc)?",
             ) from None
 
-    def _on_end(self, status: int, message: str) -> None:
-        if self.inflight:
-            self.error_examples.setdefault(status, message[:300])
-        self._fail_inflight(status)
+    async def _connect(self) -> H2Stream:
+        authority = f"{self.cfg.host}:{self.cfg.port}"
+        holder: list[H2Stream] = []
+
+        def on_end(status: int, message: str) -> None:
+            if holder and holder[0] is self._h2:
+                self._h2 = None
+                self._stream_ended(status, message)
+
+        _, h2 = await self.loop.create_connection(
+            lambda: H2Stream(authority, self._on_message, on_end), self.cfg.host, self.cfg.port
+        )
+        holder.append(h2)
+        self.ledger.connection_opened()
+        return h2
+
+    async def _reconnect(self) -> None:
+        try:
+            h2 = await self._connect()
+        except OSError as err:
+            queued, self._queued = self._queued, []
+            now = perf_counter_ns()
+            for rid, _ in queued:
+                req = self.inflight.get(rid)
+                if req is not None:
+                    self._finish(rid, req, now, STATUS_CONNECTION_REFUSED, f"cannot reopen the gRPC stream: {err}")
+            return
+        finally:
+            self._connecting = False
+        self._h2 = h2
+        queued, self._queued = self._queued, []
+        if h2.closed:  # it died as it opened (its end was not ours to handle yet)
+            self._h2 = None
+            self.ledger.connection_lost()
+            now = perf_counter_ns()
+            for rid, _ in queued:
+                req = self.inflight.get(rid)
+                if req is not None:
+                    self._finish(rid, req, now, STATUS_CONNECTION_CLOSED, "the new gRPC stream closed at once")
+            return
+        for rid, data in queued:
+            if rid in self.inflight:
+                h2.send(data)
+
+    def _request(self, rid: str, index: int, seq: SeqFlags | None) -> bytes:
+        return grpc_stream_request(self.cfg.payloads[index], rid, seq)
 
     def _transmit(self, rid: str, data: bytes) -> None:
         h2 = self._h2
-        if h2 is None or h2.closed:
-            req = self.inflight.get(rid)
-            if req is not None:
-                self.error_examples.setdefault(STATUS_CONNECTION_CLOSED, "the stream is closed")
-                self._finish(rid, req, perf_counter_ns(), STATUS_CONNECTION_CLOSED, resend=False)
+        if h2 is not None and not h2.closed:
+            h2.send(data)
             return
-        h2.send(data)
+        self._queued.append((rid, data))
+        if not self._connecting:
+            self._connecting = True
+            self.spawn(self._reconnect())
 
-    async def _close_call(self) -> None:
-        if self._h2 is not None:
-            self._h2.close()
-            self._h2 = None
+    def _on_message(self, raw: bytes, now: int) -> None:
+        on_stream_message(self, raw, now)
 
-    async def _shutdown(self) -> None:
-        self.active = False
-        await self._close_call()
+    async def _close_stream(self) -> None:
+        h2, self._h2 = self._h2, None
+        if h2 is not None:
+            h2.close()

@@ -1,4 +1,4 @@
-"""Pieces of the stream engines: request wire suffixes, per-request state, trace state, Samples."""
+"""Pieces of the streaming transports: request wire suffixes, per-request state, trace state, Samples."""
 
 from __future__ import annotations
 
@@ -77,26 +77,31 @@ class _Trace:
         return sum(len(q) for q in self.waiting.values())
 
 
-def _to_samples(
-    records: list[tuple[int, int, int, int, list[int], int]], examples: dict[int, str], counted: bool = False
+def stream_samples(
+    records: list[tuple[int, int, int, int]],
+    examples: dict[int, str],
+    reconnects: int,
+    streamed: dict[int, tuple[list[int], int]],
+    counted: bool = False,
 ) -> Samples:
+    """Samples of streamed requests: per request its responses' arrival times (and tokens when counted)."""
     n = len(records)
     responses = np.empty(n, dtype=object)
-    tokens = np.array([r[5] for r in records], dtype=np.int64) if counted else None
-    if n:
-        arr = np.array([r[:4] for r in records], dtype=np.int64)
-        for i, r in enumerate(records):
-            responses[i] = np.array(r[4], dtype=np.int64)
-        return Samples(
-            arr[:, 0],
-            arr[:, 1],
-            arr[:, 2],
-            arr[:, 3].astype(np.int32),
-            examples,
-            response_ns=responses,
-            output_tokens=tokens,
-        )
-    empty = np.empty(0, dtype=np.int64)
+    no_responses = np.empty(0, dtype=np.int64)
+    tokens = np.zeros(n, dtype=np.int64) if counted else None
+    for i in range(n):
+        got = streamed.get(i)
+        responses[i] = np.array(got[0], dtype=np.int64) if got is not None else no_responses
+        if tokens is not None and got is not None:
+            tokens[i] = got[1]
+    arr = np.array(records, dtype=np.int64).reshape(n, 4)
     return Samples(
-        empty, empty, empty, np.empty(0, dtype=np.int32), examples, response_ns=responses, output_tokens=tokens
+        arr[:, 0].copy(),
+        arr[:, 1].copy(),
+        arr[:, 2].copy(),
+        arr[:, 3].astype(np.int32),
+        examples,
+        response_ns=responses,
+        output_tokens=tokens,
+        reconnects=reconnects,
     )

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from perfkit.errors import UsageError
+from perfkit.loadgen._ledger import Ledger
 from perfkit.loadgen._requests import NP_DTYPES, ModelIO, Tensor
-from perfkit.loadgen._stream_grpc import StreamEngine
-from perfkit.loadgen._stream_parts import _Req
+from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
 from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_STREAM_ERROR
 
 
@@ -55,8 +55,9 @@ def sse_payload(io: ModelIO, tensors: list[Tensor], host: str) -> bytes:
 class _SseConn(asyncio.Protocol):
     """One keep-alive connection; parses a chunked event stream per request."""
 
-    def __init__(self, eng: SseEngine) -> None:
+    def __init__(self, eng: SseTransport) -> None:
         self.eng = eng
+        self.closing = False  # perfkit closes it (no reconnect owed)
         self.transport: Any = None
         self.rid: str | None = None
         self.buf = bytearray()
@@ -142,7 +143,7 @@ class _SseConn(asyncio.Protocol):
         if req is None:
             return
         if b'"error"' in event:
-            self.eng.error_examples.setdefault(STATUS_STREAM_ERROR, event[5:300].decode(errors="replace").strip())
+            self.eng.ledger.note(STATUS_STREAM_ERROR, event[5:300].decode(errors="replace").strip())
             req.failed = True
             return
         req.responses.append(now)
@@ -153,10 +154,8 @@ class _SseConn(asyncio.Protocol):
         if req is not None:
             if status == 0 and req.failed:
                 status = STATUS_STREAM_ERROR
-            if status and message:
-                self.eng.error_examples.setdefault(status, message[:300])
             self.eng.idle.append(self)
-            self.eng._finish(rid or "", req, now, status)
+            self.eng._finish(rid or "", req, now, status, message or f"HTTP {self.code}")
         else:
             self.eng.idle.append(self)
 
@@ -165,74 +164,63 @@ class _SseConn(asyncio.Protocol):
         eng.conns.discard(self)
         if self in eng.idle:
             eng.idle.remove(self)
+        if not self.closing:
+            eng.ledger.connection_lost()
         rid, self.rid = self.rid, None
         req = eng.inflight.get(rid or "")
         if req is not None:
-            eng.error_examples.setdefault(STATUS_CONNECTION_CLOSED, str(exc or "server closed the connection"))
-            eng._finish(rid or "", req, perf_counter_ns(), STATUS_CONNECTION_CLOSED)
+            message = str(exc or "server closed the connection")
+            eng._finish(rid or "", req, perf_counter_ns(), STATUS_CONNECTION_CLOSED, message)
 
 
-class SseEngine(StreamEngine):
-    """The stream engine's loops and bookkeeping over generate_stream connections."""
+class SseTransport(StreamTransport):
+    """Streamed requests over generate_stream: one request at a time per keep-alive connection."""
 
     unary = False
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, ledger: Ledger, cfg: StreamConfig) -> None:
+        super().__init__(loop, ledger, cfg)
         self.conns: set[_SseConn] = set()
         self.idle: list[_SseConn] = []
-        self._waiting: list[tuple[str, bytes]] = []
-        super().__init__(cfg)
+        self._queued: list[tuple[str, bytes]] = []
 
-    async def _open(self) -> None:
-        return None
-
-    def _send(self, due: int, slot: int) -> None:
-        rid = str(next(self._ids))
-        req = _Req(due, slot)
-        self.inflight[rid] = req
-        req.sent = perf_counter_ns()
-        self._transmit(rid, self.cfg.payloads[next(self._payloads)])
-
-    def _trace_payload(self, k: int, suffix: bytes) -> bytes:
-        return self.cfg.payloads[k]  # HTTP requests carry no protobuf suffix
+    def _request(self, rid: str, index: int, seq: SeqFlags | None) -> bytes:
+        return self.cfg.payloads[index]  # HTTP requests carry no protobuf suffix
 
     def _transmit(self, rid: str, data: bytes) -> None:
         if self.idle:
             self.idle.pop().send(rid, data)
             return
-        self._waiting.append((rid, data))
-        self.loop.create_task(self._connect())
+        self._queued.append((rid, data))
+        self.spawn(self._connect())
 
     async def _connect(self) -> None:
         try:
             _, conn = await self.loop.create_connection(lambda: _SseConn(self), self.cfg.host, self.cfg.port)
         except OSError as err:
-            if self._waiting:
-                rid, _ = self._waiting.pop(0)
+            if self._queued:
+                rid, _ = self._queued.pop(0)
                 req = self.inflight.get(rid)
-                self.error_examples.setdefault(STATUS_CONNECTION_REFUSED, str(err))
                 if req is not None:
-                    self._finish(rid, req, perf_counter_ns(), STATUS_CONNECTION_REFUSED, resend=False)
+                    self._finish(rid, req, perf_counter_ns(), STATUS_CONNECTION_REFUSED, str(err))
             return
+        self.ledger.connection_opened()
         self.conns.add(conn)
-        if self._waiting:
-            rid, data = self._waiting.pop(0)
+        while self._queued:
+            rid, data = self._queued.pop(0)
             if rid in self.inflight:
                 conn.send(rid, data)
                 return
         self.idle.append(conn)
 
-    async def _close_call(self) -> None:
+    async def _close_stream(self) -> None:
         for conn in list(self.conns):
+            conn.closing = True
             if conn.transport is not None:
                 conn.transport.abort()
         self.conns.clear()
         self.idle.clear()
-        self._waiting.clear()
-
-    async def _shutdown(self) -> None:
-        self.active = False
-        await self._close_call()
+        self._queued.clear()
 
 
 def _json_data(t: Tensor) -> list[Any]:
@@ -251,7 +239,7 @@ def http_infer_path(io: ModelIO) -> str:
     return f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/infer"
 
 
-class HttpSequenceEngine(SseEngine):
+class HttpSequenceTransport(SseTransport):
     """Sequence models over plain HTTP infer calls, sequence ID and flags in each request's parameters.
 
     A sequence's next step goes out only after its previous one answered (one request in
@@ -261,22 +249,17 @@ class HttpSequenceEngine(SseEngine):
 
     unary = True
 
-    def _send(self, due: int, slot: int) -> None:
-        assert self._seq is not None
-        rid = str(next(self._ids))
-        index, seq_id, start, end = self._seq.next_request(slot, len(self.cfg.payloads))
-        self._seq.slot(slot).in_flight += 1
-        wire = json.dumps(self._seq.wire_id(seq_id))
-        params = (
-            f'{{"id":"{rid}","parameters":{{"sequence_id":{wire},"sequence_start":{str(start).lower()},'
-            f'"sequence_end":{str(end).lower()}}},'
-        ).encode()
-        body = params + self.cfg.payloads[index]
+    def _request(self, rid: str, index: int, seq: SeqFlags | None) -> bytes:
+        params = f'{{"id":"{rid}",'
+        if seq is not None:
+            wire, start, end = seq
+            params = (
+                f'{{"id":"{rid}","parameters":{{"sequence_id":{json.dumps(wire)},'
+                f'"sequence_start":{str(start).lower()},"sequence_end":{str(end).lower()}}},'
+            )
+        body = params.encode() + self.cfg.payloads[index]
         head = (
             f"POST {self.cfg.http_path} HTTP/1.1\r\nHost: {self.cfg.host}:{self.cfg.port}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
         ).encode()
-        req = _Req(due, slot)
-        self.inflight[rid] = req
-        req.sent = perf_counter_ns()
-        self._transmit(rid, head + body)
+        return head + body

@@ -29,6 +29,8 @@ class Transport:
         last response byte is parsed (both `perf_counter_ns`, see the package docstring).
       - `abort_in_flight(message)` finishes every request still owed as unfinished and
         drops the connections that carried them; afterwards nothing is owed.
+      - `drain(deadline)` runs after the loop mode stopped: a transport that holds requests
+        of its own (streaming: sequence steps waiting for their sequence) settles them there.
       - connections the peer closes are dropped from use at once (never written to
         again), reported with `ledger.connection_lost()`, and replaced on demand;
         each replacement calls `ledger.connection_opened()`.
@@ -54,6 +56,14 @@ class Transport:
     async def abort_in_flight(self, message: str) -> None:
         """Finish every request still owed as unfinished; drop the connections carrying them."""
         raise NotImplementedError
+
+    def dropped(self, due_ns: int) -> None:
+        """The open loop dropped a due request without submitting it (transports that number requests skip one)."""
+
+    async def drain(self, deadline: float) -> None:
+        """Stop starting requests of their own; wait (to `deadline`, loop time) until nothing is owed."""
+        while self.ledger.in_flight > 0 and self.loop.time() < deadline:
+            await asyncio.sleep(0.001)
 
     def end_level(self, closed_loop: bool) -> None:
         """A level ended with nothing owed: closed-loop connections are per level, close them."""

@@ -307,11 +307,13 @@ COMMENTED = sorted(CORPUS_COMMENTS.glob("*.pbtxt")) + sorted(FIXTURES.glob("*/co
 
 
 def _tuner_like_edits(cfg: ModelConfig) -> ModelConfig:
-    """What a tuner changes: batch size, dynamic batching, instances, a parameter, an accelerator."""
+    """What a tuner changes: batch size, the batcher (dynamic, or sequence), instances, a parameter, an accelerator."""
     out = ModelConfig()
     out.CopyFrom(cfg)
     out.max_batch_size = 64 if cfg.max_batch_size else 0
-    if out.max_batch_size:
+    if cfg.HasField("sequence_batching"):  # its scheduler is the sequence batcher: the tuner edits that one
+        out.sequence_batching.max_sequence_idle_microseconds = 2_000_000
+    elif out.max_batch_size:
         out.dynamic_batching.max_queue_delay_microseconds = 750
         del out.dynamic_batching.preferred_batch_size[:]
         out.dynamic_batching.preferred_batch_size.extend([32, 64])

@@ -1,6 +1,7 @@
-"""The tuner's pure parts: the concurrency search (bracket and bisect around similar trials,
-widened only when the answer lies outside), the accuracy guard's comparison and tolerance,
-the --max-gpu-memory constraint from GPU metrics in a run record, and progress events."""
+"""The tuner's pure parts: the concurrency search (gallop and bisect a sqrt(2) ladder from the
+similar trial's concurrency, re-measuring the noisy readings it hinges on), the accuracy guard's
+comparison and tolerance, the --max-gpu-memory constraint from GPU metrics in a run record, and
+progress events."""
 
 from __future__ import annotations
 
@@ -247,3 +248,10 @@ def test_sweep_and_flags_set_the_accuracy_tolerance():
     # The CLI refuses a bad value before any server starts (usage error, exit 2).
     assert cli_main(["tune", "-m", "m", "--model-repository", ".", "--latency-budget", "20ms",
                      "--max-output-diff", "loose"]) == 2  # fmt: skip
+
+
+def test_after_a_reading_turns_out_within_the_search_goes_on_up_to_the_next_level_read_over():
+    sys_ = FakeSystem(0.25, spikes=(4,))  # c <= 53.5; the 5th measurement (45, bisecting 32..64) slowed
+    assert _best_concurrency(find_load(sys_, None, JUDGE, "m", start=16)) == 45
+    # 64 is already known over: it is confirmed, not galloped past; no level is measured a third time
+    assert sys_.measured == [16, 23, 32, 64, 45, 45, 64]

@@ -100,7 +100,7 @@ def find_load(
 
 def ladder(start: int, max_concurrency: int) -> tuple[int, ...]:
     """Concurrencies a factor ~sqrt(2) apart through start, from 1 to max_concurrency (both
-    included): the resolution of the search, the same as bracket()'s."""
+    included): the resolution of the search."""
     start = min(max(start, 1), max_concurrency)
     down = math.ceil(2 * math.log2(start)) + 1
     up = math.ceil(2 * math.log2(max(max_concurrency / start, 1.0))) + 1
@@ -131,7 +131,6 @@ class _LadderSearch:
         self.verdicts: dict[int, bool] = {}
         self.confirmed: set[int] = set()
         self.records: list[RunRecord] = []
-        self.failed = False
 
     def _measure(self, index: int) -> bool | None:
         """Within budget (True), over (False), or None when the run failed (the search stops)."""
@@ -141,7 +140,6 @@ class _LadderSearch:
         if rec.status != "ok" or not rec.levels:
             for lv in rec.levels:  # what the failed run did measure stays in the record
                 self.results[int(lv.load.value)] = lv
-            self.failed = True
             return None
         level = rec.levels[-1]
         self.results[value] = level  # a second reading replaces the first
@@ -215,7 +213,9 @@ class _LadderSearch:
                 again = self._confirmed_over(hi)
                 if again is None or not again:
                     break
-                bounds = (hi, None)  # the level over the budget was not: search on above it
+                # The level over the budget was not: search on above it, up to the next level read over.
+                above = [i for i, within in self.verdicts.items() if i > hi and not within]
+                bounds = (hi, min(above) if above else None)
         last = self.records[-1]
         levels = sorted(self.results.values(), key=lambda lv: lv.load.value)
         return dataclasses.replace(last, levels=tuple(levels))

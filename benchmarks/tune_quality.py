@@ -123,7 +123,7 @@ def main() -> int:
         "--load-search",
         choices=("adaptive", "doubling"),
         default="adaptive",
-        help="how trials find their highest load within budget: bracket and bisect around similar trials "
+        help="how trials find their highest load within budget: gallop and bisect from similar trials' load "
         "with early-decided levels (perfkit's default), or every level from concurrency 1 by doubling "
         "(the earlier behaviour, for comparison)",
     )

@@ -1,6 +1,7 @@
-"""The tuner's pure parts: the concurrency search (bracket and bisect around similar trials,
-widened only when the answer lies outside), the accuracy guard's comparison and tolerance,
-the --max-gpu-memory constraint from GPU metrics in a run record, and progress events."""
+"""The tuner's pure parts: the concurrency search (gallop and bisect a sqrt(2) ladder from the
+similar trial's concurrency, re-measuring the noisy readings it hinges on), the accuracy guard's
+comparison and tolerance, the --max-gpu-memory constraint from GPU metrics in a run record, and
+progress events."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_ou
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
 from perfkit.tuner._judge import constraints
-from perfkit.tuner._loadplan import bracket, find_load, start_concurrency
+from perfkit.tuner._loadplan import find_load, ladder, start_concurrency
 
 BUDGET_MS = 20.0
 
@@ -27,13 +28,15 @@ class FakeSystem:
     """A model whose p99 grows linearly with concurrency; measures levels the way profile does
     (in order, stopping past the threshold, or bisecting) and counts what it measured."""
 
-    def __init__(self, ms_per_concurrency: float) -> None:
+    def __init__(self, ms_per_concurrency: float, *, spikes: tuple[int, ...] = ()) -> None:
         self.k = ms_per_concurrency
         self.measured: list[int] = []
+        self.spikes = list(spikes)  # the nth measurements (0-based) that a noisy host slows 3x
 
     def level(self, c: float):
         # synthetic_level's p99 is 1.3x its latency_ms: p99 <= 20 ms while k * c <= 13.4.
-        return synthetic_level(concurrency=c, latency_ms=2.0 + self.k * c, noise=0.0)
+        slow = 3.0 if len(self.measured) - 1 in self.spikes else 1.0
+        return synthetic_level(concurrency=c, latency_ms=(2.0 + self.k * c) * slow, noise=0.0)
 
     def __call__(self, server, spec: ProfileSpec, *, command=(), record_path: Path | None = None) -> RunRecord:
         levels = []
@@ -68,31 +71,51 @@ def test_without_history_the_search_doubles_from_one_until_the_budget_breaks():
     assert _best_concurrency(rec) == 16
 
 
-def test_with_history_it_bisects_a_bracket_around_the_similar_trial_and_finds_a_finer_answer():
-    sys_ = FakeSystem(0.5)  # c <= 26.8: doubling stops at 16, the bracket finds 23
+def test_with_history_it_searches_around_the_similar_trial_and_finds_a_finer_answer():
+    sys_ = FakeSystem(0.5)  # c <= 26.8: doubling stops at 16, the ladder through 16 finds 23
     rec = find_load(sys_, None, JUDGE, "m", start=16)
-    assert bracket(16, 128) == (8, 11, 16, 23, 32)
-    assert bracket(1, 128) == (1, 2, 3, 4) and bracket(100, 128) == (50, 71, 100, 128)
-    assert len(sys_.measured) <= 3  # doubling from 1 measures 6
+    assert ladder(16, 128) == (1, 2, 3, 4, 6, 8, 11, 16, 23, 32, 45, 64, 91, 128)
+    assert ladder(1, 4) == (1, 2, 3, 4) and ladder(100, 128) == (1, 2, 3, 4, 6, 9, 12, 18, 25, 35, 50, 71, 100, 128)
+    # 16 and 23 within, 32 over and measured again (the answer rests on it): doubling from 1 measures 6
+    assert sys_.measured == [16, 23, 32, 32]
     assert _best_concurrency(rec) == 23
     assert [lv.load.value for lv in rec.levels] == sorted(lv.load.value for lv in rec.levels)
+    assert len(rec.levels) == 3  # a level measured twice is in the record once (its second reading)
 
 
-def test_an_answer_below_the_bracket_is_searched_down_to_concurrency_one():
+def test_an_answer_below_the_start_is_found_and_a_hopeless_one_is_measured_down_to_concurrency_one():
     sys_ = FakeSystem(3.0)  # c <= 4.5
     rec = find_load(sys_, None, JUDGE, "m", start=32)
     assert _best_concurrency(rec) == 4
-    assert 1 in sys_.measured and min(lv.load.value for lv in rec.levels) == 1
+    assert len(sys_.measured) < 10
     hopeless = FakeSystem(20.0)  # over the budget at concurrency 1: the judge can prune it
     v = judge_trial(find_load(hopeless, None, JUDGE, "m", start=8), latency_budget_ms=BUDGET_MS, percentile=99)
-    assert v.lowest_over_budget and v.feasible_load is None
+    assert v.lowest_over_budget and v.feasible_load is None and 1 in hopeless.measured
 
 
-def test_an_answer_above_the_bracket_widens_it_upwards():
+def test_an_answer_far_above_the_start_is_reached():
     sys_ = FakeSystem(0.05)  # c <= 268: capped by max_concurrency 128
     rec = find_load(sys_, None, JUDGE, "m", start=4)
     assert _best_concurrency(rec) == 128
     assert len(sys_.measured) < 8
+    big = FakeSystem(0.13)  # c <= 103: a config needing 8x the similar trial's concurrency
+    assert _best_concurrency(find_load(big, None, JUDGE, "m", start=11)) == 88  # ladder 11, 16, 22, ... 88, 124
+    assert len(big.measured) <= 8
+
+
+def test_one_noisy_reading_over_the_budget_does_not_send_the_search_the_wrong_way():
+    # The start level (where a similar config met the budget) reads over once: measured again.
+    sys_ = FakeSystem(0.5, spikes=(0,))
+    assert _best_concurrency(find_load(sys_, None, JUDGE, "m", start=16)) == 23
+    assert sys_.measured[:2] == [16, 16]
+    # The level the answer rests on reads over once: measured again, the search goes on above.
+    sys_ = FakeSystem(0.5, spikes=(1,))  # 16 ok, 23 slowed
+    assert _best_concurrency(find_load(sys_, None, JUDGE, "m", start=16)) == 23
+    assert sys_.measured == [16, 23, 23, 32, 32]
+    # Without noise, a level over the budget stays over: one confirmation, no more.
+    sys_ = FakeSystem(3.0)
+    find_load(sys_, None, JUDGE, "m", start=4)
+    assert sys_.measured.count(6) == 2 and len(sys_.measured) == 3
 
 
 def test_the_start_is_the_most_similar_trials_concurrency():
@@ -225,3 +248,10 @@ def test_sweep_and_flags_set_the_accuracy_tolerance():
     # The CLI refuses a bad value before any server starts (usage error, exit 2).
     assert cli_main(["tune", "-m", "m", "--model-repository", ".", "--latency-budget", "20ms",
                      "--max-output-diff", "loose"]) == 2  # fmt: skip
+
+
+def test_after_a_reading_turns_out_within_the_search_goes_on_up_to_the_next_level_read_over():
+    sys_ = FakeSystem(0.25, spikes=(4,))  # c <= 53.5; the 5th measurement (45, bisecting 32..64) slowed
+    assert _best_concurrency(find_load(sys_, None, JUDGE, "m", start=16)) == 45
+    # 64 is already known over: it is confirmed, not galloped past; no level is measured a third time
+    assert sys_.measured == [16, 23, 32, 64, 45, 45, 64]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,25 +128,33 @@ class Probe:
     datatypes: dict[str, str]
 
     def run(self) -> dict[str, np.ndarray]:
-        """Send every request at once and stack each output in request order; raises ServerError."""
+        """Send every request at once and stack each output in request order; raises ServerError.
+
+        tritonclient.http is gevent-based: a client must be created and used in one thread (a
+        client shared with pool threads fails with greenlet's "Cannot switch to a different
+        thread"). So the requests go out together with async_infer, which runs them on the
+        client's own greenlet pool in the calling thread."""
         import tritonclient.http as httpclient
 
         host = self.url.split("://", 1)[-1]
-        client = httpclient.InferenceServerClient(host, concurrency=len(self.inputs))
+        try:
+            client = httpclient.InferenceServerClient(host, concurrency=len(self.inputs))
+        except Exception as err:  # tritonclient raises its own exception types and socket errors
+            raise ServerError(f"accuracy check: cannot reach {self.url} for {self.model!r}: {err}") from None
+        wanted = [httpclient.InferRequestedOutput(o, binary_data=True) for o in self.outputs]
 
-        def one(req: dict[str, Any]) -> dict[str, np.ndarray]:
-            tensors = []
+        def tensors(req: dict[str, Any]) -> list[Any]:
+            out = []
             for name, (dt, arr) in req.items():
                 t = httpclient.InferInput(name, list(arr.shape), dt)
                 t.set_data_from_numpy(arr, binary_data=True)
-                tensors.append(t)
-            wanted = [httpclient.InferRequestedOutput(o, binary_data=True) for o in self.outputs]
-            res = client.infer(self.model, tensors, outputs=wanted)
-            return {o: res.as_numpy(o) for o in self.outputs}
+                out.append(t)
+            return out
 
         try:
-            with ThreadPoolExecutor(len(self.inputs)) as pool:
-                results = list(pool.map(one, self.inputs))
+            pending = [client.async_infer(self.model, tensors(req), outputs=wanted) for req in self.inputs]
+            answers = [p.get_result() for p in pending]
+            results = [{o: res.as_numpy(o) for o in self.outputs} for res in answers]
         except Exception as err:  # tritonclient raises its own exception types and socket errors
             raise ServerError(f"accuracy check: inference on {self.model!r} failed: {err}") from None
         finally:

@@ -1,10 +1,13 @@
 """Finding a candidate's highest load within budget, cheaply.
 
 Without history a trial measures concurrency 1, 2, 4, ... until the budget breaks. With it,
-the search starts where the most similar earlier trial met the budget: a bracket of levels
-a factor sqrt(2) apart around that concurrency, bisected (2-3 levels instead of 5-7), then
-widened below or above only if the answer lies outside the bracket. Levels end as soon as
-they are clearly over or under the budget (ProfileSpec.stop_when_decided).
+the search starts where the most similar earlier trial met the budget and walks a ladder of
+levels a factor sqrt(2) apart: galloping up (or down) from there until the boundary is
+bracketed, then bisecting it (3-4 levels instead of 5-7 for an answer near the start, and a
+far answer, such as the concurrency a much larger batch needs, is still reached). A level
+reading over the budget where the answer hinges on it is measured once more (see
+_LadderSearch). Levels end as soon as they are clearly over or under the budget
+(ProfileSpec.stop_when_decided).
 """
 
 from __future__ import annotations
@@ -45,14 +48,6 @@ def start_concurrency(history: Sequence[tuple[Mapping[str, Any], int]], params: 
     return history[nearest][1]
 
 
-def bracket(center: int, max_concurrency: int) -> tuple[int, ...]:
-    """Concurrencies a factor ~sqrt(2) apart from center/2 to 2*center (center at least 2),
-    within [1, max]."""
-    center = max(center, 2)  # around 1 the bracket would hold only {1, 2}
-    values = {min(max_concurrency, max(1, round(center * 2 ** (k / 2)))) for k in range(-2, 3)}
-    return tuple(sorted(values))
-
-
 def _doubling(low: int, high: int) -> tuple[int, ...]:
     """low, 2*low, ... up to high (included)."""
     out, c = [], max(1, low)
@@ -87,70 +82,157 @@ def find_load(
         return measure(server, judge.spec(model, _levels(values), bisect=bisect), command=command,
                        record_path=record_path)  # fmt: skip
 
-    def run(values: Sequence[int], bisect: bool) -> RunRecord:
-        if judge.judged_by_measure:
-            return run_spec(values, bisect)
-        return _run_level_by_level(run_spec, values, bisect, ok)
-
     if start is None:
-        first_run = run(_doubling(1, judge.max_concurrency), False)
+        doubling = _doubling(1, judge.max_concurrency)
+        if judge.judged_by_measure:
+            first_run = run_spec(doubling, False)
+        else:
+            first_run = _run_level_by_level(lambda v: run_spec(v, False), doubling, ok)
         if record_path is not None and not judge.judged_by_measure:
             first_run.save(record_path)
         return first_run
-    values = bracket(start, judge.max_concurrency)
-    first = run(values, len(values) > 2)
-    levels: list[LevelResult] = list(first.levels)
-    within = [int(lv.load.value) for lv in levels if ok(lv)]
-    if first.status == "ok":
-        if not within and values[0] > 1:
-            # All over: the answer lies below the bracket (down to concurrency 1, which decides pruning).
-            below = run(_doubling(1, values[0] - 1), False)
-            levels += below.levels
-        elif within and max(within) == values[-1] and values[-1] < judge.max_concurrency:
-            # Within budget at the top: the boundary is most likely just above, so double
-            # step by step (stopping at the first level over) rather than bisect a wide range.
-            top = values[-1]
-            above = [v for v in _doubling(top * 2, judge.max_concurrency) if v > top]
-            levels += run(above, False).levels
-    merged = dataclasses.replace(first, levels=tuple(sorted(levels, key=lambda lv: lv.load.value)))
+    search = _LadderSearch(lambda v: run_spec((v,), False), ok, start, judge.max_concurrency)
+    merged = search.run()
     if record_path is not None:
         merged.save(record_path)
     return merged
 
 
-def _run_level_by_level(
-    run_spec: Callable[[Sequence[int], bool], RunRecord],
-    values: Sequence[int],
-    bisect: bool,
-    ok: Callable[[LevelResult], bool],
-) -> RunRecord:
-    """Measure levels one run each, judged here rather than by measure (whose threshold is on the
-    end-to-end latency, not a stream's TTFT or ITL): in order until the first level over the
-    budget, or bisected for the highest level within it. One record holding every level measured."""
-    records: list[RunRecord] = []
-    ordered = sorted(set(values))
+def ladder(start: int, max_concurrency: int) -> tuple[int, ...]:
+    """Concurrencies a factor ~sqrt(2) apart through start, from 1 to max_concurrency (both
+    included): the resolution of the search."""
+    start = min(max(start, 1), max_concurrency)
+    down = math.ceil(2 * math.log2(start)) + 1
+    up = math.ceil(2 * math.log2(max(max_concurrency / start, 1.0))) + 1
+    values = {min(max_concurrency, max(1, round(start * 2 ** (k / 2)))) for k in range(-down, up + 1)}
+    return tuple(sorted(values | {1, max_concurrency}))
 
-    def one(value: int) -> LevelResult | None:
-        rec = run_spec((value,), False)
-        records.append(rec)
-        return rec.levels[-1] if rec.levels and rec.status == "ok" else None
 
-    if bisect:
-        lo, hi = 0, len(ordered) - 1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            level = one(ordered[mid])
-            if level is None:
-                break
-            if ok(level):
-                lo = mid + 1
+class _LadderSearch:
+    """The highest ladder concurrency within budget, starting where a similar trial met it.
+
+    From the start: gallop up (1, 1, 2, 4 ... ladder steps) while within budget, or down while over,
+    then bisect between the highest level within and the lowest over. Each level is its own run.
+
+    Closed-loop levels on a shared host are noisy: a level can read 30% over the budget while
+    the same level, measured again a few seconds later, is well within it (and a level decided
+    'over' early rests on a window or two). One such reading would send the whole search the
+    wrong way, so two readings are confirmed by measuring the level once more, the second
+    reading standing: the start level when over (a similar config met the budget there), and
+    the lowest level over the budget above the answer, on which the answer rests."""
+
+    def __init__(self, measure_one: Callable[[int], RunRecord], ok: Callable[[LevelResult], bool], start: int,
+                 max_concurrency: int) -> None:  # fmt: skip
+        self.measure_one = measure_one
+        self.ok = ok
+        self.values = ladder(start, max_concurrency)
+        self.start_index = self.values.index(min(max(start, 1), max_concurrency))
+        self.results: dict[int, LevelResult] = {}
+        self.verdicts: dict[int, bool] = {}
+        self.confirmed: set[int] = set()
+        self.records: list[RunRecord] = []
+
+    def _measure(self, index: int) -> bool | None:
+        """Within budget (True), over (False), or None when the run failed (the search stops)."""
+        value = self.values[index]
+        rec = self.measure_one(value)
+        self.records.append(rec)
+        if rec.status != "ok" or not rec.levels:
+            for lv in rec.levels:  # what the failed run did measure stays in the record
+                self.results[int(lv.load.value)] = lv
+            return None
+        level = rec.levels[-1]
+        self.results[value] = level  # a second reading replaces the first
+        self.verdicts[index] = self.ok(level)
+        return self.verdicts[index]
+
+    def _confirmed_over(self, index: int) -> bool | None:
+        """Measure the level again if it read over and was not confirmed yet; its verdict."""
+        if self.verdicts.get(index) is False and index not in self.confirmed:
+            self.confirmed.add(index)
+            return self._measure(index)
+        return self.verdicts.get(index)
+
+    def _gallop(self, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
+        """Widen from the known side until the boundary is bracketed: (highest index within or None,
+        lowest index over or None); None when a run failed."""
+        moves = 0
+        while True:
+            # one ladder step twice (the answer is most often near a similar trial's), then 2, 4, ...
+            step = 1 if moves < 2 else 2 ** (moves - 1)
+            moves += 1
+            if lo is not None and hi is None:
+                if lo == len(self.values) - 1:
+                    return lo, hi
+                nxt = min(lo + step, len(self.values) - 1)
+            elif hi is not None and lo is None:
+                if hi == 0:
+                    return lo, hi
+                nxt = max(hi - step, 0)
             else:
-                hi = mid - 1
-    else:
-        for value in ordered:
-            level = one(value)
-            if level is None or not ok(level):
-                break
+                return lo, hi
+            verdict = self._measure(nxt)
+            if verdict is None:
+                return None
+            if verdict:
+                lo = nxt if lo is None or nxt > lo else lo
+            else:
+                hi = nxt if hi is None or nxt < hi else hi
+
+    def _bisect(self, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
+        while lo is not None and hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            verdict = self._measure(mid)
+            if verdict is None:
+                return None
+            if verdict:
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+    def run(self) -> RunRecord:
+        """Search, then one run record holding every level measured (sorted by load)."""
+        first = self._measure(self.start_index)
+        if first is False:
+            first = self._confirmed_over(self.start_index)
+        if first is not None:
+            bounds: tuple[int | None, int | None] | None = (
+                (self.start_index, None) if first else (None, self.start_index)
+            )
+            while bounds is not None:
+                bounds = self._gallop(*bounds)
+                if bounds is None:
+                    break
+                bounds = self._bisect(*bounds)
+                if bounds is None:
+                    break
+                lo, hi = bounds
+                if hi is None or hi in self.confirmed:
+                    break
+                again = self._confirmed_over(hi)
+                if again is None or not again:
+                    break
+                # The level over the budget was not: search on above it, up to the next level read over.
+                above = [i for i, within in self.verdicts.items() if i > hi and not within]
+                bounds = (hi, min(above) if above else None)
+        last = self.records[-1]
+        levels = sorted(self.results.values(), key=lambda lv: lv.load.value)
+        return dataclasses.replace(last, levels=tuple(levels))
+
+
+def _run_level_by_level(
+    run_spec: Callable[[Sequence[int]], RunRecord], values: Sequence[int], ok: Callable[[LevelResult], bool]
+) -> RunRecord:
+    """Measure levels one run each, in order until the first level over the budget, judged here
+    rather than by measure (whose threshold is on the end-to-end latency, not a stream's TTFT or
+    ITL). One record holding every level measured."""
+    records: list[RunRecord] = []
+    for value in sorted(set(values)):
+        rec = run_spec((value,))
+        records.append(rec)
+        if not rec.levels or rec.status != "ok" or not ok(rec.levels[-1]):
+            break
     last = records[-1]
     levels = sorted((lv for r in records for lv in r.levels), key=lambda lv: lv.load.value)
     return dataclasses.replace(last, levels=tuple(levels))

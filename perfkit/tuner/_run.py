@@ -18,6 +18,7 @@ from perfkit.tuner import _outputs, _study
 from perfkit.tuner._events import Applied, OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._loadplan import Measure
 from perfkit.tuner._record import build_record, summary
+from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
 from perfkit.tuner._trial import TrialRunner
@@ -73,7 +74,12 @@ def open_study(t: TrialRunner) -> optuna.Study:
         )
     _study.fail_stale(study)
     if created or (t.s.resume and not study.get_trials(deepcopy=False)):
-        study.enqueue_trial(t.original_fixed_params(), user_attrs={_study.A_ORIGINAL: True}, skip_if_exists=True)
+        original = t.original_fixed_params()
+        study.enqueue_trial(original, user_attrs={_study.A_ORIGINAL: True}, skip_if_exists=True)
+        # The sampler's own draws follow; a grid or random search walks its points unseeded.
+        seed = batching_seed(t.space, original) if t.s.sampler == "auto" else None
+        if seed is not None and (t.s.trials is None or t.s.trials > 1):
+            study.enqueue_trial(seed, skip_if_exists=True)
     return study
 
 

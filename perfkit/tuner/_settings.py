@@ -67,8 +67,9 @@ class TuneSettings:
     sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
     # Accuracy guard: None compares outputs with per-datatype defaults; OutputTolerance.off() skips it.
     max_output_diff: OutputTolerance | None = None
-    # Concurrency search: bracket and bisect around what similar trials reached, and end a level
-    # as soon as it is clearly over or under the budget. False: every level from 1 by doubling.
+    # Concurrency search: start where the most similar trial met the budget, gallop and bisect a
+    # sqrt(2) ladder from there, and end a level as soon as it is clearly over or under the budget.
+    # False: every level from 1 by doubling.
     adaptive_load: bool = True
     command: tuple[str, ...] = ()
 

@@ -68,7 +68,7 @@ def run_perfkit(
            "--admin-url", server.endpoints.http_url, "-i", protocol, *level, *extra,
            "-p", "1000", "-r", windows, "--min-windows", windows, "-o", str(out)]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc.record_path = out  # type: ignore[attr-defined]
+    proc.record_path = out  # type: ignore[attr-defined]  # the run's record path rides on its Popen object
     return proc
 
 
@@ -151,7 +151,7 @@ def open_loop(server: LocalServer, capacity_rps: float) -> list[dict]:
         rate = round(capacity_rps * frac, -1)
         proc = run_perfkit(server, "http", ["--request-rate-range", str(rate)], 6)
         proc.wait(180)
-        lv = RunRecord.load(proc.record_path).levels[0]  # type: ignore[attr-defined]
+        lv = RunRecord.load(proc.record_path).levels[0]  # type: ignore[attr-defined]  # the run's record path rides on its Popen object
         pa = run_pa(server, "http", ["--request-rate-range", str(rate)], 6, windows=3)
         pa_out, _ = pa.communicate(timeout=180)
         pa_tput = _pa_float(pa_out, r"Throughput: ([0-9.]+) infer/sec")

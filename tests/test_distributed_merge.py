@@ -84,9 +84,9 @@ def test_merged_digests_equal_one_recorder(closed: bool, workers: int):
     # latency summaries: counts/min/max/mean/sd exactly, percentiles equal the one histogram's
     kinds = ["service"] if closed else ["service", "corrected"]
     for kind in kinds:
-        single = summarize(kind, one.latencies_us(end_ns, kind))  # type: ignore[arg-type]
+        single = summarize(kind, one.latencies_us(end_ns, kind))  # type: ignore[arg-type]  # kind iterates over the two LatencyKind values
         parts = [d.service if kind == "service" else d.corrected for d in digests]
-        m = merge_summaries(kind, [p for p in parts if p is not None])  # type: ignore[arg-type]
+        m = merge_summaries(kind, [p for p in parts if p is not None])  # type: ignore[arg-type]  # kind iterates over the two LatencyKind values
         assert m.count == single.count
         assert (m.min_us, m.max_us) == (single.min_us, single.max_us)
         assert m.mean_us == pytest.approx(single.mean_us, rel=1e-9)

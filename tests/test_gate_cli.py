@@ -78,7 +78,7 @@ def test_junit_carries_the_failure(runs, tmp_path):
     cases = root.findall(".//testcase")
     assert len(cases) == 4  # 2 levels x 2 metrics
     failed = [c for c in cases if c.find("failure") is not None]
-    assert failed and all(c.find("failure").get("type") == "regression" for c in failed)  # type: ignore[union-attr]
+    assert failed and all(c.find("failure").get("type") == "regression" for c in failed)  # type: ignore[union-attr]  # a failed test case always has a failure element
     assert any("p99" in c.get("name", "") for c in failed)
     assert root.get("failures") == str(len(failed))
     junit_ok = tmp_path / "ok.xml"

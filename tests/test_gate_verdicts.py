@@ -54,12 +54,12 @@ def test_thirty_percent_slower_is_a_regression_naming_the_metric():
     assert result.verdict == "regression" and result.exit_code == ExitCode.GATE_REGRESSION
     p99 = next(f for f in result.findings if f.metric == "p99" and f.level == "concurrency 4")
     assert p99.verdict == "regression"
-    assert 25 < p99.delta_pct < 35  # type: ignore[operator]
+    assert 25 < p99.delta_pct < 35  # type: ignore[operator]  # a judged finding always has delta_pct
     assert p99.confidence is not None and p99.confidence > 0.99
     assert p99.ci_pct is not None and p99.ci_pct[0] > 0
     assert "p99" in p99.reason and "higher" in p99.reason
     tput = next(f for f in result.findings if f.metric == "throughput" and f.level == "concurrency 1")
-    assert tput.verdict == "regression" and tput.delta_pct < -15  # type: ignore[operator]
+    assert tput.verdict == "regression" and tput.delta_pct < -15  # type: ignore[operator]  # a judged finding always has delta_pct
 
 
 def test_faster_is_an_improvement_and_does_not_fail():

@@ -246,7 +246,7 @@ def test_guard_restores_bytes_and_reloads(tmp_path: Path, ending: str):
     path.write_bytes(original)
     server = _FakeServer(path)
     with pytest.raises((RuntimeError, KeyboardInterrupt)) if ending != "normal" else _nullcontext():
-        with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]
+        with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]  # a stand-in server with just the methods the guard calls
             write_config(path, 'name: "m"\nmax_batch_size: 2\n')
             if ending == "exception":
                 raise RuntimeError("boom")
@@ -260,7 +260,7 @@ def test_guard_does_not_reload_when_nothing_changed(tmp_path: Path):
     path = tmp_path / "config.pbtxt"
     path.write_bytes(b'name: "m"\n')
     server = _FakeServer(path)
-    with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]
+    with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]  # a stand-in server with just the methods the guard calls
         pass
     assert server.loaded == []
 

@@ -17,7 +17,7 @@ def test_profile_emits_typed_events_and_logs_instead_of_printing(triton, caplog,
     assert kinds[0] is LevelStarted and kinds[-1] is LevelDone
     windows = [e for e in events if isinstance(e, WindowMeasured)]
     assert [w.window for w in windows] == list(range(1, len(record.levels[0].windows) + 1))
-    assert events[-1].result == record.levels[0]  # type: ignore[attr-defined]
+    assert events[-1].result == record.levels[0]  # type: ignore[attr-defined]  # the last event of a level is LevelDone
     assert any("concurrency 1" in r.getMessage() for r in caplog.records if r.name == "perfkit.measure")
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""

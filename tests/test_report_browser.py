@@ -87,10 +87,10 @@ class Browser:
                 raise TimeoutError("no answer from chromium")
             chunk = os.read(self._from_child_r, 1 << 20)
             if not chunk:
-                raise RuntimeError(f"chromium closed the pipe: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                raise RuntimeError(f"chromium closed the pipe: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]  # stderr is a pipe (Popen stderr=PIPE)
             self._buf += chunk
         raw, self._buf = self._buf.split(b"\0", 1)
-        return json.loads(raw)  # type: ignore[no-any-return]
+        return json.loads(raw)  # type: ignore[no-any-return]  # DevTools protocol replies are JSON objects
 
     def send(self, method: str, params: dict[str, Any] | None = None, session: str | None = None) -> dict[str, Any]:
         self._next_id += 1
@@ -104,7 +104,7 @@ class Browser:
             if reply.get("id") == self._next_id:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
-                return reply.get("result", {})  # type: ignore[no-any-return]
+                return reply.get("result", {})  # type: ignore[no-any-return]  # DevTools protocol replies are JSON objects
             self.events.append(reply)
 
     def wait_for(self, method: str, timeout_s: float = 30) -> dict[str, Any]:

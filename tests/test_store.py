@@ -67,7 +67,7 @@ def test_a_name_moves_to_the_newest_save(store_path: str):
         second = st.save(_rec(seed=2, created="2025-03-01T00:00:00Z"), "main", commit="")
         assert st.entry("main").id == second
         assert list(st.baselines()) == ["main"]
-        assert st.latest("sleeper") is not None and st.latest("sleeper").id == second  # type: ignore[union-attr]
+        assert st.latest("sleeper") is not None and st.latest("sleeper").id == second  # type: ignore[union-attr]  # narrowed by the is-not-None check on the same line
 
 
 def test_unknown_ref_is_a_clear_error(store_path: str):

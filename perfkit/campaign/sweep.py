@@ -273,7 +273,7 @@ def _spec(c: _Checker, model: str, load: Mapping[str, Any], where: str) -> Profi
     if mode == "concurrency" and not all(float(v).is_integer() for v in levels_raw):
         raise c.fail(f"{where}.levels", "whole numbers for mode = 'concurrency'", levels_raw)
     dist: Any = c.str_(load, "distribution", f"{where}.", "constant") if mode == "request_rate" else None
-    levels = tuple(LoadLevel(mode, float(v), dist) for v in levels_raw)  # type: ignore[arg-type]
+    levels = tuple(LoadLevel(mode, float(v), dist) for v in levels_raw)  # type: ignore[arg-type]  # mode and distribution were checked against LoadMode/Distribution above
     kwargs: dict[str, Any] = {}
     for key, f in _SPEC_FIELDS.items():
         if key not in load:

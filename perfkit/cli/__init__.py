@@ -33,7 +33,7 @@ class _LazyGroup(click.Group):
         if cmd_name not in _COMMANDS:
             return None
         module = __import__(_COMMANDS[cmd_name][0], fromlist=["command"])
-        return module.command  # type: ignore[no-any-return]
+        return module.command  # type: ignore[no-any-return]  # every command module defines command as a click.Command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Commands"):

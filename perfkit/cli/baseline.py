@@ -16,7 +16,7 @@ _STORE_HELP = (
 )
 
 
-def _store_option(fn):  # type: ignore[no-untyped-def]
+def _store_option(fn):  # type: ignore[no-untyped-def]  # a click decorator: it returns the function click wraps
     return click.option("--store", metavar="PATH", help=_STORE_HELP)(fn)
 
 

@@ -212,7 +212,7 @@ def command(  # noqa: PLR0917  (click passes every option)
             spec=ProfileSpec(
                 model=model,
                 levels=_levels(concurrency, rates, request_distribution),
-                protocol=protocol,  # type: ignore[arg-type]
+                protocol=protocol,  # type: ignore[arg-type]  # click.Choice limits protocol to http or grpc
                 batch_size=batch_size,
                 measurement_interval_ms=interval_ms,
                 max_trials=max_trials,

@@ -65,7 +65,7 @@ def build_levels(
         raise UsageError("give only one of --concurrency-range, --request-rate-range, --request-intervals")
     if request_rate_range:
         rates = _range(request_rate_range, integer=False, flag="--request-rate-range")
-        return tuple(LoadLevel("request_rate", r, distribution) for r in rates)  # type: ignore[arg-type]
+        return tuple(LoadLevel("request_rate", r, distribution) for r in rates)  # type: ignore[arg-type]  # distribution comes from click.Choice(constant, poisson)
     if request_intervals:
         return (LoadLevel("custom_intervals", 0.0),)
     values = _range(concurrency_range or "1", integer=True, flag="--concurrency-range")

@@ -40,7 +40,7 @@ class TimerfdEpollSelector(selectors.EpollSelector):
         self._spec_ref = ctypes.byref(self._spec)
         self._armed = False
         # The stdlib selector's epoll object and key map are private but stable since 3.4.
-        self._selector.register(self._tfd, selectors.EVENT_READ)  # type: ignore[attr-defined]
+        self._selector.register(self._tfd, selectors.EVENT_READ)  # type: ignore[attr-defined]  # the stdlib selector's private epoll internals, stable since 3.4 but not in typeshed
 
     def _arm(self, timeout: float) -> None:
         ns = max(int(timeout * 1e9), 1)
@@ -52,9 +52,9 @@ class TimerfdEpollSelector(selectors.EpollSelector):
         if timeout is not None and 0 < timeout < 1.0:
             self._arm(timeout)
             timeout = timeout + 0.002  # epoll's own (rounded) timeout is only a backstop
-        ready = self._selector.poll(  # type: ignore[attr-defined]
+        ready = self._selector.poll(  # type: ignore[attr-defined]  # the stdlib selector's private epoll internals, stable since 3.4 but not in typeshed
             -1 if timeout is None else timeout,
-            max(len(self._fd_to_key), 1) + 1,  # type: ignore[attr-defined]
+            max(len(self._fd_to_key), 1) + 1,  # type: ignore[attr-defined]  # the stdlib selector's private epoll internals, stable since 3.4 but not in typeshed
         )
         out: list[tuple[selectors.SelectorKey, int]] = []
         for fd, event in ready:
@@ -69,7 +69,7 @@ class TimerfdEpollSelector(selectors.EpollSelector):
                 events |= selectors.EVENT_WRITE
             if event & ~0x004:  # EPOLLIN, EPOLLHUP, EPOLLERR...
                 events |= selectors.EVENT_READ
-            key = self._key_from_fd(fd)  # type: ignore[attr-defined]
+            key = self._key_from_fd(fd)  # type: ignore[attr-defined]  # the stdlib selector's private epoll internals, stable since 3.4 but not in typeshed
             if key:
                 out.append((key, events & key.events))
         return out

@@ -70,10 +70,10 @@ class ProcessEngine:
         self._ask("start", level, t0_ns, share, worker, workers)
 
     def drain(self) -> Samples:
-        return self._ask("drain")  # type: ignore[no-any-return]
+        return self._ask("drain")  # type: ignore[no-any-return]  # _ask returns the worker's unpickled reply (Any); drain and stop reply with Samples
 
     def stop(self, drain_timeout_s: float) -> Samples:
-        return self._ask("stop", drain_timeout_s)  # type: ignore[no-any-return]
+        return self._ask("stop", drain_timeout_s)  # type: ignore[no-any-return]  # _ask returns the worker's unpickled reply (Any); drain and stop reply with Samples
 
     def close(self) -> None:
         try:

@@ -120,6 +120,6 @@ def make_record(
         ),
         spec=spec,
         levels=tuple(levels),
-        status=status,  # type: ignore[arg-type]
+        status=status,  # type: ignore[arg-type]  # profile() passes only ok, failed or interrupted
         error=error,
     )

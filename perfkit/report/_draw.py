@@ -154,7 +154,7 @@ def _draw_line(fig: LineFigure, ax: object) -> None:
     if not fig.y_log and fig.key not in ("cdf-service", "cdf-corrected"):
         ax.set_ylim(bottom=0)
     if fig.key.startswith("trial-"):
-        ax.xaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
+        ax.xaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]  # MaxNLocator takes integer=; the stub types Locator.set_params without it
 
 
 def _plain_log_ticks(axis: Any) -> None:
@@ -214,7 +214,7 @@ def _prefix_ids(svg: str, prefix: str) -> str:
 
 def render_svg(fig: Figure, id_prefix: str = "", width_in: float = 10.0, height_in: float = 3.7) -> str:
     """The figure as an inline <svg> element (no XML prolog; scales to its container); ids get id_prefix."""
-    with rc_context(RC):  # type: ignore[arg-type]
+    with rc_context(RC):  # type: ignore[arg-type]  # RC is a plain dict of rc keys; the stub asks for its own mapping type
         mfig = MplFigure(figsize=(width_in, height_in), layout="constrained")
         ax = mfig.add_subplot()
         if isinstance(fig, LineFigure):

@@ -83,18 +83,18 @@ def batch_sizes(record: RunRecord) -> tuple[BarFigure, Table] | None:
     levels = [lv for lv in record.levels if lv.server is not None and lv.server.batch_sizes]
     if not levels:
         return None
-    sizes = sorted({int(k) for lv in levels for k in lv.server.batch_sizes})  # type: ignore[union-attr]
+    sizes = sorted({int(k) for lv in levels for k in lv.server.batch_sizes})  # type: ignore[union-attr]  # levels without server statistics were filtered out above
     series = []
     for size in sizes:
         vals: list[float | None] = []
         for lv in levels:
-            counts = lv.server.batch_sizes  # type: ignore[union-attr]
+            counts = lv.server.batch_sizes  # type: ignore[union-attr]  # levels without server statistics were filtered out above
             total = sum(counts.values())
             vals.append(100.0 * counts.get(str(size), 0) / total if total else None)
         series.append(BarSeries(f"batch {size}", tuple(vals), group=f"batch {size}"))
     rows = []
     for lv in levels:
-        counts = lv.server.batch_sizes  # type: ignore[union-attr]
+        counts = lv.server.batch_sizes  # type: ignore[union-attr]  # levels without server statistics were filtered out above
         total = sum(counts.values())
         mean = sum(int(k) * v for k, v in counts.items()) / total if total else None
         rows.append((lv.load.label, total, mean, *(counts.get(str(s), 0) for s in sizes)))

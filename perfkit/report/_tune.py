@@ -168,7 +168,7 @@ def pareto_figure(tune: TuneRecord) -> LineFigure:
         if pts:
             series.append(Series(group, pts, group=group, kind="scatter"))
     front = sorted(
-        (t.latency_us / 1000, t.throughput_infer_per_s)  # type: ignore[operator]
+        (t.latency_us / 1000, t.throughput_infer_per_s)  # type: ignore[operator]  # only trials with both figures set reach this (filtered below)
         for t in tune.trials
         if t.number in front_ids and t.latency_us is not None and t.throughput_infer_per_s is not None
     )

@@ -94,7 +94,7 @@ class SqliteStore(Store):
             "ORDER BY r.created_utc DESC, r.saved_utc DESC, b.saved_utc DESC"
         )
         return [
-            StoreEntry(*row[:9], location=f"{self.path}#{row[0]}")  # type: ignore[misc]
+            StoreEntry(*row[:9], location=f"{self.path}#{row[0]}")  # type: ignore[misc]  # the SELECT lists StoreEntry's first nine fields, in order
             for row in self._db.execute(sql, params)
         ]
 

@@ -49,6 +49,18 @@ H2_CONNECTIONS = 2  # HTTP/2 connections per engine (closed loop: at most one pe
 SETTINGS_WAIT_S = 5.0
 
 
+def headers_fragment(flags: int, payload: bytes) -> bytes:
+    """A HEADERS frame's header block fragment: pad length, priority fields and padding removed
+    (RFC 9113 section 6.2)."""
+    pad = 0
+    if flags & _PADDED:
+        pad = payload[0]
+        payload = payload[1:]
+    if flags & _PRIORITY:
+        payload = payload[5:]
+    return payload[:-pad] if pad else payload
+
+
 def _frame(ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
 
@@ -251,14 +263,7 @@ class H2Conn(asyncio.Protocol):
             self._received = 0
 
     def _on_headers(self, sid: int, flags: int, payload: bytes) -> None:
-        pad = 0
-        if flags & _PADDED:
-            pad = payload[0]
-            payload = payload[1:]
-        if flags & _PRIORITY:
-            payload = payload[5:]
-        if pad:
-            payload = payload[:-pad]
+        payload = headers_fragment(flags, payload)
         if not flags & _END_HEADERS:
             self._cont_sid, self._cont_block, self._cont_end = sid, bytearray(payload), bool(flags & _END_STREAM)
             return

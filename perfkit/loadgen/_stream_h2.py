@@ -20,7 +20,7 @@ from typing import Any
 import hpack
 
 from perfkit.errors import ServerError
-from perfkit.loadgen._h2 import PREFACE, grpc_message, header_block
+from perfkit.loadgen._h2 import PREFACE, grpc_message, header_block, headers_fragment
 from perfkit.loadgen._ledger import Ledger
 from perfkit.loadgen._stream_grpc import STREAM_INFER, grpc_stream_request, on_stream_message
 from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
@@ -156,14 +156,7 @@ class H2Stream(asyncio.Protocol):
         del msg[:pos]
 
     def _on_headers(self, flags: int, payload: bytes) -> None:
-        pad = 0
-        if flags & _PADDED:
-            pad = payload[0]
-            payload = payload[1:]
-        if flags & _PRIORITY:
-            payload = payload[5:]
-        if pad:
-            payload = payload[:-pad]
+        payload = headers_fragment(flags, payload)
         if not flags & _END_HEADERS:
             self._cont, self._cont_end = bytearray(payload), bool(flags & _END_STREAM)
             return

@@ -10,7 +10,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from perfkit.errors import InputError
-from perfkit.gate import GateOptions, compare_records, compare_runs, parse_thresholds
+from perfkit.gate import GateOptions, compare_records, compare_runs, parse_job_noise, parse_thresholds
 from perfkit.gate.merge import merge_summaries
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.report import write_comparison_report
@@ -35,6 +35,7 @@ def _gate_verdicts(result) -> dict[tuple[str, str], str]:
 # core was shared, the report's noise band called throughput and p99 "worse" (a red banner)
 # while the gate passed the same records.
 SMALL_SLOWDOWN = {"noise": 0.005, "seed": 1, "count": 5000}
+NO_JOB_NOISE = parse_job_noise(["all:0%"])  # synthetic records: one job's window noise, no job factor
 
 
 @pytest.mark.parametrize(
@@ -54,7 +55,7 @@ def test_gate_and_report_reach_the_same_verdicts(tmp_path, offset, expected):
 
 
 def test_report_renders_the_results_the_gate_gives_it(tmp_path):
-    opts = GateOptions(thresholds=tuple(parse_thresholds(["p95:+2%"])))
+    opts = GateOptions(thresholds=tuple(parse_thresholds(["p95:+2%"])), job_noise_pct=NO_JOB_NOISE)
     baseline = synthetic_record(**SMALL_SLOWDOWN)
     current = synthetic_record(**SMALL_SLOWDOWN, offset=1.04)
     gate = compare_records(baseline, current, opts)
@@ -79,7 +80,7 @@ def _p95_moved(record, factor: float, spread: float):
 
 def test_each_percentile_is_judged_on_its_own_per_window_values():
     baseline = synthetic_record(**SMALL_SLOWDOWN)
-    opts = GateOptions(thresholds=tuple(parse_thresholds(["p95:+10%", "p99:+10%"])))
+    opts = GateOptions(thresholds=tuple(parse_thresholds(["p95:+10%", "p99:+10%"])), job_noise_pct=NO_JOB_NOISE)
     # p95 15% higher and steady across windows: a regression on p95's own evidence.
     steady = {f.metric: f.verdict for f in compare_records(baseline, _p95_moved(baseline, 1.15, 0.0), opts).findings}
     assert steady == {"p95": "regression", "p99": "pass"}
@@ -133,7 +134,8 @@ def test_report_cli_judges_with_the_gates_thresholds(tmp_path):
     baseline = synthetic_record(**SMALL_SLOWDOWN).save(tmp_path / "base.json")
     current = synthetic_record(**SMALL_SLOWDOWN, offset=1.04).save(tmp_path / "cur.json")
     out = tmp_path / "cmp.html"
-    assert main(["report", "--compare", str(baseline), str(current), "-o", str(out), "--threshold", "p99:+2%"]) == 0
+    quiet = ("--threshold", "p99:+2%", "--job-noise", "all:0%")  # both commands take the same options
+    assert main(["report", "--compare", str(baseline), str(current), "-o", str(out), *quiet]) == 0
     assert set(_report_verdicts(out).values()) >= {"regression"}
-    gate_rc = main(["gate", "--baseline", str(baseline), "--current", str(current), "--threshold", "p99:+2%"])
+    gate_rc = main(["gate", "--baseline", str(baseline), "--current", str(current), *quiet])
     assert gate_rc == 10  # the gate fails on the same records and threshold

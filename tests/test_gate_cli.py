@@ -21,8 +21,9 @@ def runs(tmp_path: Path) -> dict[str, Path]:
     return {
         "base": synthetic_record(seed=1, **WIN).save(tmp_path / "base.json"),
         "same": synthetic_record(seed=2, **WIN).save(tmp_path / "same.json"),
-        "slow": synthetic_record(seed=3, offset=1.3, **WIN).save(tmp_path / "slow.json"),
-        "fast": synthetic_record(seed=4, offset=0.7, **WIN).save(tmp_path / "fast.json"),
+        "slow": synthetic_record(seed=3, offset=2.0, **WIN).save(tmp_path / "slow.json"),
+        "fast": synthetic_record(seed=4, offset=0.5, **WIN).save(tmp_path / "fast.json"),
+        "noisy_free_15": synthetic_record(seed=7, offset=1.15, **WIN).save(tmp_path / "noisy_free_15.json"),
         "short": synthetic_record(seed=5, windows=3, window_s=0.2).save(tmp_path / "short.json"),
         "noisy": synthetic_record(seed=6, windows=2, window_s=6.0, noise=0.3, offset=1.15).save(
             tmp_path / "noisy.json"
@@ -107,8 +108,23 @@ def test_json_output(runs, tmp_path):
     assert {"metric", "baseline", "current", "delta_pct", "verdict", "confidence", "ci_pct"} <= set(finding)
 
 
-def test_custom_thresholds(runs):
-    assert _gate(runs, "base", "slow", "--threshold", "throughput:-40%", "--threshold", "p99:+40%") == 0
+def test_custom_thresholds(runs):  # slow: latency x2, throughput /2
+    assert _gate(runs, "base", "slow", "--threshold", "throughput:-60%") == 0
+    assert _gate(runs, "base", "slow", "--threshold", "throughput:-40%") == 10
+
+
+def test_job_noise_option(runs, capsys):
+    # +15% with nothing but window noise: within two jobs' default noise on a stored baseline,
+    # a regression once the user says their runners are quiet
+    p99 = ("--threshold", "p99:+10%")
+    assert _gate(runs, "base", "noisy_free_15", *p99) == 0
+    out = capsys.readouterr().out
+    assert "within the noise between two jobs" in out and "job-to-job noise allowed" in out
+    assert _gate(runs, "base", "noisy_free_15", *p99, "--job-noise", "all:0%") == 10
+    assert _gate(runs, "base", "noisy_free_15", *p99, "--job-noise", "p99:2%") == 10
+    assert _gate(runs, "base", "same", "--job-noise", "p99") == 2
+    assert "--job-noise 'p99' is not METRIC:PERCENT%" in capsys.readouterr().err
+    assert _gate(runs, "base", "same", "--job-noise", "p98:5%") == 2
 
 
 def test_refusals_and_allowances(runs, capsys):

@@ -9,6 +9,7 @@ import pytest
 from hdrh.histogram import HdrHistogram
 
 from perfkit.errors import InputError
+from perfkit.gate import GateOptions, parse_job_noise
 from perfkit.records import RunRecord, TuneRecord
 from perfkit.report import _compare as C
 from perfkit.report import _figures as F
@@ -210,7 +211,9 @@ def test_config_diff_shows_the_changes(tune):
 
 
 def _judged(base, cur):
-    [(_, results)] = C.judge_groups([base], [("current", [cur])])
+    # direction is what these check: judged as from one job (no job-to-job allowance)
+    quiet = GateOptions(job_noise_pct=parse_job_noise(["all:0%"]))
+    [(_, results)] = C.judge_groups([base], [("current", [cur])], quiet)
     return [f for r in results for f in r.findings]
 
 

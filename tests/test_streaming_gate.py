@@ -10,7 +10,7 @@ import pytest
 from perfkit.errors import UsageError
 from perfkit.gate.compare import GateOptions, compare_records
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.gate.thresholds import parse_threshold, parse_thresholds
+from perfkit.gate.thresholds import parse_job_noise, parse_threshold, parse_thresholds
 from perfkit.recorder import summarize
 from perfkit.records import StreamingSummary, StreamWindow
 
@@ -35,7 +35,8 @@ def _record(ttft_ms: float, itl_ms: float, tokens_per_s: float, seed: int, strea
 
 
 def _verdicts(baseline, current, *thresholds: str) -> dict[str, str]:
-    opts = GateOptions(thresholds=tuple(parse_thresholds(list(thresholds))))
+    # synthetic records: one job's window noise, no job factor
+    opts = GateOptions(thresholds=tuple(parse_thresholds(list(thresholds))), job_noise_pct=parse_job_noise(["all:0%"]))
     return {f.metric: f.verdict for f in compare_records(baseline, current, opts).findings}
 
 

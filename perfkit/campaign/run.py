@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from perfkit.campaign.sweep import Sweep
 from perfkit.errors import PerfkitError
-from perfkit.gate import GateOptions, GateResult, compare_records, parse_thresholds, resolve_run
+from perfkit.gate import GateOptions, GateResult, compare_records, parse_job_noise, parse_thresholds, resolve_run
 from perfkit.records import RunRecord
 from perfkit.server.launch import ServerOptions, open_server
 from perfkit.store import open_store
@@ -175,6 +175,7 @@ def gate_options(sweep: Sweep) -> GateOptions:
     assert g is not None
     return GateOptions(
         thresholds=tuple(parse_thresholds(list(g.thresholds))),
+        job_noise_pct=parse_job_noise(g.job_noise),
         confidence=g.confidence,
         allow_different_load=g.allow_different_load,
         allow_different_machine=g.allow_different_machine,

@@ -43,6 +43,7 @@ GATE_KEYS = (
     "baseline",
     "store",
     "thresholds",
+    "job_noise",
     "confidence",
     "allow_different_load",
     "allow_different_machine",
@@ -80,6 +81,7 @@ class GatePlan:
     baseline: str  # a run-record file, a directory of them, or a store name
     store: Path | None = None
     thresholds: tuple[str, ...] = ()
+    job_noise: tuple[str, ...] = ()  # METRIC:PCT% overrides of the gate's job-to-job noise allowance
     confidence: float = 0.95
     allow_different_load: bool = False
     allow_different_machine: bool = False
@@ -330,13 +332,20 @@ def _gate(c: _Checker, g: Mapping[str, Any]) -> GatePlan:
     thresholds = g.get("thresholds", [])
     if not isinstance(thresholds, list) or not all(isinstance(t, str) for t in thresholds):
         raise c.fail("gate.thresholds", 'a list of strings like "throughput:-5%"', thresholds)
-    from perfkit.gate import parse_threshold  # noqa: PLC0415  (campaign sits above gate)
+    from perfkit.gate import parse_job_noise, parse_threshold  # noqa: PLC0415  (campaign sits above gate)
 
     for t in thresholds:
         try:
             parse_threshold(t)
         except PerfkitError as err:
             raise c.fail("gate.thresholds", f"METRIC:CHANGE ({err.message})", t) from None
+    job_noise = g.get("job_noise", [])
+    if not isinstance(job_noise, list) or not all(isinstance(t, str) for t in job_noise):
+        raise c.fail("gate.job_noise", 'a list of strings like "p99:5%"', job_noise)
+    try:
+        parse_job_noise(job_noise)
+    except PerfkitError as err:
+        raise c.fail("gate.job_noise", f"METRIC:PERCENT% ({err.message})", job_noise) from None
     confidence = c.number(g, "confidence", "gate.")
     if confidence is not None and not 0.5 <= confidence < 1:
         raise c.fail("gate.confidence", "a number in [0.5, 1)", confidence)
@@ -346,6 +355,7 @@ def _gate(c: _Checker, g: Mapping[str, Any]) -> GatePlan:
         baseline=str(c.base / baseline) if looks_like_path else baseline,
         store=(c.base / store) if store else None,
         thresholds=tuple(thresholds),
+        job_noise=tuple(job_noise),
         confidence=confidence or 0.95,
         allow_different_load=c.bool_(g, "allow_different_load", "gate.", False),
         allow_different_machine=c.bool_(g, "allow_different_machine", "gate.", False),

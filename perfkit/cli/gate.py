@@ -11,6 +11,7 @@ import click
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import ExitCode, UsageError
 from perfkit.gate import (
+    DEFAULT_JOB_NOISE_PCT,
     DEFAULT_THRESHOLDS,
     EXIT_OF,
     GateFailed,
@@ -19,6 +20,7 @@ from perfkit.gate import (
     append_step_summary,
     compare_records,
     overall_verdict,
+    parse_job_noise,
     parse_thresholds,
     render_table,
     resolve_run,
@@ -109,6 +111,16 @@ _D = spec_defaults()
     "Metrics: throughput, p50, p90, p95, p99, p999; streamed runs also ttft_p50, ttft_p99 (ttft), itl_p50, "
     "itl_p99 (itl), tokens (tokens/s). Default: " + " and ".join(DEFAULT_THRESHOLDS) + ".",
 )
+@click.option(
+    "--job-noise",
+    "job_noise",
+    multiple=True,
+    metavar="METRIC:PCT%",
+    help="Stored baselines: how much one job's figure moves job to job with nothing changed (relative sd), "
+    "repeatable: p99:5%, throughput:1%, all:0%. A change within two jobs' noise passes (with a note). Default: "
+    + ", ".join(f"{m} {v:g}%" for m, v in DEFAULT_JOB_NOISE_PCT.items() if m in ("throughput", "p50", "p99"))
+    + " (and the rest: README). A/B needs none.",
+)
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=_G.confidence, show_default=True,
               help="Confidence of the intervals; a change is significant when its interval excludes zero.")  # fmt: skip
 @click.option("--allow-different-load", is_flag=True, help="Compare although levels, batch size or protocol differ.")
@@ -153,6 +165,7 @@ def command(  # noqa: PLR0917  (click passes every option)
     store: str | None,
     model: str | None,
     thresholds: tuple[str, ...],
+    job_noise: tuple[str, ...],
     confidence: float,
     allow_different_load: bool,
     allow_different_machine: bool,
@@ -192,6 +205,7 @@ def command(  # noqa: PLR0917  (click passes every option)
     """
     opts = GateOptions(
         thresholds=tuple(parse_thresholds(list(thresholds))),
+        job_noise_pct=parse_job_noise(job_noise),
         confidence=confidence,
         allow_different_load=allow_different_load,
         allow_different_machine=allow_different_machine,

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from perfkit.errors import UsageError
-from perfkit.gate import GateOptions, parse_thresholds
+from perfkit.gate import GateOptions, parse_job_noise, parse_thresholds
 from perfkit.records import RunRecord
 from perfkit.report import (
     load_inputs,
@@ -35,7 +35,16 @@ from perfkit.report import (
     metavar="METRIC:CHANGE",
     help="A comparison's thresholds, as `perfkit gate --threshold` takes them (default: the gate's defaults).",
 )
-def command(inputs: tuple[Path, ...], output: Path, compare: bool, thresholds: tuple[str, ...]) -> None:
+@click.option(
+    "--job-noise",
+    "job_noise",
+    multiple=True,
+    metavar="METRIC:PCT%",
+    help="A comparison's job-to-job noise allowance, as `perfkit gate --job-noise` takes it.",
+)
+def command(
+    inputs: tuple[Path, ...], output: Path, compare: bool, thresholds: tuple[str, ...], job_noise: tuple[str, ...]
+) -> None:
     """Write a self-contained HTML report (works offline) from run records or a tune folder.
 
     \b
@@ -49,7 +58,9 @@ def command(inputs: tuple[Path, ...], output: Path, compare: bool, thresholds: t
         perfkit report run.json -o report.html
     """
     runs, tunes = load_inputs(list(inputs))
-    options = GateOptions(thresholds=tuple(parse_thresholds(list(thresholds))))  # the gate's, judged alike
+    options = GateOptions(  # the gate's, judged alike
+        thresholds=tuple(parse_thresholds(list(thresholds))), job_noise_pct=parse_job_noise(job_noise)
+    )
     if compare:
         if len(inputs) < 2:
             raise UsageError("--compare needs a baseline and at least one current input")

@@ -30,9 +30,17 @@ from perfkit.gate.output import (
 )
 from perfkit.gate.resolve import default_store_path, resolve_run
 from perfkit.gate.stats import bootstrap_rel_diff, min_samples
-from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, Threshold, parse_threshold, parse_thresholds
+from perfkit.gate.thresholds import (
+    DEFAULT_JOB_NOISE_PCT,
+    DEFAULT_THRESHOLDS,
+    Threshold,
+    parse_job_noise,
+    parse_threshold,
+    parse_thresholds,
+)
 
 __all__ = [
+    "DEFAULT_JOB_NOISE_PCT",
     "DEFAULT_THRESHOLDS",
     "EXIT_OF",
     "Finding",
@@ -52,6 +60,7 @@ __all__ = [
     "machine_differences",
     "min_samples",
     "overall_verdict",
+    "parse_job_noise",
     "parse_threshold",
     "parse_thresholds",
     "render_markdown",

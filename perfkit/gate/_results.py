@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from perfkit.errors import ExitCode, PerfkitError
-from perfkit.gate.thresholds import DEFAULT_THRESHOLDS, Threshold, parse_thresholds
+from perfkit.gate.thresholds import DEFAULT_JOB_NOISE_PCT, DEFAULT_THRESHOLDS, Threshold, parse_thresholds
 from perfkit.records import DEFAULT_MIN_WINDOWS, LatencyKind
 
 FindingVerdict = Literal["pass", "regression", "improvement", "inconclusive", "invalid"]
@@ -39,7 +39,7 @@ class GateFailed(PerfkitError):
 
 @dataclass(frozen=True)
 class GateOptions:
-    """How strict the gate is. Defaults: throughput:-5%, p99:+10%, 95% confidence."""
+    """How strict the gate is. Defaults: throughput:-5%, p99:+10%, 95% confidence, DEFAULT_JOB_NOISE_PCT."""
 
     thresholds: tuple[Threshold, ...] = tuple(parse_thresholds(list(DEFAULT_THRESHOLDS)))
     confidence: float = 0.95
@@ -49,6 +49,8 @@ class GateOptions:
     max_dropped_fraction: float = 0.01
     max_late_fraction: float = 0.10
     min_windows: int = DEFAULT_MIN_WINDOWS
+    # a stored baseline's allowance for two jobs' own speeds, percent per job (A/B: none)
+    job_noise_pct: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_JOB_NOISE_PCT))
     seed: int = 0
     n_boot: int = 4000
 
@@ -73,6 +75,12 @@ class Finding:
     reason: str
     windows: tuple[int, int]  # per-window samples used (baseline, current)
     more_windows: int | None = None  # inconclusive: about how many more windows a run would settle it
+    past_threshold: bool = False  # the change itself is past the threshold (a pass then says why it passed)
+
+    @property
+    def explained(self) -> bool:
+        """Whether output lists this finding's reason: every non-pass, and a pass past its threshold."""
+        return self.verdict != "pass" or self.past_threshold
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (also the shape perfkit.report's findings take)."""
@@ -93,6 +101,7 @@ class Finding:
             "reason": self.reason,
             "windows": list(self.windows),
             "more_windows": self.more_windows,
+            "past_threshold": self.past_threshold,
         }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -225,11 +226,14 @@ def _compare_model(
         for rec in runs
         if rec.status != "ok"
     ]
+    if comparison == "stored":
+        allowed_noise = ", ".join(f"{t.metric} ±{opts.job_noise_pct.get(t.metric, 0.0):g}%" for t in opts.thresholds)
+        notes.append(f"job-to-job noise allowed (stored baseline, per job; --job-noise): {allowed_noise}")
     b_levels, c_levels = pooled_levels(baseline), pooled_levels(current)
     findings: list[Finding] = []
     for key, c_level in c_levels.items():
         if key in b_levels:
-            findings += _compare_level(b_levels[key], c_level, problems, opts)
+            findings += _compare_level(b_levels[key], c_level, problems, opts, comparison)
     unmatched = [lv for key, lv in b_levels.items() if key not in c_levels]
     if unmatched and opts.allow_different_load:
         notes.append(f"not in current, not compared: {fmt_levels(unmatched)}")
@@ -244,13 +248,19 @@ def _compare_model(
     )
 
 
-def _compare_level(b: LevelResult, c: LevelResult, run_problems: list[str], opts: GateOptions) -> list[Finding]:
+def _compare_level(
+    b: LevelResult, c: LevelResult, run_problems: list[str], opts: GateOptions, comparison: BaselineKind
+) -> list[Finding]:
     kind = _latency_kind(b, c)
+
+    def job_sd(metric: str) -> float:  # a stored baseline carries two jobs' noise; A/B shares one job
+        return opts.job_noise_pct.get(metric, 0.0) / 100.0 if comparison == "stored" else 0.0
+
     problems = _level_problems(b, "baseline", opts) + _level_problems(c, "current", opts) + run_problems
     out = []
     for thr in opts.thresholds:
         if thr.metric in STREAM_METRICS:
-            out.append(_compare_stream_metric(b, c, thr, problems, opts))
+            out.append(_compare_stream_metric(b, c, thr, problems, opts, job_sd(thr.metric)))
             continue
         is_tput = thr.metric == "throughput"
         b_val, b_win = _metric_values(b, thr.metric, kind)
@@ -277,12 +287,12 @@ def _compare_level(b: LevelResult, c: LevelResult, run_problems: list[str], opts
         if invalid or b_win is None or c_win is None:
             out.append(_finding(base, None, None, "invalid", "; ".join(invalid)))
             continue
-        out.append(_decide(base, thr, b_win, c_win, opts))
+        out.append(_decide(base, thr, b_win, c_win, opts, job_sd(thr.metric)))
     return out
 
 
 def _compare_stream_metric(
-    b: LevelResult, c: LevelResult, thr: Threshold, problems: list[str], opts: GateOptions
+    b: LevelResult, c: LevelResult, thr: Threshold, problems: list[str], opts: GateOptions, job_sd: float
 ) -> Finding:
     # Streaming metrics (TTFT, ITL, tokens/s) are judged like the others: threshold, then
     # significance over per-window values; a side without streaming figures is invalid.
@@ -309,7 +319,7 @@ def _compare_stream_metric(
                 invalid.append(f"{side} has {summary.count} samples; {thr.metric} needs {min_samples(pct)}")
     if invalid or bv is None or cv is None:
         return _finding(base, None, None, "invalid", "; ".join(invalid))
-    return _decide(base, thr, bv[1], cv[1], opts)
+    return _decide(base, thr, bv[1], cv[1], opts, job_sd)
 
 
 def _percentile_problems(metric: str, b: LevelResult, c: LevelResult, kind: LatencyKind) -> list[str]:
@@ -338,6 +348,7 @@ def _finding(
     *,
     ci: tuple[float, float] | None = None,
     more: int | None = None,
+    past: bool = False,
 ) -> Finding:
     b_val, c_val = base["baseline"], base["current"]
     delta = c_val - b_val
@@ -352,10 +363,13 @@ def _finding(
         verdict=verdict,
         reason=reason,
         more_windows=more,
+        past_threshold=past,
     )
 
 
-def _decide(base: dict[str, Any], thr: Threshold, b_win: np.ndarray, c_win: np.ndarray, opts: GateOptions) -> Finding:
+def _decide(
+    base: dict[str, Any], thr: Threshold, b_win: np.ndarray, c_win: np.ndarray, opts: GateOptions, job_sd: float
+) -> Finding:
     b_val, c_val = float(base["baseline"]), float(base["current"])
     sign = -1.0 if thr.higher_is_better else 1.0  # worse = sign * change > 0
     point_rel = (c_val - b_val) / b_val if b_val else 0.0
@@ -372,30 +386,48 @@ def _decide(base: dict[str, Any], thr: Threshold, b_win: np.ndarray, c_win: np.n
             )
             return _finding(base, None, None, "inconclusive", reason, more=few_more)
         return _finding(base, None, None, "pass", f"within {thr.text} ({n_min} window(s): noise not estimated)")
-    stats = bootstrap_rel_diff(b_win, c_win, n_boot=opts.n_boot, seed=opts.seed, level=(1 + opts.confidence) / 2)
+    within = bootstrap_rel_diff(b_win, c_win, n_boot=opts.n_boot, seed=opts.seed, level=(1 + opts.confidence) / 2)
+    stats = within.with_job_noise(job_sd, seed=opts.seed)  # zero for A/B: both arms in one job
     lo, hi = stats.interval(point_rel, opts.confidence)
     ci = (lo * 100.0, hi * 100.0)
     p_up = stats.prob_positive(point_rel)
     conf = p_up if point_rel >= 0 else 1.0 - p_up
-    significant = conf >= (1.0 + opts.confidence) / 2.0  # the two-sided interval excludes zero
+    need = (1.0 + opts.confidence) / 2.0
+    significant = conf >= need  # the two-sided interval excludes zero
     conf_text = f"confidence {conf:.1%}"
     if exceeded and significant:
-        return _finding(base, stats, conf, "regression", f"{_worse_text(thr, worse_pct)}, {conf_text}", ci=ci)
+        reason = f"{_worse_text(thr, worse_pct)}, {conf_text}"
+        return _finding(base, stats, conf, "regression", reason, ci=ci, past=True)
+    if exceeded and _within_job_noise(point_rel, job_sd, need):
+        # No number of windows can settle it: two jobs' own speeds differ this much with
+        # nothing changed, so a stored baseline cannot call it a regression.
+        reason = (
+            f"{_worse_text(thr, worse_pct)} but within the noise between two jobs "
+            f"(±{job_sd:.0%} per job for {thr.metric}, a stored baseline; {conf_text}): "
+            "measure with gate --ab, or lower --job-noise for quieter runners"
+        )
+        return _finding(base, stats, conf, "pass", reason, ci=ci, past=True)
     if exceeded:
-        margin = stats.one_sided_margin(point_rel, (1.0 + opts.confidence) / 2.0)
+        margin = within.one_sided_margin(point_rel, need)
         scale = (margin / abs(point_rel)) ** 2 if point_rel else math.inf
-        needed = math.ceil(max(stats.n_baseline, stats.n_current) * scale) if math.isfinite(scale) else None
+        needed = math.ceil(max(within.n_baseline, within.n_current) * scale) if math.isfinite(scale) else None
         more = max(1, needed - n_min) if needed is not None else None
         more_text = f"about {more} more windows per run would settle it" if more else "more windows would settle it"
-        reason = (
-            f"{_worse_text(thr, worse_pct)} but only {conf_text} (needs {(1 + opts.confidence) / 2:.1%}); {more_text}"
-        )
-        return _finding(base, stats, conf, "inconclusive", reason, ci=ci, more=more)
+        reason = f"{_worse_text(thr, worse_pct)} but only {conf_text} (needs {need:.1%}); {more_text}"
+        return _finding(base, stats, conf, "inconclusive", reason, ci=ci, more=more, past=True)
     if better_exceeded and significant:
         better = "higher" if thr.higher_is_better else "lower"
         reason = f"{thr.metric} {abs(worse_pct):.1f}% {better} (better past {thr.text}), {conf_text}"
         return _finding(base, stats, conf, "improvement", reason, ci=ci)
     return _finding(base, stats, conf, "pass", f"within {thr.text}", ci=ci)
+
+
+def _within_job_noise(point_rel: float, job_sd: float, need: float) -> bool:
+    """Whether two job factors alone (lognormal, sd `job_sd` each) put a change this large
+    inside the one-sided `need` bound."""
+    if job_sd <= 0.0 or point_rel <= -1.0:
+        return False
+    return abs(math.log1p(point_rel)) <= NormalDist().inv_cdf(need) * math.sqrt(2.0) * job_sd
 
 
 def _worse_text(thr: Threshold, worse_pct: float) -> str:

@@ -84,7 +84,7 @@ def render_table(results: Sequence[GateResult], confidence: float = 0.95) -> str
         for row in (header, *rows):
             lines.append("  " + "  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
         for f in r.findings:
-            if f.verdict != "pass":
+            if f.explained:
                 lines.append(f"  - {f.level} {f.metric}: {f.verdict}: {f.reason}")
     kinds = _kinds_text(results)
     if kinds:
@@ -155,7 +155,7 @@ def render_markdown(results: Sequence[GateResult], confidence: float = 0.95) -> 
                 f"| {f.level} | {_metric_name(f)} | {fmt_value(f, f.baseline)} | {fmt_value(f, f.current)} | "
                 f"{_fmt_delta(f)} | {_fmt_ci(f)} | {_fmt_conf(f)} | {_EMOJI[f.verdict]} {f.verdict} |"
             )
-        reasons = [f for f in r.findings if f.verdict != "pass"]
+        reasons = [f for f in r.findings if f.explained]
         if reasons:
             out.append("")
             out += [f"- **{f.level} {f.metric}** ({f.verdict}): {_md(f.reason)}" for f in reasons]

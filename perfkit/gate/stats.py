@@ -6,6 +6,7 @@ pure function of its two records.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -50,6 +51,16 @@ class DiffStats:
     n_baseline: int
     n_current: int
     cohens_d: float
+
+    def with_job_noise(self, sd_rel: float, *, seed: int = 0) -> DiffStats:
+        """These draws with two independent job factors added (lognormal, sd `sd_rel` each):
+        the noise between two CI jobs that a stored baseline carries and no window sees."""
+        if sd_rel <= 0.0:
+            return self
+        rng = np.random.default_rng([seed, 1])
+        factor = np.exp(rng.normal(0.0, math.sqrt(2.0) * sd_rel, size=len(self.shifts)))
+        noisy = (1.0 + self.observed_rel + self.shifts) * factor - 1.0
+        return dataclasses.replace(self, shifts=noisy - self.observed_rel)
 
     def interval(self, point_rel: float, level: float) -> tuple[float, float]:
         """Two-sided interval at `level` around a point estimate (relative)."""

@@ -65,6 +65,48 @@ def parse_threshold(text: str) -> Threshold:
     return Threshold(metric, "abs", value * _UNIT_US[unit], text)
 
 
+# How much one CI job's figure of a metric moves, job to job, with nothing changed (a relative
+# standard deviation, in percent): the runner's neighbours, its thermal state, a noise episode
+# that lasts a whole level. A stored baseline carries two such job factors that no window can
+# see, so the gate allows for them; an A/B comparison measures both arms in one job and needs
+# none. Measured on a shared 2-core runner (README, "Gate noise"): tails move most.
+DEFAULT_JOB_NOISE_PCT: dict[str, float] = {
+    "throughput": 3.0,
+    "tokens": 3.0,
+    "p50": 5.0,
+    "ttft_p50": 5.0,
+    "itl_p50": 5.0,
+    "p90": 10.0,
+    "p95": 10.0,
+    "p99": 15.0,
+    "ttft_p99": 15.0,
+    "itl_p99": 15.0,
+    "p999": 20.0,
+}
+_JOB_NOISE = re.compile(r"^\s*([a-z0-9._/]+?)\s*:\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+
+
+def parse_job_noise(texts: tuple[str, ...] | list[str]) -> dict[str, float]:
+    """The job-to-job noise per metric (percent): the defaults, overridden by METRIC:PCT% texts
+    (`p99:5%`; `all:0%` sets every metric). Raises UsageError naming the text."""
+    noise = dict(DEFAULT_JOB_NOISE_PCT)
+    for text in texts:
+        m = _JOB_NOISE.match(text.lower())
+        if not m:
+            raise UsageError(
+                f"--job-noise {text!r} is not METRIC:PERCENT%", hint="forms: p99:5%, throughput:1%, all:0%"
+            )
+        metric, pct = m.group(1), float(m.group(2))
+        metric = {"p99.9": "p999", "infer/s": "throughput", "tput": "throughput", **STREAM_ALIASES}.get(metric, metric)
+        if metric == "all":
+            noise = dict.fromkeys(noise, pct)
+        elif metric in noise:
+            noise[metric] = pct
+        else:
+            raise UsageError(f"--job-noise {text!r}: unknown metric {metric!r}", hint="metrics: " + ", ".join(noise))
+    return noise
+
+
 def parse_thresholds(texts: tuple[str, ...] | list[str]) -> list[Threshold]:
     """Parse every threshold (defaults when none); the last one given for a metric wins."""
     by_metric = {}

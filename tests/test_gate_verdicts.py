@@ -9,6 +9,7 @@ import pytest
 
 from perfkit.errors import ExitCode, InputError, UsageError
 from perfkit.gate import (
+    DEFAULT_JOB_NOISE_PCT,
     GateOptions,
     GateRefused,
     compare_records,
@@ -99,7 +100,8 @@ def test_a_stored_baseline_allows_for_two_jobs_noise_and_ab_does_not():
 
 def test_job_noise_parsing():
     noise = parse_job_noise(["p99:5%", "throughput:1.5%", "ttft:2%"])
-    assert (noise["p99"], noise["throughput"], noise["ttft_p99"], noise["p50"]) == (5.0, 1.5, 2.0, 5.0)
+    assert (noise["p99"], noise["throughput"], noise["ttft_p99"]) == (5.0, 1.5, 2.0)
+    assert noise["p50"] == DEFAULT_JOB_NOISE_PCT["p50"]  # the rest keep their defaults
     assert set(parse_job_noise(["all:0%", "p999:1%"]).values()) == {0.0, 1.0}
     for bad, words in [("p99", "is not METRIC:PERCENT%"), ("p99:5", "is not"), ("p98:1%", "unknown metric")]:
         with pytest.raises(UsageError, match=words):

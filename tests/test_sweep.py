@@ -30,6 +30,7 @@ load = { mode = "request_rate", levels = [50, 100], distribution = "poisson", ba
 [gate]
 baseline = "baselines/"
 thresholds = ["throughput:-10%", "p99:+2ms"]
+job_noise = ["p99:5%"]
 allow_different_machine = true
 [output]
 dir = "out"
@@ -55,6 +56,9 @@ def test_a_good_sweep_becomes_specs(tmp_path):
     assert batcher.spec.batch_size == 2 and batcher.spec.measurement_interval_ms == 400.0  # defaults kept
     assert sweep.gate is not None and sweep.gate.baseline == str(tmp_path / "baselines")
     assert sweep.gate.allow_different_machine and sweep.gate.thresholds == ("throughput:-10%", "p99:+2ms")
+    from perfkit.campaign.run import gate_options
+
+    assert gate_options(sweep).job_noise_pct["p99"] == 5.0  # the sweep's allowance reaches the gate
     assert sweep.output_dir == tmp_path / "out" and sweep.store == str(tmp_path / "results.sqlite")
 
 
@@ -78,6 +82,8 @@ def test_shipped_sweeps_are_valid(path):
         ('name = "demo"', 'nmae = "demo"', "nmae", "top-level keys"),
         ("percentile = 99", "percentil = 99", "[load].percentil", "unknown key"),
         ('"p99:+2ms"', '"p99:+2"', "gate.thresholds", "METRIC:CHANGE"),
+        ('job_noise = ["p99:5%"]', 'job_noise = ["p99:5"]', "gate.job_noise", "METRIC:PERCENT%"),
+        ('job_noise = ["p99:5%"]', 'job_noise = "p99:5%"', "gate.job_noise", "a list of strings"),
         ('baseline = "baselines/"', "baseline = 3", "gate.baseline", "a string"),
         ("allow_different_machine = true", 'allow_different_machine = "yes"', "gate.allow_different_machine", "true"),
         ('name = "batcher"', 'name = "sleeper"', "models[1].name", "each model once"),

@@ -221,3 +221,51 @@ def test_jsonl_trace_errors_name_the_line_and_field(tmp_path):
     path.write_text('{"timestamp": 5, "input_length": 3}')
     with pytest.raises(InputError, match="needs a model input named 'text_input'"):
         read_jsonl_trace(path, no_text)
+
+
+def _stream_response(rid: str, *, final: bool | None, outputs: int = 1, content: bytes = b"tok", error: str = ""):
+    r = service_pb2.ModelStreamInferResponse()
+    if error:
+        r.error_message = error
+    ir = r.infer_response
+    ir.model_name, ir.model_version, ir.id = "streamer", "1", rid
+    if final is not None:
+        ir.parameters["triton_final_response"].bool_param = final
+    ir.parameters["other"].int64_param = 7
+    for k in range(outputs):
+        out = ir.outputs.add()
+        out.name, out.datatype = f"text_output_{k}", "BYTES"
+        out.shape.extend([1])
+        ir.raw_output_contents.append(len(content).to_bytes(4, "little") + content)
+    return r.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rid": "17", "final": False},
+        {"rid": "17", "final": True},
+        {"rid": "3", "final": True, "outputs": 0},  # the empty final response
+        {"rid": "99999", "final": None},  # no final flag at all: not final
+        {"rid": "5", "final": False, "outputs": 3, "content": b"x" * 5000},  # multi-byte lengths
+        {"rid": "", "final": True, "outputs": 0},
+    ],
+)
+def test_the_stream_fast_path_reads_what_the_protobuf_parse_reads(kwargs):
+    from perfkit.loadgen._stream_grpc import scan_response
+
+    raw = _stream_response(**kwargs)
+    full = service_pb2.ModelStreamInferResponse.FromString(raw).infer_response
+    param = full.parameters.get("triton_final_response")
+    assert scan_response(raw) == (full.id, bool(full.outputs), bool(param is not None and param.bool_param))
+
+
+def test_the_stream_fast_path_leaves_errors_and_odd_encodings_to_the_full_parse():
+    from perfkit.loadgen._stream_grpc import scan_response
+
+    assert scan_response(_stream_response("1", final=True, error="model failed")) is None
+    raw = _stream_response("1", final=True)
+    assert scan_response(raw[:-3]) is None  # truncated: lengths do not add up
+    odd = raw.replace(b"triton_final_response\x12\x02\x08\x01", b"triton_final_response\x12\x02\x08\x02")
+    assert scan_response(odd) is None  # a bool encoded unusually: let protobuf decide
+    assert scan_response(b"") is None

@@ -17,21 +17,102 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
 
 from perfkit.loadgen._ledger import Ledger
-from perfkit.loadgen._stream_parts import request_suffix
+from perfkit.loadgen._stream_parts import _Req, request_suffix
 from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
 from perfkit.records import GRPC_STATUS_BASE, STATUS_CONNECTION_CLOSED, STATUS_STREAM_ERROR
 
 STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 _FINAL = "triton_final_response"
 _parse: Any = None
+# ModelInferResponse.parameters entries {1: "triton_final_response", 2: InferParameter{1: bool}}
+_FINAL_KEY = b"\n\x15triton_final_response"
+_FINAL_TRUE = _FINAL_KEY + b"\x12\x02\x08\x01"
+_FINAL_FALSE = _FINAL_KEY + b"\x12\x02\x08\x00"
 
 
-def on_stream_message(transport: StreamTransport, raw: bytes, now: int) -> None:
-    """One ModelStreamInferResponse: a response of a request in flight, maybe its final one."""
+def scan_response(raw: bytes) -> tuple[str, bool, bool] | None:
+    """(id, has outputs, final) of a ModelStreamInferResponse, read off its top-level fields.
+
+    The fast path of every streamed response: a protobuf parse builds objects this never
+    needs, and on a loaded machine each response's wakeup pays for every cold byte touched.
+    None when the message needs the full parse: an error message (field 1), an
+    unexpected wire type, a final-response parameter in any other encoding, or a
+    malformed length.
+    """
+    n = len(raw)
+    if n < 2 or raw[0] != 0x12:  # infer_response (field 2, length-delimited) first and only
+        return None
+    i, length, shift = 1, 0, 0
+    while True:
+        b = raw[i]
+        i += 1
+        length |= (b & 0x7F) << shift
+        if not b & 0x80:
+            break
+        shift += 7
+        if i >= n:
+            return None
+    if i + length != n:
+        return None
+    rid, outputs, final = "", False, False
+    while i < n:
+        tag = raw[i]
+        if tag & 7 != 2 or i + 1 >= n:  # every ModelInferResponse field is length-delimited
+            return None
+        i += 1
+        length, shift = 0, 0
+        while True:
+            b = raw[i]
+            i += 1
+            length |= (b & 0x7F) << shift
+            if not b & 0x80:
+                break
+            shift += 7
+            if i >= n:
+                return None
+        end = i + length
+        if end > n:
+            return None
+        if tag == 0x1A:  # id
+            rid = raw[i:end].decode()
+        elif tag == 0x22 and raw.startswith(_FINAL_KEY, i):  # parameters: the final-response flag
+            entry = raw[i:end]
+            if entry == _FINAL_TRUE:
+                final = True
+            elif entry != _FINAL_FALSE:
+                return None
+        elif tag == 0x2A:  # outputs
+            outputs = True
+        i = end
+    return rid, outputs, final
+
+
+def on_stream_message(
+    transport: StreamTransport, raw: bytes, now: int, finish: Callable[[str, _Req, int, int, str], None] | None = None
+) -> None:
+    """One ModelStreamInferResponse: a response of a request in flight, maybe its final one.
+
+    `finish` ends a request (default: the transport's `_finish`, on the loop thread); a
+    reader thread passes one that hands the end to the loop thread. Only appends to the
+    request's own response list happen here otherwise, so either thread may call this.
+    """
+    end = finish or transport._finish
+    if not transport.cfg.token_output:  # counting tokens needs the outputs' shapes: full parse
+        scanned = scan_response(raw)
+        if scanned is not None:
+            rid, outputs, final = scanned
+            req = transport.inflight.get(rid)
+            if req is not None:
+                if outputs:
+                    req.responses.append(now)
+                if final:
+                    end(rid, req, now, 0, "")
+            return
     global _parse
     if _parse is None:
         from tritonclient.grpc import service_pb2
@@ -47,7 +128,7 @@ def on_stream_message(transport: StreamTransport, raw: bytes, now: int) -> None:
             rid = next(iter(inflight))
             req = inflight[rid]
         if req is not None:
-            transport._finish(rid, req, now, STATUS_STREAM_ERROR, msg.error_message)
+            end(rid, req, now, STATUS_STREAM_ERROR, msg.error_message)
         return
     if req is None:
         return
@@ -60,7 +141,7 @@ def on_stream_message(transport: StreamTransport, raw: bytes, now: int) -> None:
                     req.tokens += math.prod(out.shape)
     param = resp.parameters.get(_FINAL)
     if param is not None and param.bool_param:
-        transport._finish(resp.id, req, now, 0)
+        end(resp.id, req, now, 0, "")
 
 
 def grpc_stream_request(payload: bytes, rid: str, seq: SeqFlags | None) -> bytes:

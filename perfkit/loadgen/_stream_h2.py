@@ -5,14 +5,25 @@ crosses grpc's completion-queue thread and wakes the event loop); this protocol
 writes one DATA frame per request on stream 1 and cuts gRPC messages out of the
 incoming DATA frames itself. Flow control: huge receive windows are advertised (and
 refilled); sends respect the server's connection and stream windows, queuing beyond.
+
+Reading runs on a thread of its own, blocked in poll() on the socket: waking an event
+loop costs ~130-200 us of CPU on a busy VM where a blocked thread's wakeup costs ~50
+(benchmarks/streaming_vs_perf_analyzer.py), and a token stream wakes the client once
+per response. That thread timestamps and files every non-final response itself; what
+changes state (a final response, an error, HEADERS, control frames, the end of the
+connection) goes to the loop thread in arrival order (call_soon_threadsafe), so the
+ledger, the HPACK decoder and the flow-control windows stay the loop thread's alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import os
+import select
 import socket
 import struct
+import threading
 from collections.abc import Callable
 from time import perf_counter_ns
 from typing import Any
@@ -23,6 +34,7 @@ from perfkit.errors import ServerError
 from perfkit.loadgen._h2 import PREFACE, grpc_message, header_block, headers_fragment
 from perfkit.loadgen._ledger import Ledger
 from perfkit.loadgen._stream_grpc import STREAM_INFER, grpc_stream_request, on_stream_message
+from perfkit.loadgen._stream_parts import _Req
 from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
 from perfkit.records import GRPC_STATUS_BASE, STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL
 
@@ -40,9 +52,15 @@ class H2Stream(asyncio.Protocol):
     """asyncio Protocol: one HTTP/2 connection with one gRPC bidirectional stream."""
 
     def __init__(
-        self, authority: str, on_message: Callable[[bytes, int], None], on_end: Callable[[int, str], None]
+        self,
+        authority: str,
+        loop: asyncio.AbstractEventLoop,
+        on_message: Callable[[bytes, int], None],
+        on_end: Callable[[int, str], None],
     ) -> None:
         self._block = header_block(authority, STREAM_INFER)
+        self._loop = loop
+        self._rsock: socket.socket | None = None  # the reader thread's own descriptor of the socket
         self.on_message = on_message
         self.on_end = on_end
         self.transport: Any = None
@@ -73,11 +91,63 @@ class H2Stream(asyncio.Protocol):
             + head
             + self._block
         )
+        # After asyncio has added its reader (scheduled with this call): pause it, then read on a thread.
+        self._loop.call_soon(self._start_reader)
+
+    def _start_reader(self) -> None:
+        if self.closed or self.transport is None:
+            return
+        self.transport.pause_reading()
+        sock = self.transport.get_extra_info("socket")
+        # A descriptor of its own: asyncio closing its socket never hands the reader a reused fd.
+        self._rsock = socket.socket(fileno=os.dup(sock.fileno()))
+        threading.Thread(target=self._read_loop, args=(self._rsock,), name="perfkit-stream-reader", daemon=True).start()
+
+    def _read_loop(self, sock: socket.socket) -> None:
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        err: OSError | None = None
+        try:
+            while not self.closed:
+                poller.poll()
+                now = perf_counter_ns()
+                try:
+                    data = sock.recv(1 << 18)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError as e:
+                    err = e
+                    break
+                if not data:
+                    break
+                self._frames(data, now)
+        finally:
+            sock.close()
+        if not self.closed:
+            self._hand(self.connection_lost, err)
+
+    def _hand(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run fn(*args) on the loop thread, after everything handed before it."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is left to tell
+            pass
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.closed:
             self.closed = True
             self.on_end(STATUS_CONNECTION_CLOSED, str(exc or "server closed the HTTP/2 connection"))
+        self._stop_reader()
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _stop_reader(self) -> None:
+        rsock, self._rsock = self._rsock, None
+        if rsock is not None:
+            try:  # wakes the reader's poll (the socket is going anyway)
+                rsock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     # -- sending ----------------------------------------------------------------------------
     def send(self, serialized: bytes) -> None:
@@ -104,12 +174,31 @@ class H2Stream(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.closed = True
+            self._stop_reader()
             self.transport.abort()
 
     # -- receiving --------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:
-        now = perf_counter_ns()
+    def data_received(self, data: bytes) -> None:  # on the loop thread, until the reader starts
+        self._frames(data, perf_counter_ns())
+
+    def _frames(self, data: bytes, now: int) -> None:
+        """Cut frames out of what arrived: DATA here, the rest handed to the loop thread in order."""
         buf = self._buf
+        n = len(data)
+        # The common case, one token: exactly one DATA frame (unpadded, stream open) carrying
+        # exactly one gRPC message, nothing buffered. Straight to the message, no copies.
+        if (
+            not buf
+            and not self._msg
+            and n > 14
+            and data[3] == _DATA
+            and data[4] == 0
+            and (data[0] << 16 | data[1] << 8 | data[2]) == n - 9
+            and int.from_bytes(data[10:14], "big") == n - 14
+        ):
+            self._received += n - 9
+            self.on_message(data[14:], now)
+            return
         buf += data
         pos, end = 0, len(buf)
         while end - pos >= 9:
@@ -127,21 +216,28 @@ class H2Stream(asyncio.Protocol):
                     payload = payload[1 : len(payload) - payload[0]]
                 self._on_data(bytes(payload), now)
                 if flags & _END_STREAM:
-                    self._end(0, "")
+                    self._hand(self._end, 0, "")
             elif ftype == _HEADERS:
-                self._on_headers(flags, bytes(buf[start:pos]))
+                self._hand(self._on_headers, flags, bytes(buf[start:pos]))
             elif ftype == _CONT:
-                self._cont += buf[start:pos]
-                if flags & _END_HEADERS:
-                    self._headers_complete(bytes(self._cont), self._cont_end)
-                    self._cont = bytearray()
+                self._hand(self._on_continuation, flags, bytes(buf[start:pos]))
             else:
-                self._on_control(ftype, flags, sid, bytes(buf[start:pos]))
+                self._hand(self._on_control, ftype, flags, sid, bytes(buf[start:pos]))
         del buf[:pos]
-        if self._received > (1 << 30) and self.transport is not None:
-            inc = struct.pack(">I", self._received)
-            self.transport.write(_frame(_WINDOW, 0, 0, inc) + _frame(_WINDOW, 0, _SID, inc))
+        if self._received > (1 << 30):
+            self._hand(self._refill, self._received)
             self._received = 0
+
+    def _refill(self, received: int) -> None:
+        if self.transport is not None and not self.closed:
+            inc = struct.pack(">I", received)
+            self.transport.write(_frame(_WINDOW, 0, 0, inc) + _frame(_WINDOW, 0, _SID, inc))
+
+    def _on_continuation(self, flags: int, payload: bytes) -> None:
+        self._cont += payload
+        if flags & _END_HEADERS:
+            self._headers_complete(bytes(self._cont), self._cont_end)
+            self._cont = bytearray()
 
     def _on_data(self, payload: bytes, now: int) -> None:
         msg = self._msg
@@ -180,6 +276,7 @@ class H2Stream(asyncio.Protocol):
         if not self.closed:
             self.closed = True
             self.on_end(status or STATUS_CONNECTION_CLOSED, message or "the server ended the stream")
+            self._stop_reader()
             if self.transport is not None:
                 self.transport.close()
 
@@ -194,9 +291,10 @@ class H2Stream(asyncio.Protocol):
                     self._peer_initial = value
                 elif ident == 0x5:
                     self._max_frame = value
-            self.transport.write(_frame(_SETTINGS, _ACK, 0, b""))
+            if not self.closed:
+                self.transport.write(_frame(_SETTINGS, _ACK, 0, b""))
             self._unblock()
-        elif ftype == _PING and not flags & _ACK:
+        elif ftype == _PING and not flags & _ACK and not self.closed:
             self.transport.write(_frame(_PING, _ACK, 0, payload))
         elif ftype == _WINDOW:
             inc = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
@@ -242,7 +340,7 @@ class H2StreamTransport(StreamTransport):
                 self._stream_ended(status, message)
 
         _, h2 = await self.loop.create_connection(
-            lambda: H2Stream(authority, self._on_message, on_end), self.cfg.host, self.cfg.port
+            lambda: H2Stream(authority, self.loop, self._on_message, on_end), self.cfg.host, self.cfg.port
         )
         holder.append(h2)
         self.ledger.connection_opened()
@@ -289,8 +387,11 @@ class H2StreamTransport(StreamTransport):
             self._connecting = True
             self.spawn(self._reconnect())
 
-    def _on_message(self, raw: bytes, now: int) -> None:
-        on_stream_message(self, raw, now)
+    def _on_message(self, raw: bytes, now: int) -> None:  # on the stream's reader thread
+        on_stream_message(self, raw, now, self._finish_soon)
+
+    def _finish_soon(self, rid: str, req: _Req, done_ns: int, status: int, message: str = "") -> None:
+        self.loop.call_soon_threadsafe(self._finish, rid, req, done_ns, status, message)
 
     async def _close_stream(self) -> None:
         h2, self._h2 = self._h2, None

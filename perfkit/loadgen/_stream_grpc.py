@@ -45,51 +45,48 @@ def scan_response(raw: bytes) -> tuple[str, bool, bool] | None:
     malformed length.
     """
     n = len(raw)
-    if n < 2 or raw[0] != 0x12:  # infer_response (field 2, length-delimited) first and only
+    try:
+        if raw[0] != 0x12:  # infer_response (field 2, length-delimited) first and only
+            return None
+        i, length = _length_at(raw, 1)
+        if i + length != n:
+            return None
+        rid, outputs, final = "", False, False
+        while i < n:
+            tag = raw[i]
+            length = raw[i + 1]
+            i += 2
+            if length & 0x80:  # lengths of 128 bytes and more
+                i, length = _length_at(raw, i - 1)
+            end = i + length
+            if tag & 7 != 2 or end > n:  # every ModelInferResponse field is length-delimited
+                return None
+            if tag == 0x1A:  # id
+                rid = raw[i:end].decode()
+            elif tag == 0x22 and raw.startswith(_FINAL_KEY, i):  # parameters: the final-response flag
+                entry = raw[i:end]
+                if entry == _FINAL_TRUE:
+                    final = True
+                elif entry != _FINAL_FALSE:
+                    return None
+            elif tag == 0x2A:  # outputs
+                outputs = True
+            i = end
+    except (IndexError, UnicodeDecodeError):  # truncated, or an id that is not UTF-8
         return None
-    i, length, shift = 1, 0, 0
+    return rid, outputs, final
+
+
+def _length_at(raw: bytes, i: int) -> tuple[int, int]:
+    """(position after, value) of the varint at raw[i]."""
+    value, shift = 0, 0
     while True:
         b = raw[i]
         i += 1
-        length |= (b & 0x7F) << shift
+        value |= (b & 0x7F) << shift
         if not b & 0x80:
-            break
+            return i, value
         shift += 7
-        if i >= n:
-            return None
-    if i + length != n:
-        return None
-    rid, outputs, final = "", False, False
-    while i < n:
-        tag = raw[i]
-        if tag & 7 != 2 or i + 1 >= n:  # every ModelInferResponse field is length-delimited
-            return None
-        i += 1
-        length, shift = 0, 0
-        while True:
-            b = raw[i]
-            i += 1
-            length |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-            if i >= n:
-                return None
-        end = i + length
-        if end > n:
-            return None
-        if tag == 0x1A:  # id
-            rid = raw[i:end].decode()
-        elif tag == 0x22 and raw.startswith(_FINAL_KEY, i):  # parameters: the final-response flag
-            entry = raw[i:end]
-            if entry == _FINAL_TRUE:
-                final = True
-            elif entry != _FINAL_FALSE:
-                return None
-        elif tag == 0x2A:  # outputs
-            outputs = True
-        i = end
-    return rid, outputs, final
 
 
 def on_stream_message(

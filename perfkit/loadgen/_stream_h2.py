@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
-import select
 import socket
 import struct
 import threading
@@ -48,8 +46,14 @@ def _frame(ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
 
 
-class H2Stream(asyncio.Protocol):
-    """asyncio Protocol: one HTTP/2 connection with one gRPC bidirectional stream."""
+class H2Stream:
+    """One HTTP/2 connection (a socket of its own) with one gRPC bidirectional stream.
+
+    The socket stays blocking: the reader thread sits in recv() (one syscall per wakeup);
+    the loop thread writes with MSG_DONTWAIT and hands what the kernel did not take to
+    the loop's writer callback. Closing is shutdown() (which wakes the reader) from the
+    loop thread; the socket is closed there once the reader has left recv().
+    """
 
     def __init__(
         self,
@@ -60,10 +64,10 @@ class H2Stream(asyncio.Protocol):
     ) -> None:
         self._block = header_block(authority, STREAM_INFER)
         self._loop = loop
-        self._rsock: socket.socket | None = None  # the reader thread's own descriptor of the socket
+        self._sock: socket.socket | None = None
+        self._wbuf = bytearray()  # bytes the kernel did not take yet (the loop's writer drains them)
         self.on_message = on_message
         self.on_end = on_end
-        self.transport: Any = None
         self.closed = False
         self._buf = bytearray()
         self._msg = bytearray()
@@ -77,77 +81,105 @@ class H2Stream(asyncio.Protocol):
         self._cont = bytearray()
         self._cont_end = False
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def start(self, sock: socket.socket) -> None:
+        """Take a connected socket: send the preface, settings and the stream's HEADERS, start reading."""
+        sock.setblocking(True)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
         settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, _BIG_WINDOW)
         head = struct.pack(">I", len(self._block))[1:] + bytes((_HEADERS, _END_HEADERS)) + struct.pack(">I", _SID)
-        transport.write(
+        self._out(
             PREFACE
             + _frame(_SETTINGS, 0, 0, settings)
             + _frame(_WINDOW, 0, 0, struct.pack(">I", _BIG_WINDOW - 65535))
             + head
             + self._block
         )
-        # After asyncio has added its reader (scheduled with this call): pause it, then read on a thread.
-        self._loop.call_soon(self._start_reader)
-
-    def _start_reader(self) -> None:
-        if self.closed or self.transport is None:
-            return
-        self.transport.pause_reading()
-        sock = self.transport.get_extra_info("socket")
-        # A descriptor of its own: asyncio closing its socket never hands the reader a reused fd.
-        self._rsock = socket.socket(fileno=os.dup(sock.fileno()))
-        threading.Thread(target=self._read_loop, args=(self._rsock,), name="perfkit-stream-reader", daemon=True).start()
+        threading.Thread(target=self._read_loop, args=(sock,), name="perfkit-stream-reader", daemon=True).start()
 
     def _read_loop(self, sock: socket.socket) -> None:
-        poller = select.poll()
-        poller.register(sock.fileno(), select.POLLIN)
         err: OSError | None = None
-        try:
-            while not self.closed:
-                poller.poll()
-                now = perf_counter_ns()
-                try:
-                    data = sock.recv(1 << 18)
-                except (BlockingIOError, InterruptedError):
-                    continue
-                except OSError as e:
-                    err = e
-                    break
-                if not data:
-                    break
-                self._frames(data, now)
-        finally:
+        while not self.closed:
+            try:
+                data = sock.recv(1 << 18)
+            except InterruptedError:
+                continue
+            except OSError as e:
+                err = e
+                break
+            if not data:
+                break
+            self._frames(data, perf_counter_ns())
+        # The loop thread closes the socket: every write happens there, so none can meet a
+        # descriptor number the system has handed to another socket meanwhile.
+        if not self._hand(self._release, sock, err):
             sock.close()
-        if not self.closed:
-            self._hand(self.connection_lost, err)
 
-    def _hand(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run fn(*args) on the loop thread, after everything handed before it."""
+    def _release(self, sock: socket.socket, err: OSError | None) -> None:
+        self._lost(err)
+        sock.close()
+
+    def _hand(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Run fn(*args) on the loop thread, after everything handed before it; False if the loop is gone."""
         try:
             self._loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:  # the loop is closed: nobody is left to tell
-            pass
+            return False
+        return True
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def _out(self, data: bytes) -> None:
+        """Write from the loop thread without blocking it; the rest waits for the loop's writer."""
+        sock = self._sock
+        if sock is None or self.closed:
+            return
+        if self._wbuf:
+            self._wbuf += data
+            return
+        try:
+            sent = sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        except OSError as err:
+            self._lost(err)
+            return
+        if sent < len(data):
+            self._wbuf += data[sent:]
+            self._loop.add_writer(sock.fileno(), self._flush)
+
+    def _flush(self) -> None:
+        sock = self._sock
+        if sock is None or self.closed:
+            return
+        try:
+            sent = sock.send(self._wbuf, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError as err:
+            self._lost(err)
+            return
+        del self._wbuf[:sent]
+        if not self._wbuf:
+            self._loop.remove_writer(sock.fileno())
+
+    def _lost(self, exc: Exception | None) -> None:
+        """The connection died under us (reset, EOF, a failed write): tell the owner once, then shut it."""
         if not self.closed:
-            self.closed = True
             self.on_end(STATUS_CONNECTION_CLOSED, str(exc or "server closed the HTTP/2 connection"))
-        self._stop_reader()
-        if self.transport is not None:
-            self.transport.abort()
+        self._shut()
 
-    def _stop_reader(self) -> None:
-        rsock, self._rsock = self._rsock, None
-        if rsock is not None:
-            try:  # wakes the reader's poll (the socket is going anyway)
-                rsock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def _shut(self) -> None:
+        """Closed for good: stop writing, and shut the socket down, which wakes the reader to close it."""
+        self.closed = True
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        if self._wbuf:
+            self._wbuf.clear()
+            self._loop.remove_writer(sock.fileno())
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # -- sending ----------------------------------------------------------------------------
     def send(self, serialized: bytes) -> None:
@@ -163,24 +195,18 @@ class H2Stream(asyncio.Protocol):
         self._stream_window -= len(message)
         mf = self._max_frame
         if len(message) <= mf:
-            self.transport.write(struct.pack(">I", len(message))[1:] + b"\x00\x00" + struct.pack(">I", _SID) + message)
+            self._out(struct.pack(">I", len(message))[1:] + b"\x00\x00" + struct.pack(">I", _SID) + message)
             return
-        self.transport.write(b"".join(_frame(_DATA, 0, _SID, message[i : i + mf]) for i in range(0, len(message), mf)))
+        self._out(b"".join(_frame(_DATA, 0, _SID, message[i : i + mf]) for i in range(0, len(message), mf)))
 
     def _unblock(self) -> None:
         while self._blocked and len(self._blocked[0]) <= min(self._conn_window, self._stream_window):
             self._write(self._blocked.popleft())
 
     def close(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.closed = True
-            self._stop_reader()
-            self.transport.abort()
+        self._shut()
 
     # -- receiving --------------------------------------------------------------------------
-    def data_received(self, data: bytes) -> None:  # on the loop thread, until the reader starts
-        self._frames(data, perf_counter_ns())
-
     def _frames(self, data: bytes, now: int) -> None:
         """Cut frames out of what arrived: DATA here, the rest handed to the loop thread in order."""
         buf = self._buf
@@ -229,9 +255,8 @@ class H2Stream(asyncio.Protocol):
             self._received = 0
 
     def _refill(self, received: int) -> None:
-        if self.transport is not None and not self.closed:
-            inc = struct.pack(">I", received)
-            self.transport.write(_frame(_WINDOW, 0, 0, inc) + _frame(_WINDOW, 0, _SID, inc))
+        inc = struct.pack(">I", received)
+        self._out(_frame(_WINDOW, 0, 0, inc) + _frame(_WINDOW, 0, _SID, inc))
 
     def _on_continuation(self, flags: int, payload: bytes) -> None:
         self._cont += payload
@@ -276,9 +301,7 @@ class H2Stream(asyncio.Protocol):
         if not self.closed:
             self.closed = True
             self.on_end(status or STATUS_CONNECTION_CLOSED, message or "the server ended the stream")
-            self._stop_reader()
-            if self.transport is not None:
-                self.transport.close()
+            self._shut()
 
     def _on_control(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
         if ftype == _SETTINGS and not flags & _ACK:
@@ -291,11 +314,10 @@ class H2Stream(asyncio.Protocol):
                     self._peer_initial = value
                 elif ident == 0x5:
                     self._max_frame = value
-            if not self.closed:
-                self.transport.write(_frame(_SETTINGS, _ACK, 0, b""))
+            self._out(_frame(_SETTINGS, _ACK, 0, b""))
             self._unblock()
-        elif ftype == _PING and not flags & _ACK and not self.closed:
-            self.transport.write(_frame(_PING, _ACK, 0, payload))
+        elif ftype == _PING and not flags & _ACK:
+            self._out(_frame(_PING, _ACK, 0, payload))
         elif ftype == _WINDOW:
             inc = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
             if sid == 0:
@@ -308,6 +330,22 @@ class H2Stream(asyncio.Protocol):
             self._end(STATUS_CONNECTION_CLOSED, f"stream reset by the server (HTTP/2 error {code})")
         elif ftype == _GOAWAY:
             self._end(STATUS_CONNECTION_CLOSED, "server sent GOAWAY")
+
+
+async def _connected(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:
+    """A TCP socket connected to host:port (every address tried in turn, as create_connection does)."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as err:
+            sock.close()
+            error = err
+    raise error
 
 
 class H2StreamTransport(StreamTransport):
@@ -339,10 +377,9 @@ class H2StreamTransport(StreamTransport):
                 self._h2 = None
                 self._stream_ended(status, message)
 
-        _, h2 = await self.loop.create_connection(
-            lambda: H2Stream(authority, self.loop, self._on_message, on_end), self.cfg.host, self.cfg.port
-        )
+        h2 = H2Stream(authority, self.loop, self._on_message, on_end)
         holder.append(h2)
+        h2.start(await _connected(self.loop, self.cfg.host, self.cfg.port))
         self.ledger.connection_opened()
         return h2
 

@@ -6,7 +6,7 @@ writes one DATA frame per request on stream 1 and cuts gRPC messages out of the
 incoming DATA frames itself. Flow control: huge receive windows are advertised (and
 refilled); sends respect the server's connection and stream windows, queuing beyond.
 
-Reading runs on a thread of its own, blocked in poll() on the socket: waking an event
+Reading runs on a thread of its own, blocked in recv() on the socket: waking an event
 loop costs ~130-200 us of CPU on a busy VM where a blocked thread's wakeup costs ~50
 (benchmarks/streaming_vs_perf_analyzer.py), and a token stream wakes the client once
 per response. That thread timestamps and files every non-final response itself; what

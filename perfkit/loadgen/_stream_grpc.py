@@ -191,6 +191,9 @@ class AioStreamTransport(StreamTransport):
         # One writer drains a FIFO (a stream takes one write at a time): the order of sends
         # on the stream is the order of these calls, which keeps a sequence's steps in order.
         self._ensure_call()
+        req = self.inflight.get(rid)
+        if req is not None:
+            req.call = self._call
         self._outq.put_nowait(data)
 
     async def _write(self, call: Any, queue: asyncio.Queue[bytes]) -> None:
@@ -226,6 +229,12 @@ class AioStreamTransport(StreamTransport):
             self._call, channel, self._channel = None, self._channel, None
             self.spawn(channel.close())
             self._stream_ended(status, message)
+        else:
+            # A request sent meanwhile found this call done and opened the next one before
+            # this reader woke: what was written to this call still fails here, not never.
+            now = perf_counter_ns()
+            for rid, req in [(rid, req) for rid, req in self.inflight.items() if req.call is call]:
+                self._finish(rid, req, now, status, message)
 
     async def _close_stream(self) -> None:
         call, self._call = self._call, None

@@ -50,9 +50,10 @@ def request_suffix(
 
 
 class _Req:
-    __slots__ = ("due", "failed", "responses", "sent", "slot", "tokens")
+    __slots__ = ("call", "due", "failed", "responses", "sent", "slot", "tokens")
 
     def __init__(self, due: int, slot: int) -> None:
+        self.call: object = None  # the stream it was written to, where a transport replaces streams
         self.due = due
         self.sent = -1
         self.slot = slot

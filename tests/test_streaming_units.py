@@ -269,3 +269,28 @@ def test_the_stream_fast_path_leaves_errors_and_odd_encodings_to_the_full_parse(
     odd = raw.replace(b"triton_final_response\x12\x02\x08\x01", b"triton_final_response\x12\x02\x08\x02")
     assert scan_response(odd) is None  # a bool encoded unusually: let protobuf decide
     assert scan_response(b"") is None
+
+
+def test_the_receive_window_is_refilled_on_the_fast_path_too():
+    # A token stream that only ever takes the one-frame fast path must still give the
+    # server back its window, or the stream stalls after 2 GiB.
+    from perfkit.loadgen._stream_h2 import H2Stream
+
+    class Loop:
+        handed: list = []
+
+        def call_soon_threadsafe(self, fn, *args):
+            self.handed.append((fn.__name__, args))
+
+    got: list[bytes] = []
+    h2 = H2Stream("x:1", Loop(), lambda raw, now: got.append(raw), lambda status, message: None)  # type: ignore[arg-type]  # a stand-in loop that records what is handed to it
+    raw = _stream_response("1", final=False)
+    msg = b"\x00" + len(raw).to_bytes(4, "big") + raw
+    frame = len(msg).to_bytes(3, "big") + b"\x00\x00" + (1).to_bytes(4, "big") + msg
+    h2._received = (1 << 30) - 1
+    h2._frames(frame, 0)
+    assert got == [raw]
+    assert Loop.handed == [("_refill", ((1 << 30) - 1 + len(msg),))] and h2._received == 0
+    h2._frames(frame[:20], 0)  # a partial frame takes the general path and waits for the rest
+    h2._frames(frame[20:], 0)
+    assert got == [raw, raw] and len(Loop.handed) == 1

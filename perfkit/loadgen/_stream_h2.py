@@ -209,12 +209,11 @@ class H2Stream:
     # -- receiving --------------------------------------------------------------------------
     def _frames(self, data: bytes, now: int) -> None:
         """Cut frames out of what arrived: DATA here, the rest handed to the loop thread in order."""
-        buf = self._buf
         n = len(data)
         # The common case, one token: exactly one DATA frame (unpadded, stream open) carrying
         # exactly one gRPC message, nothing buffered. Straight to the message, no copies.
         if (
-            not buf
+            not self._buf
             and not self._msg
             and n > 14
             and data[3] == _DATA
@@ -224,7 +223,15 @@ class H2Stream:
         ):
             self._received += n - 9
             self.on_message(data[14:], now)
-            return
+        else:
+            self._cut(data, now)
+        if self._received > (1 << 30):
+            self._hand(self._refill, self._received)
+            self._received = 0
+
+    def _cut(self, data: bytes, now: int) -> None:
+        """The general case: any number of frames, partial ones kept for the next read."""
+        buf = self._buf
         buf += data
         pos, end = 0, len(buf)
         while end - pos >= 9:
@@ -250,9 +257,6 @@ class H2Stream:
             else:
                 self._hand(self._on_control, ftype, flags, sid, bytes(buf[start:pos]))
         del buf[:pos]
-        if self._received > (1 << 30):
-            self._hand(self._refill, self._received)
-            self._received = 0
 
     def _refill(self, received: int) -> None:
         inc = struct.pack(">I", received)

@@ -15,6 +15,7 @@ METRICS = ("throughput", *PERCENTILE_OF_METRIC, *STREAM_METRICS)
 PERCENTILE_OF = PERCENTILE_OF_METRIC
 DEFAULT_THRESHOLDS = DEFAULT_GATE_THRESHOLDS  # defined on the records: the measurement reads them too
 HIGHER_IS_BETTER = ("throughput", "tokens")
+_ALIASES = {"p99.9": "p999", "infer/s": "throughput", "tput": "throughput", **STREAM_ALIASES}  # other names -> metric
 
 _UNIT_US = {"us": 1.0, "ms": 1000.0, "s": 1_000_000.0}
 _PATTERN = re.compile(r"^\s*([a-z0-9._/]+?)\s*:\s*([+-]?)\s*([0-9]*\.?[0-9]+)\s*(%|us|ms|s|/s|infer/s)?\s*$")
@@ -45,7 +46,7 @@ def parse_threshold(text: str) -> Threshold:
     if not m:
         raise UsageError(f"--threshold {text!r} is not METRIC:[+-]VALUE[%|ms|us|/s]", hint=forms)
     metric, sign, number, unit = m.groups()
-    metric = {"p99.9": "p999", "infer/s": "throughput", "tput": "throughput", **STREAM_ALIASES}.get(metric, metric)
+    metric = _ALIASES.get(metric, metric)
     if metric not in METRICS:
         raise UsageError(f"--threshold {text!r}: unknown metric {metric!r}", hint=forms)
     value = float(number)
@@ -99,7 +100,7 @@ def parse_job_noise(texts: tuple[str, ...] | list[str]) -> dict[str, float]:
                 f"--job-noise {text!r} is not METRIC:PERCENT%", hint="forms: p99:5%, throughput:1%, all:0%"
             )
         metric, pct = m.group(1), float(m.group(2))
-        metric = {"p99.9": "p999", "infer/s": "throughput", "tput": "throughput", **STREAM_ALIASES}.get(metric, metric)
+        metric = _ALIASES.get(metric, metric)
         if metric == "all":
             noise = dict.fromkeys(noise, pct)
         elif metric in noise:

@@ -232,9 +232,7 @@ class AioStreamTransport(StreamTransport):
         else:
             # A request sent meanwhile found this call done and opened the next one before
             # this reader woke: what was written to this call still fails here, not never.
-            now = perf_counter_ns()
-            for rid, req in [(rid, req) for rid, req in self.inflight.items() if req.call is call]:
-                self._finish(rid, req, now, status, message)
+            self._stream_ended(status, message, replaced=call)
 
     async def _close_stream(self) -> None:
         call, self._call = self._call, None

@@ -175,12 +175,17 @@ class StreamTransport(Transport):
                 self._send(self._waiting.popleft(), req.slot)
         self.on_done(status)
 
-    def _stream_ended(self, status: int, message: str) -> None:
-        """The server (or the network) ended a stream: what it carried fails; the next request reconnects."""
-        self.ledger.connection_lost()
+    def _stream_ended(self, status: int, message: str, replaced: object = None) -> None:
+        """The server (or the network) ended a stream: what it carried fails; the next request reconnects.
+
+        `replaced`: the stream (a request's `call`) that a newer one had already replaced
+        when its end was seen; only what was written to it fails, and no reconnect is owed.
+        """
+        if replaced is None:
+            self.ledger.connection_lost()
         now = perf_counter_ns()
         for rid, req in list(self.inflight.items()):
-            if req.sent >= 0:
+            if req.sent >= 0 and (replaced is None or req.call is replaced):
                 self._finish(rid, req, now, status, message)
 
     # -- request choice ----------------------------------------------------------------------------

@@ -22,7 +22,15 @@ from time import perf_counter_ns
 import numpy as np
 import pytest
 
-from perfkit.loadgen import EngineConfig, LoadGenerator, ModelIO, grpc_payload, http_payload, synthetic_tensors
+from perfkit.loadgen import (
+    EngineConfig,
+    LoadGenerator,
+    ModelIO,
+    StreamConfig,
+    grpc_payload,
+    http_payload,
+    synthetic_tensors,
+)
 from perfkit.recorder import concat
 from perfkit.records import (
     GRPC_STATUS_BASE,
@@ -119,7 +127,22 @@ def _run(
 ) -> Run:
     protocol = "http" if transport == "http1" else "grpc"
     cfg = EngineConfig(protocol, "127.0.0.1", proxy.port, _payload(server, protocol), transport=transport, seed=7)
-    executed_before = _executed(server.endpoints.http_url)
+    return drive_through_fault(cfg, server, MODEL, level, proxy, fault, before_fault, after_fault)
+
+
+def drive_through_fault(
+    cfg: EngineConfig | StreamConfig,
+    server,
+    model: str,
+    level: LoadLevel,
+    proxy: FaultProxy,
+    fault: Callable[[FaultProxy], None],
+    before_fault: int,
+    after_fault: int,
+) -> Run:
+    """Load until `before_fault` requests completed, inject the fault, load until `after_fault`
+    more completed after it, stop; with the server's own count of what it executed."""
+    executed_before = _executed(server.endpoints.http_url, model)
     parts: list[Samples] = []
     with LoadGenerator(cfg) as gen:
         t0 = gen.start(level)
@@ -128,7 +151,7 @@ def _run(
         fault(proxy)
         _collect(gen, parts, lambda s: int(((s.status == 0) & (s.done_ns > fault_ns)).sum()) >= after_fault)
         parts.append(gen.stop(DRAIN_S))
-    executed = _executed(server.endpoints.http_url) - executed_before
+    executed = _executed(server.endpoints.http_url, model) - executed_before
     return Run(concat(parts), t0, fault_ns, level, executed, parts)
 
 

@@ -23,11 +23,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from perfkit.loadgen import LoadGenerator, ModelIO, StreamConfig, grpc_payload, sse_payload, synthetic_tensors
-from perfkit.recorder import concat
-from perfkit.records import LoadLevel, Samples
+from perfkit.loadgen import ModelIO, StreamConfig, grpc_payload, sse_payload, synthetic_tensors
+from perfkit.records import LoadLevel
 from tests.faultproxy import FaultProxy
-from tests.test_faults import DRAIN_S, LEVELS, Run, _check, _collect, _executed
+from tests.test_faults import LEVELS, Run, _check, drive_through_fault
 
 MODEL = "identity"
 RESPONSES = 1  # per request: identity answers once, then the (empty) final response
@@ -59,17 +58,7 @@ def _run(
 ) -> Run:
     payloads = _payload(server, transport, f"127.0.0.1:{proxy.port}")
     cfg = StreamConfig("127.0.0.1", proxy.port, payloads, transport=transport, seed=7)
-    executed_before = _executed(server.endpoints.http_url, MODEL)
-    parts: list[Samples] = []
-    with LoadGenerator(cfg) as gen:
-        t0 = gen.start(level)
-        _collect(gen, parts, lambda s: int((s.status == 0).sum()) >= before_fault)
-        fault_ns = time.perf_counter_ns()
-        fault(proxy)
-        _collect(gen, parts, lambda s: int(((s.status == 0) & (s.done_ns > fault_ns)).sum()) >= after_fault)
-        parts.append(gen.stop(DRAIN_S))
-    executed = _executed(server.endpoints.http_url, MODEL) - executed_before
-    return Run(concat(parts), t0, fault_ns, level, executed, parts)
+    return drive_through_fault(cfg, server, MODEL, level, proxy, fault, before_fault, after_fault)
 
 
 def _check_stream(run: Run) -> None:

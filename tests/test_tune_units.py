@@ -13,7 +13,7 @@ import pytest
 
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.measure import _binary_search, _over_threshold
+from perfkit.measure import _binary_search, over_latency_threshold
 from perfkit.records import MetricSample, ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
@@ -51,7 +51,7 @@ class FakeSystem:
             _binary_search(spec, run)
         else:
             for lv in spec.levels:
-                if _over_threshold(spec, run(lv)):
+                if over_latency_threshold(spec, run(lv)):
                     break
         return synthetic_record(levels, model=spec.model)
 

@@ -18,7 +18,15 @@ from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest
 from perfkit.distributed._worker import LevelPlan, Unit
 from perfkit.errors import MeasurementError, ServerError, UsageError
 from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, synthetic_tensors
-from perfkit.measure import LevelDone, LevelStarted, PlacedWorker, Progress, WindowMeasured, WorkersPlaced
+from perfkit.measure import (
+    LevelDone,
+    LevelStarted,
+    PlacedWorker,
+    Progress,
+    WindowMeasured,
+    WorkersPlaced,
+    over_latency_threshold,
+)
 from perfkit.measure._context import make_record, server_info
 from perfkit.measure._server_stats import composing_models
 from perfkit.records import (
@@ -200,11 +208,8 @@ def profile_distributed(
             record()
             if on_progress:
                 on_progress(LevelDone(level, result))
-            if spec.latency_threshold_ms is not None:
-                lat = result.latency()
-                value = lat.mean_us if spec.percentile is None else lat.percentile_us(spec.percentile)
-                if value > spec.latency_threshold_ms * 1e3:
-                    break
+            if over_latency_threshold(spec, result):
+                break
     except KeyboardInterrupt:
         record("interrupted", "interrupted by the user")
         raise

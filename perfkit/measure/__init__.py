@@ -68,6 +68,7 @@ __all__ = [
     "levels_frame",
     "parse_goodput",
     "machine_info",
+    "over_latency_threshold",
     "profile",
     "served_config_sha256",
     "validate_outputs",
@@ -227,7 +228,7 @@ def profile(
                 else:
                     for level in spec.levels:
                         result = run(level)
-                        if _over_threshold(spec, result):
+                        if over_latency_threshold(spec, result):
                             break
     except KeyboardInterrupt:
         record("interrupted", "interrupted by the user")
@@ -243,7 +244,8 @@ def profile(
     return record()
 
 
-def _over_threshold(spec: ProfileSpec, result: LevelResult) -> bool:
+def over_latency_threshold(spec: ProfileSpec, result: LevelResult) -> bool:
+    """Whether a level's latency (mean, or spec.percentile) is past `-l`: the sweep stops there."""
     if spec.latency_threshold_ms is None:
         return False
     lat = result.latency()
@@ -259,7 +261,7 @@ def _binary_search(spec: ProfileSpec, run: Callable[[LoadLevel], LevelResult]) -
     while lo <= hi:
         mid = (lo + hi) // 2
         result = run(LoadLevel(template.mode, values[mid], template.distribution))
-        if _over_threshold(spec, result):
+        if over_latency_threshold(spec, result):
             hi = mid - 1
         else:
             lo = mid + 1

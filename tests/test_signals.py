@@ -123,14 +123,7 @@ def test_tune_in_the_background_restores_the_config_on_sigterm(model_repo: Path,
             "-o", str(tmp_path / "out"), "--latency-budget", "20ms", "--max-concurrency", "4",
             "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
             "--instance-counts", "1,2", "--precisions", "fp32", "--trials", "3"]  # fmt: skip
-    proc, out = _background(args)
-    pid = int(out.wait_for(r"^pid=(\d+)$").group(1))
-    out.wait_for(r"^trial 1/")
-    wait_until(lambda: cfg_path.read_bytes() != original, "trial 1 to write its candidate config")
-    os.kill(pid, signal.SIGTERM)
-    rc, text = _finish(proc, out)
-    assert rc == 130, text
-    assert cfg_path.read_bytes() == original, text
+    _signal_while_swapped(args, cfg_path, original, r"^trial 1/", signal.SIGTERM)
 
 
 def test_handlers_turn_an_ignored_sigint_into_one_interrupt_and_are_put_back() -> None:
@@ -162,11 +155,17 @@ def test_gate_ab_in_the_background_restores_the_config_on_sigint(tmp_path: Path)
             "--baseline-config", str(cfg_path), "--candidate-config", str(candidate), "--rounds", "3",
             "--concurrency", "1", "--measurement-interval", "300", "--max-trials", "20",
             "--min-windows", "20"]  # fmt: skip
+    _signal_while_swapped(args, cfg_path, original, r"round \d+: candidate", signal.SIGINT)
+
+
+def _signal_while_swapped(args: list[str], cfg_path: Path, original: bytes, line: str, sig: int) -> None:
+    """Start a perfkit command in the background, signal it once it printed `line` and its
+    candidate config is in place; it exits 130 with the user's config byte for byte."""
     proc, out = _background(args)
     pid = int(out.wait_for(r"^pid=(\d+)$").group(1))
-    out.wait_for(r"round \d+: candidate")
-    wait_until(lambda: cfg_path.read_bytes() != original, "the candidate config to be in place")
-    os.kill(pid, signal.SIGINT)
+    out.wait_for(line)
+    wait_until(lambda: cfg_path.read_bytes() != original, "a candidate config to be in place")
+    os.kill(pid, sig)
     rc, text = _finish(proc, out)
     assert rc == 130, text
     assert cfg_path.read_bytes() == original, text

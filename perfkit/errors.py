@@ -20,6 +20,7 @@ class ExitCode(enum.IntEnum):
     GATE_REGRESSION = 10  # gate: at least one metric regressed
     GATE_INCONCLUSIVE = 11  # gate: not enough evidence either way
     GATE_INVALID = 12  # gate: a run is not valid for comparison
+    HISTORY_CHANGE = 13  # history --fail-on-change: a metric's history has a change point toward worse
     INTERRUPTED = 130  # Ctrl-C / SIGTERM, after cleanup
 
 

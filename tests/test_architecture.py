@@ -28,6 +28,10 @@ LAYERS: list[set[str]] = [
     {"distributed"},  # measure's level loop spread over Ray workers; the tuner's --ray mode builds on it
     {"store"},
     {"tuner", "gate"},
+    {
+        "history",
+        "live",
+    },  # history: the store's runs over time (uses the gate's noise model); live: progress -> Prometheus
     {"report"},
     {"campaign"},
     {"cli"},
@@ -97,5 +101,6 @@ def test_exit_codes_are_pinned():
         "GATE_REGRESSION": 10,
         "GATE_INCONCLUSIVE": 11,
         "GATE_INVALID": 12,
+        "HISTORY_CHANGE": 13,
         "INTERRUPTED": 130,
     }

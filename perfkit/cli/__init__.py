@@ -18,6 +18,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("perfkit.cli.tune", "Search model configs for the most throughput within a latency budget."),
     "report": ("perfkit.cli.report", "Write a self-contained HTML report from run records."),
     "gate": ("perfkit.cli.gate", "Fail CI when performance regresses against a baseline."),
+    "history": ("perfkit.cli.history", "Each metric's history in the results store, with its change points."),
     "baseline": ("perfkit.cli.baseline", "Save, show and list baselines in the results store."),
     "run": ("perfkit.cli.run", "Run a whole campaign from a sweep file (serve, profile, tune, report, gate)."),
 }
@@ -52,7 +53,8 @@ def cli(ctx: click.Context, traceback: bool) -> None:
       0  success             4  server error (start, unreachable, died)
       1  internal error      5  measurement failed part-way (partial results saved)
       2  usage error         10 gate: regression   11 gate: inconclusive   12 gate: invalid
-      3  bad input           130 interrupted (Ctrl-C / SIGTERM)
+      3  bad input           13 history: a change point toward worse (--fail-on-change)
+                             130 interrupted (Ctrl-C / SIGTERM)
     """
     ctx.ensure_object(dict)
     ctx.obj["traceback"] = traceback

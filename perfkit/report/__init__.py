@@ -13,13 +13,21 @@ from pathlib import Path
 
 from perfkit.errors import InputError
 from perfkit.gate import GateOptions, GateResult
+from perfkit.history import ChangePoint, Series
 from perfkit.records import RunRecord, TuneRecord
+from perfkit.report._history import history_page
 from perfkit.report._inputs import load_inputs
 from perfkit.report._other_pages import comparison_page, tune_page
 from perfkit.report._page import write
 from perfkit.report._profile_page import profile_page
 
-__all__ = ["load_inputs", "write_comparison_report", "write_profile_report", "write_tune_report"]
+__all__ = [
+    "load_inputs",
+    "write_comparison_report",
+    "write_history_report",
+    "write_profile_report",
+    "write_tune_report",
+]
 
 
 def write_profile_report(records: list[RunRecord], path: Path | str) -> Path:
@@ -58,3 +66,13 @@ def write_comparison_report(
     if not baseline or not current:
         raise InputError("a comparison report needs at least one baseline and one current run record")
     return write(comparison_page(list(baseline), list(current), results, options), path)
+
+
+def write_history_report(series: Sequence[Series], changes: Sequence[ChangePoint], path: Path | str) -> Path:
+    """Write the history report (each series with its intervals and change points); returns path.
+
+    Raises InputError when there is no series or path cannot be written.
+    """
+    if not series:
+        raise InputError("a history report needs at least one series (no runs matched)")
+    return write(history_page(series, changes), path)

@@ -303,6 +303,16 @@ class LevelRecorder:
         mask &= (s.status == STATUS_OK) | (s.status == STATUS_UNFINISHED)
         return (s.done_ns[mask] - s.due_ns[mask]) / 1e3, s.done_ns[mask]
 
+    def window_latencies_us(self, index: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """Latencies (us) of the requests that completed ok in window `index` (0-based): service,
+        and corrected (from the due time; None in closed loop)."""
+        s = self.samples
+        w0 = self.start_ns + index * self.window_ns
+        done = (s.done_ns >= w0) & (s.done_ns < w0 + self.window_ns) & (s.status == STATUS_OK)
+        service = (s.done_ns[done] - s.sent_ns[done]) / 1e3
+        corrected = None if self.closed_loop else (s.done_ns[done] - s.due_ns[done]) / 1e3
+        return service, corrected
+
     def tail_certified(self, end_ns: int, percentiles: Sequence[float]) -> bool:
         """Whether every percentile given has MIN_TAIL_SAMPLES beyond it (none of them thin).
 

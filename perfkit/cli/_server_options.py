@@ -59,7 +59,11 @@ def server_options(*, url_flag: bool = True) -> Callable[[F], F]:
             ),
             click.option("--http-port", type=int, help="HTTP port of a launched server (default: a free one)."),
             click.option("--grpc-port", type=int, help="gRPC port of a launched server (default: a free one)."),
-            click.option("--metrics-port", type=int, help="Metrics port of a launched server (default: a free one)."),
+            click.option(
+                "--server-metrics-port",
+                type=int,
+                help="Triton's metrics port of a launched server (default: a free one; --metrics-port is perfkit's).",
+            ),
             click.option(
                 "--startup-timeout", type=float, default=120.0, show_default=True, help="Seconds to wait for ready."
             ),
@@ -90,7 +94,7 @@ SERVER_KWARGS = (
     "bind_host",
     "http_port",
     "grpc_port",
-    "metrics_port",
+    "server_metrics_port",
     "startup_timeout",
     "server_env",
     "server_log",
@@ -115,7 +119,7 @@ def build_server_options(
         host=k["bind_host"],
         http_port=k["http_port"],
         grpc_port=k["grpc_port"],
-        metrics_port=k["metrics_port"],
+        metrics_port=k["server_metrics_port"],
         startup_timeout_s=k["startup_timeout"],
         env=_parse_env(k["server_env"]),
         log_path=k["server_log"],

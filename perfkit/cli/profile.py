@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from perfkit.cli._metrics_options import metrics_options, publish
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
@@ -165,6 +166,7 @@ class _Progress:
         self.tty = sys.stderr.isatty()
 
     def __call__(self, ev: ProgressEvent) -> None:
+        publish(ev)  # live metrics (--metrics-port), when serving
         if isinstance(ev, WorkersPlaced):  # distributed runs: where the load workers were placed
             for w in ev.workers:
                 click.echo(f"  worker {w.worker}: {w.host} (Ray node {w.node_id[:12]})", err=True)
@@ -189,6 +191,7 @@ class _Progress:
 
 
 @click.command(name="profile")
+@metrics_options
 @click.option("-m", "--model-name", "model", required=True, help="Model to measure.")
 @click.option("-x", "--model-version", default="", help="Model version (default: the server's choice).")
 @click.option(

@@ -6,11 +6,19 @@ from pathlib import Path
 
 import click
 
-from perfkit.campaign import load_sweep, run_campaign
+from perfkit.campaign import CampaignProgress, load_sweep, run_campaign
+from perfkit.cli._metrics_options import metrics_options, publish
 from perfkit.cli.gate import emit, finish
 
 
+def _echo_step(ev: CampaignProgress) -> None:
+    if ev.record is not None:
+        publish(ev.record)  # live metrics (--metrics-port): each profiled model's levels as it finishes
+    click.echo(ev.message, err=True)
+
+
 @click.command(name="run")
+@metrics_options
 @click.argument("sweep_file", metavar="SWEEP", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Output folder (default: [output].dir).")
 @click.option("--store", metavar="PATH", help="Results store (default: [output].store, else .perfkit/results.sqlite).")
@@ -38,9 +46,7 @@ def command(sweep_file: Path, output: Path | None, store: str | None, no_gate: b
         if sweep.gate:
             click.echo(f"  gate    against {sweep.gate.baseline} ({', '.join(sweep.gate.thresholds) or 'defaults'})")
         return
-    result = run_campaign(
-        sweep, output_dir=output, gate=not no_gate, store=store, on_progress=lambda ev: click.echo(ev.message, err=True)
-    )
+    result = run_campaign(sweep, output_dir=output, gate=not no_gate, store=store, on_progress=_echo_step)
     click.echo(f"perfkit run: run records in {result.output_dir}", err=True)
     if result.gate_results:
         g = sweep.gate

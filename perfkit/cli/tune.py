@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from perfkit.cli._metrics_options import metrics_options, publish
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import ConfigError, InputError, UsageError
 from perfkit.server.launch import open_server
@@ -79,7 +80,13 @@ def _dry_run(
         click.echo(f"perfkit: {len(paths)} candidate configs written to {output_dir / 'candidates'}", err=True)
 
 
+def _echo_event(event: Any) -> None:
+    publish(event)  # live metrics (--metrics-port), when serving
+    click.echo(event.line())
+
+
 @click.command(name="tune")
+@metrics_options
 @click.option("-m", "--model", required=True, help="Model to tune (its folder in the model repository).")
 @click.option(
     "--latency-budget",
@@ -307,9 +314,7 @@ def command(  # noqa: PLR0917
     with open_server(opts) as server:
         if opts.mode != "remote":
             click.echo(f" ready at {server.endpoints.http_url}", err=True)
-        result = tune(
-            server, settings, space, model_repository=opts.model_repository, on_event=lambda e: click.echo(e.line())
-        )
+        result = tune(server, settings, space, model_repository=opts.model_repository, on_event=_echo_event)
     if report_path is not None:
         from perfkit.report import load_inputs, write_tune_report
 

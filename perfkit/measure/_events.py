@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from perfkit.recorder import LevelCounts
 from perfkit.records import LevelResult, LoadLevel, Precision
 
 
@@ -24,6 +26,12 @@ class WindowMeasured:
     infer_per_s: float  # this window's throughput
     p99_us: float  # the level's p99 so far
     precision: Precision
+    # The level's exact counts so far (offered, errors by kind, late, dropped: the recorder's own
+    # rule, so they end equal to the level's result), and this window's latencies (us, numpy):
+    # what a live exporter needs, computed off the load generator's thread.
+    counts: LevelCounts | None = None
+    service_us: Any = None
+    corrected_us: Any = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,271 @@
+"""Progress events -> Prometheus series, served over HTTP while a run goes on.
+
+One more subscriber of the typed progress events the stages already emit: the load generator's
+hot path gains no hook. Counters are the recorder's own exact counts of the level so far
+(WindowMeasured.counts), replaced by the level's final result at LevelDone, so a finished level's
+counters equal its run record's. Histograms are kept as bucket counts here (numpy, one call per
+window) and handed to prometheus_client's exposition as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
+from prometheus_client.registry import Collector
+
+from perfkit.errors import PortInUseError
+from perfkit.measure import LevelDone, LevelStarted, WindowMeasured
+from perfkit.records import STATUS_DROPPED, LevelResult, LoadLevel, RunRecord, status_name
+from perfkit.tuner._events import TrialMeasured, TrialStarted, TuneEvent
+
+_log = logging.getLogger(__name__)
+
+# 100 us to ~26 s, doubling: fine enough for an identity model, wide enough for an LLM.
+LATENCY_BUCKETS_S = tuple(1e-4 * 2**k for k in range(19))
+_DROPPED = status_name(STATUS_DROPPED)
+
+
+@dataclass
+class _Level:
+    """What is known of one level: its exact counts so far and its latency buckets."""
+
+    load: LoadLevel
+    offered: int = 0
+    completed: int = 0
+    inferences: int = 0
+    failed: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
+    late: int = 0
+    throughput: float = 0.0
+    stable: float = 0.0
+    throughput_rel: float | None = None
+    latency_rel: float | None = None
+    buckets: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> per-bucket counts (+Inf last)
+    sums_s: dict[str, float] = field(default_factory=dict)
+    done: bool = False
+
+    def observe(self, kind: str, latencies_us: Any) -> None:
+        if latencies_us is None or len(latencies_us) == 0:
+            return
+        seconds = np.asarray(latencies_us, dtype=float) / 1e6
+        index = np.searchsorted(LATENCY_BUCKETS_S, seconds, side="left")  # le-buckets: value <= bound
+        counts = np.bincount(index, minlength=len(LATENCY_BUCKETS_S) + 1)
+        self.buckets[kind] = self.buckets.get(kind, np.zeros(len(LATENCY_BUCKETS_S) + 1, dtype=np.int64)) + counts
+        self.sums_s[kind] = self.sums_s.get(kind, 0.0) + float(seconds.sum())
+
+    def set_counts(self, *, offered: int, errors: Mapping[str, int], inferences: int, late: int, dropped: int) -> None:
+        # max(): a count seen once never goes back (the recorder's counts only grow within a level)
+        self.offered = max(self.offered, offered)
+        self.dropped = max(self.dropped, dropped)
+        failed_now = {k: v for k, v in errors.items() if k != _DROPPED}
+        for kind, n in failed_now.items():
+            self.failed[kind] = max(self.failed.get(kind, 0), n)
+        error_count = sum(failed_now.values()) + dropped
+        self.completed = max(self.completed, offered - error_count)
+        self.inferences = max(self.inferences, inferences)
+        self.late = max(self.late, late)
+
+
+class LiveMetrics(Collector):
+    """Turns perfkit's progress events into Prometheus series; serve() exposes them over HTTP."""
+
+    def __init__(self, model: str = "", command: str = "profile") -> None:
+        self.model = model
+        self.command = command
+        self._lock = threading.Lock()
+        self._levels: dict[str, _Level] = {}
+        self._current: str | None = None
+        self._tune: dict[str, Any] = {}
+        self._trials: dict[str, int] = {}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self._server: Any = None
+        self.port = 0
+
+    # -- events ---------------------------------------------------------------------------
+
+    def handle(self, event: object) -> None:
+        """Take one progress event (measure or tune) or a finished run record; others are ignored."""
+        with self._lock:
+            if isinstance(event, LevelStarted):
+                self._current = event.level.label
+                self._levels.setdefault(event.level.label, _Level(event.level))
+            elif isinstance(event, WindowMeasured):
+                lv = self._levels.setdefault(event.level.label, _Level(event.level))
+                self._current = event.level.label
+                lv.throughput = event.infer_per_s
+                lv.throughput_rel = event.precision.throughput_rel
+                lv.latency_rel = event.precision.latency_rel
+                if event.counts is not None:
+                    c = event.counts
+                    lv.set_counts(
+                        offered=c.request_count, errors=c.errors, inferences=c.inference_count,
+                        late=c.late_count, dropped=c.dropped_count,
+                    )  # fmt: skip
+                lv.observe("service", event.service_us)
+                lv.observe("corrected", event.corrected_us)
+            elif isinstance(event, LevelDone):
+                self._level_done(event.result)
+            elif isinstance(event, RunRecord):
+                self.model = self.model or str(event.model.name)
+                for result in event.levels:
+                    self._level_done(result)
+            elif isinstance(event, TuneEvent):
+                self._tune_event(event)
+
+    def _level_done(self, r: LevelResult) -> None:
+        lv = self._levels.setdefault(r.load.label, _Level(r.load))
+        lv.set_counts(
+            offered=r.request_count, errors=r.errors, inferences=r.inference_count, late=r.late_count,
+            dropped=r.dropped_count,
+        )  # fmt: skip
+        lv.throughput = r.throughput_infer_per_s
+        lv.stable = 1.0 if r.stable else 0.0
+        lv.throughput_rel, lv.latency_rel = r.precision.throughput_rel, r.precision.latency_rel
+        lv.done = True
+
+    def _tune_event(self, event: TuneEvent) -> None:
+        if isinstance(event, TrialStarted):
+            self._tune.update(trial=event.number, label=event.label)
+            self._trials["started"] = self._trials.get("started", 0) + 1
+        elif isinstance(event, TrialMeasured):
+            self._tune.update(
+                trial=event.number, throughput=event.throughput_infer_per_s, latency_s=event.latency_ms / 1e3,
+                feasible=1.0 if event.feasible else 0.0, concurrency=event.concurrency or 0,
+            )  # fmt: skip
+            outcome = "feasible" if event.feasible else "infeasible"
+            self._trials[outcome] = self._trials.get(outcome, 0) + 1
+        else:
+            name = type(event).__name__
+            for kind, outcome in (("TrialPruned", "pruned"), ("TrialFailed", "failed"), ("TrialRejected", "rejected")):
+                if name == kind:
+                    self._trials[outcome] = self._trials.get(outcome, 0) + 1
+
+    # -- exposition -----------------------------------------------------------------------
+
+    def collect(self) -> Iterator[Any]:
+        """The series as they are now (called by prometheus_client on each scrape)."""
+        with self._lock:
+            yield from self._collect()
+
+    def _collect(self) -> Iterator[Any]:  # noqa: PLR0915
+        labels = ["model", "level"]
+        fams = {
+            "offered": CounterMetricFamily(
+                "perfkit_requests_offered", "Requests the schedule made due in the measured period", labels=labels
+            ),
+            "sent": CounterMetricFamily("perfkit_requests_sent", "Requests handed to the server", labels=labels),
+            "completed": CounterMetricFamily(
+                "perfkit_requests_completed", "Requests answered without error", labels=labels
+            ),
+            "inferences": CounterMetricFamily(
+                "perfkit_inferences", "Inferences completed (requests x batch size)", labels=labels
+            ),
+            "failed": CounterMetricFamily(
+                "perfkit_requests_failed", "Requests that failed, by kind", labels=[*labels, "kind"]
+            ),
+            "dropped": CounterMetricFamily(
+                "perfkit_requests_dropped", "Due sends that could not be made (open loop, no capacity)", labels=labels
+            ),
+            "late": CounterMetricFamily(
+                "perfkit_requests_late", "Sends made later than their due time (open loop)", labels=labels
+            ),
+        }
+        tput = GaugeMetricFamily(
+            "perfkit_throughput_inferences_per_second", "Latest window's throughput", labels=labels
+        )
+        inflight = GaugeMetricFamily(
+            "perfkit_requests_in_flight",
+            "Requests in flight: the concurrency in closed loop, sent rate x mean service time in open loop",
+            labels=labels,
+        )
+        stable = GaugeMetricFamily("perfkit_level_stable", "1 once the level is measured stable", labels=labels)
+        prec = GaugeMetricFamily(
+            "perfkit_level_precision_ratio", "~95% CI half-width (relative) reached so far", labels=[*labels, "figure"]
+        )
+        current = GaugeMetricFamily("perfkit_level_current", "1 for the level being measured now", labels=labels)
+        hists = HistogramMetricFamily(
+            "perfkit_request_latency_seconds",
+            "Request latency: service (from send) and corrected (from due time, open loop)",
+            labels=[*labels, "kind"],
+        )
+        for label, lv in self._levels.items():
+            values = [self.model, label]
+            fams["offered"].add_metric(values, lv.offered)
+            fams["sent"].add_metric(values, lv.offered - lv.dropped)
+            fams["completed"].add_metric(values, lv.completed)
+            fams["inferences"].add_metric(values, lv.inferences)
+            fams["dropped"].add_metric(values, lv.dropped)
+            fams["late"].add_metric(values, lv.late)
+            for kind, n in sorted(lv.failed.items()):
+                fams["failed"].add_metric([*values, kind], n)
+            tput.add_metric(values, lv.throughput)
+            stable.add_metric(values, lv.stable)
+            current.add_metric(values, 1.0 if label == self._current and not lv.done else 0.0)
+            for figure, rel in (("throughput", lv.throughput_rel), ("latency", lv.latency_rel)):
+                if rel is not None:
+                    prec.add_metric([*values, figure], rel)
+            if lv.load.mode == "concurrency":
+                inflight.add_metric(values, 0.0 if lv.done else lv.load.value)
+            elif "service" in lv.buckets and not lv.done:
+                mean_s = lv.sums_s["service"] / max(1, int(lv.buckets["service"].sum()))
+                inflight.add_metric(values, lv.throughput * mean_s)
+            for kind, counts in lv.buckets.items():
+                cumulative = np.cumsum(counts)
+                buckets = [(f"{b:.6g}", float(n)) for b, n in zip(LATENCY_BUCKETS_S, cumulative[:-1])]
+                buckets.append(("+Inf", float(cumulative[-1])))
+                hists.add_metric([*values, kind], buckets, lv.sums_s[kind])
+        yield from fams.values()
+        yield from (tput, inflight, stable, prec, current, hists)
+        yield from self._collect_tune()
+
+    def _collect_tune(self) -> Iterator[Any]:
+        if not self._trials and not self._tune:
+            return
+        trials = CounterMetricFamily("perfkit_tune_trials", "Tune trials by outcome", labels=["model", "outcome"])
+        for outcome, n in sorted(self._trials.items()):
+            trials.add_metric([self.model, outcome], n)
+        yield trials
+        t = self._tune
+        if "trial" in t:
+            yield GaugeMetricFamily("perfkit_tune_trial", "The trial being run (or last run)", value=t["trial"])
+        if "label" in t:
+            info = InfoMetricFamily("perfkit_tune_trial_parameters", "The current trial's parameters")
+            info.add_metric([], {"model": self.model, "trial": str(t.get("trial", "")), "parameters": t["label"]})
+            yield info
+        for key, name, help_ in (
+            ("throughput", "perfkit_tune_trial_throughput_inferences_per_second", "Last trial's throughput"),
+            ("latency_s", "perfkit_tune_trial_latency_seconds", "Last trial's budgeted latency statistic"),
+            ("feasible", "perfkit_tune_trial_feasible", "1 when the last trial met the latency budget"),
+        ):
+            if key in t:
+                yield GaugeMetricFamily(name, help_, value=t[key])
+
+    # -- serving --------------------------------------------------------------------------
+
+    def serve(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Serve /metrics on host:port in a daemon thread; returns the port. Raises PortInUseError."""
+        try:
+            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as err:
+            raise PortInUseError(
+                f"--metrics-port {port} on {host} cannot be served: {err.strerror or err}",
+                hint="pick a free port, or 0 for any",
+            ) from None
+        self.port = int(self._server.server_port)
+        _log.info("metrics on http://%s:%d/metrics", host, self.port)
+        return self.port
+
+    def close(self) -> None:
+        """Stop serving (the last values are lost with the process)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None

@@ -3,14 +3,18 @@ plus the helpers every test uses to wait on a running process and to require rea
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -153,3 +157,80 @@ def ray_cluster() -> Iterator[str]:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = old_path
+
+
+PROMETHEUS = shutil.which("prometheus")
+PROMETHEUS_HOW = "bash scripts/system-deps.sh installs Debian's prometheus package"
+
+
+class PrometheusServer:
+    """A real Prometheus on loopback scraping the given targets every second; query() its HTTP API."""
+
+    def __init__(self, workdir: Path, targets: list[str]) -> None:
+        from perfkit.server._ports import free_ports
+
+        self.port = free_ports(1)[0]
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+            + "".join(
+                f"  - job_name: t{i}\n    static_configs:\n      - targets: ['{t}']\n" for i, t in enumerate(targets)
+            )
+        )
+        self.log = (workdir / "prometheus.log").open("w")
+        self.proc = subprocess.Popen(
+            [
+                str(PROMETHEUS),
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until(self._ready, "prometheus ready", timeout_s=60)
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            pytest.fail(f"prometheus exited with {self.proc.returncode}", pytrace=False)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """The instant vector of a PromQL query, now or at a Unix time (fails the test when Prometheus rejects it)."""
+        params = {"query": expr} if at is None else {"query": expr, "time": f"{at:.3f}"}
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            body = json.loads(resp.read())
+        assert body["status"] == "success", f"{expr}: {body}"
+        return list(body["data"]["result"])
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path) -> Iterator[Callable[[list[str]], PrometheusServer]]:
+    """Start a real Prometheus (Debian's package) scraping targets; under CI=true a missing one fails."""
+    require("prometheus", PROMETHEUS, PROMETHEUS_HOW)
+    started: list[PrometheusServer] = []
+
+    def start(targets: list[str]) -> PrometheusServer:
+        server = PrometheusServer(tmp_path / f"prometheus{len(started)}", targets)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

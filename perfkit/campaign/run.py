@@ -253,12 +253,15 @@ def _report(
         from perfkit import report  # noqa: PLC0415
     except ImportError:
         return None
-    path = report.write_profile_report(records, out / "report.html")
+    path = report.write_profile_report(records, report.DEFAULT_REPORTS_DIR / f"{out.name}.html")
     echo("report", f"perfkit run: report {path}")
     if pairs:
         compared = [r for r in results if r.findings]
         cpath = report.write_comparison_report(
-            [b for b, _ in pairs], [c for _, c in pairs], out / "gate-report.html", results=compared
+            [b for b, _ in pairs],
+            [c for _, c in pairs],
+            report.DEFAULT_REPORTS_DIR / f"{out.name}-gate.html",
+            results=compared,
         )
         echo("report", f"perfkit run: gate report {cpath}")
     return Path(path)

@@ -8,6 +8,7 @@ path in a sweep file is relative to the file's folder.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,12 @@ from typing import Any
 
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.records import LoadLevel, ProfileSpec
+
+
+def normalised(path: Path) -> Path:
+    """A sweep-relative path without `dir/..` detours: `.perfkit/demo`, not `sweeps/../.perfkit/demo`."""
+    return Path(os.path.normpath(path))
+
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -150,7 +157,7 @@ class _Checker:
 
     def path_(self, data: Mapping[str, Any], key: str, where: str) -> Path | None:
         value = self.str_(data, key, where)
-        return None if value is None else (self.base / Path(value).expanduser())
+        return None if value is None else normalised(self.base / Path(value).expanduser())
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -215,7 +222,7 @@ def parse_sweep(data: Mapping[str, Any], path: Path) -> Sweep:
     store = None
     if isinstance(store_value, str):
         # keep a trailing slash: it marks a directory store
-        store = str(c.base / store_value) + ("/" if store_value.endswith("/") else "")
+        store = str(normalised(c.base / store_value)) + ("/" if store_value.endswith("/") else "")
     return Sweep(
         path=path,
         name=name,
@@ -313,9 +320,9 @@ def _spec(c: _Checker, model: str, load: Mapping[str, Any], where: str) -> Profi
         else:
             if not isinstance(value, str):
                 raise c.fail(full, "a string", value)
-            kwargs[key] = str(c.base / value) if key in ("request_intervals_file",) else value
+            kwargs[key] = str(normalised(c.base / value)) if key in ("request_intervals_file",) else value
     if "input_data" in kwargs and kwargs["input_data"] not in ("random", "zero"):
-        kwargs["input_data"] = str(c.base / kwargs["input_data"])
+        kwargs["input_data"] = str(normalised(c.base / kwargs["input_data"]))
     if kwargs.get("percentile") is not None and not 0 < kwargs["percentile"] < 100:
         raise c.fail(f"{where}.percentile", "a percentile between 0 and 100", kwargs["percentile"])
     try:
@@ -352,8 +359,8 @@ def _gate(c: _Checker, g: Mapping[str, Any]) -> GatePlan:
     max_err = c.number(g, "max_error_fraction", "gate.", positive=False)
     store = c.str_(g, "store", "gate.")
     return GatePlan(
-        baseline=str(c.base / baseline) if looks_like_path else baseline,
-        store=(c.base / store) if store else None,
+        baseline=str(normalised(c.base / baseline)) if looks_like_path else baseline,
+        store=normalised(c.base / store) if store else None,
         thresholds=tuple(thresholds),
         job_noise=tuple(job_noise),
         confidence=confidence or 0.95,

@@ -10,6 +10,7 @@ from perfkit.errors import UsageError
 from perfkit.gate import GateOptions, parse_job_noise, parse_thresholds
 from perfkit.records import RunRecord
 from perfkit.report import (
+    DEFAULT_REPORTS_DIR,
     load_inputs,
     write_comparison_report,
     write_profile_report,
@@ -23,7 +24,7 @@ from perfkit.report import (
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("report.html"),
+    default=DEFAULT_REPORTS_DIR / "report.html",
     show_default=True,
     help="HTML file to write.",
 )

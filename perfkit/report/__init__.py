@@ -21,7 +21,11 @@ from perfkit.report._other_pages import comparison_page, tune_page
 from perfkit.report._page import write
 from perfkit.report._profile_page import profile_page
 
+# Where HTML reports go unless told otherwise: the top-level reports/ folder (its README says what lands there).
+DEFAULT_REPORTS_DIR = Path("reports")
+
 __all__ = [
+    "DEFAULT_REPORTS_DIR",
     "load_inputs",
     "write_comparison_report",
     "write_history_report",

@@ -257,3 +257,27 @@ def test_current_runs_split_by_config_only_where_a_model_has_several():
     groups = C.group_current([cur, base])  # one model, two configs: compared apart
     assert [len(recs) for _, recs in groups] == [1, 1]
     assert groups[0][0] == f"current: config {cur.model.served_config_sha256[:8]}"
+
+
+def test_first_figure_is_one_per_model_when_throughputs_differ_20x():
+    from perfkit.gate.synthetic import synthetic_record
+    from perfkit.report._profile_page import profile_page
+
+    runs = [
+        synthetic_record(model="fast", latency_ms=1.0),
+        synthetic_record(model="middle", latency_ms=5.0),
+        synthetic_record(model="slow", latency_ms=20.0),
+    ]
+    figures = F.throughput_latency_per_model(runs)
+    assert [f.key for f in figures] == [
+        "throughput-latency-fast",
+        "throughput-latency-middle",
+        "throughput-latency-slow",
+    ]
+    for fig, rec in zip(figures, runs):
+        xs = {x for s in fig.series for x, _ in s.points}
+        assert xs == {lv.throughput_infer_per_s for lv in rec.levels}  # each model on its own axes, nothing else
+    page = profile_page(runs)
+    curve = next(s for s in page.sections if s.id == "curve")
+    assert [b.key for b in curve.blocks] == [f.key for f in figures]
+    assert F.throughput_latency_per_model(runs[:1])[0].key == "throughput-latency"  # one model: one figure as before

@@ -149,7 +149,7 @@ def _draw_line(fig: LineFigure, ax: object) -> None:
     if fig.y_log:
         ax.set_yscale("log")
         _plain_log_ticks(ax.yaxis)
-    if not fig.x_log and fig.key in ("throughput-latency", "compare-curve", "pareto"):
+    if not fig.x_log and (fig.key.startswith("throughput-latency") or fig.key in ("compare-curve", "pareto")):
         ax.set_xlim(left=0)
     if not fig.y_log and fig.key not in ("cdf-service", "cdf-corrected"):
         ax.set_ylim(bottom=0)

@@ -6,6 +6,7 @@ numbers; _draw turns them into SVG. Latencies are in milliseconds here.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from hdrh.histogram import HdrHistogram
@@ -103,6 +104,24 @@ def throughput_latency(records: list[RunRecord], labels: list[str] | None = None
         caption="One point per load level, in order of increasing load. 'corrected' latency counts from when "
         "a request was due (coordinated omission corrected); 'service' from when it was sent.",
     )
+
+
+def throughput_latency_per_model(records: list[RunRecord]) -> list[LineFigure]:
+    """The throughput-latency figure, one per model (small multiples): models whose throughputs differ
+    20x get their own axes instead of two of them squashed against the left edge of one."""
+    models = list(dict.fromkeys(str(r.model.name) for r in records))
+    if len(models) <= 1:
+        return [throughput_latency(records)]
+    labels = [run_label(rec, i, records) for i, rec in enumerate(records)]
+    figures = []
+    for model in models:
+        idx = [i for i, r in enumerate(records) if str(r.model.name) == model]
+        fig = throughput_latency([records[i] for i in idx], [labels[i] for i in idx] if len(idx) > 1 else None)
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in model)
+        figures.append(
+            dataclasses.replace(fig, key=f"throughput-latency-{safe}", title=f"{model}: throughput vs latency")
+        )
+    return figures
 
 
 def decode_histogram(summary: LatencySummary) -> HdrHistogram:

@@ -211,7 +211,10 @@ def profile_page(records: list[RunRecord]) -> Page:
         page.banners.extend(_banners(rec, prefix))
 
     s = b.section("curve", "Throughput vs latency", "Where latency starts to climb is the useful capacity.")
-    b.figure(s, F.throughput_latency(records), *(F.levels_table(r) for r in records))
+    figures = F.throughput_latency_per_model(records)
+    for fig in figures[:-1]:
+        b.figure(s, fig)
+    b.figure(s, figures[-1], *(F.levels_table(r) for r in records))
     for i, rec in enumerate(records):
         sid = "" if len(records) == 1 else f"-{i + 1}"
         heading = "" if len(records) == 1 else f" — {F.run_label(rec, i, records)}"

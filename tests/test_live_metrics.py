@@ -132,3 +132,47 @@ def test_prometheus_scrapes_a_profile_and_the_dashboard_queries_return_data(tmp_
         if "nv_gpu" in q:
             continue  # no GPU here: Triton exports no GPU series (the query is still checked to be valid)
         assert result, f"dashboard query returned no data: {q}"
+
+
+def test_streamed_levels_export_ttft_itl_histograms_and_tokens():
+    import dataclasses
+
+    from perfkit.recorder import summarize
+    from perfkit.records import StreamingSummary
+
+    ttft_us = np.array([20_000.0, 30_000.0, 45_000.0])
+    itl_us = np.array([5_000.0] * 10)
+    streaming = StreamingSummary(
+        summarize("service", ttft_us), summarize("service", itl_us), summarize("service", itl_us[:3]),
+        output_len_mean=4.0, output_len_p50=4.0, output_len_p99=4.0, output_len_max=4, responses_per_s=10.0,
+        output_tokens_per_s=10.0, request_count=3,
+    )  # fmt: skip
+    level = dataclasses.replace(synthetic_level(), streaming=streaming)
+    exporter = LiveMetrics(model="streamer")
+    exporter.handle(LevelDone(level.load, level))
+    got = _samples(exporter)
+    key = (("level", "concurrency 1"), ("model", "streamer"))
+    assert got[("perfkit_time_to_first_token_seconds_count", key)] == 3
+    assert got[("perfkit_inter_token_latency_seconds_count", key)] == 10
+    assert got[("perfkit_inter_token_latency_seconds_bucket", (("le", "0.0032"), *key))] == 0
+    assert got[("perfkit_inter_token_latency_seconds_bucket", (("le", "0.0064"), *key))] == 10
+    assert got[("perfkit_output_tokens_total", key)] == 12
+
+
+def test_tune_events_become_trial_series():
+    from perfkit.tuner._events import TrialMeasured, TrialPruned, TrialStarted
+
+    exporter = LiveMetrics(model="sleeper")
+    exporter.handle(TrialStarted(3, 12, "mbs=16 db=on"))
+    exporter.handle(TrialMeasured(3, 450.0, 8, 99.0, 18.5, True, 2.0, 20.0, 4))
+    exporter.handle(TrialStarted(4, 12, "mbs=32 db=on"))
+    exporter.handle(TrialPruned(4, "slower than the best", 3.0))
+    got = _samples(exporter)
+    assert got[("perfkit_tune_trials_total", (("model", "sleeper"), ("outcome", "started")))] == 2
+    assert got[("perfkit_tune_trials_total", (("model", "sleeper"), ("outcome", "feasible")))] == 1
+    assert got[("perfkit_tune_trials_total", (("model", "sleeper"), ("outcome", "pruned")))] == 1
+    assert got[("perfkit_tune_trial", ())] == 4
+    assert got[("perfkit_tune_trial_throughput_inferences_per_second", ())] == 450.0
+    assert got[("perfkit_tune_trial_latency_seconds", ())] == pytest.approx(0.0185)
+    info = (("model", "sleeper"), ("parameters", "mbs=32 db=on"), ("trial", "4"))
+    assert got[("perfkit_tune_trial_parameters_info", info)] == 1

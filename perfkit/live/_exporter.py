@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from hdrh.histogram import HdrHistogram
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
@@ -49,6 +50,7 @@ class _Level:
     latency_rel: float | None = None
     buckets: dict[str, np.ndarray] = field(default_factory=dict)  # kind -> per-bucket counts (+Inf last)
     sums_s: dict[str, float] = field(default_factory=dict)
+    tokens: int | None = None
     done: bool = False
 
     def observe(self, kind: str, latencies_us: Any) -> None:
@@ -59,6 +61,20 @@ class _Level:
         counts = np.bincount(index, minlength=len(LATENCY_BUCKETS_S) + 1)
         self.buckets[kind] = self.buckets.get(kind, np.zeros(len(LATENCY_BUCKETS_S) + 1, dtype=np.int64)) + counts
         self.sums_s[kind] = self.sums_s.get(kind, 0.0) + float(seconds.sum())
+
+    def observe_histogram(self, kind: str, encoded: str) -> None:
+        """Replace kind's buckets with a whole level's HdrHistogram (microseconds), e.g. TTFT at level end."""
+        hist = HdrHistogram.decode(encoded) if encoded else None
+        if hist is None:
+            return
+        values = [(it.value_iterated_to / 1e6, it.count_at_value_iterated_to) for it in hist.get_recorded_iterator()]
+        if not values:
+            return
+        seconds = np.array([v for v, _ in values])
+        counts = np.array([n for _, n in values], dtype=np.int64)
+        index = np.searchsorted(LATENCY_BUCKETS_S, seconds, side="left")
+        self.buckets[kind] = np.bincount(index, weights=counts, minlength=len(LATENCY_BUCKETS_S) + 1).astype(np.int64)
+        self.sums_s[kind] = float((seconds * counts).sum())
 
     def set_counts(self, *, offered: int, errors: Mapping[str, int], inferences: int, late: int, dropped: int) -> None:
         # max(): a count seen once never goes back (the recorder's counts only grow within a level)
@@ -129,6 +145,10 @@ class LiveMetrics(Collector):
         lv.throughput = r.throughput_infer_per_s
         lv.stable = 1.0 if r.stable else 0.0
         lv.throughput_rel, lv.latency_rel = r.precision.throughput_rel, r.precision.latency_rel
+        if r.streaming is not None:  # streamed requests: TTFT and ITL over the level, and its tokens
+            lv.observe_histogram("ttft", r.streaming.ttft.histogram)
+            lv.observe_histogram("itl", r.streaming.itl.histogram)
+            lv.tokens = round(r.streaming.output_len_mean * r.streaming.request_count)
         lv.done = True
 
     def _tune_event(self, event: TuneEvent) -> None:
@@ -196,6 +216,17 @@ class LiveMetrics(Collector):
             "Request latency: service (from send) and corrected (from due time, open loop)",
             labels=[*labels, "kind"],
         )
+        streamed = {
+            "ttft": HistogramMetricFamily(
+                "perfkit_time_to_first_token_seconds", "Streamed requests: time to first token (at level end)",
+                labels=labels,
+            ),
+            "itl": HistogramMetricFamily(
+                "perfkit_inter_token_latency_seconds", "Streamed requests: gaps between tokens (at level end)",
+                labels=labels,
+            ),
+        }  # fmt: skip
+        tokens = CounterMetricFamily("perfkit_output_tokens", "Streamed requests: output tokens", labels=labels)
         for label, lv in self._levels.items():
             values = [self.model, label]
             fams["offered"].add_metric(values, lv.offered)
@@ -221,9 +252,16 @@ class LiveMetrics(Collector):
                 cumulative = np.cumsum(counts)
                 buckets = [(f"{b:.6g}", float(n)) for b, n in zip(LATENCY_BUCKETS_S, cumulative[:-1])]
                 buckets.append(("+Inf", float(cumulative[-1])))
-                hists.add_metric([*values, kind], buckets, lv.sums_s[kind])
+                if kind in streamed:
+                    streamed[kind].add_metric(values, buckets, lv.sums_s[kind])
+                else:
+                    hists.add_metric([*values, kind], buckets, lv.sums_s[kind])
+            if lv.tokens is not None:
+                tokens.add_metric(values, lv.tokens)
         yield from fams.values()
         yield from (tput, inflight, stable, prec, current, hists)
+        if any(lv.tokens is not None for lv in self._levels.values()):
+            yield from (*streamed.values(), tokens)
         yield from self._collect_tune()
 
     def _collect_tune(self) -> Iterator[Any]:

@@ -55,15 +55,9 @@ def main() -> None:
                 x[at:] *= (1 + drift / 100) ** np.arange(1, n - at + 1)
             hit = False
             for c in detect(_series(x), ChangeOptions(seed=seed)):
-                if (
-                    step
-                    and not hit
-                    and c.direction == "regression"
-                    and abs(c.index - at) <= 2
-                    or drift
-                    and c.direction == "regression"
-                    and c.index >= at
-                ):
+                regression_after = c.direction == "regression" and c.index >= at - 2
+                at_step = step and not hit and abs(c.index - at) <= 2
+                if regression_after and (at_step or drift):
                     hit = True
                 else:
                     alarms += 1

@@ -82,9 +82,9 @@ def main() -> None:
         plain = statistics.median(t[level] for t, _ in results[False])
         live = statistics.median(t[level] for t, _ in results[True])
         print(f"concurrency {level:g}: with/without = {live / plain:.3f}")
-    print(
-        f"client CPU with/without = {statistics.median(c for _, c in results[True]) / statistics.median(c for _, c in results[False]):.3f}"
-    )
+    cpu_live = statistics.median(c for _, c in results[True])
+    cpu_plain = statistics.median(c for _, c in results[False])
+    print(f"client CPU with/without = {cpu_live / cpu_plain:.3f}")
 
 
 if __name__ == "__main__":

@@ -153,3 +153,42 @@ def test_history_figure_data_marks_each_change():
     assert fig.vlines == ((8.5, "regression -20.0%"),)
     table = changes_table(changes)
     assert table.rows[0][3:5] == ("regression", 9)
+
+
+def test_history_filters_by_branch_and_sweep(tmp_path: Path):
+    store = tmp_path / "s.sqlite"
+    with open_store(store) as st:
+        for i in range(4):
+            rec = synthetic_record(seed=i)
+            if i % 2:
+                rec = dataclasses.replace(rec, command=("perfkit", "run", "sweeps/nightly.toml"))
+            st.save(
+                dataclasses.replace(rec, created_utc=f"2025-03-0{i + 1}T00:00:00Z"), branch="main" if i < 2 else "dev"
+            )
+    with open_store(store) as st:
+        assert {e.branch for e in st.list()} == {"main", "dev"}
+        main_runs = read_store(st, HistoryFilter(branch="main"))
+        nightly = read_store(st, HistoryFilter(sweep="nightly"))
+        by_path = read_store(st, HistoryFilter(sweep="sweeps/nightly.toml"))
+    assert [r.created_utc for _, r in main_runs] == ["2025-03-02T00:00:00Z", "2025-03-01T00:00:00Z"]
+    assert {r.created_utc for _, r in nightly} == {"2025-03-02T00:00:00Z", "2025-03-04T00:00:00Z"}
+    assert {e.id for e, _ in by_path} == {e.id for e, _ in nightly}
+
+
+def test_a_store_written_before_branches_were_kept_opens_and_reads_empty_branches(tmp_path: Path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite"
+    with open_store(path) as st:
+        st.save(synthetic_record(), commit="abc", branch="x")
+    db = sqlite3.connect(path)  # make it the older layout: no branch column
+    db.executescript(
+        "CREATE TABLE r2 AS SELECT id, model, config_sha256, server_version, machine, commit_sha, created_utc,"
+        " saved_utc, record FROM runs; DROP TABLE runs; ALTER TABLE r2 RENAME TO runs;"
+    )
+    db.close()
+    with open_store(path) as st:
+        (entry,) = st.list()
+        assert entry.branch == "" and entry.commit == "abc"
+        st.save(synthetic_record(seed=9), branch="main")
+        assert sorted(e.branch for e in st.list()) == ["", "main"]

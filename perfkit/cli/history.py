@@ -35,6 +35,8 @@ _DEFAULTS = ChangeOptions()
     type=click.Choice(HISTORY_METRICS),
     help=f"Metrics to follow (default: {', '.join(DEFAULT_HISTORY_METRICS)}).",
 )
+@click.option("--branch", help="Only runs saved from this branch (the store keeps each run's branch).")
+@click.option("--sweep", help="Only runs a `perfkit run` of this sweep file measured (its name or path).")
 @click.option("--last", type=click.IntRange(min=2), help="Only each model's last N runs.")
 @click.option(
     "--alpha", type=click.FloatRange(0, 1, min_open=True), default=_DEFAULTS.alpha, show_default=True,
@@ -61,6 +63,8 @@ def command(
     store: str | None,
     models: tuple[str, ...],
     machine: str | None,
+    branch: str | None,
+    sweep: str | None,
     metrics: tuple[str, ...],
     last: int | None,
     alpha: float,
@@ -83,6 +87,8 @@ def command(
     flt = HistoryFilter(
         models=models,
         machine=machine,
+        branch=branch,
+        sweep=sweep,
         last=last,
         metrics=metrics or DEFAULT_HISTORY_METRICS,
         job_noise_pct=parse_job_noise(job_noise),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
@@ -56,10 +57,13 @@ class Series:
 
 @dataclass(frozen=True)
 class HistoryFilter:
-    """Which runs a history reads: a model, a machine key (or a prefix of it), the last N runs."""
+    """Which runs a history reads: models, a machine key (or a prefix of it: the hostname), the branch
+    saved from, the sweep file a `perfkit run` measured them with (its name or path), the last N runs."""
 
     models: tuple[str, ...] = ()
     machine: str | None = None
+    branch: str | None = None
+    sweep: str | None = None
     last: int | None = None
     metrics: tuple[str, ...] = DEFAULT_HISTORY_METRICS
     job_noise_pct: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_JOB_NOISE_PCT))
@@ -139,6 +143,19 @@ def read_store(store: Store, flt: HistoryFilter | None = None) -> list[tuple[Sto
             continue
         if flt.machine and not entry.machine.startswith(flt.machine):
             continue
+        if flt.branch is not None and entry.branch != flt.branch:
+            continue
+        record = store.get(entry.id)
+        if flt.sweep is not None and sweep_of(record) not in (flt.sweep, Path(flt.sweep).stem):
+            continue
         seen.add(entry.id)
-        out.append((entry, store.get(entry.id)))
+        out.append((entry, record))
     return out
+
+
+def sweep_of(record: RunRecord) -> str | None:
+    """The name of the sweep file a run was measured by (`perfkit run sweeps/NAME.toml`), else None."""
+    command = record.command
+    if len(command) >= 3 and Path(command[0]).name == "perfkit" and command[1] == "run":
+        return Path(command[2]).stem
+    return None

@@ -29,6 +29,7 @@ class StoreEntry:
     created_utc: str
     saved_utc: str
     location: str  # file path (directory store) or "PATH.sqlite#id"
+    branch: str = ""  # the source branch the run was saved from ("" when unknown)
 
 
 def record_id(record: RunRecord) -> str:
@@ -52,6 +53,33 @@ def git_commit(cwd: Path | None = None) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout.strip() if out.returncode == 0 else ""
+
+
+# CI systems check out a detached HEAD: their branch name comes from the environment.
+_BRANCH_ENV = ("PERFKIT_BRANCH", "GITHUB_HEAD_REF", "GITHUB_REF_NAME", "CI_COMMIT_REF_NAME", "BUILDKITE_BRANCH")
+
+
+def git_branch(cwd: Path | None = None) -> str:
+    """The current branch: $PERFKIT_BRANCH or a CI system's variable, else `git rev-parse --abbrev-ref HEAD`
+    ("" when detached, not in a repository, or git is missing)."""
+    import os  # noqa: PLC0415
+
+    for name in _BRANCH_ENV:
+        if os.environ.get(name):
+            return os.environ[name]
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--abbrev-ref", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    branch = out.stdout.strip() if out.returncode == 0 else ""
+    return "" if branch == "HEAD" else branch
 
 
 def now_utc() -> str:
@@ -93,10 +121,13 @@ class Store(ABC):
     path: Path
 
     @abstractmethod
-    def save(self, record: RunRecord, name: str | None = None, *, commit: str | None = None) -> str:
+    def save(
+        self, record: RunRecord, name: str | None = None, *, commit: str | None = None, branch: str | None = None
+    ) -> str:
         """Keep a record (and name it a baseline when name is given; a name moves to the newest save).
 
-        Returns the record's id. commit: the source commit to key it by (default: git HEAD of the cwd).
+        Returns the record's id. commit: the source commit to key it by (default: git HEAD of the cwd);
+        branch: the source branch (default: git_branch()).
         """
 
     @abstractmethod

@@ -19,6 +19,7 @@ from perfkit.store.base import (
     StoreEntry,
     ambiguous_ref,
     check_name,
+    git_branch,
     git_commit,
     key_columns,
     now_utc,
@@ -37,7 +38,9 @@ class DirectoryStore(Store):
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"store {self.path} is not a directory")
 
-    def save(self, record: RunRecord, name: str | None = None, *, commit: str | None = None) -> str:
+    def save(
+        self, record: RunRecord, name: str | None = None, *, commit: str | None = None, branch: str | None = None
+    ) -> str:
         run_id = record_id(record)
         keys = key_columns(record)
         stem = check_name(name) if name is not None else f"{_safe(keys['model']) or 'run'}-{run_id}"
@@ -46,6 +49,7 @@ class DirectoryStore(Store):
             "id": run_id,
             "name": name,
             "commit": git_commit() if commit is None else commit,
+            "branch": git_branch() if branch is None else branch,
             "saved_utc": now_utc(),
         }
         self.path.mkdir(parents=True, exist_ok=True)
@@ -75,6 +79,7 @@ class DirectoryStore(Store):
             created_utc=record.created_utc,
             saved_utc=str((meta or {}).get("saved_utc", "")),
             location=str(path),
+            branch=str((meta or {}).get("branch", "")),
         )
         return entry, record
 

@@ -13,6 +13,7 @@ from perfkit.store.base import (
     StoreEntry,
     ambiguous_ref,
     check_name,
+    git_branch,
     git_commit,
     key_columns,
     now_utc,
@@ -41,9 +42,12 @@ CREATE TABLE IF NOT EXISTS baselines (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('perfkit_store_version', '1');
 """
+# Added after version 1 of the store: older files get the column (empty) when opened.
+_ADD_BRANCH = "ALTER TABLE runs ADD COLUMN branch TEXT NOT NULL DEFAULT ''"
 
 _COLUMNS = (
-    "r.id, b.name, r.model, r.config_sha256, r.server_version, r.machine, r.commit_sha, r.created_utc, r.saved_utc"
+    "r.id, b.name, r.model, r.config_sha256, r.server_version, r.machine, r.commit_sha, r.created_utc, r.saved_utc, "
+    "r.branch"
 )
 
 
@@ -56,6 +60,10 @@ class SqliteStore(Store):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path)
             self._db.executescript(_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+            if "branch" not in columns:
+                with self._db:
+                    self._db.execute(_ADD_BRANCH)
         except sqlite3.DatabaseError as err:
             raise InputError(f"store {self.path} is not a perfkit SQLite store: {err}") from None
         except OSError as err:
@@ -64,13 +72,16 @@ class SqliteStore(Store):
     def close(self) -> None:
         self._db.close()
 
-    def save(self, record: RunRecord, name: str | None = None, *, commit: str | None = None) -> str:
+    def save(
+        self, record: RunRecord, name: str | None = None, *, commit: str | None = None, branch: str | None = None
+    ) -> str:
         run_id = record_id(record)
         keys = key_columns(record)
         saved = now_utc()
         with self._db:
             self._db.execute(
-                "INSERT OR IGNORE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO runs (id, model, config_sha256, server_version, machine, commit_sha,"
+                " created_utc, saved_utc, record, branch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run_id,
                     keys["model"],
@@ -81,6 +92,7 @@ class SqliteStore(Store):
                     keys["created_utc"],
                     saved,
                     record.to_json(),
+                    git_branch() if branch is None else branch,
                 ),
             )
             if name is not None:
@@ -94,7 +106,7 @@ class SqliteStore(Store):
             "ORDER BY r.created_utc DESC, r.saved_utc DESC, b.saved_utc DESC"
         )
         return [
-            StoreEntry(*row[:9], location=f"{self.path}#{row[0]}")  # type: ignore[misc]  # the SELECT lists StoreEntry's first nine fields, in order
+            StoreEntry(*row[:9], location=f"{self.path}#{row[0]}", branch=row[9])  # type: ignore[misc]  # the SELECT lists StoreEntry's first nine fields, in order
             for row in self._db.execute(sql, params)
         ]
 

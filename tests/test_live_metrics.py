@@ -176,3 +176,16 @@ def test_tune_events_become_trial_series():
     assert got[("perfkit_tune_trial_latency_seconds", ())] == pytest.approx(0.0185)
     info = (("model", "sleeper"), ("parameters", "mbs=32 db=on"), ("trial", "4"))
     assert got[("perfkit_tune_trial_parameters_info", info)] == 1
+
+
+def test_a_campaign_publishes_each_models_record_under_its_own_name():
+    from perfkit.gate.synthetic import synthetic_record
+
+    exporter = LiveMetrics()  # perfkit run: no model on the command line
+    for model in ("identity", "sleeper"):
+        exporter.handle(synthetic_record(model=model, errors=2))
+    got = _samples(exporter)
+    for model in ("identity", "sleeper"):
+        key = (("level", "concurrency 4"), ("model", model))
+        level = synthetic_record(model=model, errors=2).levels[1]
+        assert got[("perfkit_requests_completed_total", key)] == level.request_count - level.error_count

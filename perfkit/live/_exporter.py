@@ -96,8 +96,8 @@ class LiveMetrics(Collector):
         self.model = model
         self.command = command
         self._lock = threading.Lock()
-        self._levels: dict[str, _Level] = {}
-        self._current: str | None = None
+        self._levels: dict[tuple[str, str], _Level] = {}  # (model, level label) -> what is known
+        self._current: tuple[str, str] | None = None
         self._tune: dict[str, Any] = {}
         self._trials: dict[str, int] = {}
         self.registry = CollectorRegistry(auto_describe=False)
@@ -111,11 +111,11 @@ class LiveMetrics(Collector):
         """Take one progress event (measure or tune) or a finished run record; others are ignored."""
         with self._lock:
             if isinstance(event, LevelStarted):
-                self._current = event.level.label
-                self._levels.setdefault(event.level.label, _Level(event.level))
+                self._current = (self.model, event.level.label)
+                self._levels.setdefault(self._current, _Level(event.level))
             elif isinstance(event, WindowMeasured):
-                lv = self._levels.setdefault(event.level.label, _Level(event.level))
-                self._current = event.level.label
+                self._current = (self.model, event.level.label)
+                lv = self._levels.setdefault(self._current, _Level(event.level))
                 lv.throughput = event.infer_per_s
                 lv.throughput_rel = event.precision.throughput_rel
                 lv.latency_rel = event.precision.latency_rel
@@ -128,16 +128,15 @@ class LiveMetrics(Collector):
                 lv.observe("service", event.service_us)
                 lv.observe("corrected", event.corrected_us)
             elif isinstance(event, LevelDone):
-                self._level_done(event.result)
-            elif isinstance(event, RunRecord):
-                self.model = self.model or str(event.model.name)
+                self._level_done(self.model, event.result)
+            elif isinstance(event, RunRecord):  # perfkit run: each model's levels once it is measured
                 for result in event.levels:
-                    self._level_done(result)
+                    self._level_done(str(event.model.name), result)
             elif isinstance(event, TuneEvent):
                 self._tune_event(event)
 
-    def _level_done(self, r: LevelResult) -> None:
-        lv = self._levels.setdefault(r.load.label, _Level(r.load))
+    def _level_done(self, model: str, r: LevelResult) -> None:
+        lv = self._levels.setdefault((model, r.load.label), _Level(r.load))
         lv.set_counts(
             offered=r.request_count, errors=r.errors, inferences=r.inference_count, late=r.late_count,
             dropped=r.dropped_count,
@@ -227,8 +226,8 @@ class LiveMetrics(Collector):
             ),
         }  # fmt: skip
         tokens = CounterMetricFamily("perfkit_output_tokens", "Streamed requests: output tokens", labels=labels)
-        for label, lv in self._levels.items():
-            values = [self.model, label]
+        for key, lv in self._levels.items():
+            values = list(key)
             fams["offered"].add_metric(values, lv.offered)
             fams["sent"].add_metric(values, lv.offered - lv.dropped)
             fams["completed"].add_metric(values, lv.completed)
@@ -239,7 +238,7 @@ class LiveMetrics(Collector):
                 fams["failed"].add_metric([*values, kind], n)
             tput.add_metric(values, lv.throughput)
             stable.add_metric(values, lv.stable)
-            current.add_metric(values, 1.0 if label == self._current and not lv.done else 0.0)
+            current.add_metric(values, 1.0 if key == self._current and not lv.done else 0.0)
             for figure, rel in (("throughput", lv.throughput_rel), ("latency", lv.latency_rel)):
                 if rel is not None:
                     prec.add_metric([*values, figure], rel)

@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/perfkit run sweeps/demo.toml "$@"
 echo
-echo "demo: run records, tune results and report.html are in .perfkit/demo/"
+echo "demo: run records and tune results are in .perfkit/demo/, the HTML report is reports/demo.html"

@@ -16,7 +16,8 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_ci_smoke_gate_catches_a_2x_slowdown(tmp_path, capsys):
+def test_ci_smoke_gate_catches_a_2x_slowdown(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the HTML reports go to ./reports/
     repo = copy_models(tmp_path, ["sleeper"])
     cfg = repo / "sleeper" / "config.pbtxt"
     cfg.write_text(cfg.read_text().replace('string_value: "10"', 'string_value: "20"'))
@@ -43,6 +44,7 @@ def test_ci_smoke_gate_catches_a_2x_slowdown(tmp_path, capsys):
     regressed = {f["metric"] for r in doc["results"] for f in r["findings"] if f["verdict"] == "regression"}
     assert {"throughput", "p50"} <= regressed
     assert ET.parse(tmp_path / "out" / "gate.xml").getroot().get("failures") != "0"
+    assert (tmp_path / "reports" / "out.html").is_file() and (tmp_path / "reports" / "out-gate.html").is_file()
 
 
 def test_copy_repository_serves_and_tunes_a_copy_leaving_the_original_untouched(tmp_path, capsys):

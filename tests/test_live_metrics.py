@@ -53,7 +53,13 @@ def test_exporter_counts_equal_the_level_result_and_histograms_count_latencies()
     lat_us = np.array([150.0, 900.0, 2500.0, 40_000.0])
     exporter.handle(
         WindowMeasured(
-            level.load, 1, 100.0, 900.0, Precision(0.1, 0.2), _counts(50, {"connection reset": 1}), lat_us, None
+            level.load,
+            1,
+            100.0,
+            900.0,
+            Precision(0.1, 0.2),
+            lambda: _counts(50, {"connection reset": 1}),
+            lambda: (lat_us, None),
         )
     )
     mid = _samples(exporter)

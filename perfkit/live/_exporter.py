@@ -119,14 +119,16 @@ class LiveMetrics(Collector):
                 lv.throughput = event.infer_per_s
                 lv.throughput_rel = event.precision.throughput_rel
                 lv.latency_rel = event.precision.latency_rel
-                if event.counts is not None:
-                    c = event.counts
+                if event.level_counts is not None:
+                    c = event.level_counts()
                     lv.set_counts(
                         offered=c.request_count, errors=c.errors, inferences=c.inference_count,
                         late=c.late_count, dropped=c.dropped_count,
                     )  # fmt: skip
-                lv.observe("service", event.service_us)
-                lv.observe("corrected", event.corrected_us)
+                if event.window_latencies_us is not None:
+                    service_us, corrected_us = event.window_latencies_us()
+                    lv.observe("service", service_us)
+                    lv.observe("corrected", corrected_us)
             elif isinstance(event, LevelDone):
                 self._level_done(self.model, event.result)
             elif isinstance(event, RunRecord):  # perfkit run: each model's levels once it is measured

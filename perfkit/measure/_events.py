@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from perfkit.recorder import LevelCounts
@@ -26,12 +26,12 @@ class WindowMeasured:
     infer_per_s: float  # this window's throughput
     p99_us: float  # the level's p99 so far
     precision: Precision
-    # The level's exact counts so far (offered, errors by kind, late, dropped: the recorder's own
-    # rule, so they end equal to the level's result), and this window's latencies (us, numpy):
-    # what a live exporter needs, computed off the load generator's thread.
-    counts: LevelCounts | None = None
-    service_us: Any = None
-    corrected_us: Any = None
+    # What a live exporter needs, computed only when called, during the callback (this runs between
+    # windows, sharing the GIL with the sender thread): the level's exact counts so far (offered,
+    # errors by kind, late, dropped: the recorder's own rule, so they end equal to the level's result)
+    # and this window's latencies in us (service, and corrected or None), numpy arrays.
+    level_counts: Callable[[], LevelCounts] | None = field(default=None, repr=False, compare=False)
+    window_latencies_us: Callable[[], tuple[Any, Any]] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

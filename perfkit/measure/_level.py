@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -86,12 +87,12 @@ def measure_level(
         if progress:
             lat = rec.latencies_us(end_ns, "service" if closed else "corrected")
             p99_us = float(np.percentile(lat, 99)) if len(lat) else 0.0
-            service_us, corrected_us = rec.window_latencies_us(k - 1)
             progress(
                 WindowMeasured(
-                    level, k, windows[-1].infer_per_s, p99_us, precision, rec.counts(end_ns), service_us, corrected_us
+                    level, k, windows[-1].infer_per_s, p99_us, precision,
+                    functools.partial(rec.counts, end_ns), functools.partial(rec.window_latencies_us, k - 1),
                 )
-            )
+            )  # fmt: skip
         last = windows[-1]
         # A window with nothing completed asks the server whether it is still there: the engine
         # replaces dead connections (and backs off while none can be made), so a server that is

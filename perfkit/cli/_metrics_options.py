@@ -42,10 +42,12 @@ def metrics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         finally:
             _active = None
-            if metrics_linger > 0:
-                # the last values stay up for one more scrape; an interrupt here ends it early
-                threading.Event().wait(metrics_linger)
-            exporter.close()
+            try:
+                if metrics_linger > 0:
+                    # the last values stay up for one more scrape; an interrupt here ends it early
+                    threading.Event().wait(metrics_linger)
+            finally:
+                exporter.close()
 
     for option in reversed(
         (

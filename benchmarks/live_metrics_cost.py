@@ -4,7 +4,7 @@ One bundled Triton serves the `identity` fixture (sub-ms: the client's own cost 
 round runs `perfkit profile -u` twice, once plain and once with --metrics-port, in alternating
 order, and a scraper fetches /metrics every second while the exporter is up (as Prometheus would).
 Printed per arm: throughput at each level (median over rounds) and the client process's CPU
-seconds per 1,000 requests (from the child's rusage). Compare only within one run.
+time per request (from the child's rusage, its start-up included). Compare only within one run.
 
   .venv/bin/python benchmarks/live_metrics_cost.py --rounds 4      # ~2 min
 """
@@ -52,7 +52,7 @@ def _run(url: str, out: Path, concurrency: str, interval_ms: int, metrics: bool)
     data = json.loads(out.read_text())
     tput = {lv["load"]["value"]: lv["throughput_infer_per_s"] for lv in data["levels"]}
     requests = sum(lv["request_count"] for lv in data["levels"])
-    return tput, (usage.ru_utime + usage.ru_stime) / max(1, requests) * 1000
+    return tput, (usage.ru_utime + usage.ru_stime) / max(1, requests) * 1e6  # us per request, start-up included
 
 
 def main() -> None:
@@ -71,7 +71,7 @@ def main() -> None:
                 results[metrics].append(
                     _run(server.endpoints.http_url, Path(tmp) / "run.json", args.concurrency, args.interval_ms, metrics)
                 )
-    print(f"{'arm':<22}{'level':>8}{'infer/s (median)':>20}{'client CPU ms / 1k req':>26}")
+    print(f"{'arm':<22}{'level':>8}{'infer/s (median)':>20}{'client CPU us/request':>26}")
     for metrics, runs in results.items():
         arm = "--metrics-port" if metrics else "plain"
         cpu = statistics.median(c for _, c in runs)

@@ -24,7 +24,6 @@ from prometheus_client.registry import Collector
 from perfkit.errors import PortInUseError
 from perfkit.measure import LevelDone, LevelStarted, WindowMeasured
 from perfkit.records import STATUS_DROPPED, LevelResult, LoadLevel, RunRecord, status_name
-from perfkit.tuner._events import TrialMeasured, TrialStarted, TuneEvent
 
 _log = logging.getLogger(__name__)
 
@@ -134,7 +133,7 @@ class LiveMetrics(Collector):
             elif isinstance(event, RunRecord):  # perfkit run: each model's levels once it is measured
                 for result in event.levels:
                     self._level_done(str(event.model.name), result)
-            elif isinstance(event, TuneEvent):
+            else:
                 self._tune_event(event)
 
     def _level_done(self, model: str, r: LevelResult) -> None:
@@ -152,7 +151,12 @@ class LiveMetrics(Collector):
             lv.tokens = round(r.streaming.output_len_mean * r.streaming.request_count)
         lv.done = True
 
-    def _tune_event(self, event: TuneEvent) -> None:
+    def _tune_event(self, event: object) -> None:
+        # Imported here: perfkit.tuner brings Optuna, which a profile never needs.
+        from perfkit.tuner._events import TrialMeasured, TrialStarted, TuneEvent  # noqa: PLC0415
+
+        if not isinstance(event, TuneEvent):
+            return
         if isinstance(event, TrialStarted):
             self._tune.update(trial=event.number, label=event.label)
             self._trials["started"] = self._trials.get("started", 0) + 1

@@ -14,8 +14,10 @@ from perfkit.errors import ExitCode
 from perfkit.server import LocalLaunch, launch_local
 from tests.conftest import copy_models
 
-RUNS = 9
-SLOW_FROM = 5  # runs 0-4 at 10 ms, runs 5-8 at 20 ms
+# 6 runs a side: with fewer, even a perfect split is not significant at alpha 0.01 (a permutation
+# test on n runs, k after the change, cannot go much below 1 / C(n, k): C(9, 4) = 126)
+RUNS = 12
+SLOW_FROM = 6  # runs 0-5 at 10 ms, runs 6-11 at 20 ms
 
 
 @pytest.mark.server

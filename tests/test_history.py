@@ -192,3 +192,13 @@ def test_a_store_written_before_branches_were_kept_opens_and_reads_empty_branche
         assert entry.branch == "" and entry.commit == "abc"
         st.save(synthetic_record(seed=9), branch="main")
         assert sorted(e.branch for e in st.list()) == ["", "main"]
+
+
+def test_perfkit_report_history_writes_the_page_of_a_store(tmp_path: Path, capsys):
+    store = _store(tmp_path / "s.sqlite", slowdown_from=9)
+    out = tmp_path / "h.html"
+    assert main(["report", "--history", str(store), "-o", str(out)]) == ExitCode.OK
+    page = out.read_text()
+    assert "performance history" in page and "regression" in page
+    assert main(["report", "--history", str(store), str(out)]) == ExitCode.USAGE
+    assert main(["report"]) == ExitCode.USAGE

@@ -19,7 +19,7 @@ from perfkit.report import (
 
 
 @click.command(name="report")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path), metavar="RUN_RECORD_OR_TUNE_DIR...")
+@click.argument("inputs", nargs=-1, type=click.Path(path_type=Path), metavar="RUN_RECORD_OR_TUNE_DIR...")
 @click.option(
     "-o",
     "--output",
@@ -43,8 +43,19 @@ from perfkit.report import (
     metavar="METRIC:PCT%",
     help="A comparison's job-to-job noise allowance, as `perfkit gate --job-noise` takes it.",
 )
+@click.option(
+    "--history",
+    "history_store",
+    metavar="STORE",
+    help="Write the history page of every run in this results store (as `perfkit history --html` does).",
+)
 def command(
-    inputs: tuple[Path, ...], output: Path, compare: bool, thresholds: tuple[str, ...], job_noise: tuple[str, ...]
+    inputs: tuple[Path, ...],
+    output: Path,
+    compare: bool,
+    thresholds: tuple[str, ...],
+    job_noise: tuple[str, ...],
+    history_store: str | None,
 ) -> None:
     """Write a self-contained HTML report (works offline) from run records or a tune folder.
 
@@ -53,11 +64,19 @@ def command(
     --compare, or runs of one model with different
     configs                                        -> comparison (first input = baseline)
     otherwise                                      -> profile report of every run
+    --history STORE (no inputs)                    -> history of the store's runs, with change points
 
     Example:
 
         perfkit report run.json -o report.html
     """
+    if history_store is not None:
+        if inputs:
+            raise UsageError("--history reads the store: give it no run records or tune folders")
+        _history(history_store, job_noise, output)
+        return
+    if not inputs:
+        raise UsageError("give run records or a tune folder (or --history STORE)")
     runs, tunes = load_inputs(list(inputs))
     options = GateOptions(  # the gate's, judged alike
         thresholds=tuple(parse_thresholds(list(thresholds))), job_noise_pct=parse_job_noise(job_noise)
@@ -90,3 +109,15 @@ def _is_config_comparison(runs: list[RunRecord]) -> bool:
     models = {r.model.name for r in runs}
     configs = {r.model.served_config_sha256 for r in runs}
     return len(runs) >= 2 and len(models) == 1 and len(configs) > 1
+
+
+def _history(store: str, job_noise: tuple[str, ...], output: Path) -> None:
+    from perfkit.history import ChangeOptions, HistoryFilter, detect_all, read_store, series_of  # noqa: PLC0415
+    from perfkit.report import write_history_report  # noqa: PLC0415
+    from perfkit.store import open_store  # noqa: PLC0415
+
+    flt = HistoryFilter(job_noise_pct=parse_job_noise(job_noise))
+    with open_store(store) as st:
+        series = series_of(read_store(st, flt), flt)
+    path = write_history_report(series, detect_all(series, ChangeOptions()), output)
+    click.echo(f"perfkit: wrote history report {path} ({path.stat().st_size / 1024:,.0f} KiB)", err=True)

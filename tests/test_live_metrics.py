@@ -195,3 +195,31 @@ def test_a_campaign_publishes_each_models_record_under_its_own_name():
         key = (("level", "concurrency 4"), ("model", model))
         level = synthetic_record(model=model, errors=2).levels[1]
         assert got[("perfkit_requests_completed_total", key)] == level.request_count - level.error_count
+
+
+def test_metrics_options_serve_during_the_command_and_close_after():
+    import click
+    from click.testing import CliRunner
+
+    from perfkit.cli._metrics_options import metrics_options, publish
+    from perfkit.gate.synthetic import synthetic_record
+
+    seen: list[str] = []
+
+    @click.command()
+    @metrics_options
+    @click.option("--model")
+    def cmd(model: str) -> None:
+        publish(synthetic_record(model=model))
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            seen.append(resp.read().decode())
+
+    port = free_ports(1)[0]
+    result = CliRunner().invoke(cmd, ["--model", "sleeper", "--metrics-port", str(port)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert f"metrics on http://127.0.0.1:{port}/metrics" in result.output
+    (text,) = seen
+    assert 'perfkit_requests_completed_total{level="concurrency 1",model="sleeper"}' in text
+    with pytest.raises(OSError):  # the endpoint stopped with the command
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
+    publish(synthetic_record())  # no exporter serving: nothing happens

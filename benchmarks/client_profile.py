@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -58,7 +59,8 @@ CASES = (
 
 # Symbol/DSO patterns, first match wins; a sample's leaf frame decides its category.
 CATEGORIES = (
-    ("copies", re.compile(r"memcpy|memmove|copy_user|copy_to_user|copy_from_user|rep_movs|_copy_to_iter|copy_page")),
+    ("copies", re.compile(r"memcpy|memmove|copy_user|copy_to_user|copy_from_user|rep_movs|"
+                          r"_copy_(?:to|from)_iter|copy_page")),
     ("wake-ups", re.compile(r"schedule|switch_to|futex|ep_poll|do_epoll|try_to_wake_up|pick_next|finish_task|"
                             r"enqueue_task|dequeue_task|hrtimer|timerfd|do_nanosleep|select|poll_schedule|idle")),
     ("syscalls+net", re.compile(r"\[kernel|tcp_|ip_|sock|skb|sys_|entry_SYSCALL|syscall|__x64|net_|inet_|"
@@ -131,13 +133,17 @@ def profile_case(server: LocalServer, case: Case, warm_s: float, span_s: float, 
         "wakeups_per_response": (s1 - s0) / responses,
         "shares_pct": perf_shares(data),
     }
-    shutil.rmtree(out.parent, ignore_errors=True)
+    if os.environ.get("CLIENT_PROFILE_KEEP"):
+        print(f"  perf data kept: {data}")
+    else:
+        shutil.rmtree(out.parent, ignore_errors=True)
     return row
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="", help="comma-separated case names (default all): " + ",".join(c.name for c in CASES))
+    names = ",".join(c.name for c in CASES)
+    ap.add_argument("--cases", default="", help=f"comma-separated case names (default all): {names}")
     ap.add_argument("--warm", type=float, default=2.5, help="seconds before sampling starts")
     ap.add_argument("--span", type=float, default=4.0, help="seconds sampled per case")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
@@ -154,7 +160,8 @@ def main() -> None:
     with launch_local(LocalLaunch(repo)) as server:
         print(f"Triton {server.version()}; perf samples at 1999 Hz over {args.span:g} s per case (self time)")
         names = ("interpreter", "syscalls+net", "wake-ups", "copies", "numpy", "other (libc, extensions)")
-        print(f"{'case':14} {'req/s':>8} {'CPU us/resp':>11} {'wakeups/resp':>12}  " + "  ".join(f"{n:>11.11}" for n in names))
+        head = "  ".join(f"{n:>11.11}" for n in names)
+        print(f"{'case':14} {'req/s':>8} {'CPU us/resp':>11} {'wakeups/resp':>12}  {head}")
         for case in chosen:
             row = profile_case(server, case, args.warm, args.span, stream_data)
             rows.append(row)

@@ -182,14 +182,16 @@ def _perfkit_holds(server: LocalServer, rate: float, seconds: float, workers: in
 def _pa_holds(server: LocalServer, rate: float, seconds: float) -> tuple[bool, str]:
     """perf_analyzer at `rate`: held when its send rate is the target (within 1%), it printed no
     "delayed" warning, and its throughput kept up."""
-    pa = run_pa(server, "http", ["--request-rate-range", f"{rate:g}"], seconds, windows=3)
+    # 2 s windows, up to 8: it stops at its 3 stable ones (fewer, shorter windows often never settle)
+    pa = run_pa(server, "http", ["--request-rate-range", f"{rate:g}"], 16.0, windows=8)
     out, _ = pa.communicate(timeout=180)
     send = _pa_float(out, r"Avg send request rate: ([0-9.]+)") or 0.0
     tput = _pa_float(out, r"Throughput: ([0-9.]+) infer/sec") or 0.0
     held = send >= 0.99 * rate and tput >= 0.98 * rate and "delayed" not in out.lower()
     if not send:
         print("    perf_analyzer said:", out.strip().splitlines()[-3:])
-    return held, f"sent {send:.0f}/s, throughput {tput:.0f}/s{', delayed' if 'delayed' in out.lower() else ''}"
+    warning = next((line.strip() for line in out.splitlines() if "delayed" in line.lower()), "")
+    return held, f"sent {send:.0f}/s, throughput {tput:.0f}/s{'; ' + warning if warning else ''}"
 
 
 def client_capacity(server: LocalServer, seconds: float, workers: int) -> list[dict]:

@@ -118,14 +118,6 @@ def _raise_priority(open_loop: bool) -> None:
         pass
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    if os.environ.get("PERFKIT_LOOP") == "uvloop":
-        import uvloop
-
-        return uvloop.new_event_loop()
-    return asyncio.SelectorEventLoop(precise_selector())
-
-
 class Engine:
     """A load generator on one thread. Methods are called from other threads.
 
@@ -138,7 +130,7 @@ class Engine:
         self._streaming = isinstance(cfg, StreamConfig)
         self._counted = isinstance(cfg, StreamConfig) and bool(cfg.token_output)
         self.ledger = Ledger()
-        self.loop = _new_loop()
+        self.loop = asyncio.SelectorEventLoop(precise_selector())
         self.transport = make_transport(cfg, self.loop, self.ledger)
         self.transport.on_done = self._on_done
         self.mode: ClosedLoop | OpenLoop | None = None

@@ -166,6 +166,66 @@ def open_loop(server: LocalServer, capacity_rps: float) -> list[dict]:
     return rows
 
 
+def _perfkit_holds(server: LocalServer, rate: float, seconds: float, workers: int) -> tuple[bool, str]:
+    """One perfkit process (or `workers`) at `rate` for `seconds`: held when every due request was
+    sent (none dropped), the p99 send lateness is at most 1 ms, and the server kept up."""
+    proc = run_perfkit(server, "http", ["--request-rate-range", f"{rate:g}"], seconds,
+                       extra=("--workers", str(workers)))  # fmt: skip
+    proc.wait(180)
+    lv = RunRecord.load(proc.record_path).levels[0]  # type: ignore[attr-defined]  # the run's record path rides on its Popen object
+    lateness_ok = lv.send_lateness_p99_us is not None and lv.send_lateness_p99_us <= 1000
+    held = lv.dropped_count == 0 and lateness_ok and lv.completed_rps >= 0.98 * rate
+    return held, (f"sent {lv.sent_rps:.0f}/s, done {lv.completed_rps:.0f}/s, late {lv.late_count}, "
+                  f"dropped {lv.dropped_count}, lateness p99 {(lv.send_lateness_p99_us or 0):.0f} us")  # fmt: skip
+
+
+def _pa_holds(server: LocalServer, rate: float, seconds: float) -> tuple[bool, str]:
+    """perf_analyzer at `rate`: held when its send rate is the target (within 1%), it printed no
+    "delayed" warning, and its throughput kept up."""
+    # 2 s windows, up to 8: it stops at its 3 stable ones (fewer, shorter windows often never settle)
+    pa = run_pa(server, "http", ["--request-rate-range", f"{rate:g}"], 16.0, windows=8)
+    out, _ = pa.communicate(timeout=180)
+    send = _pa_float(out, r"Avg send request rate: ([0-9.]+)") or 0.0
+    tput = _pa_float(out, r"Throughput: ([0-9.]+) infer/sec") or 0.0
+    held = send >= 0.99 * rate and tput >= 0.98 * rate and "delayed" not in out.lower()
+    if not send:
+        print("    perf_analyzer said:", out.strip().splitlines()[-3:])
+    warning = next((line.strip() for line in out.splitlines() if "delayed" in line.lower()), "")
+    return held, f"sent {send:.0f}/s, throughput {tput:.0f}/s{'; ' + warning if warning else ''}"
+
+
+def client_capacity(server: LocalServer, seconds: float, workers: int) -> list[dict]:
+    """The highest open-loop rate each tool holds against the identity model (the goal's "schedule
+    held": nothing dropped, p99 send lateness <= 1 ms; perf_analyzer: its send rate on target and
+    no "delayed" warning, as it reports no lateness of its own): a ladder of x1.4
+    steps from 500/s until a rate fails, then three bisections between the last held and the first
+    failed rate. The server's own ceiling caps both: a tool below it is the bottleneck."""
+    tools: list[tuple[str, Any]] = [
+        ("perfkit", functools.partial(_perfkit_holds, workers=1)),
+        ("perf_analyzer", _pa_holds),
+    ]
+    if workers > 1:
+        tools.insert(1, (f"perfkit --workers {workers}", functools.partial(_perfkit_holds, workers=workers)))
+    rows = []
+    for name, probe in tools:
+        held_rate, failed_rate, rate = 0.0, 0.0, 500.0
+        while failed_rate == 0.0 and rate < 100_000:
+            ok, what = probe(server, rate, seconds)
+            print(f"  {name:20} {rate:8.0f}/s: {'held' if ok else 'NOT held'} ({what})", flush=True)
+            held_rate, failed_rate = (rate, 0.0) if ok else (held_rate, rate)
+            rate *= 1.4
+        for _ in range(3):
+            rate = round((held_rate + failed_rate) / 2, -1)
+            ok, what = probe(server, rate, seconds)
+            print(f"  {name:20} {rate:8.0f}/s: {'held' if ok else 'NOT held'} ({what})", flush=True)
+            held_rate, failed_rate = (rate, failed_rate) if ok else (held_rate, rate)
+        rows.append({"tool": name, "held_rps": held_rate, "failed_rps": failed_rate})
+    print("\nhighest open-loop rate held (nothing dropped, send lateness p99 <= 1 ms, server kept up):")
+    for row in rows:
+        print(f"  {row['tool']:20} {row['held_rps']:8.0f}/s (failed at {row['failed_rps']:.0f}/s)")
+    return rows
+
+
 def _pa_float(text: str, pattern: str) -> float | None:
     m = re.findall(pattern, text)
     return float(m[-1]) if m else None
@@ -276,7 +336,9 @@ def main() -> None:
     ap.add_argument("--models", default="batcher,identity", help="models for time-to-stable (comma-separated)")
     ap.add_argument("--targets", default="", help="extra perfkit -s values for time-to-stable, e.g. 5,3")
     ap.add_argument("--json", type=Path, help="also write the raw figures here")
-    ap.add_argument("--only", choices=["closed", "open", "stability", "large"], help="run one section only")
+    ap.add_argument("--only", choices=["closed", "open", "stability", "large", "capacity"], help="run one section only")
+    ap.add_argument("--capacity-seconds", type=float, default=4.0, help="seconds per capacity probe")
+    ap.add_argument("--capacity-workers", type=int, default=2, help="also probe perfkit with this many --workers")
     ap.add_argument("--large-seconds", type=float, default=8.0, help="seconds per large-tensor run")
     ap.add_argument("--large-cases", default="", help="large-tensor cases to run: http,grpc,shm (default all)")
     args = ap.parse_args()
@@ -298,6 +360,9 @@ def main() -> None:
         if args.only in (None, "large"):
             print("\nlarge tensors: image model, FP32 [3,224,224] (~600 KB per request), closed loop, alternating")
             results["large"] = large_tensors(server, args.rounds, args.large_seconds, args.large_cases)
+        if args.only in (None, "capacity"):
+            print("\ncapacity: the highest open-loop rate one client holds (HTTP, identity model)")
+            results["capacity"] = client_capacity(server, args.capacity_seconds, args.capacity_workers)
         if args.only in (None, "stability"):
             print("\ntime to a stable result, each tool with its defaults (HTTP); batcher: steady 3.25 ms compute")
             print("per call (like a GPU model); identity: no compute, bound by the server's IPC wake-ups on this VM")

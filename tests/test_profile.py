@@ -85,6 +85,16 @@ def test_worker_processes_merge(triton):
     assert open_.service.count == open_.request_count
 
 
+def test_worker_processes_start_an_open_loop_on_time(triton):
+    # The first level of a run starts while the spawned workers may still be importing: the
+    # schedule must wait for them, not begin in the past (every early send would then be late).
+    rec = profile(triton, _spec("identity", LoadLevel("request_rate", 100), workers=2, max_trials=3))
+    lv = rec.levels[0]
+    sent = lv.request_count
+    assert sent + lv.dropped_count == round(100 * lv.duration_s)
+    assert lv.dropped_count == 0 and lv.late_count <= max(2, 0.02 * sent), (lv.late_count, sent)
+
+
 def test_bytes_vardims_and_json_data(triton, tmp_path):
     rec = profile(triton, _spec("strings", LoadLevel("concurrency", 1), string_length=7, max_trials=3))
     assert rec.levels[0].error_count == 0 and rec.levels[0].service.count > 0

@@ -109,6 +109,7 @@ class LoadGenerator:
     def __init__(self, cfg: EngineConfig | StreamConfig, workers: int = 1) -> None:
         self.workers = max(1, workers)
         self._engines: list[Engine] | list[ProcessEngine]
+        self._processes: list[ProcessEngine] = []
         self._switch_interval_s: float | None = None
         if isinstance(cfg, StreamConfig):
             # streamed requests (decoupled models, sequences over a stream): one engine in this
@@ -120,7 +121,15 @@ class LoadGenerator:
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval_s))
             self._engines = [Engine(cfg)]
         else:
-            self._engines = [ProcessEngine(cfg) for _ in range(self.workers)]
+            engines = [ProcessEngine(cfg) for _ in range(self.workers)]
+            try:
+                for engine in engines:  # spawned together, awaited together
+                    engine.wait_ready()
+            except BaseException:
+                for engine in engines:
+                    engine.close()
+                raise
+            self._engines = self._processes = engines
         self._active: list[int] = []
 
     def start(self, level: LoadLevel) -> int:
@@ -134,6 +143,14 @@ class LoadGenerator:
             return t0
         t0 = perf_counter_ns() + START_LEAD_NS
         self._active = list(range(self.workers))
+        if self._processes:
+            # Every worker gets the start at once and prepares in parallel: started one after
+            # the other, the last would begin its share of the schedule late.
+            for i, proc in enumerate(self._processes):
+                proc.send_start(level, t0, 0, i, self.workers)
+            for proc in self._processes:
+                proc.wait_ok()
+            return t0
         for i in self._active:
             self._engines[i].start(level, t0, 0, i, self.workers)
         return t0

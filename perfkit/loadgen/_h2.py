@@ -28,7 +28,7 @@ from typing import Any
 import hpack
 
 from perfkit.loadgen._ledger import Ledger
-from perfkit.loadgen._transport import Transport, no_delay
+from perfkit.loadgen._transport import Transport, no_delay, write_parts
 from perfkit.records import (
     GRPC_STATUS_BASE,
     STATUS_CONNECTION_CLOSED,
@@ -203,29 +203,33 @@ class H2Conn(asyncio.Protocol):
         return parts
 
     def _pump(self) -> None:
-        # Send the blocked requests, head first, as far as the windows allow.
+        # Send the blocked requests, head first, as far as the windows allow: the HEADERS and
+        # DATA frames of what can go now leave in one writev, the tensor bytes uncopied.
+        parts: list[bytes | memoryview] = []
         while self._blocked and not self.closed:
             head = self._blocked[0]
             if head.sid == 0:
                 if len(head.message) > self._send_window and self._send_window < self._max_frame:
-                    return  # wait for connection window before opening the stream
+                    break  # wait for connection window before opening the stream
                 head.sid = self._next_sid
                 self._next_sid += 2
                 head.window = self._stream_window
                 self.streams[head.sid] = (head.due, perf_counter_ns())
-                self.transport.write(self._headers_head + struct.pack(">I", head.sid) + self._block)
+                parts.append(self._headers_head + struct.pack(">I", head.sid) + self._block)
             n = min(len(head.message) - head.offset, self._send_window, head.window)
             if n <= 0:
-                return
+                break
             chunk = memoryview(head.message)[head.offset : head.offset + n]
             head.offset += n
             self._send_window -= n
             head.window -= n
             last = head.offset == len(head.message)
-            self.transport.write(b"".join(self._data_frames(struct.pack(">I", head.sid), chunk, last)))
+            parts += self._data_frames(struct.pack(">I", head.sid), chunk, last)
             if not last:
-                return
+                break
             self._blocked.popleft()
+        if parts:
+            write_parts(self.transport, parts)
 
     # -- receiving --------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:

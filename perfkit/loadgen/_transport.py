@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -108,3 +109,40 @@ def no_delay(transport: Any, largest_request_bytes: int = 0) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if largest_request_bytes > 65536:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, min(LARGE_SNDBUF_BYTES, 2 * largest_request_bytes))
+
+
+# The most buffers one writev takes (Linux's IOV_MAX).
+_IOV_MAX = 1024
+
+
+def write_parts(transport: Any, parts: list[bytes | memoryview]) -> None:
+    """Write `parts` as one message without joining them: one writev() of the buffers as they
+    are (a large tensor is not copied on its way out), and only what the kernel did not take is
+    joined and handed to the transport's own buffer, which then sends it in order.
+
+    asyncio's `writelines` joins the parts first (Python 3.11); its `write` sends at once only
+    while its buffer is empty, which is when this writes directly too, so the order holds.
+    """
+    sock = transport.get_extra_info("socket")
+    sent = 0
+    direct = sock is not None and len(parts) <= _IOV_MAX and not transport.is_closing()
+    if direct and not transport.get_write_buffer_size():
+        try:
+            sent = os.writev(sock.fileno(), parts)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError:  # a broken connection: let the transport meet the error its own way
+            sent = 0
+    if sent == 0:
+        transport.write(b"".join(parts))
+        return
+    rest: list[bytes | memoryview] = []
+    for part in parts:
+        size = len(part)
+        if sent >= size:
+            sent -= size
+            continue
+        rest.append(memoryview(part)[sent:] if sent else part)
+        sent = 0
+    if rest:
+        transport.write(b"".join(rest))

@@ -17,6 +17,7 @@ from perfkit.records import LoadLevel, Samples
 
 def _worker_main(cfg: EngineConfig, conn: Connection) -> None:
     engine = Engine(cfg)
+    conn.send(("ok", None))  # ready: a level's schedule must not start before its workers can send
     try:
         while True:
             cmd, args = conn.recv()
@@ -49,8 +50,17 @@ class ProcessEngine:
         self._proc = ctx.Process(target=_worker_main, args=(cfg, child), daemon=True, name="perfkit-worker")
         self._proc.start()
         child.close()
+        self._ready = False
+
+    def wait_ready(self) -> None:
+        """Wait until the worker process has started its engine (a spawned interpreter takes a
+        second or so to import); raises MeasurementError if it failed."""
+        if not self._ready:
+            self.wait_ok()
+            self._ready = True
 
     def _ask(self, cmd: str, *args: Any) -> Any:
+        self.wait_ready()
         self._conn.send((cmd, args))
         status, value = self._conn.recv()
         if status != "ok":
@@ -58,6 +68,7 @@ class ProcessEngine:
         return value
 
     def send_start(self, level: LoadLevel, t0_ns: int, share: float, worker: int, workers: int) -> None:
+        self.wait_ready()
         self._conn.send(("start", (level, t0_ns, share, worker, workers)))
 
     def wait_ok(self) -> Any:
@@ -67,7 +78,8 @@ class ProcessEngine:
         return value
 
     def start(self, level: LoadLevel, t0_ns: int, share: float, worker: int = 0, workers: int = 1) -> None:
-        self._ask("start", level, t0_ns, share, worker, workers)
+        self.send_start(level, t0_ns, share, worker, workers)
+        self.wait_ok()
 
     def drain(self) -> Samples:
         return self._ask("drain")  # type: ignore[no-any-return]  # _ask returns the worker's unpickled reply (Any); drain and stop reply with Samples

@@ -739,6 +739,10 @@ class ProfileSpec:
     fixed_schedule: bool = False
     trace: str | None = None
     output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
+    # perf_analyzer's --string-data: every BYTES element of generated data holds this string
+    string_data: str | None = None
+    # perf_analyzer's --bls-composing-models: models a BLS model calls, whose statistics join the breakdown
+    bls_composing_models: tuple[str, ...] = ()
 
 
 def spec_defaults() -> dict[str, Any]:

@@ -63,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     # SIGINT/SIGTERM become KeyboardInterrupt for every command, also in background jobs (see _signals)
     with _signals.handled():
-        return _run(args)
+        code = _run(args)
+    from perfkit.cli._pa_compat import pa_exit_codes, to_pa_exit_code
+
+    return to_pa_exit_code(code) if pa_exit_codes() else code
 
 
 def _run(args: list[str]) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from perfkit.cli._pa_compat import PaCompatCommand, pa_options, pa_spec_fields, unstable_exit
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
@@ -188,7 +189,7 @@ class _Progress:
             )
 
 
-@click.command(name="profile")
+@click.command(name="profile", cls=PaCompatCommand)
 @click.option("-m", "--model-name", "model", required=True, help="Model to measure.")
 @click.option("-x", "--model-version", default="", help="Model version (default: the server's choice).")
 @click.option(
@@ -293,8 +294,9 @@ class _Progress:
     help="With --ray: place workers only on nodes offering this custom resource (ray start --resources).",
 )
 @streaming_options()
+@pa_options()
 @server_options()
-def command(**kw: Any) -> None:
+def command(**kw: Any) -> int:
     """Measure throughput and latency of a model under load, like perf_analyzer.
 
     Launches the bundled Triton on --model-repository (default fixtures/models) unless
@@ -359,14 +361,15 @@ def command(**kw: Any) -> None:
         max_outstanding=kw["max_outstanding"],
         tail_percentiles=_percentiles(kw["tail_percentiles"]),
         **streaming_spec_fields(kw),
+        **pa_spec_fields(kw),
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:
-        run_profile_ray(
+        record = run_profile_ray(
             opts, spec, out, kw["csv_path"], kw["report_path"], ray_address, client_hosts, urls[1:], client_resource
         )
-        return
-    run_profile(opts, spec, out, kw["csv_path"], kw["report_path"])
+        return unstable_exit(record)
+    return unstable_exit(run_profile(opts, spec, out, kw["csv_path"], kw["report_path"]))
 
 
 def _fleet_urls(values: tuple[str, ...]) -> list[str]:
@@ -441,6 +444,7 @@ def run_profile_ray(
     click.echo(summary_table(record))
     _extras(record, csv_path, report_path)
     click.echo(f"perfkit: run record saved to {out}", err=True)
+    _fail_if_nothing_measured(record)
     return record
 
 
@@ -464,7 +468,18 @@ def run_profile(
     click.echo(summary_table(record))
     _extras(record, csv_path, report_path)
     click.echo(f"perfkit: run record saved to {out}", err=True)
+    _fail_if_nothing_measured(record)
     return record
+
+
+def _fail_if_nothing_measured(record: RunRecord) -> None:
+    from perfkit.measure import nothing_measured
+
+    why = nothing_measured(record)
+    if why:
+        raise MeasurementError(why, hint="the run record is saved; its levels' notes show the errors").with_record(
+            record
+        )
 
 
 def _extras(record: RunRecord, csv_path: Path | None, report_path: Path | None) -> None:

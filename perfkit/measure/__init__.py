@@ -48,7 +48,7 @@ from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._replay import replay_profile
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
-from perfkit.measure._stream_setup import stream_config, streamed_steps
+from perfkit.measure._stream_setup import stream_config, streamed_steps, with_composing_sequence
 from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._validate import OutputMismatchError, validate_outputs
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
@@ -68,6 +68,7 @@ __all__ = [
     "levels_frame",
     "parse_goodput",
     "machine_info",
+    "nothing_measured",
     "over_latency_threshold",
     "profile",
     "served_config_sha256",
@@ -89,6 +90,7 @@ def _steps(io: ModelIO, spec: ProfileSpec) -> tuple[list[list[Tensor]], list[Fil
             shapes=spec.shapes,
             string_length=spec.string_length,
             seed=spec.seed,
+            string_data=spec.string_data,
         )
         return [step], []
     path = Path(spec.input_data)
@@ -119,7 +121,7 @@ def _payloads(server: Server, io: ModelIO, spec: ProfileSpec, steps: list[list[T
         else:
             yield tuple(grpc_payload(io, s) for s in steps)
         return
-    with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size) as shm:
+    with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size, spec.batch_size) as shm:
         if spec.protocol == "http":
             yield tuple(
                 http_payload(io, s, host, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs)
@@ -156,17 +158,20 @@ def profile(
     config = server.model_config(spec.model)
     io = ModelIO.from_server(metadata, config, spec.model_version)
     _check_spec(io, spec)
+    # a sequence model behind an ensemble makes the ensemble's requests sequence requests
+    kind = with_composing_sequence(config, server.model_config)
     if spec.trace or spec.fixed_schedule:
         host, port = _engine_target(server, spec.protocol)
         return replay_profile(
-            server, spec, io, config, host, port, command=command, on_progress=on_progress, record_path=record_path
-        )
+            server, spec, io, config, host, port, command=command, on_progress=on_progress, record_path=record_path,
+            kind=kind,
+        )  # fmt: skip
     plain_steps, file_requests = _steps(io, spec)
     if any(r.expected for r in file_requests):
         validate_outputs(server, io, file_requests, source=spec.input_data)
     steps = streamed_steps(io, spec, plain_steps)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
-    stats_models = [spec.model, *composing_models(config)]
+    stats_models = [spec.model, *composing_models(config), *spec.bls_composing_models]
     info = server_info(server, spec.protocol)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []
@@ -197,7 +202,7 @@ def profile(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
             )
             # streamed requests (--streaming, sequence models) go through the stream engine
-            cfg = stream_config(spec, config, host, port, payloads, intervals, io=io, steps=steps) or cfg
+            cfg = stream_config(spec, kind, host, port, payloads, intervals, io=io, steps=steps) or cfg
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:
@@ -242,6 +247,23 @@ def profile(
     if spec.binary_search:
         levels.sort(key=lambda r: r.load.value)
     return record()
+
+
+def nothing_measured(record: RunRecord) -> str | None:
+    """Why a run measured nothing (no level completed a single request without error), else None.
+
+    Whatever the model kind (unary, sequence, decoupled), such a run has no result to report.
+    """
+    if not record.levels or any(lv.inference_count > 0 for lv in record.levels):
+        return None
+    sent = sum(lv.request_count for lv in record.levels)
+    failed = sum(lv.error_count for lv in record.levels)
+    if sent == 0:
+        return f"measured nothing: no request to {record.spec.model!r} completed"
+    notes = next((lv.note for lv in record.levels if lv.note), "") or ", ".join(
+        f"{k} ×{v}" for lv in record.levels for k, v in lv.errors.items()
+    )
+    return f"measured nothing: all {failed} of {sent} requests to {record.spec.model!r} failed ({notes[:300]})"
 
 
 def over_latency_threshold(spec: ProfileSpec, result: LevelResult) -> bool:

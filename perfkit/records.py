@@ -695,7 +695,7 @@ class ProfileSpec:
     model_version: str = ""
     protocol: Literal["http", "grpc"] = "http"
     batch_size: int = 1
-    input_data: str = "random"  # "random", "zero", or a perf_analyzer-format JSON file path
+    input_data: str = "random"  # "random", "zero", a perf_analyzer JSON file or directory (several: os.pathsep)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     string_length: int = 128
     shared_memory: Literal["none", "system", "cuda"] = "none"

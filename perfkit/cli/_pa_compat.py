@@ -213,3 +213,22 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
     bls = kw.pop("bls_composing_models")
     names = tuple(m.strip().partition(":")[0] for m in bls.split(",") if m.strip()) if bls else ()
     return {"string_data": kw.pop("string_data"), "bls_composing_models": names}
+
+
+def input_data_sources(values: tuple[str, ...]) -> str | None:
+    """`--input-data` given once or repeated, as ProfileSpec.input_data; None when not given.
+
+    Repeated, its sources are joined by os.pathsep (perf_analyzer appends their streams); 'zero'
+    and 'random' must stand alone. Raises UsageError.
+    """
+    import os
+
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    if any(v in ("zero", "random") for v in values):
+        raise UsageError(f"--input-data {' '.join(values)}: 'zero' and 'random' cannot be combined with files")
+    if any(os.pathsep in v for v in values):
+        raise UsageError(f"--input-data: a repeated source may not contain {os.pathsep!r}")
+    return os.pathsep.join(values)

@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 
-from perfkit.cli._pa_compat import PaCompatCommand, pa_options, pa_spec_fields, unstable_exit
+from perfkit.cli._pa_compat import (
+    PaCompatCommand,
+    input_data_sources,
+    pa_options,
+    pa_spec_fields,
+    unstable_exit,
+)
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
@@ -207,7 +213,12 @@ class _Progress:
 @click.option("--request-rate-range", default=None, help="start[:end[:step]] requests/s (open loop).")
 @click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant")
 @click.option("--request-intervals", type=click.Path(path_type=Path), help="File of gaps in us, one per line.")
-@click.option("--input-data", default=_D["input_data"], show_default=True, help="zero, random, or a JSON data file.")
+@click.option(
+    "--input-data",
+    multiple=True,
+    help=f"zero, random (default: {_D['input_data']}), a JSON data file or a directory (one file per input);"
+    " repeat it to append the streams of several, as perf_analyzer does.",
+)
 @click.option("--shape", "shapes", multiple=True, help="NAME:D1,D2 for inputs with variable dims (repeatable).")
 @click.option(
     "--string-length", type=int, default=_D["string_length"], show_default=True, help="Length of random BYTES data."
@@ -338,7 +349,7 @@ def command(**kw: Any) -> int:
             kw["concurrency_range"], kw["request_rate_range"], kw["request_distribution"], kw["request_intervals"]
         ),
         batch_size=kw["batch_size"],
-        input_data=kw["input_data"],
+        input_data=input_data_sources(kw["input_data"]) or _D["input_data"],
         shapes=_shapes(kw["shapes"]),
         string_length=kw["string_length"],
         shared_memory=kw["shared_memory"],

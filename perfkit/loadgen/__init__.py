@@ -59,6 +59,7 @@ from perfkit.loadgen._inputdata import (
     file_tensors,
     read_input_data,
 )
+from perfkit.loadgen._inputdir import read_sources
 from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
@@ -92,6 +93,7 @@ __all__ = [
     "grpc_payload",
     "http_payload",
     "read_input_data",
+    "read_sources",
     "synthetic_tensors",
     "to_wire",
 ]

@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from perfkit.errors import InputError, MeasurementError, ServerError, UsageError
+from perfkit.errors import MeasurementError, ServerError, UsageError
 from perfkit.loadgen import (
     EngineConfig,
     FileRequest,
@@ -29,7 +29,7 @@ from perfkit.loadgen import (
     check_synthetic,
     grpc_payload,
     http_payload,
-    read_input_data,
+    read_sources,
     synthetic_tensors,
 )
 from perfkit.measure._context import machine_info, make_record, served_config_sha256, server_info
@@ -93,10 +93,8 @@ def _steps(io: ModelIO, spec: ProfileSpec) -> tuple[list[list[Tensor]], list[Fil
             string_data=spec.string_data,
         )
         return [step], []
-    path = Path(spec.input_data)
-    if not path.is_file():
-        raise InputError(f"--input-data {spec.input_data}: not 'zero', 'random' or an existing JSON file")
-    data = read_input_data(io, path, shapes=spec.shapes)
+    # a JSON file, a directory (one file per input), or several of them (the flag repeated)
+    data = read_sources(io, spec.input_data, shapes=spec.shapes)
     requests = build_requests(io, data, batch_size=spec.batch_size)
     return [list(r.tensors) for r in requests], requests
 

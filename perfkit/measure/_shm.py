@@ -78,14 +78,15 @@ class SharedMemory:
         try:
             for i, step in enumerate(self.steps):
                 bindings = {}
-                for t in step:
-                    name = f"{self._tag}_s{i}_{t.name}"
+                for j, t in enumerate(step):
+                    # by position: tensor names may hold '/' (TensorFlow's), which a shm key cannot
+                    name = f"{self._tag}_s{i}_in{j}"
                     self._create(name, t.data)
                     bindings[t.name] = ShmBinding(name, len(t.data))
                 self.inputs.append(bindings)
             sizes = output_region_bytes(self.io, self.batch_size, self.output_size)
-            for out in self.io.outputs:
-                name = f"{self._tag}_out_{out}"
+            for k, out in enumerate(self.io.outputs):
+                name = f"{self._tag}_out{k}"
                 self._create(name, None, sizes[out])
                 self.outputs[out] = ShmBinding(name, sizes[out])
         except BaseException:

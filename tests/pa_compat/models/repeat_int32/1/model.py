@@ -1,4 +1,7 @@
-"""Decoupled: one response per element of IN (OUT, IDX), DELAY[i] ms apart, then the final flag."""
+"""Decoupled: one response per element of IN (OUT, IDX), DELAY[i] ms apart, then the final flag.
+
+A negative value in IN is refused with an error response (for the test of a run whose every request fails).
+"""
 
 import time
 
@@ -13,6 +16,12 @@ class TritonPythonModel:
             values = pb_utils.get_input_tensor_by_name(r, "IN").as_numpy().reshape(-1)
             delays = pb_utils.get_input_tensor_by_name(r, "DELAY").as_numpy().reshape(-1)
             wait = pb_utils.get_input_tensor_by_name(r, "WAIT").as_numpy().reshape(-1)
+            if (values < 0).any():
+                error = pb_utils.TritonError("IN holds a negative count")
+                sender.send(
+                    pb_utils.InferenceResponse(error=error), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+                )
+                continue
             for i, v in enumerate(values):
                 time.sleep(float(delays[i % len(delays)]) / 1e3 if len(delays) else 0.0)
                 out = [

@@ -743,6 +743,8 @@ class ProfileSpec:
     string_data: str | None = None
     # perf_analyzer's --bls-composing-models: models a BLS model calls, whose statistics join the breakdown
     bls_composing_models: tuple[str, ...] = ()
+    # perf_analyzer's -H: extra HTTP headers (name, value) on every HTTP infer request
+    http_headers: tuple[tuple[str, str], ...] = ()
 
 
 def spec_defaults() -> dict[str, Any]:

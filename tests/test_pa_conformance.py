@@ -55,12 +55,18 @@ E2E = (
 FAST = ["-p", "300"]  # shorter windows than the QA's 1-10 s: the outcome, not the figures, is under test
 
 
-def expected(case: dict[str, object]) -> str:
-    """perf_analyzer's recorded outcome, or perfkit's where it differs on purpose."""
+def measured(outcome: dict[str, object]) -> bool:
+    """Whether a run measured: exit 0, or 2 (perf_analyzer's "did not stabilise", which depends on the
+    machine's load, not on the command line)."""
+    return outcome.get("returncode") in (0, 2)
+
+
+def expected(case: dict[str, object]) -> bool:
+    """Whether perfkit must measure: as perf_analyzer did, or as `perfkit_differs` says and why."""
     differs = case.get("perfkit_differs")
     if isinstance(differs, dict):
-        return str(differs["outcome"])
-    return str(case["perf_analyzer"]["outcome"])  # type: ignore[index]
+        return bool(differs["measured"])
+    return measured(case["perf_analyzer"])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
@@ -86,9 +92,9 @@ def test_recorded_outcomes_are_complete() -> None:
     missing = [c["id"] for c in runnable if "perf_analyzer" not in c or "perfkit" not in c]
     assert not missing, f"run tests/pa_compat/record_qa.py for: {missing[:5]}"
     for c in runnable:
-        if c["perfkit"]["outcome"] != c["perf_analyzer"]["outcome"]:
+        if measured(c["perfkit"]) != measured(c["perf_analyzer"]):
             assert "perfkit_differs" in c, f"{c['id']}: perfkit and perf_analyzer disagree with no reason recorded"
-            assert c["perfkit_differs"]["outcome"] == c["perfkit"]["outcome"]
+            assert c["perfkit_differs"]["measured"] == measured(c["perfkit"])
             assert c["perfkit_differs"]["reason"]
 
 
@@ -134,8 +140,7 @@ def test_qa_command_line_end_to_end(
     case = BY_ID[case_id]
     argv = case_argv(case, places, server.endpoints.http_url, server.endpoints.grpc_url or "")
     rc = _run_pa([*argv, *FAST], tmp_path, monkeypatch)
-    outcome = "ok" if rc == 0 else "error"
-    assert outcome == expected(case), f"{case_id}: exit {rc}"
+    assert measured({"returncode": rc}) == expected(case), f"{case_id}: exit {rc}"
     assert rc in (0, 2, 99), "the perf_analyzer command exits with perf_analyzer's codes"
 
 

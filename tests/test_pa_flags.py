@@ -98,7 +98,6 @@ def test_noops_are_noted() -> None:
         ("--service-kind=tfserving", "KServe v2"),
         ("--enable-mpi", "--ray"),
         ("--ssl-grpc-use-ssl", "TLS"),
-        ("-H x:y", "headers"),
         ("--input-tensor-format json", "binary"),
         ("--grpc-compression-algorithm gzip", "compress"),
         ("-c 8", "--concurrency-range"),
@@ -140,3 +139,19 @@ def test_env_maps_usage_error_to_99(monkeypatch: pytest.MonkeyPatch, capsys: pyt
     err = capsys.readouterr().err
     assert "--service-kind triton_c_api: the C API" in err
     assert len([ln for ln in err.splitlines() if ln.strip()]) == 1
+
+
+def test_headers_reach_the_http_request_and_the_spec() -> None:
+    from perfkit.cli._pa_compat import pa_spec_fields
+    from perfkit.loadgen import ModelIO, Tensor, http_payload
+
+    kw = {"pa_verbose": 0, "string_data": None, "bls_composing_models": "a:3,b", "http_headers": ("X-A: 1", "b:two")}
+    fields = pa_spec_fields(dict(kw))
+    assert fields["http_headers"] == (("X-A", "1"), ("b", "two"))
+    assert fields["bls_composing_models"] == ("a", "b")
+    io = ModelIO("m", "", 0, (("I", "INT32", (1,)),), ("O",))
+    raw = http_payload(io, [Tensor("I", "INT32", (1,), b"\0\0\0\0")], "h:1", headers=fields["http_headers"])
+    head = raw.split(b"\r\n\r\n", 1)[0].decode()
+    assert "\r\nX-A: 1\r\n" in head and head.endswith("\r\nb: two")
+    with pytest.raises(UsageError):
+        pa_spec_fields(dict(kw, http_headers=("no-colon",)))

@@ -182,6 +182,13 @@ def pa_options() -> Any:
             help="More detail: -v says how perf_analyzer flags were read; -v -v logs perfkit's steps too.",
         ),
         click.option(
+            "-H",
+            "http_headers",
+            multiple=True,
+            metavar="NAME:VALUE",
+            help="A header on every HTTP infer request (repeatable; ignored for gRPC, as in perf_analyzer).",
+        ),
+        click.option(
             "--string-data", default=None, help="Generated data: every BYTES element holds this string (as in PA)."
         ),
         click.option(
@@ -212,7 +219,13 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
             click.echo(f"perfkit: {note}", err=True)
     bls = kw.pop("bls_composing_models")
     names = tuple(m.strip().partition(":")[0] for m in bls.split(",") if m.strip()) if bls else ()
-    return {"string_data": kw.pop("string_data"), "bls_composing_models": names}
+    headers = []
+    for item in kw.pop("http_headers"):
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip() or any(c in item for c in "\r\n"):
+            raise UsageError(f"-H {item!r}: expected NAME:VALUE on one line")
+        headers.append((name.strip(), value.strip()))
+    return {"string_data": kw.pop("string_data"), "bls_composing_models": names, "http_headers": tuple(headers)}
 
 
 def input_data_sources(values: tuple[str, ...]) -> str | None:

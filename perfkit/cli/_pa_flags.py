@@ -159,7 +159,7 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("-a", "--async"), False, "accepted", "perfkit is always asynchronous"),
     PaFlag(("--sync",), False, "accepted", "perfkit is always asynchronous: the same load, fewer threads"),
     PaFlag(("--streaming",), False, "same", "gRPC bidirectional stream (and HTTP generate_stream)"),
-    PaFlag(("-H",), True, "refused", "custom HTTP headers are not implemented"),
+    PaFlag(("-H",), True, "same", "a header on every HTTP infer request (ignored for gRPC, as in perf_analyzer)"),
     PaFlag(
         ("--grpc-compression-algorithm",),
         True,

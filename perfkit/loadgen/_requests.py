@@ -171,8 +171,10 @@ def http_payload(
     *,
     shm_inputs: dict[str, ShmBinding] | None = None,
     shm_outputs: dict[str, ShmBinding] | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> bytes:
-    """A complete HTTP/1.1 request (headers and body) using the binary tensor extension."""
+    """A complete HTTP/1.1 request (headers and body) using the binary tensor extension; `headers`
+    are added as given (perf_analyzer's -H)."""
     inputs = []
     body_parts = []
     for t in tensors:
@@ -209,7 +211,9 @@ def http_payload(
     path = f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/infer"
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/octet-stream\r\n"
-        f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(body)}\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in headers)
+        + "\r\n"
     )
     return head.encode() + body
 

@@ -115,14 +115,14 @@ def _payloads(server: Server, io: ModelIO, spec: ProfileSpec, steps: list[list[T
     host = server.endpoints.http_url
     if spec.shared_memory == "none":
         if spec.protocol == "http":
-            yield tuple(http_payload(io, s, host) for s in steps)
+            yield tuple(http_payload(io, s, host, headers=spec.http_headers) for s in steps)
         else:
             yield tuple(grpc_payload(io, s) for s in steps)
         return
     with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size, spec.batch_size) as shm:
         if spec.protocol == "http":
             yield tuple(
-                http_payload(io, s, host, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs)
+                http_payload(io, s, host, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs, headers=spec.http_headers)
                 for i, s in enumerate(steps)
             )
         else:

@@ -164,6 +164,15 @@ PA_STABILITY_ERROR_MARK = 1002
 def unstable_exit(record: Any) -> int:
     """The code the profile command returns: 0, or the unstable marker under perf_analyzer's codes."""
     if pa_exit_codes() and any(not lv.stable for lv in record.levels):
+        for lv in record.levels:
+            if not lv.stable:
+                # perf_analyzer's words: tools (model_analyzer) look for them to retry with longer windows
+                click.echo(
+                    f"Failed to obtain stable measurement within {len(lv.windows)} measurement windows for"
+                    f" {lv.load.mode.replace('_', ' ')} {lv.load.value:g}. Please try to increase the"
+                    " --measurement-interval.",
+                    err=True,
+                )
         return PA_STABILITY_ERROR_MARK
     return int(ExitCode.OK)
 

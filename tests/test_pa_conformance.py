@@ -122,10 +122,7 @@ def _run_pa(argv: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> int:
 
     monkeypatch.chdir(cwd)
     monkeypatch.delenv("PERFKIT_EXIT_CODES", raising=False)
-    try:
-        return main(argv)
-    finally:
-        monkeypatch.delenv("PERFKIT_EXIT_CODES", raising=False)
+    return main(argv)
 
 
 @pytest.mark.server

@@ -155,3 +155,29 @@ def test_headers_reach_the_http_request_and_the_spec() -> None:
     assert "\r\nX-A: 1\r\n" in head and head.endswith("\r\nb: two")
     with pytest.raises(UsageError):
         pa_spec_fields(dict(kw, http_headers=("no-colon",)))
+
+
+def test_perf_analyzer_command_defaults() -> None:
+    from perfkit.cli.pa import count_window_ms, pa_defaults
+
+    assert pa_defaults(["-m", "m"]) == ["-p", "5000", "-r", "10", "--tail-percentiles", "", "-u", "localhost:8000"]
+    assert pa_defaults(["-m", "m", "-i", "GRPC", "-p2000", "-r", "3"]) == [
+        "--tail-percentiles",
+        "",
+        "-u",
+        "localhost:8001",
+    ]
+    assert pa_defaults(["-m", "m", "-u", "h:1", "--measurement-mode=count_windows"])[:2] == ["-p", "1000"]
+    assert count_window_ms(["--measurement-request-count", "150"]) == 3000
+    assert count_window_ms(["--measurement-request-count=10"]) == 1000
+    with pytest.raises(UsageError):
+        pa_defaults(["-m", "m", "--enable-mpi"])
+
+
+def test_perf_analyzer_command_version_and_refusal(capsys: pytest.CaptureFixture[str]) -> None:
+    from perfkit.cli.pa import main
+
+    assert main(["--version"]) == 0
+    assert "perfkit" in capsys.readouterr().out
+    assert main(["-m", "m", "--service-kind", "torchserve"]) == 99
+    assert "--service-kind torchserve" in capsys.readouterr().err

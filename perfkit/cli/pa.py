@@ -68,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     from perfkit.cli import main as perfkit_main
 
     args = sys.argv[1:] if argv is None else list(argv)
-    os.environ.setdefault(EXIT_CODES_ENV, "perf_analyzer")
     if args == ["--version"]:
         print(f"perf_analyzer (perfkit {__version__})")
         return 0
@@ -77,7 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"perfkit: error: {err.one_line()}", file=sys.stderr)
         return PA_GENERIC_ERROR
-    return perfkit_main(["profile", *defaults, *args])
+    before = os.environ.get(EXIT_CODES_ENV)
+    os.environ[EXIT_CODES_ENV] = before or "perf_analyzer"  # restored after: main() may run in-process
+    try:
+        return perfkit_main(["profile", *defaults, *args])
+    finally:
+        if before is None:
+            os.environ.pop(EXIT_CODES_ENV, None)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._replay import replay_profile
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
-from perfkit.measure._stream_setup import stream_config, streamed_steps, with_composing_sequence
+from perfkit.measure._stream_setup import is_sequence_model, stream_config, streamed_steps, with_composing_sequence
 from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._validate import OutputMismatchError, validate_outputs
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
@@ -166,7 +166,7 @@ def profile(
         )  # fmt: skip
     plain_steps, file_requests = _steps(io, spec)
     if any(r.expected for r in file_requests):
-        validate_outputs(server, io, file_requests, source=spec.input_data)
+        validate_outputs(server, io, file_requests, source=spec.input_data, sequence=is_sequence_model(kind))
     steps = streamed_steps(io, spec, plain_steps)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
     stats_models = [spec.model, *composing_models(config), *spec.bls_composing_models]

@@ -54,13 +54,10 @@ def validate_outputs(
         for k, req in enumerate(order):
             seq: dict[str, Any] | None = None
             if sequence:
-                first = k == 0 or order[k - 1].stream != req.stream
-                last = k == len(order) - 1 or order[k + 1].stream != req.stream
-                seq = {
-                    "sequence_id": VALIDATION_SEQUENCE_ID + req.stream,
-                    "sequence_start": first,
-                    "sequence_end": last,
-                }
+                starts = k == 0 or order[k - 1].stream != req.stream
+                ends = k == len(order) - 1 or order[k + 1].stream != req.stream
+                seq = {"sequence_id": VALIDATION_SEQUENCE_ID + req.stream, "sequence_start": starts}
+                seq["sequence_end"] = ends
             elif not req.expected:
                 continue
             outputs = _infer(conn, io, req, server.endpoints.http_url, seq)

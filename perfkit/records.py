@@ -745,6 +745,8 @@ class ProfileSpec:
     bls_composing_models: tuple[str, ...] = ()
     # perf_analyzer's -H: extra HTTP headers (name, value) on every HTTP infer request
     http_headers: tuple[tuple[str, str], ...] = ()
+    # perf_analyzer's --profile-export-file: every request's timestamps, in perf_analyzer's JSON layout
+    profile_export_file: str | None = None
 
 
 def spec_defaults() -> dict[str, Any]:

@@ -49,7 +49,7 @@ E2E = (
     "L0_perf_analyzer:795",  # --measurement-mode count_windows, --string-data, --shape
     "L0_perf_analyzer:825",  # optional inputs across a -b 2 batch fail
     "L0_perf_analyzer:694",  # wrong validation_data fails
-    "L0_perf_analyzer:897",  # decoupled model, --profile-export-file (perfkit refuses it)
+    "L0_perf_analyzer:897",  # decoupled model, --profile-export-file
     "L0_perf_analyzer_capi:112",  # the C API service kind (refused)
 )
 FAST = ["-p", "300"]  # shorter windows than the QA's 1-10 s: the outcome, not the figures, is under test
@@ -139,6 +139,14 @@ def test_qa_command_line_end_to_end(
     rc = _run_pa([*argv, *FAST], tmp_path, monkeypatch)
     assert measured({"returncode": rc}) == expected(case), f"{case_id}: exit {rc}"
     assert rc in (0, 2, 99), "the perf_analyzer command exits with perf_analyzer's codes"
+    if "--profile-export-file" in argv and rc in (0, 2):
+        # what the QA script checks of it: perf_analyzer's layout, several responses per request of a decoupled model
+        doc = json.loads((tmp_path / argv[argv.index("--profile-export-file") + 1]).read_text())
+        assert doc["version"] and doc["experiments"]
+        exp = doc["experiments"][0]
+        assert exp["experiment"]["mode"] == "concurrency" and exp["window_boundaries"]
+        assert any(len(r["response_timestamps"]) > 1 for r in exp["requests"])
+        assert all(r["response_timestamps"][0] >= r["timestamp"] for r in exp["requests"])
 
 
 @pytest.mark.server

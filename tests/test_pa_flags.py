@@ -146,6 +146,7 @@ def test_headers_reach_the_http_request_and_the_spec() -> None:
     from perfkit.loadgen import ModelIO, Tensor, http_payload
 
     kw = {"pa_verbose": 0, "string_data": None, "bls_composing_models": "a:3,b", "http_headers": ("X-A: 1", "b:two")}
+    kw["profile_export_file"] = None
     fields = pa_spec_fields(dict(kw))
     assert fields["http_headers"] == (("X-A", "1"), ("b", "two"))
     assert fields["bls_composing_models"] == ("a", "b")

@@ -11,6 +11,7 @@ perf_analyzer flags (perfkit's own) pass through untouched.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import click
@@ -198,6 +199,12 @@ def pa_options() -> Any:
             help="A header on every HTTP infer request (repeatable; ignored for gRPC, as in perf_analyzer).",
         ),
         click.option(
+            "--profile-export-file",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Write every request's send and response timestamps here, in perf_analyzer's JSON layout.",
+        ),
+        click.option(
             "--string-data", default=None, help="Generated data: every BYTES element holds this string (as in PA)."
         ),
         click.option(
@@ -234,7 +241,13 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         if not sep or not name.strip() or any(c in item for c in "\r\n"):
             raise UsageError(f"-H {item!r}: expected NAME:VALUE on one line")
         headers.append((name.strip(), value.strip()))
-    return {"string_data": kw.pop("string_data"), "bls_composing_models": names, "http_headers": tuple(headers)}
+    export = kw.pop("profile_export_file")
+    return {
+        "string_data": kw.pop("string_data"),
+        "bls_composing_models": names,
+        "http_headers": tuple(headers),
+        "profile_export_file": str(export) if export else None,
+    }
 
 
 def input_data_sources(values: tuple[str, ...]) -> str | None:

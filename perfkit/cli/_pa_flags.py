@@ -200,7 +200,12 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("--metrics-url",), True, "same", "metrics endpoint"),
     PaFlag(("--metrics-interval",), True, "same", "ms between scrapes"),
     PaFlag(("-f",), True, "differs", "same columns and units; Client Send/Recv are 0"),
-    PaFlag(("--profile-export-file",), True, "refused", "not implemented; perfkit's run record (-o) holds the run"),
+    PaFlag(
+        ("--profile-export-file",),
+        True,
+        "same",
+        "every request's send and response timestamps per level, in perf_analyzer's JSON layout",
+    ),
     PaFlag(("--verbose-csv",), False, "accepted", "the -f CSV has perf_analyzer's columns either way"),
     PaFlag(("--enable-mpi",), False, "refused", "MPI is not supported; spread load with --ray"),
     PaFlag(

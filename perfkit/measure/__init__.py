@@ -16,7 +16,9 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+from perfkit import __version__
 from perfkit.errors import MeasurementError, ServerError, UsageError
 from perfkit.loadgen import (
     EngineConfig,
@@ -43,6 +45,7 @@ from perfkit.measure._events import (
     WindowMeasured,
     WorkersPlaced,
 )
+from perfkit.measure._export import write_export
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._replay import replay_profile
@@ -173,6 +176,7 @@ def profile(
     info = server_info(server, spec.protocol)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []
+    experiments: list[dict[str, Any]] = []  # --profile-export-file
 
     def record(status: str = "ok", error: str | None = None) -> RunRecord:
         rec = make_record(
@@ -209,6 +213,9 @@ def profile(
                         on_progress(LevelStarted(level))
                     outcome = measure_level(server, gen, spec, level, stats_models, metrics, on_progress)
                     levels.append(outcome.result)
+                    if outcome.export is not None and spec.profile_export_file:
+                        experiments.append(outcome.export)
+                        write_export(Path(spec.profile_export_file), experiments, f"perfkit {__version__}")
                     if outcome.server_died:
                         rec = record("failed", outcome.error)
                         raise MeasurementError(outcome.error, hint="partial results saved").with_record(rec)

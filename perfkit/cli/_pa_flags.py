@@ -123,7 +123,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         ("--input-data",),
         True,
         "differs",
-        "zero, random, a JSON file; a directory of files and the flag repeated are refused",
+        "zero, random, a JSON file, a directory (one file per input), or repeated (streams appended); "
+        "validation_data checked before measuring",
     ),
     PaFlag(("-b",), True, "same", "batch size"),
     PaFlag(("--shape",), True, "same", "NAME:D1,D2 for variable dims"),
@@ -221,7 +222,7 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("--trace-count",), True, "refused", _TRACE),
     PaFlag(("--log-frequency",), True, "refused", _TRACE),
     PaFlag(("--version",), False, "refused", "use `perfkit --version` (the `perf_analyzer` command prints it)"),
-    PaFlag(("--data-directory",), True, "mapped", "→ --input-data DIR (a directory is refused: see --input-data)"),
+    PaFlag(("--data-directory",), True, "mapped", "→ --input-data DIR"),
     PaFlag(("-c",), True, "refused", "deprecated dynamic concurrency; use --concurrency-range 1:N with -l"),
     PaFlag(("-d",), False, "refused", "deprecated dynamic concurrency; use --concurrency-range 1:N with -l"),
     PaFlag(("-t",), True, "mapped", "→ --concurrency-range N"),

@@ -2,6 +2,7 @@
 
     python -m tests.pa_compat.record_qa perf_analyzer   # the tritonclient 2.41.0 binary (benchmarks/_anchor.py)
     python -m tests.pa_compat.record_qa perfkit         # perfkit's `perf_analyzer` command
+    python -m tests.pa_compat.record_qa summary         # how the command lines ended under each
 
 Starts a local tritonserver on tests/pa_compat/models, writes the QA script's test data
 directory ({testdata}: INPUT0/INPUT1 with 16 lines of "1", custom.schedule), and runs each case's
@@ -101,8 +102,32 @@ def _save(case_id: str, tool: str, outcome: dict[str, object]) -> None:
         CASES.write_text(json.dumps(fresh, indent=1) + "\n")
 
 
+def summary(cases: list[dict[str, object]]) -> str:
+    """How the command lines ended under each tool (measured: exit 0, or 2 for "did not stabilise")."""
+    from collections import Counter
+
+    def end(o: object) -> str:
+        if not isinstance(o, dict):
+            return "not run"
+        rc = o.get("returncode")
+        return "measured" if rc in (0, 2) else ("timeout" if rc is None else "error")
+
+    skipped = Counter(str(c["skip"]) for c in cases if c.get("skip"))
+    run = [c for c in cases if not c.get("skip")]
+    pairs = Counter((end(c.get("perf_analyzer")), end(c.get("perfkit"))) for c in run)
+    same = sum(n for (a, b), n in pairs.items() if a == b)
+    lines = [f"{len(cases)} command lines: {len(run)} run, {sum(skipped.values())} not run"]
+    lines += [f"  not run: {n} ({why})" for why, n in skipped.items()]
+    lines += [f"  perf_analyzer {a}, perfkit {b}: {n}" for (a, b), n in sorted(pairs.items())]
+    lines.append(f"  same outcome: {same} of {len(run)}")
+    return "\n".join(lines)
+
+
 def main() -> int:
     tool = sys.argv[1]
+    if tool == "summary":
+        print(summary(json.loads(CASES.read_text())["cases"]))
+        return 0
     only = set(sys.argv[2:])
     if tool == "perf_analyzer":
         sys.path.insert(0, str(ROOT))

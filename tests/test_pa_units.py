@@ -94,3 +94,10 @@ def test_output_regions_sized_for_the_batch() -> None:
     assert sizes == {"probs": 1001 * 4 * 64, "text": 102400, "var": 102400}
     nobatch = ModelIO("n", "", 0, (), ("o",), (("o", "FP16", (3, 5)),))
     assert output_region_bytes(nobatch, 1, 7) == {"o": 30}
+
+
+def test_many_repeated_sources() -> None:
+    """QA's line 764 repeats --input-data 512 times: longer, joined, than any path may be."""
+    io = ModelIO("s", "", 8, (("INPUT", "BYTES", (1,)),), ("OUTPUT",), (("OUTPUT", "BYTES", (1,)),))
+    data = read_sources(io, os.pathsep.join([str(FILES / "seq_data.json")] * 512), shapes={})
+    assert len(data.streams) == 3 * 512

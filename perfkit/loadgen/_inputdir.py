@@ -25,8 +25,11 @@ SOURCES_SEP = os.pathsep
 
 def split_sources(input_data: str) -> list[str]:
     """The sources of a spec's input_data: one path, or several joined by os.pathsep."""
-    if Path(input_data).exists():
-        return [input_data]
+    try:
+        if Path(input_data).exists():
+            return [input_data]
+    except OSError:  # several sources joined can be longer than a path may be
+        pass
     return [p for p in input_data.split(SOURCES_SEP) if p]
 
 

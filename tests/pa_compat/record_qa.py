@@ -120,6 +120,9 @@ def summary(cases: list[dict[str, object]]) -> str:
     lines += [f"  not run: {n} ({why})" for why, n in skipped.items()]
     lines += [f"  perf_analyzer {a}, perfkit {b}: {n}" for (a, b), n in sorted(pairs.items())]
     lines.append(f"  same outcome: {same} of {len(run)}")
+    for tool in ("perf_analyzer", "perfkit"):
+        as_qa = sum(end(c.get(tool)) == ("measured" if c["qa_expects"] == "ok" else "error") for c in run)
+        lines.append(f"  {tool} ended as the QA script expects: {as_qa} of {len(run)}")
     return "\n".join(lines)
 
 

@@ -93,7 +93,7 @@ def _save(case_id: str, tool: str, outcome: dict[str, object]) -> None:
     # save as we go (a long recording interrupted keeps what it has); both tools may record at once
     import fcntl
 
-    with open(CASES.with_suffix(".lock"), "w") as lock:
+    with open(Path(tempfile.gettempdir()) / "perfkit-qa_cases.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         fresh = json.loads(CASES.read_text())
         for c in fresh["cases"]:

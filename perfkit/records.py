@@ -747,6 +747,8 @@ class ProfileSpec:
     http_headers: tuple[tuple[str, str], ...] = ()
     # perf_analyzer's --profile-export-file: every request's timestamps, in perf_analyzer's JSON layout
     profile_export_file: str | None = None
+    # perf_analyzer's --grpc-compression-algorithm: "", "gzip" or "deflate" (unary gRPC requests)
+    grpc_compression: str = ""
 
 
 def spec_defaults() -> dict[str, Any]:

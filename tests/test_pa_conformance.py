@@ -183,3 +183,25 @@ def test_measured_nothing_never_exits_0(
     assert "measured nothing" in line and says in line
     monkeypatch.setenv("PERFKIT_EXIT_CODES", "perf_analyzer")
     assert main(["profile", "-u", url, *argv, "-p", "300", "-r", "3"]) == 99
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_grpc_compression_reaches_the_server(
+    algorithm: str, qa_server: tuple[LocalServer, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compressed messages (flag set, grpc-encoding header) are decompressed and answered by Triton."""
+    from perfkit.cli import main
+    from perfkit.loadgen._h2 import grpc_message
+    from perfkit.records import RunRecord
+
+    assert grpc_message(b"x" * 100, algorithm)[0] == 1 and len(grpc_message(b"x" * 100, algorithm)) < 100
+    server, _ = qa_server
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run.json"
+    argv = ["-u", server.endpoints.grpc_url or "", "-i", "grpc", "-m", "graphdef_int32_int32_int32"]
+    rc = main(["profile", *argv, "--grpc-compression-algorithm", algorithm.upper(), "-p", "300", "-o", str(out)])
+    assert rc == 0
+    (level,) = RunRecord.load(out).levels
+    assert level.error_count == 0 and level.inference_count > 0
+    assert RunRecord.load(out).spec.grpc_compression == algorithm

@@ -72,7 +72,7 @@ def test_same_and_differs_flags_exist_on_profile() -> None:
         ("-z", ["--input-data", "zero"]),
         ("--data-directory d", ["--input-data", "d"]),
         ("-a --sync --async", []),
-        ("--service-kind=triton --grpc-compression-algorithm none", []),
+        ("--service-kind=triton --grpc-compression-algorithm GZIP", ["--grpc-compression-algorithm", "gzip"]),
         ("--input-tensor-format BINARY --output-tensor-format=binary", []),
         ("--measurement-mode count_windows --measurement-request-count 50", []),
         ("--request-distribution POISSON", ["--request-distribution", "poisson"]),
@@ -99,7 +99,6 @@ def test_noops_are_noted() -> None:
         ("--enable-mpi", "--ray"),
         ("--ssl-grpc-use-ssl", "TLS"),
         ("--input-tensor-format json", "binary"),
-        ("--grpc-compression-algorithm gzip", "compress"),
         ("-c 8", "--concurrency-range"),
         ("-d", "--concurrency-range"),
         ("--trace-level TIMESTAMPS", "trace"),
@@ -147,6 +146,7 @@ def test_headers_reach_the_http_request_and_the_spec() -> None:
 
     kw = {"pa_verbose": 0, "string_data": None, "bls_composing_models": "a:3,b", "http_headers": ("X-A: 1", "b:two")}
     kw["profile_export_file"] = None
+    kw["grpc_compression"] = "gzip"
     fields = pa_spec_fields(dict(kw))
     assert fields["http_headers"] == (("X-A", "1"), ("b", "two"))
     assert fields["bls_composing_models"] == ("a", "b")

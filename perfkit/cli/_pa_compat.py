@@ -199,6 +199,14 @@ def pa_options() -> Any:
             help="A header on every HTTP infer request (repeatable; ignored for gRPC, as in perf_analyzer).",
         ),
         click.option(
+            "--grpc-compression-algorithm",
+            "grpc_compression",
+            type=click.Choice(["none", "gzip", "deflate"]),
+            default="none",
+            show_default=True,
+            help="Compress unary gRPC requests (ignored for HTTP, as in perf_analyzer).",
+        ),
+        click.option(
             "--profile-export-file",
             type=click.Path(path_type=Path),
             default=None,
@@ -247,6 +255,7 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         "bls_composing_models": names,
         "http_headers": tuple(headers),
         "profile_export_file": str(export) if export else None,
+        "grpc_compression": "" if (c := kw.pop("grpc_compression")) == "none" else c,
     }
 
 

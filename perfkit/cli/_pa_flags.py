@@ -164,10 +164,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--grpc-compression-algorithm",),
         True,
-        "refused",
-        "`none` accepted; gzip/deflate refused",
-        refused_values=(("*", "perfkit's gRPC client does not compress; drop the flag or use none"),),
-        noop_values=("none",),
+        "same",
+        "none, gzip or deflate: unary gRPC requests compressed once, before the hot path (not streamed ones)",
         lower_value=True,
     ),
     PaFlag(("--grpc-method",), True, "refused", "dynamic_grpc service kind only; " + _DYN),

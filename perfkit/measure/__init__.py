@@ -201,10 +201,17 @@ def profile(
     try:
         with _payloads(server, io, spec, steps) as payloads:
             cfg: EngineConfig | StreamConfig = EngineConfig(
-                spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
-            )
+                spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding,
+                compression=spec.grpc_compression if spec.protocol == "grpc" else "",
+            )  # fmt: skip
             # streamed requests (--streaming, sequence models) go through the stream engine
-            cfg = stream_config(spec, kind, host, port, payloads, intervals, io=io, steps=steps) or cfg
+            stream_cfg = stream_config(spec, kind, host, port, payloads, intervals, io=io, steps=steps)
+            if stream_cfg is not None and spec.grpc_compression:
+                raise UsageError(
+                    "--grpc-compression-algorithm compresses unary gRPC requests; streamed ones are sent as they are",
+                    hint="drop the flag, or use none",
+                )
+            cfg = stream_cfg or cfg
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:

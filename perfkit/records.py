@@ -749,6 +749,9 @@ class ProfileSpec:
     profile_export_file: str | None = None
     # perf_analyzer's --grpc-compression-algorithm: "", "gzip" or "deflate" (unary gRPC requests)
     grpc_compression: str = ""
+    # perf_analyzer's --input-tensor-format / --output-tensor-format over HTTP: "binary" or "json"
+    input_tensor_format: str = "binary"
+    output_tensor_format: str = "binary"
 
 
 def spec_defaults() -> dict[str, Any]:

@@ -205,3 +205,26 @@ def test_grpc_compression_reaches_the_server(
     (level,) = RunRecord.load(out).levels
     assert level.error_count == 0 and level.inference_count > 0
     assert RunRecord.load(out).spec.grpc_compression == algorithm
+
+
+@pytest.mark.server
+@pytest.mark.parametrize(("inputs", "outputs"), [("json", "json"), ("json", "binary"), ("binary", "json")])
+def test_json_tensor_formats_over_http(
+    inputs: str,
+    outputs: str,
+    qa_server: tuple[LocalServer, dict[str, str]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tensors as JSON both ways (BYTES included) are read and answered by Triton."""
+    from perfkit.cli import main
+    from perfkit.records import RunRecord
+
+    server, _ = qa_server
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run.json"
+    argv = ["-u", server.endpoints.http_url, "-m", "graphdef_object_object_object", "--string-data", "7"]
+    fmt = ["--input-tensor-format", inputs.upper(), "--output-tensor-format", outputs]
+    assert main(["profile", *argv, *fmt, "-p", "300", "-o", str(out)]) == 0
+    (level,) = RunRecord.load(out).levels
+    assert level.error_count == 0 and level.inference_count > 0

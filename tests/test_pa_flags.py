@@ -59,6 +59,9 @@ def test_same_and_differs_flags_exist_on_profile() -> None:
                 assert s in names, f"{s} is marked {f.status} but `perfkit profile` has no such option"
 
 
+_BIN = ["--output-tensor-format", "binary"]
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
@@ -73,7 +76,10 @@ def test_same_and_differs_flags_exist_on_profile() -> None:
         ("--data-directory d", ["--input-data", "d"]),
         ("-a --sync --async", []),
         ("--service-kind=triton --grpc-compression-algorithm GZIP", ["--grpc-compression-algorithm", "gzip"]),
-        ("--input-tensor-format BINARY --output-tensor-format=binary", []),
+        (
+            "--input-tensor-format JSON --output-tensor-format=binary",
+            ["--input-tensor-format", "json", "--output-tensor-format", "binary"],
+        ),
         ("--measurement-mode count_windows --measurement-request-count 50", []),
         ("--request-distribution POISSON", ["--request-distribution", "poisson"]),
         ("-o o.json --workers 2 --model-repository r", ["-o", "o.json", "--workers", "2", "--model-repository", "r"]),
@@ -98,7 +104,6 @@ def test_noops_are_noted() -> None:
         ("--service-kind=tfserving", "KServe v2"),
         ("--enable-mpi", "--ray"),
         ("--ssl-grpc-use-ssl", "TLS"),
-        ("--input-tensor-format json", "binary"),
         ("-c 8", "--concurrency-range"),
         ("-d", "--concurrency-range"),
         ("--trace-level TIMESTAMPS", "trace"),
@@ -147,6 +152,7 @@ def test_headers_reach_the_http_request_and_the_spec() -> None:
     kw = {"pa_verbose": 0, "string_data": None, "bls_composing_models": "a:3,b", "http_headers": ("X-A: 1", "b:two")}
     kw["profile_export_file"] = None
     kw["grpc_compression"] = "gzip"
+    kw["input_tensor_format"] = kw["output_tensor_format"] = "json"
     fields = pa_spec_fields(dict(kw))
     assert fields["http_headers"] == (("X-A", "1"), ("b", "two"))
     assert fields["bls_composing_models"] == ("a", "b")

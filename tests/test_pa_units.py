@@ -101,3 +101,22 @@ def test_many_repeated_sources() -> None:
     io = ModelIO("s", "", 8, (("INPUT", "BYTES", (1,)),), ("OUTPUT",), (("OUTPUT", "BYTES", (1,)),))
     data = read_sources(io, os.pathsep.join([str(FILES / "seq_data.json")] * 512), shapes={})
     assert len(data.streams) == 3 * 512
+
+
+def test_json_tensor_format_payload() -> None:
+    import json
+
+    from perfkit.loadgen import Tensor, http_json_payload
+
+    io = ModelIO("m", "", 8, (("S", "BYTES", (2,)), ("I", "INT32", (2,))), ("O",))
+    strings = to_wire(np.array([[b"a", b"bc"]], dtype=np.object_), "BYTES")
+    ints = to_wire(np.array([[3, 4]]), "INT32")
+    tensors = [Tensor("S", "BYTES", (1, 2), strings), Tensor("I", "INT32", (1, 2), ints)]
+    raw = http_json_payload(io, tensors, "h:1", input_json=True, output_json=True)
+    head, body = raw.split(b"\r\n\r\n", 1)
+    assert b"Content-Type: application/json" in head and b"Inference-Header" not in head
+    doc = json.loads(body)
+    assert [i["data"] for i in doc["inputs"]] == [["a", "bc"], [3, 4]]
+    assert doc["outputs"] == [{"name": "O", "parameters": {"binary_data": False}}]
+    mixed = http_json_payload(io, tensors, "h:1", input_json=False, output_json=True)
+    assert b"Inference-Header-Content-Length" in mixed and mixed.endswith(ints)

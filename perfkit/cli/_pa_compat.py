@@ -207,6 +207,20 @@ def pa_options() -> Any:
             help="Compress unary gRPC requests (ignored for HTTP, as in perf_analyzer).",
         ),
         click.option(
+            "--input-tensor-format",
+            type=click.Choice(["binary", "json"]),
+            default="binary",
+            show_default=True,
+            help="HTTP: send input tensors as binary or as JSON data.",
+        ),
+        click.option(
+            "--output-tensor-format",
+            type=click.Choice(["binary", "json"]),
+            default="binary",
+            show_default=True,
+            help="HTTP: ask for output tensors as binary or as JSON.",
+        ),
+        click.option(
             "--profile-export-file",
             type=click.Path(path_type=Path),
             default=None,
@@ -256,6 +270,8 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         "http_headers": tuple(headers),
         "profile_export_file": str(export) if export else None,
         "grpc_compression": "" if (c := kw.pop("grpc_compression")) == "none" else c,
+        "input_tensor_format": kw.pop("input_tensor_format"),
+        "output_tensor_format": kw.pop("output_tensor_format"),
     }
 
 

@@ -47,6 +47,7 @@ import sys
 from time import perf_counter_ns
 
 from perfkit.loadgen._engine import Engine, EngineConfig
+from perfkit.loadgen._http_json import http_json_payload
 from perfkit.loadgen._inputdata import (
     ExpectedOutput,
     FileRequest,
@@ -91,6 +92,7 @@ __all__ = [
     "http_sequence_body",
     "sse_payload",
     "grpc_payload",
+    "http_json_payload",
     "http_payload",
     "read_input_data",
     "read_sources",

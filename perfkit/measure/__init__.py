@@ -30,6 +30,7 @@ from perfkit.loadgen import (
     build_requests,
     check_synthetic,
     grpc_payload,
+    http_json_payload,
     http_payload,
     read_sources,
     synthetic_tensors,
@@ -118,10 +119,18 @@ def _payloads(server: Server, io: ModelIO, spec: ProfileSpec, steps: list[list[T
     host = server.endpoints.http_url
     if spec.shared_memory == "none":
         if spec.protocol == "http":
-            yield tuple(http_payload(io, s, host, headers=spec.http_headers) for s in steps)
+            yield tuple(
+                http_json_payload(
+                    io, s, host, headers=spec.http_headers,
+                    input_json=spec.input_tensor_format == "json", output_json=spec.output_tensor_format == "json",
+                )
+                for s in steps
+            )  # fmt: skip
         else:
             yield tuple(grpc_payload(io, s) for s in steps)
         return
+    if "json" in (spec.input_tensor_format, spec.output_tensor_format):
+        raise UsageError("JSON tensor formats carry tensors in the request; with --shared-memory they live in regions")
     with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size, spec.batch_size) as shm:
         if spec.protocol == "http":
             yield tuple(

@@ -53,6 +53,8 @@ def cli(ctx: click.Context, traceback: bool) -> None:
       1  internal error      5  measurement failed part-way (partial results saved)
       2  usage error         10 gate: regression   11 gate: inconclusive   12 gate: invalid
       3  bad input           130 interrupted (Ctrl-C / SIGTERM)
+    PERFKIT_EXIT_CODES=perf_analyzer: perf_analyzer's codes instead (0; 2 a level did not
+    stabilise; 99 any error), as the `perf_analyzer` command uses.
     """
     ctx.ensure_object(dict)
     ctx.obj["traceback"] = traceback

@@ -228,3 +228,20 @@ def test_json_tensor_formats_over_http(
     assert main(["profile", *argv, *fmt, "-p", "300", "-o", str(out)]) == 0
     (level,) = RunRecord.load(out).levels
     assert level.error_count == 0 and level.inference_count > 0
+
+
+@pytest.mark.server
+def test_bls_composing_models_join_the_server_breakdown(
+    qa_server: tuple[LocalServer, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from perfkit.cli import main
+    from perfkit.records import RunRecord
+
+    server, _ = qa_server
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run.json"
+    argv = ["-u", server.endpoints.http_url, "-m", "graphdef_int32_int32_int32", "--bls-composing-models=optional:1"]
+    assert main(["profile", *argv, "-p", "300", "-o", str(out)]) == 0
+    (level,) = RunRecord.load(out).levels
+    assert level.server is not None
+    assert [c.model for c in level.server.composing] == ["optional"]

@@ -695,7 +695,7 @@ class ProfileSpec:
     model_version: str = ""
     protocol: Literal["http", "grpc"] = "http"
     batch_size: int = 1
-    input_data: str = "random"  # "random", "zero", or a perf_analyzer-format JSON file path
+    input_data: str = "random"  # "random", "zero", a perf_analyzer JSON file or directory (several: os.pathsep)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     string_length: int = 128
     shared_memory: Literal["none", "system", "cuda"] = "none"
@@ -739,6 +739,19 @@ class ProfileSpec:
     fixed_schedule: bool = False
     trace: str | None = None
     output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
+    # perf_analyzer's --string-data: every BYTES element of generated data holds this string
+    string_data: str | None = None
+    # perf_analyzer's --bls-composing-models: models a BLS model calls, whose statistics join the breakdown
+    bls_composing_models: tuple[str, ...] = ()
+    # perf_analyzer's -H: extra HTTP headers (name, value) on every HTTP infer request
+    http_headers: tuple[tuple[str, str], ...] = ()
+    # perf_analyzer's --profile-export-file: every request's timestamps, in perf_analyzer's JSON layout
+    profile_export_file: str | None = None
+    # perf_analyzer's --grpc-compression-algorithm: "", "gzip" or "deflate" (unary gRPC requests)
+    grpc_compression: str = ""
+    # perf_analyzer's --input-tensor-format / --output-tensor-format over HTTP: "binary" or "json"
+    input_tensor_format: str = "binary"
+    output_tensor_format: str = "binary"
 
 
 def spec_defaults() -> dict[str, Any]:

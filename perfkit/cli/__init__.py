@@ -55,6 +55,8 @@ def cli(ctx: click.Context, traceback: bool) -> None:
       2  usage error         10 gate: regression   11 gate: inconclusive   12 gate: invalid
       3  bad input           13 history: a change point toward worse (--fail-on-change)
                              130 interrupted (Ctrl-C / SIGTERM)
+    PERFKIT_EXIT_CODES=perf_analyzer: perf_analyzer's codes instead (0; 2 a level did not
+    stabilise; 99 any error), as the `perf_analyzer` command uses.
     """
     ctx.ensure_object(dict)
     ctx.obj["traceback"] = traceback
@@ -65,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     # SIGINT/SIGTERM become KeyboardInterrupt for every command, also in background jobs (see _signals)
     with _signals.handled():
-        return _run(args)
+        code = _run(args)
+    from perfkit.cli._pa_compat import pa_exit_codes, to_pa_exit_code
+
+    return to_pa_exit_code(code) if pa_exit_codes() else code
 
 
 def _run(args: list[str]) -> int:

@@ -10,6 +10,13 @@ from typing import Any
 import click
 
 from perfkit.cli._metrics_options import metrics_options, publish
+from perfkit.cli._pa_compat import (
+    PaCompatCommand,
+    input_data_sources,
+    pa_options,
+    pa_spec_fields,
+    unstable_exit,
+)
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
@@ -190,7 +197,7 @@ class _Progress:
             )
 
 
-@click.command(name="profile")
+@click.command(name="profile", cls=PaCompatCommand)
 @metrics_options
 @click.option("-m", "--model-name", "model", required=True, help="Model to measure.")
 @click.option("-x", "--model-version", default="", help="Model version (default: the server's choice).")
@@ -209,7 +216,12 @@ class _Progress:
 @click.option("--request-rate-range", default=None, help="start[:end[:step]] requests/s (open loop).")
 @click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant")
 @click.option("--request-intervals", type=click.Path(path_type=Path), help="File of gaps in us, one per line.")
-@click.option("--input-data", default=_D["input_data"], show_default=True, help="zero, random, or a JSON data file.")
+@click.option(
+    "--input-data",
+    multiple=True,
+    help=f"zero, random (default: {_D['input_data']}), a JSON data file or a directory (one file per input);"
+    " repeat it to append the streams of several, as perf_analyzer does.",
+)
 @click.option("--shape", "shapes", multiple=True, help="NAME:D1,D2 for inputs with variable dims (repeatable).")
 @click.option(
     "--string-length", type=int, default=_D["string_length"], show_default=True, help="Length of random BYTES data."
@@ -296,8 +308,9 @@ class _Progress:
     help="With --ray: place workers only on nodes offering this custom resource (ray start --resources).",
 )
 @streaming_options()
+@pa_options()
 @server_options()
-def command(**kw: Any) -> None:
+def command(**kw: Any) -> int:
     """Measure throughput and latency of a model under load, like perf_analyzer.
 
     Launches the bundled Triton on --model-repository (default fixtures/models) unless
@@ -339,7 +352,7 @@ def command(**kw: Any) -> None:
             kw["concurrency_range"], kw["request_rate_range"], kw["request_distribution"], kw["request_intervals"]
         ),
         batch_size=kw["batch_size"],
-        input_data=kw["input_data"],
+        input_data=input_data_sources(kw["input_data"]) or _D["input_data"],
         shapes=_shapes(kw["shapes"]),
         string_length=kw["string_length"],
         shared_memory=kw["shared_memory"],
@@ -362,14 +375,15 @@ def command(**kw: Any) -> None:
         max_outstanding=kw["max_outstanding"],
         tail_percentiles=_percentiles(kw["tail_percentiles"]),
         **streaming_spec_fields(kw),
+        **pa_spec_fields(kw),
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:
-        run_profile_ray(
+        record = run_profile_ray(
             opts, spec, out, kw["csv_path"], kw["report_path"], ray_address, client_hosts, urls[1:], client_resource
         )
-        return
-    run_profile(opts, spec, out, kw["csv_path"], kw["report_path"])
+        return unstable_exit(record)
+    return unstable_exit(run_profile(opts, spec, out, kw["csv_path"], kw["report_path"]))
 
 
 def _fleet_urls(values: tuple[str, ...]) -> list[str]:
@@ -444,6 +458,7 @@ def run_profile_ray(
     click.echo(summary_table(record))
     _extras(record, csv_path, report_path)
     click.echo(f"perfkit: run record saved to {out}", err=True)
+    _fail_if_nothing_measured(record)
     return record
 
 
@@ -467,7 +482,18 @@ def run_profile(
     click.echo(summary_table(record))
     _extras(record, csv_path, report_path)
     click.echo(f"perfkit: run record saved to {out}", err=True)
+    _fail_if_nothing_measured(record)
     return record
+
+
+def _fail_if_nothing_measured(record: RunRecord) -> None:
+    from perfkit.measure import nothing_measured
+
+    why = nothing_measured(record)
+    if why:
+        raise MeasurementError(why, hint="the run record is saved; its levels' notes show the errors").with_record(
+            record
+        )
 
 
 def _extras(record: RunRecord, csv_path: Path | None, report_path: Path | None) -> None:

@@ -47,6 +47,7 @@ import sys
 from time import perf_counter_ns
 
 from perfkit.loadgen._engine import Engine, EngineConfig
+from perfkit.loadgen._http_json import http_json_payload
 from perfkit.loadgen._inputdata import (
     ExpectedOutput,
     FileRequest,
@@ -59,6 +60,7 @@ from perfkit.loadgen._inputdata import (
     file_tensors,
     read_input_data,
 )
+from perfkit.loadgen._inputdir import read_sources
 from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
@@ -90,8 +92,10 @@ __all__ = [
     "http_sequence_body",
     "sse_payload",
     "grpc_payload",
+    "http_json_payload",
     "http_payload",
     "read_input_data",
+    "read_sources",
     "synthetic_tensors",
     "to_wire",
 ]

@@ -62,6 +62,7 @@ class EngineConfig:
     seed: int = 0
     max_outstanding: int = 1000
     transport: str = "auto"
+    compression: str = ""  # gRPC message compression ("gzip", "deflate"), hand-written HTTP/2 only
 
 
 def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEventLoop, ledger: Ledger) -> Transport:
@@ -79,7 +80,7 @@ def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEvent
     if kind == "http1":
         return Http1Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port)
     if kind == "h2":
-        return H2Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port)
+        return H2Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, cfg.compression)
     if kind == "grpc-aio":
         return AioTransport(loop, ledger, cfg.payloads, cfg.host, cfg.port)
     raise ValueError(f"unknown transport {cfg.transport!r}; expected one of {', '.join(TRANSPORTS)}")

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import gzip
 import struct
+import zlib
 from time import perf_counter_ns
 from typing import Any
 
@@ -71,8 +73,9 @@ def _literal(name: bytes, value: bytes) -> bytes:
     return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
 
 
-def header_block(authority: str, path: str) -> bytes:
-    """The request header block, built once and sent unchanged with every call."""
+def header_block(authority: str, path: str, compression: str = "") -> bytes:
+    """The request header block, built once and sent unchanged with every call; `compression`
+    ("gzip" or "deflate") names the messages' encoding."""
     return (
         b"\x83"  # :method POST (static table 3)
         + b"\x86"  # :scheme http (static table 6)
@@ -80,12 +83,23 @@ def header_block(authority: str, path: str) -> bytes:
         + _literal(b":authority", authority.encode())
         + _literal(b"content-type", b"application/grpc")
         + _literal(b"te", b"trailers")
+        + (_literal(b"grpc-encoding", compression.encode()) if compression else b"")
     )
 
 
-def grpc_message(serialized: bytes) -> bytes:
-    """gRPC length-prefixed message: uncompressed flag + 4-byte big-endian length + bytes."""
-    return b"\x00" + struct.pack(">I", len(serialized)) + serialized
+def grpc_message(serialized: bytes, compression: str = "") -> bytes:
+    """gRPC length-prefixed message: compressed flag + 4-byte big-endian length + bytes.
+
+    With `compression` ("gzip" or "deflate", perf_analyzer's --grpc-compression-algorithm) the
+    bytes are compressed once here, before the hot path, and the flag is set.
+    """
+    if compression == "gzip":
+        body = gzip.compress(serialized, mtime=0)
+    elif compression == "deflate":
+        body = zlib.compress(serialized)
+    else:
+        return b"\x00" + struct.pack(">I", len(serialized)) + serialized
+    return b"\x01" + struct.pack(">I", len(body)) + body
 
 
 class _Blocked:
@@ -372,11 +386,17 @@ class H2Transport(Transport):
     """A few HTTP/2 connections, requests round-robin over those not closing."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, ledger: Ledger, payloads: tuple[bytes, ...], host: str, port: int
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ledger: Ledger,
+        payloads: tuple[bytes, ...],
+        host: str,
+        port: int,
+        compression: str = "",
     ) -> None:
-        super().__init__(loop, ledger, tuple(grpc_message(p) for p in payloads))
+        super().__init__(loop, ledger, tuple(grpc_message(p, compression) for p in payloads))
         self.host, self.port = host, port
-        self.block = header_block(f"{host}:{port}", _GRPC_INFER)
+        self.block = header_block(f"{host}:{port}", _GRPC_INFER, compression)
         self.conns: list[H2Conn] = []  # usable: open, no GOAWAY
         self.everyone: set[H2Conn] = set()  # every connection not yet lost
         self.pending: collections.deque[int] = collections.deque()  # due times waiting for a connection

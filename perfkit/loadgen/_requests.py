@@ -114,9 +114,17 @@ def _resolve_dims(io: ModelIO, name: str, dims: tuple[int, ...], shapes: dict[st
 
 
 def synthetic_tensors(
-    io: ModelIO, *, mode: str, batch_size: int, shapes: dict[str, tuple[int, ...]], string_length: int, seed: int
+    io: ModelIO,
+    *,
+    mode: str,
+    batch_size: int,
+    shapes: dict[str, tuple[int, ...]],
+    string_length: int,
+    seed: int,
+    string_data: str | None = None,
 ) -> list[Tensor]:
-    """One step of random (seeded) or zero inputs for every model input."""
+    """One step of random (seeded) or zero inputs for every model input; BYTES elements hold
+    `string_data` where given (perf_analyzer's --string-data)."""
     rng = np.random.default_rng(seed)
     tensors = []
     for name, datatype, dims in io.inputs:
@@ -124,7 +132,9 @@ def synthetic_tensors(
         full = ((batch_size,) if io.max_batch_size > 0 else ()) + dims
         count = int(np.prod(full)) if full else 1
         if datatype == "BYTES":
-            if mode == "zero":
+            if string_data is not None:
+                values = [string_data.encode()] * count
+            elif mode == "zero":
                 values = [b"0" * string_length] * count
             else:
                 letters = rng.integers(97, 123, size=(count, string_length), dtype=np.uint8)
@@ -161,8 +171,10 @@ def http_payload(
     *,
     shm_inputs: dict[str, ShmBinding] | None = None,
     shm_outputs: dict[str, ShmBinding] | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> bytes:
-    """A complete HTTP/1.1 request (headers and body) using the binary tensor extension."""
+    """A complete HTTP/1.1 request (headers and body) using the binary tensor extension; `headers`
+    are added as given (perf_analyzer's -H)."""
     inputs = []
     body_parts = []
     for t in tensors:
@@ -199,7 +211,9 @@ def http_payload(
     path = f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/infer"
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/octet-stream\r\n"
-        f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Inference-Header-Content-Length: {len(header)}\r\nContent-Length: {len(body)}\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in headers)
+        + "\r\n"
     )
     return head.encode() + body
 

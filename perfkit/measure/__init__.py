@@ -16,8 +16,10 @@ import datetime as dt
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
-from perfkit.errors import InputError, MeasurementError, ServerError, UsageError
+from perfkit import __version__
+from perfkit.errors import MeasurementError, ServerError, UsageError
 from perfkit.loadgen import (
     EngineConfig,
     FileRequest,
@@ -28,8 +30,9 @@ from perfkit.loadgen import (
     build_requests,
     check_synthetic,
     grpc_payload,
+    http_json_payload,
     http_payload,
-    read_input_data,
+    read_sources,
     synthetic_tensors,
 )
 from perfkit.measure._context import machine_info, make_record, served_config_sha256, server_info
@@ -43,12 +46,13 @@ from perfkit.measure._events import (
     WindowMeasured,
     WorkersPlaced,
 )
+from perfkit.measure._export import write_export
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._replay import replay_profile
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
-from perfkit.measure._stream_setup import stream_config, streamed_steps
+from perfkit.measure._stream_setup import is_sequence_model, stream_config, streamed_steps, with_composing_sequence
 from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._validate import OutputMismatchError, validate_outputs
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
@@ -68,6 +72,7 @@ __all__ = [
     "levels_frame",
     "parse_goodput",
     "machine_info",
+    "nothing_measured",
     "over_latency_threshold",
     "profile",
     "served_config_sha256",
@@ -89,12 +94,11 @@ def _steps(io: ModelIO, spec: ProfileSpec) -> tuple[list[list[Tensor]], list[Fil
             shapes=spec.shapes,
             string_length=spec.string_length,
             seed=spec.seed,
+            string_data=spec.string_data,
         )
         return [step], []
-    path = Path(spec.input_data)
-    if not path.is_file():
-        raise InputError(f"--input-data {spec.input_data}: not 'zero', 'random' or an existing JSON file")
-    data = read_input_data(io, path, shapes=spec.shapes)
+    # a JSON file, a directory (one file per input), or several of them (the flag repeated)
+    data = read_sources(io, spec.input_data, shapes=spec.shapes)
     requests = build_requests(io, data, batch_size=spec.batch_size)
     return [list(r.tensors) for r in requests], requests
 
@@ -115,14 +119,22 @@ def _payloads(server: Server, io: ModelIO, spec: ProfileSpec, steps: list[list[T
     host = server.endpoints.http_url
     if spec.shared_memory == "none":
         if spec.protocol == "http":
-            yield tuple(http_payload(io, s, host) for s in steps)
+            yield tuple(
+                http_json_payload(
+                    io, s, host, headers=spec.http_headers,
+                    input_json=spec.input_tensor_format == "json", output_json=spec.output_tensor_format == "json",
+                )
+                for s in steps
+            )  # fmt: skip
         else:
             yield tuple(grpc_payload(io, s) for s in steps)
         return
-    with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size) as shm:
+    if "json" in (spec.input_tensor_format, spec.output_tensor_format):
+        raise UsageError("JSON tensor formats carry tensors in the request; with --shared-memory they live in regions")
+    with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size, spec.batch_size) as shm:
         if spec.protocol == "http":
             yield tuple(
-                http_payload(io, s, host, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs)
+                http_payload(io, s, host, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs, headers=spec.http_headers)
                 for i, s in enumerate(steps)
             )
         else:
@@ -156,20 +168,24 @@ def profile(
     config = server.model_config(spec.model)
     io = ModelIO.from_server(metadata, config, spec.model_version)
     _check_spec(io, spec)
+    # a sequence model behind an ensemble makes the ensemble's requests sequence requests
+    kind = with_composing_sequence(config, server.model_config)
     if spec.trace or spec.fixed_schedule:
         host, port = _engine_target(server, spec.protocol)
         return replay_profile(
-            server, spec, io, config, host, port, command=command, on_progress=on_progress, record_path=record_path
-        )
+            server, spec, io, config, host, port, command=command, on_progress=on_progress, record_path=record_path,
+            kind=kind,
+        )  # fmt: skip
     plain_steps, file_requests = _steps(io, spec)
     if any(r.expected for r in file_requests):
-        validate_outputs(server, io, file_requests, source=spec.input_data)
+        validate_outputs(server, io, file_requests, source=spec.input_data, sequence=is_sequence_model(kind))
     steps = streamed_steps(io, spec, plain_steps)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
-    stats_models = [spec.model, *composing_models(config)]
+    stats_models = [spec.model, *composing_models(config), *spec.bls_composing_models]
     info = server_info(server, spec.protocol)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []
+    experiments: list[dict[str, Any]] = []  # --profile-export-file
 
     def record(status: str = "ok", error: str | None = None) -> RunRecord:
         rec = make_record(
@@ -194,10 +210,17 @@ def profile(
     try:
         with _payloads(server, io, spec, steps) as payloads:
             cfg: EngineConfig | StreamConfig = EngineConfig(
-                spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding
-            )
+                spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding,
+                compression=spec.grpc_compression if spec.protocol == "grpc" else "",
+            )  # fmt: skip
             # streamed requests (--streaming, sequence models) go through the stream engine
-            cfg = stream_config(spec, config, host, port, payloads, intervals, io=io, steps=steps) or cfg
+            stream_cfg = stream_config(spec, kind, host, port, payloads, intervals, io=io, steps=steps)
+            if stream_cfg is not None and spec.grpc_compression:
+                raise UsageError(
+                    "--grpc-compression-algorithm compresses unary gRPC requests; streamed ones are sent as they are",
+                    hint="drop the flag, or use none",
+                )
+            cfg = stream_cfg or cfg
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:
@@ -206,6 +229,9 @@ def profile(
                         on_progress(LevelStarted(level))
                     outcome = measure_level(server, gen, spec, level, stats_models, metrics, on_progress)
                     levels.append(outcome.result)
+                    if outcome.export is not None and spec.profile_export_file:
+                        experiments.append(outcome.export)
+                        write_export(Path(spec.profile_export_file), experiments, f"perfkit {__version__}")
                     if outcome.server_died:
                         rec = record("failed", outcome.error)
                         raise MeasurementError(outcome.error, hint="partial results saved").with_record(rec)
@@ -242,6 +268,23 @@ def profile(
     if spec.binary_search:
         levels.sort(key=lambda r: r.load.value)
     return record()
+
+
+def nothing_measured(record: RunRecord) -> str | None:
+    """Why a run measured nothing (no level completed a single request without error), else None.
+
+    Whatever the model kind (unary, sequence, decoupled), such a run has no result to report.
+    """
+    if not record.levels or any(lv.inference_count > 0 for lv in record.levels):
+        return None
+    sent = sum(lv.request_count for lv in record.levels)
+    failed = sum(lv.error_count for lv in record.levels)
+    if sent == 0:
+        return f"measured nothing: no request to {record.spec.model!r} completed"
+    notes = next((lv.note for lv in record.levels if lv.note), "") or ", ".join(
+        f"{k} ×{v}" for lv in record.levels for k, v in lv.errors.items()
+    )
+    return f"measured nothing: all {failed} of {sent} requests to {record.spec.model!r} failed ({notes[:300]})"
 
 
 def over_latency_threshold(spec: ProfileSpec, result: LevelResult) -> bool:

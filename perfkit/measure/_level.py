@@ -33,6 +33,7 @@ class LevelOutcome:
     result: LevelResult
     server_died: bool = False
     error: str = ""
+    export: dict[str, Any] | None = None  # --profile-export-file's experiment for the level
 
 
 def _target_rel(spec: ProfileSpec) -> tuple[float, float]:
@@ -122,7 +123,12 @@ def measure_level(
             after = None
     rec.add(gen.stop(drain_timeout_s=0.5 if died else 30.0))
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
-    return LevelOutcome(result, died, error)
+    export = None
+    if spec.profile_export_file:
+        from perfkit.measure._export import level_export
+
+        export = level_export(rec.samples, rec.level_mask(end_ns), level, rec.start_ns, window_ns, len(windows))
+    return LevelOutcome(result, died, error, export)
 
 
 MIN_DECISION_SAMPLES = 20

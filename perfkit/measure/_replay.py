@@ -206,6 +206,7 @@ def replay_profile(
     command: tuple[str, ...],
     on_progress: Any,
     record_path: Path | None,
+    kind: dict[str, Any] | None = None,
 ) -> Any:
     """Replay spec's trace (or fixed schedule) once; returns the run record (one 'trace' level).
 
@@ -236,7 +237,7 @@ def replay_profile(
     if spec.protocol == "http" and not spec.streaming:
         raise UsageError("trace replay goes over gRPC streaming (or HTTP generate_stream)", hint="add -i grpc")
     steps = trace_tensors(io, entries, spec, source)
-    sequence = sequence_spec(spec) if is_sequence_model(config) else None
+    sequence = sequence_spec(spec) if is_sequence_model(kind or config) else None
     if sequence is not None and any(e.session is None for e in entries):
         raise InputError(
             f"{source}: model {spec.model!r} is a sequence model: every request needs a 'session_id'",

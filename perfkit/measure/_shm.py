@@ -37,11 +37,33 @@ def _unregister(unregister: Callable[[str], None], name: str) -> None:
         time.sleep(0.05)
 
 
+_ELEMENT_BYTES = {
+    "BOOL": 1, "UINT8": 1, "INT8": 1, "UINT16": 2, "INT16": 2, "FP16": 2, "BF16": 2,
+    "UINT32": 4, "INT32": 4, "FP32": 4, "UINT64": 8, "INT64": 8, "FP64": 8,
+}  # fmt: skip
+
+
+def output_region_bytes(io: ModelIO, batch_size: int, default_bytes: int) -> dict[str, int]:
+    """Bytes of each output's region: a fixed-shape output's size for the whole batch, as perf_analyzer
+    sizes them; `default_bytes` (--output-shared-memory-size) where the size is not known (BYTES, -1 dims)."""
+    sizes = {name: default_bytes for name in io.outputs}
+    for name, datatype, dims in io.output_specs:
+        if datatype in _ELEMENT_BYTES and all(d >= 0 for d in dims):
+            n = _ELEMENT_BYTES[datatype] * (batch_size if io.max_batch_size > 0 else 1)
+            for d in dims:
+                n *= d
+            sizes[name] = n
+    return sizes
+
+
 class SharedMemory:
     """Regions for every step's inputs and for each output; a context manager that cleans up."""
 
-    def __init__(self, server: Server, kind: str, io: ModelIO, steps: list[list[Tensor]], output_size: int):
+    def __init__(
+        self, server: Server, kind: str, io: ModelIO, steps: list[list[Tensor]], output_size: int, batch_size: int = 1
+    ):
         self.server = server
+        self.batch_size = batch_size
         self.kind = kind
         self.io = io
         self.steps = steps
@@ -56,22 +78,24 @@ class SharedMemory:
         try:
             for i, step in enumerate(self.steps):
                 bindings = {}
-                for t in step:
-                    name = f"{self._tag}_s{i}_{t.name}"
+                for j, t in enumerate(step):
+                    # by position: tensor names may hold '/' (TensorFlow's), which a shm key cannot
+                    name = f"{self._tag}_s{i}_in{j}"
                     self._create(name, t.data)
                     bindings[t.name] = ShmBinding(name, len(t.data))
                 self.inputs.append(bindings)
-            for out in self.io.outputs:
-                name = f"{self._tag}_out_{out}"
-                self._create(name, None)
-                self.outputs[out] = ShmBinding(name, self.output_size)
+            sizes = output_region_bytes(self.io, self.batch_size, self.output_size)
+            for k, out in enumerate(self.io.outputs):
+                name = f"{self._tag}_out{k}"
+                self._create(name, None, sizes[out])
+                self.outputs[out] = ShmBinding(name, sizes[out])
         except BaseException:
             self.close()
             raise
         return self
 
-    def _create(self, name: str, data: bytes | None) -> None:
-        size = len(data) if data is not None else self.output_size
+    def _create(self, name: str, data: bytes | None, out_size: int = 0) -> None:
+        size = len(data) if data is not None else out_size
         size = max(size, 1)
         if self.kind == "system":
             import numpy as np

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from perfkit.errors import UsageError
@@ -25,6 +26,29 @@ def is_decoupled(config: dict[str, Any]) -> bool:
 def is_sequence_model(config: dict[str, Any]) -> bool:
     """Whether the served model config uses the sequence batcher (a stateful model)."""
     return "sequence_batching" in config
+
+
+def with_composing_sequence(config: dict[str, Any], config_of: Callable[[str], dict[str, Any]]) -> dict[str, Any]:
+    """The config whose model kind decides how requests go: an ensemble that calls a sequence model
+    (directly or through nested ensembles) carries that model's `sequence_batching`, as perf_analyzer
+    treats it (its model parser marks such an ensemble sequential: correlation IDs and start/end flags).
+
+    `config_of(name)` returns a composing model's config; raises what it raises.
+    """
+    if "sequence_batching" in config:
+        return config
+    seen: set[str] = set()
+    todo = [s.get("model_name") for s in (config.get("ensemble_scheduling") or {}).get("step", [])]
+    while todo:
+        name = todo.pop(0)
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        sub = config_of(name)
+        if "sequence_batching" in sub:
+            return {**config, "sequence_batching": sub["sequence_batching"]}
+        todo.extend(s.get("model_name") for s in (sub.get("ensemble_scheduling") or {}).get("step", []))
+    return config
 
 
 def streamed_steps(io: ModelIO, spec: Any, steps: list[list[Tensor]]) -> list[list[Tensor]]:

@@ -26,22 +26,43 @@ class OutputMismatchError(InputError):
     """The model's output differs from the data file's validation_data (exit code 3, bad input)."""
 
 
+# correlation IDs of validation sequences: far from the measurement's (which start at 1 by default)
+VALIDATION_SEQUENCE_ID = 2**40
+
+
 def validate_outputs(
-    server: Server, io: ModelIO, requests: list[FileRequest], *, source: str, timeout_s: float = 30.0
+    server: Server,
+    io: ModelIO,
+    requests: list[FileRequest],
+    *,
+    source: str,
+    timeout_s: float = 30.0,
+    sequence: bool = False,
 ) -> int:
     """Send each request that has expected outputs once over HTTP and compare; returns how many were checked.
 
-    Raises OutputMismatchError naming the step and tensor on the first difference, ServerError
-    when the server cannot answer.
+    For a sequence model (`sequence`), each data stream's requests go in order as one sequence
+    (correlation ID, start and end flags), as the measurement sends them. Raises
+    OutputMismatchError naming the step and tensor on the first difference, ServerError when
+    the server cannot answer.
     """
     host, port = parse_host_port(server.endpoints.http_url)
     checked = 0
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    order = sorted(requests, key=lambda r: (r.stream, r.first_step)) if sequence else requests
     try:
-        for req in requests:
+        for k, req in enumerate(order):
+            seq: dict[str, Any] | None = None
+            if sequence:
+                starts = k == 0 or order[k - 1].stream != req.stream
+                ends = k == len(order) - 1 or order[k + 1].stream != req.stream
+                seq = {"sequence_id": VALIDATION_SEQUENCE_ID + req.stream, "sequence_start": starts}
+                seq["sequence_end"] = ends
+            elif not req.expected:
+                continue
+            outputs = _infer(conn, io, req, server.endpoints.http_url, seq)
             if not req.expected:
                 continue
-            outputs = _infer(conn, io, req, server.endpoints.http_url)
             for want in req.expected:
                 got = outputs.get(want.name)
                 where = f"--input-data {source}: validation_data for {req.where}, output {want.name!r}"
@@ -64,14 +85,25 @@ def validate_outputs(
     return checked
 
 
-def _infer(conn: http.client.HTTPConnection, io: ModelIO, req: FileRequest, host: str) -> dict[str, bytes]:
-    """POST the request as perfkit sends it; returns each output's raw bytes (BYTES length-prefixed)."""
+def _infer(
+    conn: http.client.HTTPConnection, io: ModelIO, req: FileRequest, host: str, sequence: dict[str, Any] | None = None
+) -> dict[str, bytes]:
+    """POST the request as perfkit sends it (with `sequence` parameters if given); returns each output's
+    raw bytes (BYTES length-prefixed)."""
     raw = http_payload(io, list(req.tensors), host)
     head, body = raw.split(b"\r\n\r\n", 1)
     lines = head.decode().split("\r\n")
     path = lines[0].split(" ")[1]
     headers = dict(line.split(": ", 1) for line in lines[1:])
     headers.pop("Host", None)
+    if sequence is not None:
+        n = int(headers["Inference-Header-Content-Length"])
+        doc = json.loads(body[:n])
+        doc["parameters"] = sequence
+        top = json.dumps(doc, separators=(",", ":")).encode()
+        body = top + body[n:]
+        headers["Inference-Header-Content-Length"] = str(len(top))
+        headers["Content-Length"] = str(len(body))
     try:
         conn.request("POST", path, body=body, headers=headers)
         resp = conn.getresponse()

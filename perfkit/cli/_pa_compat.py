@@ -1,0 +1,294 @@
+"""perf_analyzer's command-line forms on `perfkit profile`, and its exit codes.
+
+perf_analyzer parses with getopt_long: short flags cluster and take attached values (`-vp2000`,
+`-t5`), long flags take `--flag=value` or `--flag value`, and several values are read without
+regard to case (`-i GRPC`). `normalize_argv` turns such a command line into perfkit's, by the
+table in `_pa_flags`: deprecated aliases are rewritten, no-op flags dropped (noted for -v), and
+flags perfkit does not carry out refused with one line that says why. Tokens that are not
+perf_analyzer flags (perfkit's own) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from perfkit.cli._pa_flags import BY_SPELLING, PaFlag
+from perfkit.errors import ExitCode, UsageError
+
+# getopt's short options taking a value, and those that do not ("vdazc:u:m:x:b:t:p:i:H:l:r:s:f:")
+_SHORT_VALUE = set("cumxbtpiHlrsf")
+_SHORT_FLAG = set("vdaz")
+
+
+def normalize_argv(args: list[str]) -> tuple[list[str], list[str]]:
+    """perfkit's argv for a perf_analyzer-style one, and notes on what was accepted as a no-op.
+
+    Raises UsageError for a flag perfkit refuses (the message says why and what to use).
+    """
+    out: list[str] = []
+    notes: list[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        i += 1
+        if tok == "--":
+            out.extend(args[i - 1 :])
+            break
+        if tok.startswith("--"):
+            name, eq, attached = tok.partition("=")
+            flag = BY_SPELLING.get(name)
+            if flag is None:
+                out.append(tok)
+                continue
+            value = None
+            if flag.takes_value:
+                if eq:
+                    value = attached
+                elif i < len(args):
+                    value, i = args[i], i + 1
+                else:
+                    raise UsageError(f"{name} needs a value")
+            elif eq:
+                raise UsageError(f"{name} takes no value (got {tok!r})")
+            out.extend(_rewrite(name, flag, value, notes))
+            continue
+        if len(tok) > 1 and tok[0] == "-" and tok[1] in (_SHORT_VALUE | _SHORT_FLAG | {"?"}):
+            # a getopt cluster: flags without values, then at most one flag taking the rest as value
+            j = 1
+            while j < len(tok):
+                ch = tok[j]
+                name = f"-{ch}"
+                if ch == "?":
+                    out.append("--help")
+                    j += 1
+                    continue
+                if ch in _SHORT_FLAG:
+                    out.extend(_rewrite(name, BY_SPELLING[name], None, notes))
+                    j += 1
+                    continue
+                if ch not in _SHORT_VALUE:
+                    raise UsageError(f"{tok}: unknown flag -{ch} in a cluster of perf_analyzer flags")
+                value = tok[j + 1 :]
+                if not value:
+                    if i >= len(args):
+                        raise UsageError(f"{name} needs a value")
+                    value, i = args[i], i + 1
+                out.extend(_rewrite(name, BY_SPELLING[name], value, notes))
+                break
+            continue
+        out.append(tok)
+    return out, notes
+
+
+def _rewrite(name: str, flag: PaFlag, value: str | None, notes: list[str]) -> list[str]:
+    if value is not None and flag.lower_value:
+        value = value.lower()
+    if value is not None and (flag.noop_values or flag.refused_values):
+        if value in flag.noop_values:
+            return _noop(name, flag, value, notes)
+        reasons = dict(flag.refused_values)
+        reason = reasons.get(value) or reasons.get("*")
+        if reason:
+            raise UsageError(f"{name} {value}: {reason}")
+    if flag.status == "refused":
+        raise UsageError(f"{name}: {flag.note}")
+    if flag.status == "accepted":
+        return _noop(name, flag, value, notes)
+    if name == "-t":
+        return ["--concurrency-range", str(value)]
+    if name == "-z":
+        return ["--input-data", "zero"]
+    if name == "--data-directory":
+        return ["--input-data", str(value)]
+    if name == "-?":
+        return ["--help"]
+    return [name] if value is None else [name, value]
+
+
+def _noop(name: str, flag: PaFlag, value: str | None, notes: list[str]) -> list[str]:
+    if name == "--measurement-mode" and value == "count_windows":
+        notes.append("--measurement-mode count_windows: measured in time windows of -p ms")
+    else:
+        notes.append(f"{name}{'' if value is None else ' ' + value}: {flag.note}")
+    return []
+
+
+class PaCompatCommand(click.Command):
+    """A click command that first reads perf_analyzer's command-line forms (see normalize_argv)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        norm, notes = normalize_argv(list(args))
+        ctx.meta["perfkit.pa_notes"] = notes
+        return super().parse_args(ctx, norm)
+
+
+def pa_notes() -> list[str]:
+    """The no-op flags of the running command line (for -v), or [] outside a command."""
+    ctx = click.get_current_context(silent=True)
+    return list(ctx.meta.get("perfkit.pa_notes", [])) if ctx is not None else []
+
+
+# -- exit codes ----------------------------------------------------------------------------------
+
+PA_SUCCESS = 0
+PA_STABILITY_ERROR = 2  # perf_analyzer: a measurement did not stabilise
+PA_GENERIC_ERROR = 99  # perf_analyzer: every other failure, usage errors included
+
+EXIT_CODES_ENV = "PERFKIT_EXIT_CODES"
+
+
+def pa_exit_codes() -> bool:
+    """Whether exit codes follow perf_analyzer's (PERFKIT_EXIT_CODES=perf_analyzer)."""
+    return os.environ.get(EXIT_CODES_ENV, "").strip().lower() in ("perf_analyzer", "perf-analyzer")
+
+
+def to_pa_exit_code(code: int) -> int:
+    """perfkit's exit code as perf_analyzer would give it: 0, 2 (unstable), 99 (anything else)."""
+    if code == ExitCode.OK:
+        return PA_SUCCESS
+    if code == PA_STABILITY_ERROR_MARK:
+        return PA_STABILITY_ERROR
+    if code == ExitCode.INTERRUPTED:
+        return int(ExitCode.INTERRUPTED)
+    return PA_GENERIC_ERROR
+
+
+# perfkit reports an unstable level flagged and exits 0; under perf_analyzer's codes such a run
+# exits 2. The profile command returns this marker (never a perfkit code) for the mapping.
+PA_STABILITY_ERROR_MARK = 1002
+
+
+def unstable_exit(record: Any) -> int:
+    """The code the profile command returns: 0, or the unstable marker under perf_analyzer's codes."""
+    if pa_exit_codes() and any(not lv.stable for lv in record.levels):
+        for lv in record.levels:
+            if not lv.stable:
+                # perf_analyzer's words: tools (model_analyzer) look for them to retry with longer windows
+                click.echo(
+                    f"Failed to obtain stable measurement within {len(lv.windows)} measurement windows for"
+                    f" {lv.load.mode.replace('_', ' ')} {lv.load.value:g}. Please try to increase the"
+                    " --measurement-interval.",
+                    err=True,
+                )
+        return PA_STABILITY_ERROR_MARK
+    return int(ExitCode.OK)
+
+
+# -- perf_analyzer's flags that need an option of their own on `perfkit profile` ------------------
+
+
+def pa_options() -> Any:
+    """Decorator adding -v, --string-data and --bls-composing-models (perf_analyzer's spellings)."""
+    opts = [
+        click.option(
+            "-v",
+            "--verbose",
+            "pa_verbose",
+            count=True,
+            help="More detail: -v says how perf_analyzer flags were read; -v -v logs perfkit's steps too.",
+        ),
+        click.option(
+            "-H",
+            "http_headers",
+            multiple=True,
+            metavar="NAME:VALUE",
+            help="A header on every HTTP infer request (repeatable; ignored for gRPC, as in perf_analyzer).",
+        ),
+        click.option(
+            "--grpc-compression-algorithm",
+            "grpc_compression",
+            type=click.Choice(["none", "gzip", "deflate"]),
+            default="none",
+            show_default=True,
+            help="Compress unary gRPC requests (ignored for HTTP, as in perf_analyzer).",
+        ),
+        click.option(
+            "--input-tensor-format",
+            type=click.Choice(["binary", "json"]),
+            default="binary",
+            show_default=True,
+            help="HTTP: send input tensors as binary or as JSON data.",
+        ),
+        click.option(
+            "--output-tensor-format",
+            type=click.Choice(["binary", "json"]),
+            default="binary",
+            show_default=True,
+            help="HTTP: ask for output tensors as binary or as JSON.",
+        ),
+        click.option(
+            "--profile-export-file",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Write every request's send and response timestamps here, in perf_analyzer's JSON layout.",
+        ),
+        click.option(
+            "--string-data", default=None, help="Generated data: every BYTES element holds this string (as in PA)."
+        ),
+        click.option(
+            "--bls-composing-models",
+            default=None,
+            metavar="M1[:V],M2",
+            help="Models a BLS model calls: their statistics join the server breakdown.",
+        ),
+    ]
+
+    def wrap(f: Any) -> Any:
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+
+    return wrap
+
+
+def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
+    """ProfileSpec fields from pa_options (consumed from kw); sets up -v's logging and notes."""
+    import logging
+
+    verbose = kw.pop("pa_verbose")
+    if verbose:
+        logging.basicConfig(format="perfkit: %(name)s: %(message)s")
+        logging.getLogger("perfkit").setLevel(logging.DEBUG if verbose > 1 else logging.INFO)
+        for note in pa_notes():
+            click.echo(f"perfkit: {note}", err=True)
+    bls = kw.pop("bls_composing_models")
+    names = tuple(m.strip().partition(":")[0] for m in bls.split(",") if m.strip()) if bls else ()
+    headers = []
+    for item in kw.pop("http_headers"):
+        name, sep, value = item.partition(":")
+        if not sep or not name.strip() or any(c in item for c in "\r\n"):
+            raise UsageError(f"-H {item!r}: expected NAME:VALUE on one line")
+        headers.append((name.strip(), value.strip()))
+    export = kw.pop("profile_export_file")
+    return {
+        "string_data": kw.pop("string_data"),
+        "bls_composing_models": names,
+        "http_headers": tuple(headers),
+        "profile_export_file": str(export) if export else None,
+        "grpc_compression": "" if (c := kw.pop("grpc_compression")) == "none" else c,
+        "input_tensor_format": kw.pop("input_tensor_format"),
+        "output_tensor_format": kw.pop("output_tensor_format"),
+    }
+
+
+def input_data_sources(values: tuple[str, ...]) -> str | None:
+    """`--input-data` given once or repeated, as ProfileSpec.input_data; None when not given.
+
+    Repeated, its sources are joined by os.pathsep (perf_analyzer appends their streams); 'zero'
+    and 'random' must stand alone. Raises UsageError.
+    """
+    import os
+
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    if any(v in ("zero", "random") for v in values):
+        raise UsageError(f"--input-data {' '.join(values)}: 'zero' and 'random' cannot be combined with files")
+    if any(os.pathsep in v for v in values):
+        raise UsageError(f"--input-data: a repeated source may not contain {os.pathsep!r}")
+    return os.pathsep.join(values)

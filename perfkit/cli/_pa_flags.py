@@ -1,0 +1,235 @@
+"""Every perf_analyzer flag, with what `perfkit profile` does with it: the one table.
+
+The argv normaliser (`_pa_compat.normalize_argv`) rewrites, drops or refuses perf_analyzer's
+flags by this table, and the README's "perf_analyzer flags" table is rendered from it
+(`render_markdown`); a test checks both against perf_analyzer's own option list.
+
+Status:
+  same      perfkit does what perf_analyzer does (same spelling, same meaning)
+  differs   accepted and acted on, with a documented difference
+  mapped    rewritten to perfkit's own flag (deprecated aliases)
+  accepted  accepted with no effect: perfkit always behaves that way (said with -v)
+  refused   exit 2 with one line: why, and what to use instead
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["same", "differs", "mapped", "accepted", "refused"]
+
+
+@dataclass(frozen=True)
+class PaFlag:
+    """One perf_analyzer flag: its spellings, whether it takes a value, and perfkit's handling."""
+
+    spellings: tuple[str, ...]
+    takes_value: bool
+    status: Status
+    note: str
+    # value -> refusal reason for values perfkit does not act on (lower-cased); "*" any other value
+    refused_values: tuple[tuple[str, str], ...] = ()
+    # values accepted as a no-op (lower-cased): e.g. --service-kind triton
+    noop_values: tuple[str, ...] = ()
+    lower_value: bool = False  # perf_analyzer reads the value case-insensitively (-i GRPC)
+
+
+_CAPI = "the C API service kind runs Triton in-process; perfkit drives a server over HTTP/gRPC"
+_TRACE = "set tracing on the server (tritonserver --trace-config, or Triton's trace/setting API)"
+_DYN = "perfkit drives Triton's KServe v2 protocol only (service kind triton)"
+
+PA_FLAGS: tuple[PaFlag, ...] = (
+    PaFlag(("-?", "-h", "--help"), False, "differs", "prints perfkit's help (perfkit's own flags too)"),
+    PaFlag(("-m",), True, "same", "model name"),
+    PaFlag(("-x",), True, "same", "model version"),
+    PaFlag(
+        ("--service-kind",),
+        True,
+        "refused",
+        "`triton` accepted (the default); other kinds refused",
+        refused_values=(("triton_c_api", _CAPI), ("*", _DYN)),
+        noop_values=("triton",),
+        lower_value=True,
+    ),
+    PaFlag(("--bls-composing-models",), True, "same", "their statistics join the server breakdown"),
+    PaFlag(("--model-signature-name",), True, "accepted", "used by perf_analyzer only with tfserving; ignored"),
+    PaFlag(("-v",), False, "same", "verbose; `-v -v` extra verbose (perfkit's logs at INFO, then DEBUG)"),
+    PaFlag(
+        ("--measurement-mode",),
+        True,
+        "differs",
+        "`time_windows` same; `count_windows` accepted, measured in time windows of -p ms (said with -v)",
+        refused_values=(("*", "expected time_windows or count_windows"),),
+        noop_values=("time_windows", "count_windows"),
+        lower_value=True,
+    ),
+    PaFlag(
+        ("-p", "--measurement-interval"),
+        True,
+        "differs",
+        "window length; perfkit's default 1000 ms (5000 through the `perf_analyzer` command)",
+    ),
+    PaFlag(
+        ("--measurement-request-count",),
+        True,
+        "accepted",
+        "count_windows' request count: perfkit's windows are time windows, ended by its precision rule",
+    ),
+    PaFlag(
+        ("-s", "--stability-percentage"),
+        True,
+        "differs",
+        "a 95% confidence half-width (throughput ±s/2 %, latency ±s %), not 3 windows' spread",
+    ),
+    PaFlag(("--percentile",), True, "same", "latency percentile for stability and -l"),
+    PaFlag(("--warmup-request-count",), True, "same", "requests sent before measuring"),
+    PaFlag(
+        ("--request-count",),
+        True,
+        "refused",
+        "a fixed request count is not implemented; use -r/--max-trials and -p to bound a level",
+    ),
+    PaFlag(
+        ("-r", "--max-trials"),
+        True,
+        "differs",
+        "max windows per level; perfkit's default 30 (10 through `perf_analyzer`); an unstable level is "
+        "reported, flagged (exit 2 under PERFKIT_EXIT_CODES=perf_analyzer)",
+    ),
+    PaFlag(("--concurrency-range",), True, "same", "closed loop: start[:end[:step]]"),
+    PaFlag(
+        ("--periodic-concurrency-range",),
+        True,
+        "refused",
+        "not implemented; use --concurrency-range levels (each measured to stability)",
+    ),
+    PaFlag(("--session-concurrency",), True, "refused", "OpenAI service kind only; " + _DYN),
+    PaFlag(("--request-period",), True, "refused", "goes with --periodic-concurrency-range (not implemented)"),
+    PaFlag(("--request-parameter",), True, "refused", "custom request parameters are not implemented"),
+    PaFlag(("--request-rate-range",), True, "differs", "open loop; late and dropped sends counted"),
+    PaFlag(("--request-distribution",), True, "same", "constant or poisson", lower_value=True),
+    PaFlag(("-l", "--latency-threshold"), True, "differs", "on --percentile if given, else the average (ms)"),
+    PaFlag(("--binary-search",), False, "same", "with -l"),
+    PaFlag(("--request-intervals",), True, "same", "file of gaps in µs"),
+    PaFlag(("--fixed-schedule",), False, "same", "replays --input-data timestamps"),
+    PaFlag(("--max-threads",), True, "accepted", "perfkit's client is asynchronous (no thread per request)"),
+    PaFlag(("--num-of-sequences",), True, "same", "open loop: live sequences"),
+    PaFlag(("--sequence-length",), True, "same", "requests per sequence"),
+    PaFlag(("--sequence-length-variation",), True, "same", "± percent"),
+    PaFlag(("--sequence-id-range",), True, "same", "start[:end] correlation IDs"),
+    PaFlag(("--serial-sequences",), False, "same", "one request in flight per sequence"),
+    PaFlag(
+        ("--input-data",),
+        True,
+        "differs",
+        "zero, random, a JSON file, a directory (one file per input), or repeated (streams appended); "
+        "validation_data checked before measuring",
+    ),
+    PaFlag(("-b",), True, "same", "batch size"),
+    PaFlag(("--shape",), True, "same", "NAME:D1,D2 for variable dims"),
+    PaFlag(("--string-data",), True, "same", "the string every BYTES element of generated data holds"),
+    PaFlag(("--string-length",), True, "same", "length of random strings"),
+    PaFlag(
+        ("--shared-memory",),
+        True,
+        "same",
+        "none, system, cuda; output regions sized for the batch",
+        lower_value=True,
+    ),
+    PaFlag(("--output-shared-memory-size",), True, "same", "bytes per output whose size is not fixed"),
+    PaFlag(
+        ("--input-tensor-format",),
+        True,
+        "same",
+        "binary or json, over HTTP (gRPC is always binary)",
+        lower_value=True,
+    ),
+    PaFlag(
+        ("--output-tensor-format",),
+        True,
+        "same",
+        "binary or json, over HTTP (gRPC is always binary)",
+        lower_value=True,
+    ),
+    PaFlag(("-i",), True, "same", "http or grpc (any case)", lower_value=True),
+    PaFlag(("-a", "--async"), False, "accepted", "perfkit is always asynchronous"),
+    PaFlag(("--sync",), False, "accepted", "perfkit is always asynchronous: the same load, fewer threads"),
+    PaFlag(("--streaming",), False, "same", "gRPC bidirectional stream (and HTTP generate_stream)"),
+    PaFlag(("-H",), True, "same", "a header on every HTTP infer request (ignored for gRPC, as in perf_analyzer)"),
+    PaFlag(
+        ("--grpc-compression-algorithm",),
+        True,
+        "same",
+        "none, gzip or deflate: unary gRPC requests compressed once, before the hot path (not streamed ones)",
+        lower_value=True,
+    ),
+    PaFlag(("--grpc-method",), True, "refused", "dynamic_grpc service kind only; " + _DYN),
+    PaFlag(("--proto",), True, "refused", "dynamic_grpc service kind only; " + _DYN),
+    PaFlag(("--endpoint",), True, "refused", "OpenAI service kind only; " + _DYN),
+    PaFlag(("-u",), True, "same", "server URL (without -u `perfkit profile` launches the bundled server)"),
+    *(
+        PaFlag((f"--{name}",), value, "refused", "TLS is not implemented; reach the server over plain HTTP/gRPC")
+        for name, value in (
+            ("ssl-grpc-use-ssl", False),
+            ("ssl-grpc-root-certifications-file", True),
+            ("ssl-grpc-private-key-file", True),
+            ("ssl-grpc-certificate-chain-file", True),
+            ("ssl-https-verify-peer", True),
+            ("ssl-https-verify-host", True),
+            ("ssl-https-ca-certificates-file", True),
+            ("ssl-https-client-certificate-file", True),
+            ("ssl-https-client-certificate-type", True),
+            ("ssl-https-private-key-file", True),
+            ("ssl-https-private-key-type", True),
+        )
+    ),
+    PaFlag(("--triton-server-directory",), True, "refused", _CAPI),
+    PaFlag(
+        ("--model-repository",),
+        True,
+        "differs",
+        "the repository perfkit's launched server serves (perf_analyzer: C API only)",
+    ),
+    PaFlag(("--collect-metrics",), False, "same", "server GPU metrics during the run"),
+    PaFlag(("--metrics-url",), True, "same", "metrics endpoint"),
+    PaFlag(("--metrics-interval",), True, "same", "ms between scrapes"),
+    PaFlag(("-f",), True, "differs", "same columns and units; Client Send/Recv are 0"),
+    PaFlag(
+        ("--profile-export-file",),
+        True,
+        "same",
+        "every request's send and response timestamps per level, in perf_analyzer's JSON layout",
+    ),
+    PaFlag(("--verbose-csv",), False, "accepted", "the -f CSV has perf_analyzer's columns either way"),
+    PaFlag(("--enable-mpi",), False, "refused", "MPI is not supported; spread load with --ray"),
+    PaFlag(
+        ("--trace-level",),
+        True,
+        "refused",
+        "`OFF` accepted; " + _TRACE,
+        refused_values=(("*", _TRACE),),
+        noop_values=("off",),
+        lower_value=True,
+    ),
+    PaFlag(("--trace-rate",), True, "refused", _TRACE),
+    PaFlag(("--trace-count",), True, "refused", _TRACE),
+    PaFlag(("--log-frequency",), True, "refused", _TRACE),
+    PaFlag(("--version",), False, "refused", "use `perfkit --version` (the `perf_analyzer` command prints it)"),
+    PaFlag(("--data-directory",), True, "mapped", "→ --input-data DIR"),
+    PaFlag(("-c",), True, "refused", "deprecated dynamic concurrency; use --concurrency-range 1:N with -l"),
+    PaFlag(("-d",), False, "refused", "deprecated dynamic concurrency; use --concurrency-range 1:N with -l"),
+    PaFlag(("-t",), True, "mapped", "→ --concurrency-range N"),
+    PaFlag(("-z",), False, "mapped", "→ --input-data zero"),
+)
+
+BY_SPELLING: dict[str, PaFlag] = {s: f for f in PA_FLAGS for s in f.spellings}
+
+
+def render_markdown() -> str:
+    """The README table of perf_analyzer's flags and perfkit's handling (generated: do not edit by hand)."""
+    lines = ["| perf_analyzer flag | perfkit | what perfkit does |", "|---|---|---|"]
+    for f in PA_FLAGS:
+        names = " ".join(f"`{s}`" for s in f.spellings)
+        lines.append(f"| {names} | {f.status} | {f.note} |")
+    return "\n".join(lines)

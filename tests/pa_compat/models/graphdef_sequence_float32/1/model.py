@@ -1,0 +1,1 @@
+../../../../inputdata/models/pa_addsub_int64/1/model.py

@@ -739,6 +739,9 @@ class ProfileSpec:
     fixed_schedule: bool = False
     trace: str | None = None
     output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
+    # Other models whose server statistics are snapshotted beside the model's (a BLS model's
+    # composing models; an ensemble's steps are found from its config).
+    stats_models: tuple[str, ...] = ()
 
 
 def spec_defaults() -> dict[str, Any]:

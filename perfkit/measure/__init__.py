@@ -166,7 +166,7 @@ def profile(
         validate_outputs(server, io, file_requests, source=spec.input_data)
     steps = streamed_steps(io, spec, plain_steps)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
-    stats_models = [spec.model, *composing_models(config)]
+    stats_models = list(dict.fromkeys([spec.model, *composing_models(config), *spec.stats_models]))
     info = server_info(server, spec.protocol)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []

@@ -45,14 +45,6 @@ def repository_configs(repository: Path) -> dict[str, ModelConfig]:
     return out
 
 
-def _io_signature(cfg: ModelConfig) -> tuple[object, ...]:
-    """What an ensemble's tensor mapping reads of a step: batching, and each tensor's type and dims."""
-    tensors = tuple(
-        (t.name, int(t.data_type), tuple(t.dims)) for t in (*cfg.input, *cfg.output)
-    )  # fmt: skip
-    return cfg.max_batch_size > 0, tensors
-
-
 @dataclass(frozen=True)
 class Breakage:
     """One model of the repository a set of changes would stop loading, and why."""
@@ -65,43 +57,83 @@ class Breakage:
         return f"{self.reason} [{self.cite}]"
 
 
+def _dims_match(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    # triton-inference-server/common CompareDimsWithWildcard: -1 matches any size.
+    return len(a) == len(b) and all(x in (y, -1) or y == -1 for x, y in zip(a, b, strict=True))
+
+
+def ensemble_problems(name: str, ens: ModelConfig, configs: Mapping[str, ModelConfig]) -> list[Breakage]:
+    """What Triton checks when it loads ensemble `name` against its steps' configs
+    (ValidateEnsembleConfig, ValidateTensorMapping, ValidateTensorConsistency): each step's
+    max_batch_size against the ensemble's, the step inputs/outputs the maps name, and one
+    datatype and shape (batch dimension included) per ensemble tensor. A step whose config
+    declares no inputs and outputs (Triton fills them from the model file) is checked for its
+    batch size only; a step missing from `configs` is skipped."""
+    out: list[Breakage] = []
+    cite = f"{ENSEMBLE_UTILS} ValidateEnsembleConfig"
+    tensors: dict[str, tuple[str, int, tuple[int, ...], bool]] = {}
+    ens_batching = ens.max_batch_size > 0
+    for t in (*ens.input, *ens.output):
+        dims = tuple(t.reshape.shape) if t.HasField("reshape") else tuple(t.dims)
+        tensors[t.name] = (name, int(t.data_type), dims, ens_batching)
+    for step in ens.ensemble_scheduling.step:
+        model = step.model_name
+        cfg = configs.get(model)
+        if cfg is None:
+            continue
+        if cfg.max_batch_size != 0 and cfg.max_batch_size < ens.max_batch_size:
+            out.append(Breakage(name, f"ensemble {name} allows maximum batch size {ens.max_batch_size}, but it"
+                                f" contains model {model} which only allows maximum batch size to be"
+                                f" {cfg.max_batch_size}", cite))  # fmt: skip
+        if not cfg.input and not cfg.output:
+            continue
+        batching = cfg.max_batch_size > 0
+        ins, outs = {t.name: t for t in cfg.input}, {t.name: t for t in cfg.output}
+        mapped = [(k, v, ins.get(k), "input") for k, v in step.input_map.items()]
+        mapped += [(k, v, outs.get(k), "output") for k, v in step.output_map.items()]
+        for key, tensor, io, what in mapped:
+            if io is None:
+                verb = "is mapping to non-existing input" if what == "input" else "is mapped from non-existing output"
+                out.append(Breakage(name, f"in ensemble {name}, ensemble tensor {tensor} {verb} {key} in model"
+                                    f" {model}", f"{ENSEMBLE_UTILS} ValidateTensorMapping"))  # fmt: skip
+                continue
+            node = (model, int(io.data_type), tuple(io.dims), batching)
+            seen = tensors.setdefault(tensor, node)
+            if seen is node:
+                continue
+            problem = _inconsistent(seen, node)
+            if problem:
+                out.append(Breakage(name, f"in ensemble {name}, ensemble tensor {tensor}: {problem}",
+                                    f"{ENSEMBLE_UTILS} ValidateTensorConsistency"))  # fmt: skip
+    return out
+
+
+def _inconsistent(a: tuple[str, int, tuple[int, ...], bool], b: tuple[str, int, tuple[int, ...], bool]) -> str | None:
+    (ma, ta, da, ba), (mb, tb, db, bb) = a, b
+    if ta and tb and ta != tb:
+        return f"inconsistent data type between {ma} and {mb}"
+    full_a, full_b = ((-1, *da) if ba else da), ((-1, *db) if bb else db)
+    if not _dims_match(da, db) and not _dims_match(full_a, full_b):
+        return f"inconsistent shape: {list(full_a)} is inferred from model {ma} while {list(full_b)} from model {mb}"
+    return None
+
+
 def broken_by(
     changed: Mapping[str, ModelConfig],
     repository: Path | None = None,
     *,
     configs: Mapping[str, ModelConfig] | None = None,
 ) -> list[Breakage]:
-    """The ensembles of the repository (or of `configs`) that would no longer load once the
-    `changed` configs are in place; empty when every one still loads as far as its steps go."""
+    """The ensembles of the repository (or of `configs`) that the `changed` configs would stop
+    loading: problems Triton would find with the changes in place that it does not find now."""
     current = dict(configs if configs is not None else repository_configs(Path(repository or ".")))
     after = {**current, **changed}
     out: list[Breakage] = []
     for name, ens in after.items():
-        if not is_ensemble(ens):
+        if not is_ensemble(ens) or not any(st.model_name in changed for st in ens.ensemble_scheduling.step):
             continue
-        for step in ens.ensemble_scheduling.step:
-            model = step.model_name
-            if model not in changed:
-                continue
-            new, old = changed[model], current.get(model)
-            if new.max_batch_size != 0 and new.max_batch_size < ens.max_batch_size:
-                out.append(
-                    Breakage(
-                        name,
-                        f"ensemble {name} allows maximum batch size {ens.max_batch_size}, but it contains model"
-                        f" {model} which only allows maximum batch size to be {new.max_batch_size}",
-                        f"{ENSEMBLE_UTILS} ValidateEnsembleConfig",
-                    )
-                )
-            elif old is not None and _io_signature(new) != _io_signature(old):
-                out.append(
-                    Breakage(
-                        name,
-                        f"in ensemble {name}, step {model} would change the batch dimension, datatype or shape"
-                        " of a tensor the ensemble maps",
-                        f"{ENSEMBLE_UTILS} ValidateTensorConsistency",
-                    )
-                )
+        before = {b.reason for b in ensemble_problems(name, current.get(name, ens), current)}
+        out += [b for b in ensemble_problems(name, ens, after) if b.reason not in before]
     return out
 
 

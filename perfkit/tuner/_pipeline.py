@@ -193,10 +193,12 @@ def build(
         members = {model}
         order = list(leaves)
     steps: list[Step] = []
+    # The budget is the pipeline's, end to end: each step's queue delay is bounded by its share.
+    step_budget_us = latency_budget_us / max(1, len(order))
     for name in order:
         path, text, cfg = _read(repository, name, f"pipeline {model!r}")
         rs = resolve(
-            space, cfg, path.parent, latency_budget_us=latency_budget_us, gpus=gpus,
+            space, cfg, path.parent, latency_budget_us=step_budget_us, gpus=gpus,
             gpu_available=gpu_available, cpu_cores=cpu_cores, refuse=False,
         )  # fmt: skip
         fixed = rs.refused

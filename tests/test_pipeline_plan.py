@@ -13,8 +13,7 @@ import pytest
 from perfkit.cli import main
 from perfkit.errors import CandidateRejectedError, ConfigError
 from perfkit.server.modelconfig import parse_config, read_config
-from perfkit.tuner import TuneSpace, apply_params, resolve
-from perfkit.tuner import _pipeline
+from perfkit.tuner import TuneSpace, _pipeline, apply_params, resolve
 from perfkit.tuner._repo_guard import RepoGuard, apply_all, broken_by, refuse_if_breaks
 from tests.conftest import copy_models
 
@@ -95,7 +94,10 @@ def _write(repo: Path, name: str, text: str) -> None:
     (repo / name / "config.pbtxt").write_text(text)
 
 
-_IO = 'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [16] }] output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [16] }]'
+_IO = (
+    'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [16] }]'
+    ' output [{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [16] }]'
+)
 
 
 def _ens(name: str, steps: list[str], mbs: int = 8) -> str:

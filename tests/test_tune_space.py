@@ -401,11 +401,17 @@ def test_dry_run_prints_the_space_and_writes_validated_candidates_without_touchi
 def test_dry_run_refuses_what_it_cannot_tune_with_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture):
     from perfkit.cli import main
 
-    rc = main(["tune", "-m", "pipeline", "--model-repository", str(FIXTURES), "--latency-budget", "20ms", "--dry-run"])
+    (tmp_path / "llm" / "1").mkdir(parents=True)
+    (tmp_path / "llm" / "config.pbtxt").write_text('name: "llm" backend: "vllm" max_batch_size: 0\n')
+    rc = main(["tune", "-m", "llm", "--model-repository", str(tmp_path), "--latency-budget", "20ms", "--dry-run"])
     captured = capsys.readouterr()
     assert rc == 3
-    assert "perfkit: error: model 'pipeline' is an ensemble" in captured.err
+    assert "perfkit: error: model 'llm' is served by the vllm backend" in captured.err
     assert "not tunable" in captured.out
+    # An ensemble is planned as a pipeline: its steps' joint space (tests/test_pipeline_plan.py).
+    rc = main(["tune", "-m", "pipeline", "--model-repository", str(FIXTURES), "--latency-budget", "20ms", "--dry-run"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "joint space" in captured.out
     assert main(["tune", "-m", "batcher", "--latency-budget", "20ms", "--dry-run"]) == 2  # no repository
     assert main(["tune", "-m", "batcher", "--latency-budget", "20ms", "--assume-gpu"]) == 2  # plan flag alone
 

@@ -167,7 +167,7 @@ def _refusal(cfg: ModelConfig, facts: ModelFacts) -> str | None:
 
 
 _HINTS = {
-    "ensemble": "tune its composing models one by one",
+    "ensemble": "perfkit tune -m ENSEMBLE --model-repository DIR searches its composing models jointly",
     "backend:": "tune vLLM's engine arguments in model.json; profile it with perfkit profile --streaming",
     "decoupled": "tune it once perfkit profile measures streams",
     "sequence": "tune it once perfkit profile sends sequences",

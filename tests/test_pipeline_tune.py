@@ -53,7 +53,7 @@ def test_ensemble_tune_records_each_step_and_applies_the_whole_best_set(tmp_path
     before = _configs(repo, STEPS)
     out_dir = tmp_path / "out"
     rc = main(["tune", "-m", "stages", "--model-repository", str(repo), "-o", str(out_dir), "--trials", "3",
-               "--apply", *SPACE])  # fmt: skip
+               "--apply", "--report", str(out_dir / "report.html"), *SPACE])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed
     # Progress shows each trial's per-step breakdown and the step it points at.
@@ -64,6 +64,8 @@ def test_ensemble_tune_records_each_step_and_applies_the_whole_best_set(tmp_path
     measured = [r for r in rows if r["state"] in ("complete", "pruned")]
     assert measured and all(r[f"{m}.compute_us"] for r in measured for m in STEPS)
     assert all(float(r["stage_infer.batch"]) >= 1 for r in measured)
+    page = (out_dir / "report.html").read_text()
+    assert "Pipeline steps: original and best" in page and "stage_infer" in page
     rec = json.loads((out_dir / "tune.json").read_text())
     best = rec["best_trial"]
     assert best is not None

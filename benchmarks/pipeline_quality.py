@@ -93,6 +93,7 @@ def _model_analyzer(binary: Path, repo: Path, work: Path, budget_ms: float) -> t
         "--output-model-repository-path", str(out_repo), "--override-output-model-repository",
         "--export-path", str(work / "ma-results"), "--checkpoint-directory", str(work / "ma-ckpt"),
         "--perf-analyzer-path", str(pa), "--client-protocol", "http", "--run-config-search-max-concurrency", "64",
+        "--cpu-only-composing-models", ",".join(STEPS),  # no GPU here: its quick mode would try KIND_GPU
     ]  # fmt: skip
     t0 = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, check=False)
@@ -105,27 +106,26 @@ def _model_analyzer(binary: Path, repo: Path, work: Path, budget_ms: float) -> t
 
 
 def _ma_best(results: Path, out_repo: Path) -> dict[str, str]:
-    """The step configs of model_analyzer's top ensemble variant (its summary's first row)."""
+    """The step configs of model_analyzer's top ensemble variant: the first row of its ensemble
+    metrics table names the variant of each step it used (<step>_config_<n>)."""
     import csv
+    import re
 
-    table = next(iter(sorted(results.rglob("metrics-model-ensemble.csv"))), None) or next(
-        iter(sorted(results.rglob("metrics-model-*.csv"))), None
-    )
-    if table is None:
-        return {}
-    with open(table, encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        return {}
-    variant = rows[0].get("Model Config Path") or rows[0].get("Model") or ""
-    out: dict[str, str] = {}
-    for step in STEPS:
-        hits = sorted(out_repo.glob(f"{step}_config_*"))
-        for name in (variant,):
-            for h in hits:
-                if h.name in name:
-                    out[step] = (h / "config.pbtxt").read_text()
-    return out
+    tables = sorted(results.rglob("metrics-model-*.csv"))
+    for table in tables:
+        with open(table, encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+        if not rows:
+            continue
+        cells = " ".join(str(v) for v in rows[0].values())
+        out: dict[str, str] = {}
+        for step in STEPS:
+            m = re.search(rf"\b{step}_config_\w+", cells)
+            if m and (out_repo / m.group(0) / "config.pbtxt").is_file():
+                out[step] = (out_repo / m.group(0) / "config.pbtxt").read_text()
+        if out:
+            return out
+    return {}
 
 
 def main() -> int:
@@ -133,6 +133,7 @@ def main() -> int:
     ap.add_argument("--budget-ms", type=float, default=100.0)
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--max-time", type=float, default=900.0, help="seconds (the goal: 15 minutes)")
+    ap.add_argument("--keep", type=Path, help="write each tool's pick here (<tool>/<step>/config.pbtxt)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model-analyzer", type=Path, help="path of model_analyzer's `model-analyzer` to compare")
     ap.add_argument("--skip-grid", action="store_true", help="no exhaustive grid (perfkit and model_analyzer only)")
@@ -173,6 +174,11 @@ def main() -> int:
             picks["model_analyzer"] = {
                 m: render_config(originals[m].decode(), _as_step(parse_config(t), m)) for m, t in ma.items()
             }
+    if args.keep:
+        for label, texts in picks.items():
+            for m, text in texts.items():
+                (args.keep / label / m).mkdir(parents=True, exist_ok=True)
+                (args.keep / label / m / "config.pbtxt").write_text(text)
     again: dict[str, list[float]] = {k: [] for k in picks}
     judge = _settings(work / "x", args.budget_ms, 1, "auto", None).judge_settings(None)
     with launch_local(LocalLaunch(repo, models=(MODEL,))) as server:

@@ -211,10 +211,11 @@ class PipelineRunner(TrialRunner):
         return any(s.model == model for s in self.pipeline.searched_steps)
 
     def _steer(self, study: optuna.Study, trial: optuna.Trial, step: str) -> str | None:
-        """Queue the current point with the bottleneck step given more capacity: one more instance,
-        else dynamic batching on, else the next max_batch_size. Returns what was queued."""
+        """Queue the current point with the bottleneck step given more capacity: dynamic batching
+        on, else one more instance, else the next max_batch_size. Returns what was queued."""
         base = dict(trial.params)
-        for knob, bump in ((P_COUNT, _next_choice), (P_DB, _turn_on), (P_MBS, _next_choice)):
+        # Batching first: where a step pays a fixed cost per execution it is the big lever.
+        for knob, bump in ((P_DB, _turn_on), (P_COUNT, _next_choice), (P_MBS, _next_choice)):
             name = f"{step}{_pipeline.SEP}{knob}"
             d = self.space.dimension(name)
             if d is None or name not in base:

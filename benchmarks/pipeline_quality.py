@@ -86,6 +86,7 @@ def _model_analyzer(binary: Path, repo: Path, work: Path, budget_ms: float) -> t
     env = {**os.environ, "PATH": f"{pa.parent}:{os.environ['PATH']}"}
     env["LD_LIBRARY_PATH"] = f"{pa_env['LD_LIBRARY_PATH']}:{env.get('LD_LIBRARY_PATH', '')}"
     out_repo = work / "ma-output"
+    ports = _free_ports(3)
     cmd = [
         str(binary), "profile", "--model-repository", str(repo), "--profile-models", MODEL,
         "--triton-launch-mode", "local", "--triton-server-path", str(wrapper),
@@ -94,6 +95,9 @@ def _model_analyzer(binary: Path, repo: Path, work: Path, budget_ms: float) -> t
         "--export-path", str(work / "ma-results"), "--checkpoint-directory", str(work / "ma-ckpt"),
         "--perf-analyzer-path", str(pa), "--client-protocol", "http", "--run-config-search-max-concurrency", "64",
         "--cpu-only-composing-models", ",".join(STEPS),  # no GPU here: its quick mode would try KIND_GPU
+        # free ports: its defaults (8000-8002) may be taken by another server on this machine
+        "--triton-http-endpoint", f"localhost:{ports[0]}", "--triton-grpc-endpoint", f"localhost:{ports[1]}",
+        "--triton-metrics-url", f"http://localhost:{ports[2]}/metrics",
     ]  # fmt: skip
     t0 = time.monotonic()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600, check=False)
@@ -103,6 +107,18 @@ def _model_analyzer(binary: Path, repo: Path, work: Path, budget_ms: float) -> t
         return {}, wall, f"model_analyzer exited {done.returncode}: " + (done.stderr or done.stdout)[-400:]
     best = _ma_best(work / "ma-results", out_repo)
     return best, wall, f"model_analyzer log: {work / 'ma.log'}"
+
+
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
 
 
 def _ma_best(results: Path, out_repo: Path) -> dict[str, str]:

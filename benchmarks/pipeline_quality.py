@@ -59,8 +59,10 @@ def _settings(out: Path, budget_ms: float, trials: int, sampler: str, max_time_s
 
 
 def _put(server: object, repo: Path, texts: dict[str, str]) -> None:
-    for step, text in texts.items():
-        apply_config(server, step, repo / step / "config.pbtxt", text)  # type: ignore[arg-type]  # a Server
+    """Write a pick's configs (the ensemble's first, when the pick changes it) and reload."""
+    (repo / MODEL / "config.pbtxt").write_text(texts[MODEL])
+    for step in STEPS:
+        apply_config(server, step, repo / step / "config.pbtxt", texts[step])  # type: ignore[arg-type]  # a Server
     server.load_model(MODEL)  # type: ignore[attr-defined]  # a Server
 
 
@@ -135,6 +137,10 @@ def _ma_best(results: Path, out_repo: Path) -> dict[str, str]:
             continue
         cells = " ".join(str(v) for v in rows[0].values())
         out: dict[str, str] = {}
+        ens = re.search(rf"\b{MODEL}_config_\w+", cells)
+        if ens and (out_repo / ens.group(0) / "config.pbtxt").is_file():
+            # model_analyzer changes the ensemble's own max_batch_size too: its steps need it
+            out[MODEL] = (out_repo / ens.group(0) / "config.pbtxt").read_text()
         for step in STEPS:
             m = re.search(rf"\b{step}_config_\w+", cells)
             if m and (out_repo / m.group(0) / "config.pbtxt").is_file():
@@ -149,7 +155,8 @@ def main() -> int:
     ap.add_argument("--budget-ms", type=float, default=100.0)
     ap.add_argument("--trials", type=int, default=40)
     ap.add_argument("--max-time", type=float, default=900.0, help="seconds (the goal: 15 minutes)")
-    ap.add_argument("--keep", type=Path, help="write each tool's pick here (<tool>/<step>/config.pbtxt)")
+    ap.add_argument("--keep", type=Path, help="write each tool's pick here (<tool>/<model>/config.pbtxt)")
+    ap.add_argument("--remeasure", type=Path, help="only re-measure the picks kept in this folder by --keep")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--model-analyzer", type=Path, help="path of model_analyzer's `model-analyzer` to compare")
     ap.add_argument("--skip-grid", action="store_true", help="no exhaustive grid (perfkit and model_analyzer only)")
@@ -165,6 +172,10 @@ def main() -> int:
     picks: dict[str, dict[str, str]] = {}
     walls: dict[str, float] = {}
     trials: dict[str, int] = {}
+    if args.remeasure:
+        for tool in sorted(p.name for p in args.remeasure.iterdir() if p.is_dir()):
+            picks[tool] = {m.name: (m / "config.pbtxt").read_text() for m in (args.remeasure / tool).iterdir()}
+        return _remeasure(args, repo, work, picks, walls, trials, [], originals)
     with launch_local(LocalLaunch(repo, models=(MODEL,))) as server:
         if not args.skip_grid:
             t0 = time.monotonic()
@@ -190,6 +201,22 @@ def main() -> int:
             picks["model_analyzer"] = {
                 m: render_config(originals[m].decode(), _as_step(parse_config(t), m)) for m, t in ma.items()
             }
+    return _remeasure(args, repo, work, picks, walls, trials, notes, originals)
+
+
+def _remeasure(  # noqa: PLR0917
+    args: argparse.Namespace,
+    repo: Path,
+    work: Path,
+    picks: dict[str, dict[str, str]],
+    walls: dict[str, float],
+    trials: dict[str, int],
+    notes: list[str],
+    originals: dict[str, bytes],
+) -> int:
+    """Re-measure every pick alternately on one fresh server, with the same load search."""
+    originals = {**originals, MODEL: (repo / MODEL / "config.pbtxt").read_bytes()}
+    picks = {k: {m: v.get(m, originals[m].decode()) for m in (MODEL, *STEPS)} for k, v in picks.items()}
     if args.keep:
         for label, texts in picks.items():
             for m, text in texts.items():
@@ -198,10 +225,10 @@ def main() -> int:
     again: dict[str, list[float]] = {k: [] for k in picks}
     judge = _settings(work / "x", args.budget_ms, 1, "auto", None).judge_settings(None)
     with launch_local(LocalLaunch(repo, models=(MODEL,))) as server:
-        with RepoGuard({m: repo / m / "config.pbtxt" for m in STEPS}, server, reload_last=(MODEL,)):
+        with RepoGuard({m: repo / m / "config.pbtxt" for m in (MODEL, *STEPS)}, server, reload_last=(MODEL,)):
             for _ in range(args.rounds):
                 for label, texts in picks.items():
-                    _put(server, repo, {m: texts.get(m, originals[m].decode()) for m in STEPS})
+                    _put(server, repo, texts)
                     rec = find_load(profile, server, judge, MODEL, None)
                     v = judge_trial(rec, latency_budget_ms=args.budget_ms, percentile=99)
                     again[label].append(v.throughput_infer_per_s or 0.0)

@@ -15,8 +15,10 @@ its quick search mode with local launch of the bundled tritonserver (a wrapper s
 python backend directory and libraries) and the real perf_analyzer from benchmarks/_anchor.py on
 PATH; its best ensemble configuration is read from its output model repository and re-measured.
 
-    .venv/bin/python benchmarks/pipeline_quality.py                          # ~25 min on 2 cores
-    .venv/bin/python benchmarks/pipeline_quality.py --model-analyzer /tmp/ma/bin/model-analyzer
+    .venv/bin/python benchmarks/pipeline_quality.py                          # ~20 min on 2 cores
+    .venv/bin/python benchmarks/pipeline_quality.py --max-time 600 --model-analyzer /tmp/ma/bin/model-analyzer \
+        --keep /tmp/picks                                                     # + model_analyzer, ~35 min
+    .venv/bin/python benchmarks/pipeline_quality.py --remeasure /tmp/picks   # the kept picks only, ~5 min
 """
 
 from __future__ import annotations

@@ -741,7 +741,8 @@ class ProfileSpec:
     output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
     # perf_analyzer's --string-data: every BYTES element of generated data holds this string
     string_data: str | None = None
-    # perf_analyzer's --bls-composing-models: models a BLS model calls, whose statistics join the breakdown
+    # Models whose server statistics join the breakdown beside the model's: perf_analyzer's
+    # --bls-composing-models (the models a BLS model calls; an ensemble's steps are found from its config)
     bls_composing_models: tuple[str, ...] = ()
     # perf_analyzer's -H: extra HTTP headers (name, value) on every HTTP infer request
     http_headers: tuple[tuple[str, str], ...] = ()

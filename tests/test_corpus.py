@@ -191,6 +191,8 @@ def test_dry_run_assume_gpu_on_every_config_exits_0_or_3_with_a_reason(tmp_path:
     counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     wrong = []
     for r in rows():
+        if r.outcome == "refused:ensemble":
+            continue  # planned as pipelines: test_dry_run_plans_every_real_ensemble_as_a_pipeline
         repo, name = _model_dir(r, tmp_path)
         before = (repo / name / "config.pbtxt").read_bytes()
         rc = main(
@@ -256,3 +258,52 @@ def test_dry_run_on_a_config_with_an_unknown_field_exits_3_naming_it(tmp_path: P
     rc = main(["tune", "-m", "m", "--model-repository", str(tmp_path), "--latency-budget", "5ms", "--dry-run"])
     err = capsys.readouterr().err
     assert rc == 3 and "warp_drive" in _one_line_reason(err) and "tritonclient" in err
+
+
+# How `perfkit tune --dry-run` ends on an ensemble (tuned as a pipeline), by the reason it gives.
+PIPELINE_REFUSALS = (
+    ("not in the model repository", "refused:missing-step"),
+    ("in a cycle", "refused:cycle"),
+    ("has no steps", "refused:no-steps"),
+    ("would not load the pipeline as it is", "refused:invalid"),
+    ("also a step of ensemble", "refused:shared-step"),
+)
+
+
+def pipeline_outcome(rc: int, reason: str) -> str:
+    """The MANIFEST's `pipeline` column for an ensemble's dry-run: searched, refused:<why>, or
+    what went wrong (never expected: exit 1 or a refusal with no reason)."""
+    if rc == 0:
+        return "searched"
+    if rc != 3 or not reason:
+        return f"exit {rc}"
+    return next((label for text, label in PIPELINE_REFUSALS if text in reason), "refused:other")
+
+
+def test_dry_run_plans_every_real_ensemble_as_a_pipeline(tmp_path: Path, capsys: pytest.CaptureFixture):
+    """Every ensemble of the corpus is planned (its steps searched jointly) or refused with a reason
+    (exit 3), never exit 1; the manifest records which, and why."""
+    header = (CORPUS / "MANIFEST.tsv").read_text(encoding="utf-8").splitlines()[0].split("\t")
+    assert header[-1] == "pipeline"
+    with open(CORPUS / "MANIFEST.tsv", encoding="utf-8") as f:
+        expected = {r["file"]: r["pipeline"] for r in csv.DictReader(f, delimiter="\t")}
+    ensembles = [r for r in rows() if r.outcome == "refused:ensemble"]
+    assert len(ensembles) >= 90
+    wrong, seen = [], collections.Counter[str]()
+    for r in ensembles:
+        repo, name = _model_dir(r, tmp_path)
+        before = (repo / name / "config.pbtxt").read_bytes()
+        rc = main(["tune", "-m", name, "--model-repository", str(repo), "--latency-budget", "50ms", "--dry-run",
+                   "--assume-gpu"])  # fmt: skip
+        out, err = capsys.readouterr()
+        assert (repo / name / "config.pbtxt").read_bytes() == before
+        got = pipeline_outcome(rc, _one_line_reason(err))
+        seen[got] += 1
+        if got != expected[r.file]:
+            wrong.append(f"{r.where}: manifest says {expected[r.file]}, got {got}: {err.strip()[-200:]}")
+        if rc == 0:
+            assert "joint space" in out and "step " in out
+    assert seen["searched"] >= 20 and not [k for k in seen if k.startswith("exit")]
+    with capsys.disabled():
+        print("\ncorpus ensembles, perfkit tune --dry-run:", dict(sorted(seen.items())))
+    assert not wrong, "\n".join(wrong[:10])

@@ -58,12 +58,17 @@ def test_every_fixture_model_answers_a_real_inference(triton):
         "accumulator",
         "accumulator_oldest",
         "batcher",
+        "bls_stages",
         "hungry",
         "identity",
         "image",
         "pipeline",
         "preprocess",
         "sleeper",
+        "stage_decode",
+        "stage_infer",
+        "stage_post",
+        "stages",
         "streamer",
         "strings",
         "vardims",
@@ -73,6 +78,9 @@ def test_every_fixture_model_answers_a_real_inference(triton):
     np.testing.assert_array_equal(_infer_http(url, "batcher", "INPUT0", x, "OUTPUT0"), 2 * x + 1)
     np.testing.assert_array_equal(_infer_http(url, "identity", "INPUT0", x, "OUTPUT0"), x)
     np.testing.assert_allclose(_infer_http(url, "pipeline", "RAW", x, "RESULT"), 2 * (x / 255.0) + 1, rtol=1e-6)
+    # stages: decode (x/2 + 1/2) -> infer (2x + 1/2) -> post (x + 1/2); bls_stages calls the first two itself.
+    np.testing.assert_allclose(_infer_http(url, "stages", "INPUT0", x, "OUTPUT0"), x + 2, rtol=1e-6)
+    np.testing.assert_allclose(_infer_http(url, "bls_stages", "INPUT0", x, "OUTPUT0"), x + 1.5, rtol=1e-6)
     v = np.ones((3, 4), dtype=np.float32)
     np.testing.assert_array_equal(_infer_http(url, "vardims", "INPUT0", v, "OUTPUT0"), 2 * v)
     s = np.array([[b"triton"], [b"perf"]], dtype=object)

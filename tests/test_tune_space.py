@@ -43,8 +43,10 @@ def test_batcher_defaults_search_every_dimension_that_applies():
         "instance_count",
         "precision",
     ]
-    # Explored above the model's 8 by doubling (a python model takes any batch), and below it.
-    assert rs.dimension("max_batch_size").choices == (1, 2, 4, 8, 16, 32, 64, 128)
+    # Explored above the model's 8 by doubling (a python model takes any batch); never below the
+    # 8 the `pipeline` ensemble of the same repository batches (it would no longer load).
+    assert rs.dimension("max_batch_size").choices == (8, 16, 32, 64, 128)
+    assert any("pipeline" in n for n in rs.notes)
     # Counts bounded by the machine (at least 4 for CPU instances), not by the model's 1.
     assert rs.dimension("instance_count").choices[:4] == (1, 2, 3, 4)
     delay = rs.dimension("max_queue_delay_us")
@@ -75,7 +77,7 @@ def test_ensemble_is_refused_with_a_hint():
 def test_apply_then_extract_gives_the_params_back_and_keeps_other_fields():
     cfg, rs = _resolve("batcher")
     params = {
-        "max_batch_size": 4,
+        "max_batch_size": 16,
         "dynamic_batching": True,
         "max_queue_delay_us": 700,
         "preferred_batch_sizes": "pow2",
@@ -83,7 +85,7 @@ def test_apply_then_extract_gives_the_params_back_and_keeps_other_fields():
         "precision": "int8",
     }
     new = apply_params(cfg, params, rs)
-    assert list(new.dynamic_batching.preferred_batch_size) == [2, 4]
+    assert list(new.dynamic_batching.preferred_batch_size) == [2, 4, 8, 16]
     back = extract_params(new, backend="python")
     assert {k: back[k] for k in params} == params
     assert new.parameters["fixed_ms"].string_value == "2.0"
@@ -383,7 +385,8 @@ def test_dry_run_prints_the_space_and_writes_validated_candidates_without_touchi
     out = capsys.readouterr().out
     assert rc == 0
     assert _snapshot(repo) == before
-    assert "1,2,4,8,16,32 " in out and "instance_kind" in out and "python runs on both" in out
+    assert "8,16,32 " in out and "instance_kind" in out and "python runs on both" in out
+    assert "ensemble pipeline batches up to 8" in out  # the repository guard, shown
     written = sorted((out_dir / "candidates").glob("*.pbtxt"))
     assert len(written) > 20 and written[0].name == "000.pbtxt"
     assert written[0].read_bytes() == before["batcher/config.pbtxt"]  # candidate 0 is the user's file
@@ -398,11 +401,17 @@ def test_dry_run_prints_the_space_and_writes_validated_candidates_without_touchi
 def test_dry_run_refuses_what_it_cannot_tune_with_exit_3(tmp_path: Path, capsys: pytest.CaptureFixture):
     from perfkit.cli import main
 
-    rc = main(["tune", "-m", "pipeline", "--model-repository", str(FIXTURES), "--latency-budget", "20ms", "--dry-run"])
+    (tmp_path / "llm" / "1").mkdir(parents=True)
+    (tmp_path / "llm" / "config.pbtxt").write_text('name: "llm" backend: "vllm" max_batch_size: 0\n')
+    rc = main(["tune", "-m", "llm", "--model-repository", str(tmp_path), "--latency-budget", "20ms", "--dry-run"])
     captured = capsys.readouterr()
     assert rc == 3
-    assert "perfkit: error: model 'pipeline' is an ensemble" in captured.err
+    assert "perfkit: error: model 'llm' is served by the vllm backend" in captured.err
     assert "not tunable" in captured.out
+    # An ensemble is planned as a pipeline: its steps' joint space (tests/test_pipeline_plan.py).
+    rc = main(["tune", "-m", "pipeline", "--model-repository", str(FIXTURES), "--latency-budget", "20ms", "--dry-run"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "joint space" in captured.out
     assert main(["tune", "-m", "batcher", "--latency-budget", "20ms", "--dry-run"]) == 2  # no repository
     assert main(["tune", "-m", "batcher", "--latency-budget", "20ms", "--assume-gpu"]) == 2  # plan flag alone
 

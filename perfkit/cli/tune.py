@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from perfkit.cli import _tune_pipeline
 from perfkit.cli._metrics_options import metrics_options, publish
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.errors import ConfigError, InputError, UsageError
@@ -17,6 +18,7 @@ from perfkit.tuner import (
     TuneSettings,
     TuneSpace,
     describe,
+    is_pipeline,
     parse_bytes,
     parse_duration_s,
     parse_latency_budget,
@@ -141,6 +143,11 @@ def _echo_event(event: Any) -> None:
     help="Precisions, e.g. fp32,fp16 (default: per backend; TensorRT: the engines of --trt-engines).",
 )
 @click.option("--trt-engines", help="TensorRT engine per precision, e.g. fp32=model.plan,fp16=model_fp16.plan.")
+@click.option(
+    "--composing-models",
+    help="A python (BLS) model's pipeline: the models it calls, searched jointly with it and measured through it"
+    " (an ensemble's steps are read from its config).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the space and the candidates, validated; no server, no writes.")
 @click.option(
     "--assume-gpu", is_flag=True, help="With --dry-run: plan for a server with one GPU (--gpus 0,1: with those)."
@@ -209,6 +216,7 @@ def command(  # noqa: PLR0917
     ray_address: str | None = None,
     tune_workers: int | None = None,
     gpus_per_worker: float = 0.0,
+    composing_models: str | None = None,
     **kwargs: Any,
 ) -> None:
     """Search configs of one model for the most throughput within a latency budget.
@@ -238,6 +246,12 @@ def command(  # noqa: PLR0917
     budget_metric, budget_ms = parse_latency_budget(latency_budget)
     if assume_gpu and not dry_run:
         raise UsageError("--assume-gpu plans a server: use it with --dry-run")
+    composing = _tune_pipeline.parse_composing(composing_models)
+    pipeline = bool(composing) or is_pipeline(kwargs.get("model_repository"), model)
+    if dry_run and pipeline:
+        _tune_pipeline.dry_run(model, space, kwargs.get("model_repository"), composing, latency_budget_ms=budget_ms,
+                               gpus=_planned_gpus(kwargs.get("gpus"), assume_gpu), output_dir=output_dir)  # fmt: skip
+        return
     if dry_run:
         _dry_run(
             model,
@@ -293,12 +307,23 @@ def command(  # noqa: PLR0917
         command=("perfkit", *sys.argv[1:]) if sys.argv else (),
         **overrides,
     )
-    opts = build_server_options(kwargs, url=url, models=(model,))
+    opts = build_server_options(kwargs, url=url, models=(model, *composing))
     if opts.model_repository is None:
         raise UsageError(
             "perfkit tune needs --model-repository DIR: the folder holding the model's config.pbtxt",
             hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit)",
         )
+    if pipeline:
+        if ray_address:
+            raise UsageError("--ray tunes one model; tune a pipeline on one server (drop --ray)")
+        out = _tune_pipeline.run(opts, settings, space, composing)
+        if report_path is not None:
+            from perfkit.report import load_inputs, write_tune_report
+
+            runs, tunes = load_inputs([out])
+            write_tune_report(tunes[0], report_path, runs)
+            click.echo(f"perfkit: tune report written to {report_path}", err=True)
+        return
     if ray_address:
         last_ok = _tune_on_ray(opts, settings, space, ray_address, tune_workers, gpus_per_worker)
         if report_path is not None:

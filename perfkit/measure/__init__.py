@@ -181,7 +181,7 @@ def profile(
         validate_outputs(server, io, file_requests, source=spec.input_data, sequence=is_sequence_model(kind))
     steps = streamed_steps(io, spec, plain_steps)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
-    stats_models = [spec.model, *composing_models(config), *spec.bls_composing_models]
+    stats_models = list(dict.fromkeys([spec.model, *composing_models(config), *spec.bls_composing_models]))
     info = server_info(server, spec.protocol)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []

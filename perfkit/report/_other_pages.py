@@ -93,6 +93,11 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
     b.figure(s, lat)
     b.table(s, T.trials_table(tune))
 
+    steps = T.steps_table(tune)
+    if steps is not None:
+        s = b.section("steps", "Pipeline steps", "Where each step's time went, in the original and the best pipeline.")
+        b.table(s, steps)
+
     s = b.section("pareto", "Pareto front", "The trade-off between throughput and latency across trials.")
     front = set(T.pareto_front(tune))
     front_table = T.trials_table(tune)

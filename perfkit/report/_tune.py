@@ -311,3 +311,44 @@ def config_diff(tune: TuneRecord) -> tuple[DiffLine, ...]:
             kind = "same"
         out.append(DiffLine(kind, line))
     return tuple(out)
+
+
+def steps_table(tune: TuneRecord) -> Table | None:
+    """A pipeline's steps, original and best side by side: queue and compute time per request and
+    the mean batch Triton formed (None for a one-model tune, whose trials hold no step figures)."""
+    orig, best = original_trial(tune), tune.best()
+    trials = [t for t in (orig, best) if t is not None]
+    steps = sorted({k.rpartition(".")[0] for t in trials for k in t.metrics if k.endswith(".compute_us")})
+    if not steps:
+        return None
+
+    def value(t: TrialRecord | None, step: str, key: str, scale: float) -> float | None:
+        v = t.metrics.get(f"{step}.{key}") if t is not None else None
+        return None if v is None else v / scale
+
+    rows = tuple(
+        (
+            step,
+            value(orig, step, "queue_us", 1e3),
+            value(best, step, "queue_us", 1e3),
+            value(orig, step, "compute_us", 1e3),
+            value(best, step, "compute_us", 1e3),
+            value(orig, step, "batch", 1.0),
+            value(best, step, "batch", 1.0),
+        )
+        for step in steps
+    )
+    return Table(
+        key="steps",
+        title="Pipeline steps: original and best",
+        columns=(
+            "step",
+            "queue ms (original)",
+            "queue ms (best)",
+            "compute ms (original)",
+            "compute ms (best)",
+            "batch (original)",
+            "batch (best)",
+        ),  # fmt: skip
+        rows=rows,
+    )

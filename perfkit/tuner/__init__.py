@@ -16,6 +16,9 @@ from perfkit.tuner._judge import (
     parse_latency_budget,
     parse_latency_ms,
 )
+from perfkit.tuner._pipeline import is_pipeline
+from perfkit.tuner._pipeline_plan import describe_pipeline, plan_pipeline, write_pipeline_candidates
+from perfkit.tuner._pipeline_run import tune_pipeline
 from perfkit.tuner._plan import Plan, describe, plan, render_candidate, write_candidates
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._run import tune
@@ -61,4 +64,9 @@ __all__ = [
     "resolve",
     "tune",
     "tune_on_ray",
+    "is_pipeline",
+    "plan_pipeline",
+    "describe_pipeline",
+    "write_pipeline_candidates",
+    "tune_pipeline",
 ]

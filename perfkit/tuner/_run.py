@@ -18,6 +18,7 @@ from perfkit.tuner import _outputs, _study
 from perfkit.tuner._events import Applied, OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._loadplan import Measure
 from perfkit.tuner._record import build_record, summary
+from perfkit.tuner._repo_guard import refuse_if_breaks
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
@@ -146,6 +147,7 @@ def tune(
             t.emit(summary(rec, t.out_dir))
     backup = None
     if settings.apply and rec.best_config is not None:
+        refuse_if_breaks(t.model, rec.best_config, model_repository)  # never leave an ensemble unloadable
         backup = _outputs.apply_best(t.config_path, rec.best_config)
         if backup is not None:
             apply_config(server, t.model, t.config_path, rec.best_config)  # same bytes: reload and verify

@@ -53,6 +53,7 @@ from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
     P_DB,
+    ResolvedSpace,
     TuneSpace,
     apply_params,
     extract_params,
@@ -111,13 +112,7 @@ class TrialRunner:
             raise InputError(f"model {self.model!r} is not in the model repository {model_repository}", hint="check -m")
         self.original_cfg = read_config(self.config_path)
         self.original_text = self.config_path.read_bytes().decode("utf-8")
-        self.space = resolve(
-            space,
-            self.original_cfg,
-            self.model_dir,
-            latency_budget_us=settings.latency_budget_ms * 1e3,
-            gpu_available=gpu_available(),
-        )
+        self.space = self.resolve_space(space, model_repository)
         self.out_dir = Path(settings.output_dir or default_output_dir(self.model))
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
         self.study_name = settings.study_name or f"tune-{self.model}"
@@ -131,6 +126,35 @@ class TrialRunner:
         self.sampler: optuna.samplers.BaseSampler | None = None
         self.probe: _accuracy.Probe | None = None
         self.reference: dict[str, Any] | None = None
+
+    def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
+        """The space searched (a pipeline's runner makes it the joint space of its steps)."""
+        return resolve(
+            space,
+            self.original_cfg,
+            self.model_dir,
+            latency_budget_us=self.s.latency_budget_ms * 1e3,
+            gpu_available=gpu_available(),
+        )
+
+    def make_candidate(self, params: dict[str, Any], is_original: bool, number: int) -> tuple[str, dict[str, Any], str]:
+        """(text written, searched params as it holds them, content sha) of a trial's candidate.
+        Raises CandidateRejectedError when Triton would reject it."""
+        if is_original:
+            candidate, text = self.original_cfg, self.original_text
+        else:
+            candidate = apply_params(self.original_cfg, params, self.space)
+            text = render_config(self.original_text, candidate)
+            # What we write must parse back to the same config (no field lost on the way).
+            if config_pbtxt_sha256(parse_config(text, source=f"trial {number} config")) != config_pbtxt_sha256(
+                candidate
+            ):
+                raise ConfigError(f"trial {number}: the candidate config does not round-trip through text format")
+        return text, self.searched(candidate), config_pbtxt_sha256(candidate)
+
+    def put_candidate(self, text: str) -> None:
+        """Write a candidate, reload, verify (ModelLoadError / CandidateNotAppliedError)."""
+        apply_config(self.server, self.model, self.config_path, text)
 
     def emit(self, event: TuneEvent) -> None:
         log.info("%s", event.line())
@@ -254,22 +278,11 @@ class TrialRunner:
         is_original = bool(trial.user_attrs.get(_study.A_ORIGINAL, False))
         params = self.suggest(trial)
         of = self.s.trials
-        if is_original:
-            candidate, text = self.original_cfg, self.original_text
-        else:
-            try:
-                candidate = apply_params(self.original_cfg, params, self.space)
-            except CandidateRejectedError as err:
-                self._reject(study, trial, params, err)
-                return
-            text = render_config(self.original_text, candidate)
-            # What we write must parse back to the same config (no field lost on the way).
-            if config_pbtxt_sha256(parse_config(text, source=f"trial {number} config")) != config_pbtxt_sha256(
-                candidate
-            ):
-                raise ConfigError(f"trial {number}: the candidate config does not round-trip through text format")
-        record_params = self.searched(candidate)
-        sha = config_pbtxt_sha256(candidate)
+        try:
+            text, record_params, sha = self.make_candidate(params, is_original, number)
+        except CandidateRejectedError as err:
+            self._reject(study, trial, params, err)
+            return
         trial.set_user_attr("params", record_params)
         trial.set_user_attr("config_pbtxt_sha256", sha)
         trial.set_user_attr("config_pbtxt", text)
@@ -358,7 +371,7 @@ class TrialRunner:
                   params: dict[str, Any]) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip
         t0 = time.monotonic()
         try:
-            apply_config(self.server, self.model, self.config_path, text)
+            self.put_candidate(text)
         except (ModelLoadError, CandidateNotAppliedError) as err:
             not_applied = isinstance(err, CandidateNotAppliedError)
             first = err.message.splitlines()[0][:300]

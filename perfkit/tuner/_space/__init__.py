@@ -167,7 +167,7 @@ def _refusal(cfg: ModelConfig, facts: ModelFacts) -> str | None:
 
 
 _HINTS = {
-    "ensemble": "tune its composing models one by one",
+    "ensemble": "perfkit tune -m ENSEMBLE --model-repository DIR searches its composing models jointly",
     "backend:": "tune vLLM's engine arguments in model.json; profile it with perfkit profile --streaming",
     "decoupled": "tune it once perfkit profile measures streams",
     "sequence": "tune it once perfkit profile sends sequences",
@@ -221,8 +221,17 @@ def resolve(
             f"{facts.name!r} uses the sequence batcher: trials send sequences (one per concurrency slot);"
             " searched instead of dynamic batching, which Triton's config allows only in its place"
         )
-    # The ensemble rule binds only where the ensemble is loaded too (perfkit loads the model alone).
-    ctx_check = Context(facts.backend, gpus, sequence=cfg.HasField("sequence_batching"))
+    # A candidate must leave every ensemble of the repository that calls this model loadable
+    # (unless the original already breaks it: then the repository is the user's to fix).
+    mbs = cfg.max_batch_size
+    holds = bool(facts.ensemble_max_batch) and (mbs == 0 or mbs >= facts.ensemble_max_batch)
+    ctx_check = Context(
+        facts.backend,
+        gpus,
+        sequence=cfg.HasField("sequence_batching"),
+        ensemble_max_batch=facts.ensemble_max_batch if holds else 0,
+        ensembles=facts.ensembles if holds else (),
+    )
     broken = [v for v in validate(cfg, ctx_check) if not v.rule.startswith("onnxruntime-int8")]
     if broken and not refused:
         refused = f"the model's own config would be rejected: {broken[0].one_line()}"

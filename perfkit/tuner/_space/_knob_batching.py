@@ -29,6 +29,17 @@ from perfkit.tuner._space._knob_base import (
 
 def _mbs_floor(ctx: Ctx) -> tuple[int, str]:
     floors = [(ctx.facts.warmup_max_batch, "its model_warmup sends that batch")]
+    if ctx.facts.ensemble_max_batch and ctx.mbs >= ctx.facts.ensemble_max_batch:
+        # Triton refuses to load an ensemble whose step batches less than it does
+        # (triton-inference-server/core src/ensemble_scheduler/ensemble_utils.cc): a smaller
+        # max_batch_size here would stop that ensemble loading on the next restart.
+        floors.append(
+            (
+                ctx.facts.ensemble_max_batch,
+                f"ensemble {', '.join(ctx.facts.ensembles)} batches up to {ctx.facts.ensemble_max_batch}"
+                " and would no longer load",
+            )
+        )
     if ctx.sequence and ctx.cfg.sequence_batching.HasField("oldest"):
         pref = list(ctx.cfg.sequence_batching.oldest.preferred_batch_size)
         floors.append((max(pref, default=0), "its sequence batcher prefers that batch"))
@@ -64,10 +75,12 @@ def _resolve_mbs(ctx: Ctx) -> tuple[Dimension | None, str]:
         values = {2**i for i in range(0, 31) if 2**i <= ceiling} | {mbs, ceiling}
         choices = tuple(sorted(values))
     if ctx.facts.ensemble_max_batch > min(choices):
-        # Only binding when the ensemble is loaded too; perfkit loads the model alone.
         ctx.notes.append(
-            f"ensemble {', '.join(ctx.facts.ensembles)} batches up to {ctx.facts.ensemble_max_batch}: a smaller"
-            " max_batch_size breaks it where it is loaded beside this model"
+            f"ensemble {', '.join(ctx.facts.ensembles)} batches up to {ctx.facts.ensemble_max_batch}: no candidate"
+            f" goes below it (the ensemble would no longer load)"
+            if ctx.mbs >= ctx.facts.ensemble_max_batch
+            else f"ensemble {', '.join(ctx.facts.ensembles)} batches up to {ctx.facts.ensemble_max_batch}, more than"
+            f" {ctx.name!r} allows already: that ensemble does not load with this repository as it is"
         )
     floor, because = _mbs_floor(ctx)
     if floor > 1 and any(c < floor for c in choices):

@@ -1,0 +1,362 @@
+"""Tuning a pipeline end to end: one trial writes every step's candidate config, reloads the
+steps (then the ensemble, which Triton re-validates against them), measures the pipeline's
+entry model under the end-to-end budget with the one trial judge, and records each step's
+queue and compute time and the batches Triton formed. The step that costs most steers the next
+trial. Every config the search touches is held by one RepoGuard; --apply installs the whole
+winning set or nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+
+from perfkit.errors import CandidateNotAppliedError, ModelLoadError, PerfkitError, ServerError, UsageError
+from perfkit.records import LevelResult, ProfileSpec, RunRecord, ServerStats
+from perfkit.server.base import Server
+from perfkit.server.modelconfig import apply_config
+from perfkit.tuner import _outputs, _pipeline, _study
+from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
+from perfkit.tuner._judge import TrialVerdict
+from perfkit.tuner._loadplan import Measure
+from perfkit.tuner._record import build_record, summary
+from perfkit.tuner._repo_guard import RepoGuard, apply_all
+from perfkit.tuner._run import open_study
+from perfkit.tuner._seed import batching_seed
+from perfkit.tuner._settings import TuneResult, TuneSettings
+from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, ResolvedSpace, TuneSpace, log_clamp
+from perfkit.tuner._trial import TrialRunner, _default_measure, gpu_available
+
+log = logging.getLogger(__name__)
+STEP_METRICS = ("queue_us", "compute_us", "batch")
+
+
+@dataclass(frozen=True)
+class StepBreakdown(TuneEvent):
+    """Where a trial's time went, step by step, and the step it points the search at."""
+
+    number: int
+    rows: tuple[tuple[str, float, float, float], ...]  # (step, queue us, compute us, mean batch)
+    bottleneck: str | None
+    next_try: str | None = None
+
+    def line(self) -> str:
+        cells = [f"{m} queue {q / 1e3:.2f} ms compute {c / 1e3:.2f} ms batch {b:.1f}" for m, q, c, b in self.rows]
+        out = "  steps: " + "; ".join(cells)
+        if self.bottleneck:
+            out += f"\n  bottleneck: {self.bottleneck}" + (f" -> next: {self.next_try}" if self.next_try else "")
+        return out
+
+
+@dataclass(frozen=True)
+class PipelineApplied(TuneEvent):
+    trial: int | None
+    backups: tuple[tuple[str, Path], ...]
+
+    def line(self) -> str:
+        if not self.backups:
+            return "applied: the repository already holds the best configs"
+        return f"applied trial {self.trial}: " + ", ".join(f"{m} (backup {b.name})" for m, b in self.backups)
+
+
+def step_rows(level: LevelResult | None, steps: Sequence[str]) -> list[tuple[str, float, float, float]]:
+    """(step, queue us, compute us, mean batch) of each step Triton reported for the level."""
+    if level is None or level.server is None:
+        return []
+    by_name: dict[str, ServerStats] = {c.model: c for c in level.server.composing}
+    if level.server.model in steps:
+        by_name[level.server.model] = level.server
+    rows = []
+    for m in steps:
+        st = by_name.get(m)
+        if st is None:
+            continue
+        compute = st.compute_input_avg_us + st.compute_infer_avg_us + st.compute_output_avg_us
+        batch = st.inference_count / st.execution_count if st.execution_count else 0.0
+        rows.append((m, st.queue_avg_us, compute, batch))
+    return rows
+
+
+class PipelineRunner(TrialRunner):
+    """The single-model runner with a joint space: every hook that touched one config touches
+    the pipeline's set instead; the judge, the study and the events stay the runner's own."""
+
+    def __init__(  # noqa: PLR0917
+        self,
+        server: Server,
+        settings: TuneSettings,
+        space: TuneSpace,
+        model_repository: Path,
+        measure: Measure | None,
+        on_event: OnEvent,
+        composing: Sequence[str] = (),
+    ) -> None:
+        self.composing = tuple(composing)
+        self.repository = Path(model_repository)
+        super().__init__(server, settings, space, model_repository, self._measure_steps, on_event)
+        self.inner_measure = measure
+        self.original_text = self.pipeline.original_bundle
+        self.step_names = [s.model for s in self.pipeline.steps]
+
+    def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
+        self.pipeline = _pipeline.build(
+            space, model_repository, self.model, composing=self.composing,
+            latency_budget_us=self.s.latency_budget_ms * 1e3, gpu_available=gpu_available(),
+        )  # fmt: skip
+        if self.pipeline.refused:
+            from perfkit.errors import ConfigError
+
+            raise ConfigError(self.pipeline.refused, hint="see perfkit tune --dry-run for each step's reasons")
+        return self.pipeline.space
+
+    def _measure_steps(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
+        """Measure with every step's statistics snapshotted (a BLS model names no steps itself)."""
+        inner = self.inner_measure or _default_measure()
+        extra = tuple(m for m in self.step_names if m != spec.model)
+        return inner(server, dataclasses.replace(spec, bls_composing_models=extra), **kw)
+
+    # -- the joint point ------------------------------------------------------------------------
+    def original_fixed_params(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        orig = self.space.original_params
+        for d in self.space.dimensions:
+            step = d.name.rpartition(_pipeline.SEP)[0]
+            if d.when_dynamic_batching and not _pipeline.db_on(self.pipeline, step, orig):
+                continue
+            value = orig.get(d.name)
+            if d.is_range:
+                assert d.low is not None and d.high is not None
+                out[d.name] = log_clamp(float(value or 0), d.low, d.high)
+            elif value in d.choices:
+                out[d.name] = value
+        return out
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        for d in self.space.dimensions:
+            step = d.name.rpartition(_pipeline.SEP)[0]
+            if d.when_dynamic_batching and not _pipeline.db_on(self.pipeline, step, params):
+                continue
+            if d.is_range:
+                assert d.low is not None and d.high is not None
+                params[d.name] = trial.suggest_int(d.name, d.low, d.high, log=True)
+            else:
+                params[d.name] = trial.suggest_categorical(d.name, list(d.choices))
+        return params
+
+    def make_candidate(self, params: dict[str, Any], is_original: bool, number: int) -> tuple[str, dict[str, Any], str]:
+        p = self.pipeline
+        cand = _pipeline.original_candidate(p) if is_original else _pipeline.candidate(p, params)
+        return cand.text, cand.params, cand.sha256
+
+    # -- the server -----------------------------------------------------------------------------
+    def put_candidate(self, text: str) -> None:
+        texts = _pipeline.unbundle(text)
+        for s in self.pipeline.searched_steps:
+            want = texts.get(s.model, s.original_text)
+            if s.config_path.read_bytes() != want.encode() or not self._served_once:
+                apply_config(self.server, s.model, s.config_path, want)
+        if self.pipeline.kind == "ensemble":
+            self.server.load_model(self.model)  # Triton checks the ensemble against its steps here
+        self._served_once = True
+
+    _served_once = False
+
+    def _restore_original(self) -> None:
+        try:
+            self.put_candidate(self.pipeline.original_bundle)
+        except (CandidateNotAppliedError, ModelLoadError) as err:
+            raise ServerError(
+                f"the pipeline {self.model!r} no longer loads after a failed trial even with its original configs:"
+                f" {err.message}",
+                hint="check the server log; --model-repository must be the folder the server reads",
+            ) from err
+
+    # -- what Triton tells: per-step breakdown and the next step to spend a trial on ---------------
+    def _verdict(self, study: optuna.Study, trial: optuna.Trial, record: RunRecord, reload_s: float,
+                 measure_s: float) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip
+        out = super()._verdict(study, trial, record, reload_s, measure_s)
+        if out is None:
+            return None
+        verdict = out[0]
+        load = verdict.feasible_load
+        level = next((lv for lv in record.levels if load is not None and lv.load == load), None)
+        level = level or (record.levels[0] if record.levels else None)
+        rows = step_rows(level, self.step_names)
+        for m, q, c, b in rows:
+            verdict.metrics.update({f"{m}.queue_us": q, f"{m}.compute_us": c, f"{m}.batch": b})
+        if rows:
+            bottleneck = max((r for r in rows if self._searched(r[0])), key=lambda r: r[1] + r[2], default=None)
+            # Only a new best is worth a neighbour: a steered trial that does not improve ends the
+            # chain and the sampler draws again.
+            nxt = self._steer(study, trial, bottleneck[0]) if bottleneck and self._new_best(study, verdict) else None
+            self.emit(StepBreakdown(trial.number, tuple(rows), bottleneck[0] if bottleneck else None, nxt))
+        return out
+
+    @staticmethod
+    def _new_best(study: optuna.Study, verdict: TrialVerdict) -> bool:
+        if verdict.throughput_infer_per_s is None:
+            return False
+        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+        best = max((float(t.user_attrs.get("throughput_infer_per_s") or 0.0) for t in done), default=0.0)
+        return verdict.throughput_infer_per_s >= best
+
+    def _searched(self, model: str) -> bool:
+        return any(s.model == model for s in self.pipeline.searched_steps)
+
+    def _steer(self, study: optuna.Study, trial: optuna.Trial, step: str) -> str | None:
+        """Queue the current point with the bottleneck step given more capacity: dynamic batching
+        on, else one more instance, else the next max_batch_size. Returns what was queued."""
+        base = dict(trial.params)
+        # Batching first: where a step pays a fixed cost per execution it is the big lever.
+        for knob, bump in ((P_DB, _turn_on), (P_COUNT, _next_choice), (P_MBS, _next_choice)):
+            name = f"{step}{_pipeline.SEP}{knob}"
+            d = self.space.dimension(name)
+            if d is None or name not in base:
+                continue
+            value = bump(d.choices, base[name])
+            if value is None:
+                continue
+            point = {**base, name: value}
+            if knob == P_DB:
+                point.update({k: v for k, v in self.original_fixed_params().items() if k.startswith(step + ".")})
+                point[name] = True
+            study.enqueue_trial(point, skip_if_exists=True)
+            return f"{name}={value}"
+        return None
+
+
+def _next_choice(choices: Sequence[Any], value: Any) -> Any:
+    ordered = sorted(choices)
+    bigger = [c for c in ordered if c > value]
+    return bigger[0] if bigger else None
+
+
+def _turn_on(choices: Sequence[Any], value: Any) -> Any:
+    return True if (not value and True in choices) else None
+
+
+def joint_seed(p: _pipeline.Pipeline, original: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every searched step pushed to its batching corner at once (the single-model seed, per step):
+    a batch-hungry step pays off only once the steps before it batch as well."""
+    per = _pipeline.split(original)
+    out: dict[str, dict[str, Any]] = {}
+    for s in p.searched_steps:
+        seed = batching_seed(s.space, per.get(s.model, {}))
+        out[s.model] = seed if seed is not None else per.get(s.model, {})
+    joined = {f"{m}{_pipeline.SEP}{k}": v for m, params in out.items() for k, v in params.items()}
+    return None if joined == dict(original) else joined
+
+
+def tune_pipeline(
+    server: Server,
+    settings: TuneSettings,
+    space: TuneSpace,
+    *,
+    model_repository: Path,
+    composing: Sequence[str] = (),
+    measure: Measure | None = None,
+    on_event: OnEvent | None = None,
+) -> TuneResult:
+    """Search the steps of a pipeline (an ensemble, or a BLS model and `composing`) jointly for the
+    most end-to-end throughput within the budget. Every step's config.pbtxt is put back byte for
+    byte whatever happens; --apply installs the whole best set or nothing. Raises as tune() does."""
+    sink: Callable[[TuneEvent], None] = on_event or (lambda e: None)
+    t = PipelineRunner(server, settings, space, model_repository, measure, sink, composing)
+    p = t.pipeline
+    t.emit(SearchStarted(t.model, t.space.backend, settings.percentile, settings.latency_budget_ms,
+                         tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
+                         settings.budget_metric))  # fmt: skip
+    if not t.space.dimensions:
+        raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
+    study = open_study(t)
+    if len(study.trials) == 1 and settings.sampler == "auto" and (settings.trials is None or settings.trials > 1):
+        seed = joint_seed(p, t.original_fixed_params())
+        if seed is not None:
+            study.enqueue_trial(seed, skip_if_exists=True)
+    t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
+    status: Literal["ok", "failed", "interrupted"] = "ok"
+    error: str | None = None
+    paths: dict[str, Path] = {}
+    with RepoGuard(p.paths, server, reload_last=(t.model,) if p.kind == "ensemble" else ()):
+        try:
+            t.capture_reference()
+            while (why := t.should_stop(study)) is None:
+                _study.fail_stale(study)
+                t.run_trial(study, study.ask())
+            t.emit(SearchStopped(why))
+        except KeyboardInterrupt:
+            status, error = "interrupted", "interrupted by the user"
+            raise
+        except PerfkitError as err:
+            status, error = "failed", err.one_line()
+            raise
+        finally:
+            rec = build_record(t, study, status, error)
+            paths = _outputs.write_outputs(t.out_dir, rec, trial_configs=t.trial_configs)
+            paths.update(write_best(t.out_dir, p, rec.best_config, rec.best_trial))
+            t.emit(summary(rec, t.out_dir))
+            if rec.best_trial is not None:
+                t.emit(side_by_side(rec))
+    backup = None
+    if settings.apply and rec.best_config is not None:
+        best = _pipeline.unbundle(rec.best_config)
+        backups = apply_all({m: (p.step(m).config_path, text) for m, text in best.items()}, Path(model_repository))
+        for m in backups:
+            apply_config(server, m, p.step(m).config_path, best[m])
+        if p.kind == "ensemble" and backups:
+            server.load_model(t.model)
+        t.emit(PipelineApplied(rec.best_trial, tuple(backups.items())))
+        backup = next(iter(backups.values()), None)
+    return TuneResult(record=rec, output_dir=t.out_dir, paths=paths, applied_backup=backup)
+
+
+def write_best(out_dir: Path, p: _pipeline.Pipeline, best: str | None, number: int | None) -> dict[str, Path]:
+    """best/<model>/config.pbtxt and best/<model>.diff for each step whose config changed (the
+    bundle of every step stays in best/config.pbtxt and best.diff)."""
+    if best is None or number is None:
+        return {}
+    out: dict[str, Path] = {}
+    for model, text in _pipeline.unbundle(best).items():
+        original = p.step(model).original_text
+        if text == original:
+            continue
+        folder = out_dir / "best" / model
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.pbtxt").write_text(text, encoding="utf-8")
+        diff = out_dir / "best" / f"{model}.diff"
+        diff.write_text(_outputs.unified_diff(original, text, model, number), encoding="utf-8")
+        out[f"best/{model}"] = folder / "config.pbtxt"
+    return out
+
+
+@dataclass(frozen=True)
+class StepsSideBySide(TuneEvent):
+    lines: tuple[str, ...]
+
+    def line(self) -> str:
+        return "\n".join(self.lines)
+
+
+def side_by_side(rec: Any) -> TuneEvent:
+    """The per-step breakdown of the original and the best pipeline, side by side."""
+    orig, best = rec.original(), rec.trial(rec.best_trial)
+    steps = sorted({k.rpartition(".")[0] for t in (orig, best) if t for k in t.metrics if k.endswith(".queue_us")})
+    lines = [f"{'step':<20} {'queue ms (orig -> best)':>26} {'compute ms':>22} {'batch':>14}"]
+    for m in steps:
+
+        def cell(key: str, scale: float, m: str = m) -> str:
+            a = orig.metrics.get(f"{m}.{key}") if orig else None
+            b = best.metrics.get(f"{m}.{key}") if best else None
+            fa = "-" if a is None else f"{a / scale:.2f}"
+            fb = "-" if b is None else f"{b / scale:.2f}"
+            return f"{fa} -> {fb}"
+
+        lines.append(f"{m:<20} {cell('queue_us', 1e3):>26} {cell('compute_us', 1e3):>22} {cell('batch', 1):>14}")
+    return StepsSideBySide(tuple(lines))

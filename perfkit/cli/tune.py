@@ -141,6 +141,25 @@ def _dry_run(
 @click.option(
     "--precision-parameter", help="Config parameter holding precision for other backends (default precision)."
 )
+@click.option(
+    "--load",
+    "load_mode",
+    type=click.Choice(["concurrency", "rate"]),
+    default=None,
+    help="How each trial offers load: concurrency (closed loop, clients in lockstep; the default) or rate (open"
+    " loop: the figure is the highest sustainable arrival rate).",
+)
+@click.option(
+    "--arrival", type=click.Choice(["poisson", "constant"]), default=None, help="With --load rate (default poisson)."
+)
+@click.option("--max-rate", type=float, default=None, help="With --load rate: highest rate tried, req/s (20000).")
+@click.option(
+    "--confirm",
+    "confirm_repeats",
+    type=int,
+    default=None,
+    help="Re-measure the pick and its nearest rivals in N longer runs before claiming it (default 3; 0: off).",
+)
 @click.option("--max-concurrency", type=int, default=None, help="Highest concurrency tried per trial (default 64).")
 @click.option("--measurement-interval", type=float, default=None, help="Window length in ms (default 800).")
 @click.option("--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these.")
@@ -193,6 +212,10 @@ def command(  # noqa: PLR0917
     dry_run: bool,
     assume_gpu: bool,
     precision_parameter: str | None,
+    load_mode: str | None,
+    arrival: str | None,
+    max_rate: float | None,
+    confirm_repeats: int | None,
     max_concurrency: int | None,
     measurement_interval: float | None,
     space_file: Path | None,
@@ -256,6 +279,10 @@ def command(  # noqa: PLR0917
         ("protocol", protocol),
         ("trials", trials),
         ("sampler", sampler),
+        ("load", load_mode),
+        ("arrival", arrival),
+        ("max_rate_rps", max_rate),
+        ("confirm_repeats", confirm_repeats),
     ):
         if value is not None:
             overrides[key] = value

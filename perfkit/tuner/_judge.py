@@ -118,6 +118,23 @@ class JudgeSettings:
     stop_when_decided: bool = False
     budget_metric: str = "latency"  # one of BUDGET_METRICS
     streaming: bool = False  # a decoupled model: responses arrive on a gRPC stream
+    # How load is offered: closed loop ("concurrency": N clients in lockstep) or open loop
+    # ("rate": arrivals at a rate, `distribution` poisson or constant; the figure is the
+    # sustainable rate).
+    load_mode: str = "concurrency"
+    distribution: str = "poisson"
+    max_rate_rps: float = 20000.0
+
+    @property
+    def open_loop(self) -> bool:
+        return self.load_mode == "rate"
+
+    def level(self, value: float) -> LoadLevel:
+        """The load level of one search point: a concurrency or an arrival rate."""
+        if self.open_loop:
+            dist: Any = self.distribution
+            return LoadLevel("request_rate", float(value), dist)
+        return LoadLevel("concurrency", float(int(value)))
 
     @property
     def judged_by_measure(self) -> bool:
@@ -198,12 +215,37 @@ def level_budget_us(level: LevelResult, percentile: float, metric: str = "latenc
     raise UsageError(f"budget metric {metric!r} unknown", hint=f"use one of {', '.join(BUDGET_METRICS)}")
 
 
+# An open-loop level is sustainable only if the generator sent what was asked (at least this
+# share of the target rate) and the server completed what was sent (no growing backlog).
+MIN_SENT_SHARE = 0.9
+MIN_COMPLETED_SHARE = 0.95
+
+
+def open_loop_shortfall(level: LevelResult) -> str | None:
+    """Why an open-loop level is not sustainable whatever its latency (dropped sends, sends
+    behind the schedule, a growing backlog), or None. Closed-loop levels: None."""
+    if level.load.mode not in ("request_rate", "custom", "trace"):
+        return None
+    if level.dropped_count > 0:
+        return f"{level.dropped_count} sends dropped (too many requests in flight)"
+    if level.load.mode == "request_rate" and level.sent_rps < MIN_SENT_SHARE * level.load.value:
+        return f"sent {level.sent_rps:.1f} req/s of {level.load.value:g} asked"
+    if level.sent_rps > 0 and level.completed_rps < MIN_COMPLETED_SHARE * level.sent_rps:
+        return f"completed {level.completed_rps:.1f} of {level.sent_rps:.1f} req/s sent: the backlog grows"
+    return None
+
+
 def level_within_budget(
     level: LevelResult, latency_budget_ms: float, percentile: float, metric: str = "latency"
 ) -> bool:
     """Whether a level counts as within budget: no errors, its percentile (of the budget's
-    metric) at most the budget."""
-    return level.error_count == 0 and level_budget_us(level, percentile, metric) <= latency_budget_ms * 1e3
+    metric; coordinated-omission corrected for open loop) at most the budget, and for an
+    open-loop level nothing dropped, sends on schedule and no growing backlog."""
+    return (
+        level.error_count == 0
+        and open_loop_shortfall(level) is None
+        and level_budget_us(level, percentile, metric) <= latency_budget_ms * 1e3
+    )
 
 
 def judge_trial(
@@ -238,7 +280,7 @@ def judge_trial(
                 "p50_us": best.latency().p50_us,
                 "p99_us": best.latency().p99_us,
                 "mean_us": best.latency().mean_us,
-                "concurrency": best.load.value,
+                "concurrency" if best.load.mode == "concurrency" else "rate_rps": best.load.value,
                 "stable": 1.0 if best.stable else 0.0,
             }
         )

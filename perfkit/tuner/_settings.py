@@ -34,6 +34,9 @@ SETTINGS_KEYS = (
     "protocol",
     "sampler",
     "max_output_diff",
+    "load",
+    "arrival",
+    "confirm",
 )
 
 
@@ -72,6 +75,13 @@ class TuneSettings:
     # False: every level from 1 by doubling.
     adaptive_load: bool = True
     command: tuple[str, ...] = ()
+    # Load: closed loop ("concurrency") or open loop ("rate": the figure is the highest
+    # sustainable arrival rate, Poisson or constant arrivals).
+    load: Literal["concurrency", "rate"] = "concurrency"
+    arrival: Literal["poisson", "constant"] = "poisson"
+    max_rate_rps: float = 20000.0
+    # Confirmation of the pick and its nearest rivals: repeated longer runs (0: off).
+    confirm_repeats: int = 3
 
     def __post_init__(self) -> None:
         check_percentile(self.percentile)
@@ -89,6 +99,12 @@ class TuneSettings:
             raise UsageError(f"--sampler {self.sampler!r}: choose auto, grid or random")
         if self.max_concurrency < 1:
             raise UsageError("--max-concurrency must be at least 1")
+        if self.load not in ("concurrency", "rate"):
+            raise UsageError(f"--load {self.load!r}: choose concurrency or rate")
+        if self.arrival not in ("poisson", "constant"):
+            raise UsageError(f"--arrival {self.arrival!r}: choose poisson or constant")
+        if self.confirm_repeats < 0 or self.confirm_repeats == 1:
+            raise UsageError(f"--confirm {self.confirm_repeats}: give 0 (off) or at least 2 repeats")
 
     @classmethod
     def from_mapping(
@@ -120,7 +136,12 @@ class TuneSettings:
             kw["max_gpu_memory_bytes"] = parse_bytes(data["max_gpu_memory"])
         if "max_output_diff" in data:
             kw["max_output_diff"] = parse_max_output_diff(str(data["max_output_diff"]))
-        for key in ("objective", "protocol", "sampler"):
+        if "confirm" in data:
+            try:
+                kw["confirm_repeats"] = int(data["confirm"])
+            except (TypeError, ValueError):
+                raise InputError(f"{source}: confirm = {data['confirm']!r} is not a number of repeats") from None
+        for key in ("objective", "protocol", "sampler", "load", "arrival"):
             if key in data:
                 kw[key] = str(data[key])
         if kw.get("objective", "throughput") not in ("throughput", "pareto"):
@@ -145,6 +166,9 @@ class TuneSettings:
             collect_metrics=self.max_gpu_memory_bytes is not None,
             metrics_url=metrics_url,
             stop_when_decided=self.adaptive_load,
+            load_mode=self.load,
+            distribution=self.arrival,
+            max_rate_rps=self.max_rate_rps,
         )
 
 

@@ -328,7 +328,8 @@ class TrialRunner:
         pct = budget_label(self.s.budget_metric, self.s.percentile)
         if verdict.lowest_over_budget and self.s.objective == "throughput":
             trial.report(verdict.lowest_throughput, step=0)
-            reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at concurrency 1 is over the budget"
+            lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
+            reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
             trial.set_user_attr(_study.A_FAIL_REASON, reason)
             study.tell(trial, state=TrialState.PRUNED)
             self.emit(TrialPruned(trial.number, reason, duration))
@@ -341,17 +342,20 @@ class TrialRunner:
             study.tell(trial, [tput, lat / 1e3])
         else:
             study.tell(trial, tput)
-        conc = int(verdict.feasible_load.value) if verdict.feasible_load else None
+        fl = verdict.feasible_load
+        conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
+        label = fl.label if fl is not None and fl.mode != "concurrency" else None
         self.emit(TrialMeasured(trial.number, tput, conc, self.s.percentile, lat / 1e3, feasible, reload_s, measure_s,
                                 verdict.levels_measured, self.s.budget_metric,
-                                verdict.metrics.get("output_tokens_per_s")))  # fmt: skip
+                                verdict.metrics.get("output_tokens_per_s"), label))  # fmt: skip
 
-    def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], int]]:
+    def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
+        mode = self.judge.level(1).mode
         out = []
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             load = t.user_attrs.get("load")
-            if load and load.get("mode") == "concurrency" and not t.user_attrs.get(_study.A_DUPLICATE_OF):
-                out.append((dict(t.user_attrs.get("params") or {}), int(load["value"])))
+            if load and load.get("mode") == mode and not t.user_attrs.get(_study.A_DUPLICATE_OF):
+                out.append((dict(t.user_attrs.get("params") or {}), float(load["value"])))
         return out
 
     def _evaluate(self, study: optuna.Study, trial: optuna.Trial, text: str, number: int, is_original: bool,

@@ -52,7 +52,6 @@ from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
-    P_DB,
     TuneSpace,
     apply_params,
     extract_params,
@@ -188,9 +187,8 @@ class TrialRunner:
         """The original's parameters, fitted to the distributions (trial 0 applies the file as is)."""
         orig = self.space.original_params
         out: dict[str, Any] = {}
-        db_on = bool(orig.get(P_DB))
         for d in self.space.dimensions:
-            if d.when_dynamic_batching and not db_on:
+            if not self.space.applies(d, orig):
                 continue
             value = orig.get(d.name)
             if d.is_range:
@@ -202,12 +200,9 @@ class TrialRunner:
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         params: dict[str, Any] = {}
-        db_dim = self.space.dimension(P_DB)
         for d in self.space.dimensions:
-            if d.when_dynamic_batching:
-                on = params.get(P_DB) if db_dim is not None else self.space.original_params.get(P_DB)
-                if not on:
-                    continue
+            if not self.space.applies(d, params):
+                continue
             if d.is_range:
                 assert d.low is not None and d.high is not None
                 params[d.name] = trial.suggest_int(d.name, d.low, d.high, log=True)

@@ -54,6 +54,7 @@ class ConfirmSettings:
 
 
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
+MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candidate is demoted
 
 
 def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.FrozenTrial]:
@@ -94,7 +95,10 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
     tag = f"{load.value:g}".replace(".", "_")
     for r in range(cs.repeats):
         path = folder / f"trial-{number:03d}-{tag}-{r + 1}.json"
-        rec: RunRecord = measure(t.server, spec, command=t.s.command, record_path=path)
+        # Each repeat draws its own arrival schedule (open loop): independent re-measurements.
+        rec: RunRecord = measure(
+            t.server, dataclasses.replace(spec, seed=spec.seed + 1 + r), command=t.s.command, record_path=path
+        )
         if not path.exists():
             rec.save(path)
         if rec.status != "ok" or not rec.levels:
@@ -152,14 +156,22 @@ def confirm_one(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSetting
     first = at(load)
     if first.held:
         return first
-    lower = _lower_load(t, load)
-    if lower is None:
+    notes = [f"{load.label}: {first.note}"]
+    current = first
+    level = load
+    for _ in range(MAX_STEPS_DOWN):
+        lower = _lower_load(t, level)
+        if lower is None:
+            break
+        level = lower
+        current = at(level)
+        if current.held:
+            notes.append(f"held at {level.label}")
+            break
+        notes.append(f"{level.label}: {current.note}")
+    if current is first:
         return first
-    second = at(lower)
-    note = f"{load.label}: {first.note}; stepped down to {lower.label}"
-    if not second.held:
-        note += f": {second.note}"
-    return dataclasses.replace(second, searched_load=load, note=note)
+    return dataclasses.replace(current, searched_load=load, note="; ".join(notes))
 
 
 def describe(c: Confirmation, percentile: float, metric: str) -> str:

@@ -228,8 +228,13 @@ def open_loop_shortfall(level: LevelResult) -> str | None:
         return None
     if level.dropped_count > 0:
         return f"{level.dropped_count} sends dropped (too many requests in flight)"
-    if level.load.mode == "request_rate" and level.sent_rps < MIN_SENT_SHARE * level.load.value:
-        return f"sent {level.sent_rps:.1f} req/s of {level.load.value:g} asked"
+    if level.load.mode == "request_rate" and level.duration_s > 0:
+        # Poisson schedules send a random number of requests: behind schedule means short by
+        # more than 10% and by more than 3 standard deviations of that count.
+        due = level.load.value * level.duration_s
+        sent = level.sent_rps * level.duration_s
+        if sent < due - max((1 - MIN_SENT_SHARE) * due, 3 * math.sqrt(due)):
+            return f"sent {level.sent_rps:.1f} req/s of {level.load.value:g} asked"
     if level.sent_rps > 0 and level.completed_rps < MIN_COMPLETED_SHARE * level.sent_rps:
         return f"completed {level.completed_rps:.1f} of {level.sent_rps:.1f} req/s sent: the backlog grows"
     return None

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from perfkit.records import LevelResult, RunRecord
+from perfkit.records import LevelResult, LoadLevel, RunRecord
 from perfkit.server.base import Server
 from perfkit.tuner._judge import JudgeSettings, level_within_budget
 
@@ -83,7 +83,9 @@ def find_load(
 
     if judge.open_loop:
         if start is None:
-            start = _probe_rate(lambda v: run_spec((v,), False), judge)
+            start = _probe_rate(
+                lambda lv: measure(server, judge.spec(model, (lv,)), command=command, record_path=record_path)
+            )
         values = rate_ladder(start, judge.max_rate_rps)
         search = _LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)))
         merged = search.run()
@@ -136,24 +138,13 @@ def step_below(values: Sequence[float], value: float) -> float | None:
     return max(lower) if lower else None
 
 
-def _probe_rate(run_one: Callable[[float], RunRecord], judge: JudgeSettings) -> float:
-    """Where an open-loop search starts without history: offer 8 req/s, then 4x that while the
-    level is sustainable within budget; the highest rate that held (8 when none did) is where the
-    ladder search starts."""
-    rate = 8.0
-    held = None
-    for _ in range(12):
-        rec = run_one(rate)
-        lv = rec.levels[-1] if rec.levels else None
-        if lv is None or rec.status != "ok":
-            break
-        if not level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric):
-            break
-        held = rate
-        rate *= 4.0
-        if rate > judge.max_rate_rps:
-            break
-    return held if held is not None else 8.0
+def _probe_rate(measure_level: Callable[[LoadLevel], RunRecord]) -> float:
+    """Where an open-loop search starts without history: half the throughput of one request at
+    a time (concurrency 1, closed loop), a rate nearly any config sustains; the ladder gallops up
+    from there."""
+    rec = measure_level(LoadLevel("concurrency", 1.0))
+    tput = rec.levels[-1].completed_rps if rec.levels else 0.0
+    return max(MIN_RATE_RPS, 0.5 * tput)
 
 
 def ladder(start: int, max_concurrency: int) -> tuple[int, ...]:

@@ -9,13 +9,20 @@ import math
 
 from perfkit.errors import UsageError
 
+MAX_TERMS = 30  # the alternating sum loses precision past about 30 service times
+
 
 def md1_wait_cdf(t_s: float, rate_rps: float, service_s: float) -> float:
     """P(W <= t) for the M/D/1 waiting time (Erlang 1909): (1 - rho) * sum over k = 0..floor(t/D)
     of (lambda (kD - t))^k / k! * exp(-lambda (kD - t)). Exact; the alternating sum is accurate
-    for t/D up to about 30."""
+    for t/D up to MAX_TERMS (UsageError past it)."""
     if t_s < 0:
         return 0.0
+    if t_s > MAX_TERMS * service_s:
+        raise UsageError(
+            f"M/D/1 waiting time at {t_s / service_s:.0f} service times: the formula holds up to {MAX_TERMS}",
+            hint="use a budget of at most 30 service times",
+        )
     rho = rate_rps * service_s
     if rho >= 1:
         return 0.0

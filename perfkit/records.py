@@ -585,7 +585,7 @@ class TuneRecord:
     model: str
     latency_budget_ms: float
     percentile: float
-    objective: Literal["throughput", "pareto"]
+    objective: Literal["throughput", "pareto", "per-instance", "per-gpu"]
     original_config: str  # config.pbtxt text, byte for byte
     best_config: str | None  # config.pbtxt text of the recommendation
     best_trial: int | None
@@ -619,7 +619,13 @@ class TuneRecord:
             ok = [t for t in confirmed if t.confirmation is not None and t.confirmation.held]
         if not ok:
             return None
-        return max(ok, key=lambda t: (t.claimed_throughput or 0.0, -(t.latency_us or math.inf), -t.number))
+        # per-instance / per-gpu: throughput over the hardware the config occupies (kept in metrics)
+        per = self.objective in ("per-instance", "per-gpu")
+
+        def value(t: TrialRecord) -> float:
+            return (t.claimed_throughput or 0.0) / (t.metrics.get("hardware_units", 1.0) if per else 1.0)
+
+        return max(ok, key=lambda t: (value(t), -(t.latency_us or math.inf), -t.number))
 
     def original(self) -> TrialRecord | None:
         """The trial that measured the user's original config (a complete one first)."""

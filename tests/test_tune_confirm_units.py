@@ -124,3 +124,21 @@ def test_queueing_models_agree_with_their_closed_forms():
     md1 = sustainable_rate_rps("M/D/1", 10.0, 100.0)
     assert lam < md1 < 100.0 and md1 == pytest.approx(77.35, abs=0.05)
     assert sustainable_rate_rps("M/D/1", 10.0, 5.0) == 0.0
+
+
+def test_per_hardware_objectives_divide_by_what_the_config_occupies():
+    from perfkit.server.modelconfig import parse_config
+    from perfkit.tuner._objective import hardware_units
+
+    cpu = parse_config('name: "m" instance_group [ { count: 3 kind: KIND_CPU } ]')
+    gpu = parse_config('name: "m" instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] } ]')
+    spread = parse_config('name: "m" instance_group [ { count: 1 kind: KIND_GPU } ]')
+    assert hardware_units(cpu, "per-instance", 0) == 3 and hardware_units(cpu, "per-gpu", 4) == 1
+    assert hardware_units(gpu, "per-instance", 4) == 4 and hardware_units(gpu, "per-gpu", 4) == 2
+    assert hardware_units(spread, "per-gpu", 4) == 4 and hardware_units(spread, "throughput", 4) == 1
+    # A config needing twice the hardware for 10% more loses under per-gpu.
+    small = TrialRecord(1, "complete", {}, C8, 1000.0, 1.0, True, metrics={"hardware_units": 1.0})
+    big = TrialRecord(2, "complete", {}, C8, 1100.0, 1.0, True, metrics={"hardware_units": 2.0})
+    rec = _tune((small, big))
+    assert rec.best() is big
+    assert dataclasses.replace(rec, objective="per-gpu").best() is small

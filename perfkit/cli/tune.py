@@ -95,7 +95,13 @@ def _dry_run(
 @click.option("--storage", help="Optuna storage URL (default sqlite:///DIR/study.db; postgresql://... to share).")
 @click.option("--study-name", help="Study name (default tune-<model>); naming one joins it if it exists.")
 @click.option("--apply", is_flag=True, help="Write the best config into the repository (backup kept).")
-@click.option("--objective", type=click.Choice(["throughput", "pareto"]), default=None, help="Default: throughput.")
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "pareto", "per-instance", "per-gpu"]),
+    default=None,
+    help="Default: throughput (within the budget). per-instance / per-gpu: throughput over the instances or GPUs"
+    " the config occupies; pareto: throughput and latency.",
+)
 @click.option("--seed", type=int, default=None, help="Sampler seed (default 0).")
 @click.option(
     "--sampler",

@@ -57,6 +57,11 @@ MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
 MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candidate is demoted
 
 
+def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
+    """Throughput over the hardware units the objective counts (1 unless per-instance/per-gpu)."""
+    return throughput / float((ft.user_attrs.get("metrics") or {}).get("hardware_units", 1.0))
+
+
 def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.FrozenTrial]:
     """Feasible measured trials, best searched figure first (at most MAX_ATTEMPTS)."""
     done = [
@@ -66,7 +71,7 @@ def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.F
         and t.user_attrs.get("throughput_infer_per_s") is not None
         and not t.user_attrs.get(_study.A_DUPLICATE_OF)
     ]
-    done.sort(key=lambda t: -float(t.user_attrs["throughput_infer_per_s"]))
+    done.sort(key=lambda t: -_per_unit(t, float(t.user_attrs["throughput_infer_per_s"])))
     return done[:MAX_ATTEMPTS]
 
 
@@ -195,9 +200,9 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         return
     best_held = -math.inf
     candidates = _candidates(study, cs)
-    top = float(candidates[0].user_attrs["throughput_infer_per_s"]) if candidates else 0.0
+    top = _per_unit(candidates[0], float(candidates[0].user_attrs["throughput_infer_per_s"])) if candidates else 0.0
     for i, ft in enumerate(candidates):
-        searched = float(ft.user_attrs["throughput_infer_per_s"])
+        searched = _per_unit(ft, float(ft.user_attrs["throughput_infer_per_s"]))
         if searched <= best_held:
             break  # cannot overtake a confirmed pick even if its reading holds in full
         # Rivals within reach of the pick are confirmed too; past them, only while none held.
@@ -216,7 +221,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
         t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.percentile, t.s.budget_metric)))
         if conf.held:
-            best_held = max(best_held, conf.throughput_infer_per_s)
+            best_held = max(best_held, _per_unit(ft, conf.throughput_infer_per_s))
 
 
 def _jsonable(obj: Any) -> Any:

@@ -49,7 +49,7 @@ class TuneSettings:
     percentile: float = 99.0
     # What the budget holds: end-to-end latency, or TTFT / ITL of a decoupled model's stream.
     budget_metric: str = "latency"
-    objective: Literal["throughput", "pareto"] = "throughput"
+    objective: Literal["throughput", "pareto", "per-instance", "per-gpu"] = "throughput"
     trials: int | None = 20
     max_time_s: float | None = None
     min_throughput: float | None = None  # infer/s
@@ -144,8 +144,8 @@ class TuneSettings:
         for key in ("objective", "protocol", "sampler", "load", "arrival"):
             if key in data:
                 kw[key] = str(data[key])
-        if kw.get("objective", "throughput") not in ("throughput", "pareto"):
-            raise InputError(f'{source}: objective must be "throughput" or "pareto"')
+        if kw.get("objective", "throughput") not in ("throughput", "pareto", "per-instance", "per-gpu"):
+            raise InputError(f'{source}: objective must be "throughput", "pareto", "per-instance" or "per-gpu"')
         kw.update(overrides)
         return cls(model=model, **kw)
 

@@ -50,6 +50,7 @@ from perfkit.tuner._events import (
 )
 from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
+from perfkit.tuner._objective import PER_HARDWARE, hardware_units
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
     TuneSpace,
@@ -310,6 +311,9 @@ class TrialRunner:
               duration: float) -> None:  # fmt: skip
         metrics = dict(verdict.metrics)
         metrics.update({"reload_s": reload_s, "measure_s": measure_s})
+        if self.s.objective in PER_HARDWARE:
+            cfg = parse_config(str(trial.user_attrs.get("config_pbtxt", "")), source=f"trial {trial.number}")
+            metrics["hardware_units"] = hardware_units(cfg, self.s.objective, self.space.gpus)
         trial.set_user_attr("duration_s", duration)
         trial.set_user_attr("metrics", metrics)
         trial.set_user_attr("lowest_latency_us", verdict.lowest_latency_us)
@@ -321,7 +325,7 @@ class TrialRunner:
             trial.set_user_attr("throughput_infer_per_s", verdict.throughput_infer_per_s)
             trial.set_user_attr("latency_us", verdict.latency_us)
         pct = budget_label(self.s.budget_metric, self.s.percentile)
-        if verdict.lowest_over_budget and self.s.objective == "throughput":
+        if verdict.lowest_over_budget and self.s.objective != "pareto":
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
@@ -336,7 +340,7 @@ class TrialRunner:
         if self.s.objective == "pareto":
             study.tell(trial, [tput, lat / 1e3])
         else:
-            study.tell(trial, tput)
+            study.tell(trial, tput / float(metrics.get("hardware_units", 1.0)))
         fl = verdict.feasible_load
         conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
         label = fl.label if fl is not None and fl.mode != "concurrency" else None

@@ -142,3 +142,18 @@ def test_per_hardware_objectives_divide_by_what_the_config_occupies():
     rec = _tune((small, big))
     assert rec.best() is big
     assert dataclasses.replace(rec, objective="per-gpu").best() is small
+
+
+def test_the_report_shows_the_confirmed_claim_and_the_demoted_trial():
+    from perfkit.report import _tune as T
+
+    rec = _tune((
+        _trial(0, 500.0, None, original=True),
+        _trial(1, 1466.7, _conf(False, 0.0, "over the budget in 3 of 3 runs")),
+        _trial(2, 1300.0, _conf(True, 1060.0)),
+    ))  # fmt: skip
+    sentence = T.recommendation(rec)
+    assert "gives 1,060 infer/s" in sentence.replace("1060", "1,060") and "confirmed in 3 runs" in sentence
+    table = T.trials_table(rec)
+    cells = {row[0]: row[-1] for row in table.rows}
+    assert cells[1].startswith("DEMOTED") and "stepped down from concurrency 8" in cells[2]

@@ -60,10 +60,13 @@ def pa_level(server: LocalServer, model: str, load: LoadLevel, seconds: float = 
     window_ms = str(int(seconds * 1000 / 3))
     cmd = [str(binary), "-m", model, "-u", server.endpoints.http_url, "-i", "http", *level, "--percentile=99",
            "--measurement-interval", window_ms, "-r", "3", "-s", "100"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=180).stdout
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=180)
+    out = done.stdout + done.stderr
     tput = re.findall(r"Throughput: ([0-9.]+) infer/sec", out)
     p99 = re.findall(r"p99 latency: ([0-9.]+) usec", out)
     if not tput or not p99:
+        tail = " | ".join(line.strip() for line in out.strip().splitlines()[-3:])
+        print(f"    perf_analyzer at {load.label} gave no figure: {tail}", flush=True)
         return 0.0, math.inf
     return float(tput[-1]), float(p99[-1]) / 1e3
 

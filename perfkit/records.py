@@ -585,7 +585,7 @@ class TuneRecord:
     model: str
     latency_budget_ms: float
     percentile: float
-    objective: Literal["throughput", "pareto", "per-instance", "per-gpu"]
+    objective: Literal["throughput", "pareto", "per-instance", "per-gpu", "goodput"]
     original_config: str  # config.pbtxt text, byte for byte
     best_config: str | None  # config.pbtxt text of the recommendation
     best_trial: int | None
@@ -623,6 +623,8 @@ class TuneRecord:
         per = self.objective in ("per-instance", "per-gpu")
 
         def value(t: TrialRecord) -> float:
+            if self.objective == "goodput":  # streamed requests meeting every SLO per second
+                return t.metrics.get("goodput_rps", 0.0)
             return (t.claimed_throughput or 0.0) / (t.metrics.get("hardware_units", 1.0) if per else 1.0)
 
         return max(ok, key=lambda t: (value(t), -(t.latency_us or math.inf), -t.number))

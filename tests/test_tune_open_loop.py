@@ -86,3 +86,22 @@ def test_a_pick_is_confirmed_by_repeated_runs_and_the_claim_is_their_mean(model_
         assert f"best: trial {best.number}" in proc.stdout and "confirmed" in proc.stdout
     frame = pd.read_csv(out / "trials.csv")
     assert "confirmed" in frame.columns and "confirmed_infer_per_s" in frame.columns
+
+
+def test_goodput_objective_ranks_streamed_requests_meeting_their_slos(model_repo: Path, tmp_path: Path):
+    out = tmp_path / "out"
+    proc = _tune(model_repo, out, "streamer", "--latency-budget", "ttft:300ms", "--objective", "goodput",
+                 "--goodput", "ttft:300ms", "--trials", "2", "--max-concurrency", "4", "--measurement-interval",
+                 "300", "--confirm", "0")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = _load(out)
+    assert rec.objective == "goodput"
+    done = [t for t in rec.trials if t.state == "complete" and t.feasible]
+    assert done and all("goodput_rps" in t.metrics for t in done)
+    best = rec.best()
+    assert best is not None and best.metrics["goodput_rps"] == max(t.metrics["goodput_rps"] for t in done)
+    # goodput never exceeds the completed request rate it is a part of
+    assert all(t.metrics["goodput_rps"] <= (t.throughput_infer_per_s or 0) * 1.001 for t in done)
+    bad = _tune(model_repo, tmp_path / "o2", "batcher", "--latency-budget", "50ms", "--objective", "goodput",
+                "--goodput", "ttft:300ms", "--trials", "1")  # fmt: skip
+    assert bad.returncode == 2 and "not decoupled" in bad.stderr

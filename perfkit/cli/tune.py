@@ -97,11 +97,13 @@ def _dry_run(
 @click.option("--apply", is_flag=True, help="Write the best config into the repository (backup kept).")
 @click.option(
     "--objective",
-    type=click.Choice(["throughput", "pareto", "per-instance", "per-gpu"]),
+    type=click.Choice(["throughput", "pareto", "per-instance", "per-gpu", "goodput"]),
     default=None,
     help="Default: throughput (within the budget). per-instance / per-gpu: throughput over the instances or GPUs"
-    " the config occupies; pareto: throughput and latency.",
+    " the config occupies; goodput: streamed requests meeting every --goodput SLO per second (decoupled models);"
+    " pareto: throughput and latency.",
 )
+@click.option("--goodput", "goodput_slos", help="With --objective goodput: the SLOs, e.g. ttft:200ms,itl:20ms.")
 @click.option("--seed", type=int, default=None, help="Sampler seed (default 0).")
 @click.option(
     "--sampler",
@@ -218,6 +220,7 @@ def command(  # noqa: PLR0917
     dry_run: bool,
     assume_gpu: bool,
     precision_parameter: str | None,
+    goodput_slos: str | None,
     load_mode: str | None,
     arrival: str | None,
     max_rate: float | None,
@@ -292,6 +295,10 @@ def command(  # noqa: PLR0917
     ):
         if value is not None:
             overrides[key] = value
+    if goodput_slos is not None:
+        from perfkit.measure import parse_goodput
+
+        overrides["goodput_slo_ms"] = parse_goodput(goodput_slos)
     if max_time is not None:
         overrides["max_time_s"] = parse_duration_s(max_time, default_unit="s", what="--max-time")
     if max_gpu_memory is not None:

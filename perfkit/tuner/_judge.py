@@ -124,6 +124,7 @@ class JudgeSettings:
     load_mode: str = "concurrency"
     distribution: str = "poisson"
     max_rate_rps: float = 20000.0
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)  # streamed requests' SLOs (goodput)
 
     @property
     def open_loop(self) -> bool:
@@ -166,6 +167,7 @@ class JudgeSettings:
             collect_metrics=self.collect_metrics,
             metrics_url=self.metrics_url,
             streaming=self.streaming,
+            goodput_slo_ms=dict(self.goodput_slo_ms),
         )
 
 
@@ -301,6 +303,8 @@ def judge_trial(
                     "responses_per_s": st.responses_per_s,
                 }
             )
+            if st.goodput_rps is not None:
+                metrics["goodput_rps"] = st.goodput_rps
         if best.server is not None:
             metrics["server_queue_avg_us"] = best.server.queue_avg_us
             metrics["server_compute_infer_avg_us"] = best.server.compute_infer_avg_us

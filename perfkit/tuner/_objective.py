@@ -1,13 +1,14 @@
 """What a trial is ranked by: throughput within the budget, or throughput per instance or per
-GPU (so a config that needs twice the hardware for 10% more does not win), or a Pareto front
-of throughput and latency."""
+GPU (so a config that needs twice the hardware for 10% more does not win), goodput (streamed
+requests meeting every TTFT/ITL SLO per second, at the level within the budget), or a Pareto
+front of throughput and latency."""
 
 from __future__ import annotations
 
 from perfkit.server.modelconfig import ModelConfig
 from perfkit.tuner._space._model import KIND_CPU
 
-OBJECTIVES = ("throughput", "pareto", "per-instance", "per-gpu")
+OBJECTIVES = ("throughput", "pareto", "per-instance", "per-gpu", "goodput")
 PER_HARDWARE = ("per-instance", "per-gpu")
 
 
@@ -34,3 +35,13 @@ def hardware_units(cfg: ModelConfig, objective: str, gpus_visible: int) -> float
     if not groups and gpus_visible > 0:
         used.update(range(gpus_visible))
     return float(max(1, len(used)))
+
+
+def objective_value(objective: str, throughput: float, metrics: dict[str, float]) -> float:
+    """The single figure a trial is ranked by (not for pareto): throughput, throughput over the
+    hardware units in metrics, or goodput (0 when the level measured none)."""
+    if objective == "goodput":
+        return float(metrics.get("goodput_rps", 0.0))
+    if objective in PER_HARDWARE:
+        return throughput / float(metrics.get("hardware_units", 1.0))
+    return throughput

@@ -49,7 +49,9 @@ class TuneSettings:
     percentile: float = 99.0
     # What the budget holds: end-to-end latency, or TTFT / ITL of a decoupled model's stream.
     budget_metric: str = "latency"
-    objective: Literal["throughput", "pareto", "per-instance", "per-gpu"] = "throughput"
+    objective: Literal["throughput", "pareto", "per-instance", "per-gpu", "goodput"] = "throughput"
+    # --objective goodput: the SLOs a streamed request must meet to count, e.g. {"ttft": 200, "itl": 20}
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)
     trials: int | None = 20
     max_time_s: float | None = None
     min_throughput: float | None = None  # infer/s
@@ -103,6 +105,10 @@ class TuneSettings:
             raise UsageError(f"--load {self.load!r}: choose concurrency or rate")
         if self.arrival not in ("poisson", "constant"):
             raise UsageError(f"--arrival {self.arrival!r}: choose poisson or constant")
+        if self.objective == "goodput" and not self.goodput_slo_ms:
+            raise UsageError(
+                "--objective goodput needs the SLOs a request must meet", hint="e.g. --goodput ttft:200ms,itl:20ms"
+            )
         if self.confirm_repeats < 0 or self.confirm_repeats == 1:
             raise UsageError(f"--confirm {self.confirm_repeats}: give 0 (off) or at least 2 repeats")
 
@@ -144,8 +150,8 @@ class TuneSettings:
         for key in ("objective", "protocol", "sampler", "load", "arrival"):
             if key in data:
                 kw[key] = str(data[key])
-        if kw.get("objective", "throughput") not in ("throughput", "pareto", "per-instance", "per-gpu"):
-            raise InputError(f'{source}: objective must be "throughput", "pareto", "per-instance" or "per-gpu"')
+        if kw.get("objective", "throughput") not in ("throughput", "pareto", "per-instance", "per-gpu", "goodput"):
+            raise InputError(f"{source}: objective must be throughput, pareto, per-instance, per-gpu or goodput")
         kw.update(overrides)
         return cls(model=model, **kw)
 
@@ -167,6 +173,7 @@ class TuneSettings:
             metrics_url=metrics_url,
             stop_when_decided=self.adaptive_load,
             load_mode=self.load,
+            goodput_slo_ms=dict(self.goodput_slo_ms),
             distribution=self.arrival,
             max_rate_rps=self.max_rate_rps,
         )

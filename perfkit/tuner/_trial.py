@@ -24,6 +24,7 @@ from perfkit.errors import (
     ModelLoadError,
     PerfkitError,
     ServerError,
+    UsageError,
 )
 from perfkit.records import RunRecord
 from perfkit.server.base import Server
@@ -50,7 +51,7 @@ from perfkit.tuner._events import (
 )
 from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
-from perfkit.tuner._objective import PER_HARDWARE, hardware_units
+from perfkit.tuner._objective import PER_HARDWARE, hardware_units, objective_value
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
     TuneSpace,
@@ -123,6 +124,11 @@ class TrialRunner:
         self.study_name = settings.study_name or f"tune-{self.model}"
         self.decoupled = is_decoupled(self.original_cfg, self.space.backend)
         check_budget_metric(settings.budget_metric, self.model, self.decoupled)
+        if settings.objective == "goodput" and not self.decoupled:
+            raise UsageError(
+                f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {self.model!r} is not decoupled",
+                hint="use --objective throughput",
+            )
         self.judge = settings.judge_settings(server.endpoints.metrics_url, streaming=self.decoupled)
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()
@@ -340,7 +346,7 @@ class TrialRunner:
         if self.s.objective == "pareto":
             study.tell(trial, [tput, lat / 1e3])
         else:
-            study.tell(trial, tput / float(metrics.get("hardware_units", 1.0)))
+            study.tell(trial, objective_value(self.s.objective, tput, metrics))
         fl = verdict.feasible_load
         conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
         label = fl.label if fl is not None and fl.mode != "concurrency" else None

@@ -785,6 +785,7 @@ class ProfileSpec:
     # --input-data file) or a JSONL trace file.
     fixed_schedule: bool = False
     trace: str | None = None
+    trace_speed: float = 1.0  # replay the trace this many times faster (timestamps divided by it)
     output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
 
 

@@ -105,3 +105,32 @@ def test_goodput_objective_ranks_streamed_requests_meeting_their_slos(model_repo
     bad = _tune(model_repo, tmp_path / "o2", "batcher", "--latency-budget", "50ms", "--objective", "goodput",
                 "--goodput", "ttft:300ms", "--trials", "1")  # fmt: skip
     assert bad.returncode == 2 and "not decoupled" in bad.stderr
+
+
+def test_trace_shaped_tuning_finds_how_much_faster_the_trace_can_be_replayed(model_repo: Path, tmp_path: Path):
+    import random
+
+    rng = random.Random(3)
+    t, lines = 0.0, []
+    for i in range(200):  # Poisson arrivals at 20 req/s over ~10 s, in 50 sessions of 4 turns
+        t += rng.expovariate(20.0) * 1e3
+        lines.append(
+            json.dumps({"timestamp": round(t, 3), "inputs": {"INPUT0": [float(i)]}, "session_id": f"s{i % 50}"})
+        )
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("\n".join(lines) + "\n")
+    base = 200 / ((json.loads(lines[-1])["timestamp"] - json.loads(lines[0])["timestamp"]) / 1e3)
+    out = tmp_path / "out"
+    proc = _tune(model_repo, out, "queue", "--load", "trace", "--trace", str(trace), "--latency-budget", "200ms",
+                 "--trials", "1", "--confirm", "0")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rec = _load(out)
+    trial = rec.trials[0]
+    assert trial.feasible and trial.load is not None and trial.load.mode == "trace", proc.stdout
+    assert "trace replay" in proc.stdout
+    run = RunRecord.load(out / "runs" / "trial-000.json")
+    assert all(lv.load.mode == "trace" and lv.request_count == 200 for lv in run.levels)  # every request, each pass
+    # The queue serves ~1/10 ms (M/D/1 at 200 ms holds ~90 req/s): a 20 req/s trace holds sped up past
+    # 1x (at least one ladder step), never past the server's capacity.
+    speed = trial.load.value / base
+    assert speed >= 1.15 and (trial.throughput_infer_per_s or 0) <= 110, (speed, trial.throughput_infer_per_s)

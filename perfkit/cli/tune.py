@@ -152,10 +152,17 @@ def _dry_run(
 @click.option(
     "--load",
     "load_mode",
-    type=click.Choice(["concurrency", "rate"]),
+    type=click.Choice(["concurrency", "rate", "trace"]),
     default=None,
-    help="How each trial offers load: concurrency (closed loop, clients in lockstep; the default) or rate (open"
-    " loop: the figure is the highest sustainable arrival rate).",
+    help="How each trial offers load: concurrency (closed loop, clients in lockstep; the default), rate (open"
+    " loop: the figure is the highest sustainable arrival rate) or trace (--trace FILE replayed faster or slower:"
+    " the highest sustainable mean rate).",
+)
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="With --load trace: a JSONL trace (perfkit profile --trace's format); sessions are kept.",
 )
 @click.option(
     "--arrival", type=click.Choice(["poisson", "constant"]), default=None, help="With --load rate (default poisson)."
@@ -222,6 +229,7 @@ def command(  # noqa: PLR0917
     precision_parameter: str | None,
     goodput_slos: str | None,
     load_mode: str | None,
+    trace_file: Path | None,
     arrival: str | None,
     max_rate: float | None,
     confirm_repeats: int | None,
@@ -289,6 +297,7 @@ def command(  # noqa: PLR0917
         ("trials", trials),
         ("sampler", sampler),
         ("load", load_mode),
+        ("trace", trace_file),
         ("arrival", arrival),
         ("max_rate_rps", max_rate),
         ("confirm_repeats", confirm_repeats),

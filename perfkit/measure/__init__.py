@@ -45,7 +45,7 @@ from perfkit.measure._events import (
 )
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
-from perfkit.measure._replay import replay_profile
+from perfkit.measure._replay import replay_profile, trace_mean_rate
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
 from perfkit.measure._stream_setup import stream_config, streamed_steps
@@ -67,6 +67,7 @@ __all__ = [
     "WorkersPlaced",
     "levels_frame",
     "parse_goodput",
+    "trace_mean_rate",
     "machine_info",
     "over_latency_threshold",
     "profile",

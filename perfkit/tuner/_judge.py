@@ -125,13 +125,19 @@ class JudgeSettings:
     distribution: str = "poisson"
     max_rate_rps: float = 20000.0
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)  # streamed requests' SLOs (goodput)
+    # load_mode "trace": a JSONL trace replayed faster or slower; a level's value is its mean rate
+    # (trace_base_rps, the trace's own mean rate, at speed 1).
+    trace: str | None = None
+    trace_base_rps: float = 1.0
 
     @property
     def open_loop(self) -> bool:
-        return self.load_mode == "rate"
+        return self.load_mode in ("rate", "trace")
 
     def level(self, value: float) -> LoadLevel:
-        """The load level of one search point: a concurrency or an arrival rate."""
+        """The load level of one search point: a concurrency, an arrival rate, or a trace's mean rate."""
+        if self.load_mode == "trace":
+            return LoadLevel("trace", float(value))
         if self.open_loop:
             dist: Any = self.distribution
             return LoadLevel("request_rate", float(value), dist)
@@ -147,6 +153,8 @@ class JudgeSettings:
         """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
         when `bisect`), stopping past the budget."""
         by_measure = self.judged_by_measure
+        trace = self.load_mode == "trace"
+        speed = (levels[0].value / self.trace_base_rps) if trace and levels else 1.0
         return ProfileSpec(
             model=model,
             levels=levels or concurrency_levels(self.max_concurrency),
@@ -154,7 +162,7 @@ class JudgeSettings:
             stop_when_decided=self.stop_when_decided and by_measure,
             # Decoupled models stream over gRPC ModelStreamInfer: HTTP's generate_stream maps
             # only models whose inputs it can read from JSON.
-            protocol="grpc" if self.protocol == "grpc" or self.streaming else "http",
+            protocol="grpc" if self.protocol == "grpc" or self.streaming or trace else "http",
             batch_size=self.batch_size,
             measurement_interval_ms=self.measurement_interval_ms,
             stability_percentage=self.stability_percentage,
@@ -168,6 +176,8 @@ class JudgeSettings:
             metrics_url=self.metrics_url,
             streaming=self.streaming,
             goodput_slo_ms=dict(self.goodput_slo_ms),
+            trace=self.trace if trace else None,
+            trace_speed=speed,
         )
 
 

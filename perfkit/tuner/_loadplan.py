@@ -82,6 +82,8 @@ def find_load(
                        record_path=record_path)  # fmt: skip
 
     if judge.open_loop:
+        if start is None and judge.load_mode == "trace":
+            start = judge.trace_base_rps  # the trace as recorded (speed 1)
         if start is None:
             start = _probe_rate(
                 lambda lv: measure(server, judge.spec(model, (lv,)), command=command, record_path=record_path)

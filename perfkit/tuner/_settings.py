@@ -79,7 +79,8 @@ class TuneSettings:
     command: tuple[str, ...] = ()
     # Load: closed loop ("concurrency") or open loop ("rate": the figure is the highest
     # sustainable arrival rate, Poisson or constant arrivals).
-    load: Literal["concurrency", "rate"] = "concurrency"
+    load: Literal["concurrency", "rate", "trace"] = "concurrency"
+    trace: Path | None = None  # --load trace FILE: a JSONL trace (perfkit profile --trace's format)
     arrival: Literal["poisson", "constant"] = "poisson"
     max_rate_rps: float = 20000.0
     # Confirmation of the pick and its nearest rivals: repeated longer runs (0: off).
@@ -101,8 +102,10 @@ class TuneSettings:
             raise UsageError(f"--sampler {self.sampler!r}: choose auto, grid or random")
         if self.max_concurrency < 1:
             raise UsageError("--max-concurrency must be at least 1")
-        if self.load not in ("concurrency", "rate"):
-            raise UsageError(f"--load {self.load!r}: choose concurrency or rate")
+        if self.load not in ("concurrency", "rate", "trace"):
+            raise UsageError(f"--load {self.load!r}: choose concurrency, rate or trace FILE")
+        if (self.load == "trace") != (self.trace is not None):
+            raise UsageError("--load trace FILE names the trace to replay (and only --load trace takes a file)")
         if self.arrival not in ("poisson", "constant"):
             raise UsageError(f"--arrival {self.arrival!r}: choose poisson or constant")
         if self.objective == "goodput" and not self.goodput_slo_ms:
@@ -174,9 +177,19 @@ class TuneSettings:
             stop_when_decided=self.adaptive_load,
             load_mode=self.load,
             goodput_slo_ms=dict(self.goodput_slo_ms),
+            trace=str(self.trace) if self.trace is not None else None,
+            trace_base_rps=_trace_base(self.trace),
             distribution=self.arrival,
             max_rate_rps=self.max_rate_rps,
         )
+
+
+def _trace_base(trace: Path | None) -> float:
+    if trace is None:
+        return 1.0
+    from perfkit.measure import trace_mean_rate
+
+    return trace_mean_rate(Path(trace))
 
 
 def parse_bytes(text: str | float) -> float:

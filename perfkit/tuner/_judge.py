@@ -130,6 +130,14 @@ class JudgeSettings:
     trace: str | None = None
     trace_base_rps: float = 1.0
 
+    def _window_ms(self, levels: tuple[LoadLevel, ...] | None) -> float:
+        """Windows long enough for an open-loop level to hold MIN_WINDOW_REQUESTS requests (a
+        window of a few requests says nothing about a percentile or a backlog); at most 5 s."""
+        if not self.open_loop or not levels or levels[0].mode == "concurrency":
+            return self.measurement_interval_ms
+        rate = max(levels[0].value, 1e-3)
+        return max(self.measurement_interval_ms, min(5000.0, 1000.0 * MIN_WINDOW_REQUESTS / rate))
+
     @property
     def open_loop(self) -> bool:
         return self.load_mode in ("rate", "trace")
@@ -164,7 +172,7 @@ class JudgeSettings:
             # only models whose inputs it can read from JSON.
             protocol="grpc" if self.protocol == "grpc" or self.streaming or trace else "http",
             batch_size=self.batch_size,
-            measurement_interval_ms=self.measurement_interval_ms,
+            measurement_interval_ms=self._window_ms(levels),
             stability_percentage=self.stability_percentage,
             max_trials=self.max_windows,
             min_windows=self.min_windows,
@@ -227,6 +235,8 @@ def level_budget_us(level: LevelResult, percentile: float, metric: str = "latenc
     raise UsageError(f"budget metric {metric!r} unknown", hint=f"use one of {', '.join(BUDGET_METRICS)}")
 
 
+MIN_WINDOW_REQUESTS = 50  # open-loop windows hold about this many requests (see JudgeSettings)
+
 # An open-loop level is sustainable only if the generator sent what was asked (at least this
 # share of the target rate) and the server completed what was sent (no growing backlog).
 MIN_SENT_SHARE = 0.9
@@ -247,7 +257,11 @@ def open_loop_shortfall(level: LevelResult) -> str | None:
         sent = level.sent_rps * level.duration_s
         if sent < due - max((1 - MIN_SENT_SHARE) * due, 3 * math.sqrt(due)):
             return f"sent {level.sent_rps:.1f} req/s of {level.load.value:g} asked"
-    if level.sent_rps > 0 and level.completed_rps < MIN_COMPLETED_SHARE * level.sent_rps:
+    # Requests still in flight when the level ends are normal (rate x latency); a backlog grows
+    # when the deficit passes 5% of what was sent and 3 standard deviations of a Poisson count.
+    sent_n = level.sent_rps * level.duration_s
+    deficit = sent_n - level.completed_rps * level.duration_s
+    if sent_n > 0 and deficit > max((1 - MIN_COMPLETED_SHARE) * sent_n, 3 * math.sqrt(sent_n) + 2):
         return f"completed {level.completed_rps:.1f} of {level.sent_rps:.1f} req/s sent: the backlog grows"
     return None
 

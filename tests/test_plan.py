@@ -85,6 +85,11 @@ def test_cli_prints_the_plan_and_its_json(tmp_path: Path, capsys):
     assert rc == 0
     data = json.loads(out)
     assert data["replicas"] == 33 and json.loads((tmp_path / "p.json").read_text()) == data
+    page = tmp_path / "plan.html"
+    assert main(["plan", str(folder), "--target-rate", "20k/s", "--report", str(page)]) == 0
+    html = page.read_text()
+    assert "33 replicas for 20,000 req/s" in html and "800.0–960.0" in html and "confirmed in 3 runs" in html
+    capsys.readouterr()
     rc = main(["plan", str(folder), "--target-rate", "20k/s", "-u", "a:8000", "-u", "b:8000"])
     assert rc == ExitCode.USAGE and "--ray" in capsys.readouterr().err
 

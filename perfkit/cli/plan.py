@@ -37,6 +37,7 @@ def _read(path: Path) -> RunRecord | TuneRecord:
 @click.option("--headroom", default="30%", show_default=True, help="Capacity kept spare above the target.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Also write the plan's JSON here.")
+@click.option("--report", "report_path", type=click.Path(path_type=Path), help="Also write the plan's HTML page here.")
 @click.option("-u", "--url", "urls", multiple=True, help="Check the plan on these servers (several need --ray).")
 @click.option("--ray", "ray_address", metavar="ADDRESS|auto", help="Drive the fleet's load from a Ray cluster.")
 @click.option("--duration", default="8s", show_default=True, help="How long the check runs.")
@@ -49,6 +50,7 @@ def command(
     headroom: str,
     as_json: bool,
     output: Path | None,
+    report_path: Path | None,
     urls: tuple[str, ...],
     ray_address: str | None,
     duration: str,
@@ -88,6 +90,11 @@ def command(
     if output is not None:
         output.write_text(json.dumps(result, indent=2) + "\n")
         click.echo(f"perfkit: plan written to {output}", err=True)
+    if report_path is not None:
+        from perfkit.report import write_plan_report
+
+        write_plan_report(the_plan, report_path, result.get("verification"))
+        click.echo(f"perfkit: plan report written to {report_path}", err=True)
     if not ok:
         raise MeasurementError("the fleet did not hold the plan", hint="see the verification line above")
 

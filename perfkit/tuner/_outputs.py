@@ -42,7 +42,7 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
         number=t.number,
         state=_STATE.get(t.state, "running"),
         params=dict(ua.get("params") or t.params),
-        load=LoadLevel(load["mode"], float(load["value"])) if load else None,
+        load=LoadLevel(load["mode"], float(load["value"]), load.get("distribution")) if load else None,
         throughput_infer_per_s=ua.get("throughput_infer_per_s"),
         latency_us=ua.get("latency_us"),
         feasible=bool(ua.get("feasible", False)),

@@ -327,7 +327,8 @@ class TrialRunner:
         trial.set_user_attr("feasible", feasible)
         _study.set_constraints(trial, cons)
         if verdict.feasible_load is not None:
-            trial.set_user_attr("load", {"mode": verdict.feasible_load.mode, "value": verdict.feasible_load.value})
+            got = verdict.feasible_load
+            trial.set_user_attr("load", {"mode": got.mode, "value": got.value, "distribution": got.distribution})
             trial.set_user_attr("throughput_infer_per_s", verdict.throughput_infer_per_s)
             trial.set_user_attr("latency_us", verdict.latency_us)
         pct = budget_label(self.s.budget_metric, self.s.percentile)

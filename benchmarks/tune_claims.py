@@ -97,6 +97,8 @@ def remeasure(server: LocalServer, model: str, around: LoadLevel, budget_ms: flo
     for lv in neighbours(around, max_c):
         tput, p99 = pa_level(server, model, lv)
         rows.append((lv, tput, p99, held(lv, tput, p99, budget_ms)))
+        print(f"    perf_analyzer {model} at {lv.label}: {tput:.1f} infer/s, p99 {p99:.1f} ms"
+              f"{'' if rows[-1][3] else ' (not held)'}", flush=True)  # fmt: skip
     at = next(r for r in rows if abs(r[0].value - around.value) / around.value < 0.06)
     best = max((r[1] for r in rows if r[3]), default=0.0)
     return {"at_tput": at[1], "at_p99": at[2], "at_held": at[3], "best_held": best, "rows": rows}
@@ -187,7 +189,8 @@ def report(res: dict) -> bool:
     if "error" in res:
         print(f"--load {res['load']}: {res['error']}")
         return False
-    at = statistics.fmean(res["pa_at_claim"])
+    # rounds where perf_analyzer gave no figure (it printed why) are left out of the means
+    at = statistics.fmean([x for x in res["pa_at_claim"] if x > 0] or [0.0])
     best = statistics.fmean(res["pa_best_held"])
     grid = statistics.fmean(res["pa_grid_best_held"])
     claim_vs = res["claim"] / at if at else math.inf

@@ -96,7 +96,7 @@ def test_cli_prints_the_plan_and_its_json(tmp_path: Path, capsys):
 
 def _profile(url: str, out: Path, rate: float) -> None:
     proc = subprocess.run([sys.executable, "-m", "perfkit", "profile", "-m", "queue", "-u", url, "--request-rate-range",
-                           f"{rate:g}", "--measurement-interval", "1000", "-o", str(out)],
+                           f"{rate:g}", "--measurement-interval", "1000", "-r", "5", "-o", str(out)],
                           capture_output=True, text=True, timeout=180)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
 

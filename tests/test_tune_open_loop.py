@@ -91,7 +91,7 @@ def test_a_pick_is_confirmed_by_repeated_runs_and_the_claim_is_their_mean(model_
 def test_goodput_objective_ranks_streamed_requests_meeting_their_slos(model_repo: Path, tmp_path: Path):
     out = tmp_path / "out"
     proc = _tune(model_repo, out, "streamer", "--latency-budget", "ttft:300ms", "--objective", "goodput",
-                 "--goodput", "ttft:300ms", "--trials", "2", "--max-concurrency", "4", "--measurement-interval",
+                 "--goodput", "ttft:300ms", "--trials", "1", "--max-concurrency", "4", "--measurement-interval",
                  "300", "--confirm", "0")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rec = _load(out)

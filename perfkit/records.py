@@ -521,6 +521,32 @@ TUNE_SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
+class Confirmation:
+    """A candidate re-measured before its figure is claimed (perfkit.tuner's confirmation step).
+
+    The search reads each level once, in short windows; the claim is re-measured at its load in
+    `repeats` longer runs. It holds when every repeat's percentile is within the budget; when the
+    search's load fails, the next load down is confirmed instead (stepped_down). Not held: the
+    candidate is demoted and never recommended.
+    """
+
+    held: bool
+    load: LoadLevel  # the load the figures below were measured at
+    repeats: int
+    throughput_infer_per_s: float  # mean over the repeats: the claimed figure
+    throughput_low: float  # ~95% interval of that mean (Student t over the repeats)
+    throughput_high: float
+    latency_us: float  # the worst repeat's percentile (what "held" is judged by)
+    latency_ucb_us: float  # upper ~95% bound of the percentile (worst repeat's CI upper end)
+    searched_load: LoadLevel | None = None  # the search's load, when the claim stepped down from it
+    note: str = ""
+
+    @property
+    def stepped_down(self) -> bool:
+        return self.searched_load is not None
+
+
+@dataclass(frozen=True)
 class TrialRecord:
     """One tuner trial: the candidate's parameters and what it achieved within the budget."""
 
@@ -537,6 +563,14 @@ class TrialRecord:
     duration_s: float = 0.0
     is_original: bool = False
     metrics: dict[str, float] = field(default_factory=dict)  # every other figure, e.g. gpu_memory_bytes
+    confirmation: Confirmation | None = None  # the re-measurement of a pick and its nearest rivals
+
+    @property
+    def claimed_throughput(self) -> float | None:
+        """The figure this trial stands for: the confirmed one where confirmed, else the search's."""
+        if self.confirmation is not None:
+            return self.confirmation.throughput_infer_per_s if self.confirmation.held else None
+        return self.throughput_infer_per_s
 
 
 @dataclass(frozen=True)
@@ -551,7 +585,7 @@ class TuneRecord:
     model: str
     latency_budget_ms: float
     percentile: float
-    objective: Literal["throughput", "pareto"]
+    objective: Literal["throughput", "pareto", "per-instance", "per-gpu", "goodput"]
     original_config: str  # config.pbtxt text, byte for byte
     best_config: str | None  # config.pbtxt text of the recommendation
     best_trial: int | None
@@ -578,9 +612,22 @@ class TuneRecord:
         infeasible config is never recommended, whatever its throughput.
         """
         ok = [t for t in self.trials if t.state == "complete" and t.feasible and t.throughput_infer_per_s is not None]
+        confirmed = [t for t in ok if t.confirmation is not None]
+        if confirmed:
+            # Confirmed picks only: one whose confirmation failed is demoted, and an unconfirmed
+            # trial ranked below the confirmed ones by the search's own reading.
+            ok = [t for t in confirmed if t.confirmation is not None and t.confirmation.held]
         if not ok:
             return None
-        return max(ok, key=lambda t: (t.throughput_infer_per_s or 0.0, -(t.latency_us or math.inf), -t.number))
+        # per-instance / per-gpu: throughput over the hardware the config occupies (kept in metrics)
+        per = self.objective in ("per-instance", "per-gpu")
+
+        def value(t: TrialRecord) -> float:
+            if self.objective == "goodput":  # streamed requests meeting every SLO per second
+                return t.metrics.get("goodput_rps", 0.0)
+            return (t.claimed_throughput or 0.0) / (t.metrics.get("hardware_units", 1.0) if per else 1.0)
+
+        return max(ok, key=lambda t: (value(t), -(t.latency_us or math.inf), -t.number))
 
     def original(self) -> TrialRecord | None:
         """The trial that measured the user's original config (a complete one first)."""
@@ -738,6 +785,7 @@ class ProfileSpec:
     # --input-data file) or a JSONL trace file.
     fixed_schedule: bool = False
     trace: str | None = None
+    trace_speed: float = 1.0  # replay the trace this many times faster (timestamps divided by it)
     output_tokens_tensor: str | None = None  # count tokens as this output's elements, not one per response
     # perf_analyzer's --string-data: every BYTES element of generated data holds this string
     string_data: str | None = None

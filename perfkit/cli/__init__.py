@@ -16,6 +16,10 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("perfkit.cli.serve", "Run a Triton server (local, docker) in the foreground."),
     "profile": ("perfkit.cli.profile", "Measure throughput and latency under load (perf_analyzer's flags)."),
     "tune": ("perfkit.cli.tune", "Search model configs for the most throughput within a latency budget."),
+    "plan": (
+        "perfkit.cli.plan",
+        "Replicas for a target rate within a latency budget, from a tune/profile record.",
+    ),
     "report": ("perfkit.cli.report", "Write a self-contained HTML report from run records."),
     "gate": ("perfkit.cli.gate", "Fail CI when performance regresses against a baseline."),
     "history": ("perfkit.cli.history", "Each metric's history in the results store, with its change points."),

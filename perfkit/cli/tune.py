@@ -104,7 +104,15 @@ def _echo_event(event: Any) -> None:
 @click.option("--storage", help="Optuna storage URL (default sqlite:///DIR/study.db; postgresql://... to share).")
 @click.option("--study-name", help="Study name (default tune-<model>); naming one joins it if it exists.")
 @click.option("--apply", is_flag=True, help="Write the best config into the repository (backup kept).")
-@click.option("--objective", type=click.Choice(["throughput", "pareto"]), default=None, help="Default: throughput.")
+@click.option(
+    "--objective",
+    type=click.Choice(["throughput", "pareto", "per-instance", "per-gpu", "goodput"]),
+    default=None,
+    help="Default: throughput (within the budget). per-instance / per-gpu: throughput over the instances or GPUs"
+    " the config occupies; goodput: streamed requests meeting every --goodput SLO per second (decoupled models);"
+    " pareto: throughput and latency.",
+)
+@click.option("--goodput", "goodput_slos", help="With --objective goodput: the SLOs, e.g. ttft:200ms,itl:20ms.")
 @click.option("--seed", type=int, default=None, help="Sampler seed (default 0).")
 @click.option(
     "--sampler",
@@ -154,6 +162,32 @@ def _echo_event(event: Any) -> None:
 )
 @click.option(
     "--precision-parameter", help="Config parameter holding precision for other backends (default precision)."
+)
+@click.option(
+    "--load",
+    "load_mode",
+    type=click.Choice(["concurrency", "rate", "trace"]),
+    default=None,
+    help="How each trial offers load: concurrency (closed loop, clients in lockstep; the default), rate (open"
+    " loop: the figure is the highest sustainable arrival rate) or trace (--trace FILE replayed faster or slower:"
+    " the highest sustainable mean rate).",
+)
+@click.option(
+    "--trace",
+    "trace_file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="With --load trace: a JSONL trace (perfkit profile --trace's format); sessions are kept.",
+)
+@click.option(
+    "--arrival", type=click.Choice(["poisson", "constant"]), default=None, help="With --load rate (default poisson)."
+)
+@click.option("--max-rate", type=float, default=None, help="With --load rate: highest rate tried, req/s (20000).")
+@click.option(
+    "--confirm",
+    "confirm_repeats",
+    type=int,
+    default=None,
+    help="Re-measure the pick and its nearest rivals in N longer runs before claiming it (default 3; 0: off).",
 )
 @click.option("--max-concurrency", type=int, default=None, help="Highest concurrency tried per trial (default 64).")
 @click.option("--measurement-interval", type=float, default=None, help="Window length in ms (default 800).")
@@ -207,6 +241,12 @@ def command(  # noqa: PLR0917
     dry_run: bool,
     assume_gpu: bool,
     precision_parameter: str | None,
+    goodput_slos: str | None,
+    load_mode: str | None,
+    trace_file: Path | None,
+    arrival: str | None,
+    max_rate: float | None,
+    confirm_repeats: int | None,
     max_concurrency: int | None,
     measurement_interval: float | None,
     space_file: Path | None,
@@ -277,9 +317,18 @@ def command(  # noqa: PLR0917
         ("protocol", protocol),
         ("trials", trials),
         ("sampler", sampler),
+        ("load", load_mode),
+        ("trace", trace_file),
+        ("arrival", arrival),
+        ("max_rate_rps", max_rate),
+        ("confirm_repeats", confirm_repeats),
     ):
         if value is not None:
             overrides[key] = value
+    if goodput_slos is not None:
+        from perfkit.measure import parse_goodput
+
+        overrides["goodput_slo_ms"] = parse_goodput(goodput_slos)
     if max_time is not None:
         overrides["max_time_s"] = parse_duration_s(max_time, default_unit="s", what="--max-time")
     if max_gpu_memory is not None:

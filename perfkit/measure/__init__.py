@@ -49,7 +49,7 @@ from perfkit.measure._events import (
 from perfkit.measure._export import write_export
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
-from perfkit.measure._replay import replay_profile
+from perfkit.measure._replay import replay_profile, trace_mean_rate
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
 from perfkit.measure._stream_setup import is_sequence_model, stream_config, streamed_steps, with_composing_sequence
@@ -71,6 +71,7 @@ __all__ = [
     "WorkersPlaced",
     "levels_frame",
     "parse_goodput",
+    "trace_mean_rate",
     "machine_info",
     "nothing_measured",
     "over_latency_threshold",

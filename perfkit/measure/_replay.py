@@ -92,6 +92,26 @@ def read_jsonl_trace(path: Path, io: ModelIO) -> list[TraceEntry]:
     return entries
 
 
+def trace_mean_rate(path: Path) -> float:
+    """A JSONL trace's mean request rate (requests over its span, req/s) as recorded, from its
+    timestamps alone; raises InputError naming the file and line."""
+    stamps: list[float] = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as err:
+        raise InputError(f"--trace {path}: cannot read: {err.strerror}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            stamps.append(float(json.loads(line)["timestamp"]))
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"--trace {path} line {n}: no numeric 'timestamp'") from None
+    if not stamps:
+        raise InputError(f"--trace {path} holds no request")
+    return len(stamps) / max((max(stamps) - min(stamps)) / 1e3, 1e-3)
+
+
 def read_fixed_schedule(path: Path) -> list[TraceEntry]:
     """Entries of perf_analyzer's --fixed-schedule input data (a 'timestamp' in every entry)."""
     try:
@@ -132,7 +152,10 @@ def trace_config(
     """The stream engine's config replaying entries in time order, and the level it is measured as."""
     order = sorted(range(len(entries)), key=lambda i: entries[i].timestamp_ms)
     start_ms = entries[order[0]].timestamp_ms
-    schedule = tuple(int((entries[i].timestamp_ms - start_ms) * 1e6) for i in order)
+    speed = spec.trace_speed
+    if not speed > 0:
+        raise UsageError(f"trace speed {speed!r} must be positive")
+    schedule = tuple(int((entries[i].timestamp_ms - start_ms) * 1e6 / speed) for i in order)
     names: dict[str, int] = {}
     sessions = tuple(
         -1 if entries[i].session is None else names.setdefault(str(entries[i].session), len(names)) for i in order

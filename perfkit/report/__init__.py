@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from perfkit.errors import InputError
 from perfkit.gate import GateOptions, GateResult
@@ -19,7 +20,9 @@ from perfkit.report._history import history_page
 from perfkit.report._inputs import load_inputs
 from perfkit.report._other_pages import comparison_page, tune_page
 from perfkit.report._page import write
+from perfkit.report._plan_page import plan_page
 from perfkit.report._profile_page import profile_page
+from perfkit.tuner import CapacityPlan
 
 # Where HTML reports go unless told otherwise: the top-level reports/ folder (its README says what lands there).
 DEFAULT_REPORTS_DIR = Path("reports")
@@ -29,9 +32,18 @@ __all__ = [
     "load_inputs",
     "write_comparison_report",
     "write_history_report",
+    "write_plan_report",
     "write_profile_report",
     "write_tune_report",
 ]
+
+
+def write_plan_report(plan: CapacityPlan, path: Path | str, verification: dict[str, Any] | None = None) -> Path:
+    """Write the capacity plan page (replicas, evidence, the fleet check if one ran); returns path.
+
+    Raises InputError when path cannot be written.
+    """
+    return write(plan_page(plan, verification), path)
 
 
 def write_profile_report(records: list[RunRecord], path: Path | str) -> Path:

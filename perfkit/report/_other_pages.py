@@ -52,9 +52,22 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
         page.banners.append(Banner("bad", f"The tune run {tune.status}: {tune.error or 'no reason recorded'}"))
     counts = {g: sum(1 for t in tune.trials if T.trial_group(t) == g) for g in T.GROUP_ORDER}
     if best is not None and best.throughput_infer_per_s is not None:
-        page.cards.append(
-            Card("best throughput", T.fmt_rate(best.throughput_infer_per_s), "infer/s", f"trial {best.number}", "good")
-        )
+        c = best.confirmation
+        if c is not None and c.held:
+            # the claim is the confirmed figure, with its interval
+            sub = (f"trial {best.number}, confirmed in {c.repeats} runs, 95% CI {T.fmt_rate(c.throughput_low)}–"
+                   f"{T.fmt_rate(c.throughput_high)}")  # fmt: skip
+            page.cards.append(Card("best throughput", T.fmt_rate(c.throughput_infer_per_s), "infer/s", sub, "good"))
+        else:
+            page.cards.append(
+                Card(
+                    "best throughput",
+                    T.fmt_rate(best.throughput_infer_per_s),
+                    "infer/s",
+                    f"trial {best.number}",
+                    "good",
+                )  # fmt: skip
+            )
         if best.latency_us is not None:
             page.cards.append(
                 Card(

@@ -76,12 +76,20 @@ def recommendation(tune: TuneRecord) -> str:
         )
     lat = f" at {pct} {fmt_ms(best.latency_us / 1000)}" if best.latency_us is not None else ""
     what = f"trial {best.number} ({describe_params(best.params)})" if best.params else f"trial {best.number}"
-    sentence = f"Best: {what} gives {fmt_rate(best.throughput_infer_per_s)} infer/s{lat}"
+    claimed = best.claimed_throughput or best.throughput_infer_per_s
+    c = best.confirmation
+    if c is not None and c.held:
+        lat = (
+            f" (confirmed in {c.repeats} runs, 95% CI {fmt_rate(c.throughput_low)}–{fmt_rate(c.throughput_high)}, "
+            f"at {c.load.label}, worst {pct} {fmt_ms(c.latency_us / 1000)})"
+        )
+    sentence = f"Best: {what} gives {fmt_rate(claimed)} infer/s{lat}"
     if best.is_original:
         sentence += ": the original config is already the best found"
     elif orig is not None and orig.throughput_infer_per_s:
-        gain = best.throughput_infer_per_s / orig.throughput_infer_per_s
-        sentence += f", {gain:.1f}× the original config's {fmt_rate(orig.throughput_infer_per_s)} infer/s"
+        base = orig.claimed_throughput or orig.throughput_infer_per_s
+        gain = claimed / base
+        sentence += f", {gain:.1f}× the original config's {fmt_rate(base)} infer/s"
         if not orig.feasible:
             sentence += " (which missed the budget)"
     scope = budget if tune.budget_metric == "latency" else f"{budget} {pct}"  # a TTFT/ITL budget says what it bounds
@@ -216,6 +224,20 @@ def importance_table(tune: TuneRecord) -> Table:
     )
 
 
+def confirmed_cell(t: TrialRecord) -> str:
+    """A trial's confirmation in one cell: the confirmed figure with its interval, or DEMOTED."""
+    c = t.confirmation
+    if c is None:
+        return ""
+    if not c.held:
+        return f"DEMOTED: {c.note}"
+    step = f", stepped down from {c.searched_load.label}" if c.searched_load is not None else ""
+    return (
+        f"{fmt_rate(c.throughput_infer_per_s)} ({fmt_rate(c.throughput_low)}–{fmt_rate(c.throughput_high)}) "
+        f"at {c.load.label}{step}; worst of {c.repeats} {fmt_ms(c.latency_us / 1000)}"
+    )
+
+
 def trials_table(tune: TuneRecord) -> Table:
     """Every trial: state, parameters, the load reached, throughput, latency, feasibility, reason."""
     best = tune.best()
@@ -239,6 +261,7 @@ def trials_table(tune: TuneRecord) -> Table:
                 "yes" if t.feasible else "no",
                 t.fail_reason,
                 t.duration_s,
+                confirmed_cell(t),
             )
         )
         group = trial_group(t)
@@ -254,6 +277,7 @@ def trials_table(tune: TuneRecord) -> Table:
                 "" if t.feasible else "bad",
                 "",
                 "",
+                "" if t.confirmation is None else ("good" if t.confirmation.held else "bad"),
             )
         )
     pct = pct_name(tune.percentile)
@@ -271,6 +295,7 @@ def trials_table(tune: TuneRecord) -> Table:
             "feasible",
             "reason",
             "duration s",
+            "confirmed (95% CI)",
         ),
         rows=tuple(rows),
         cell_classes=tuple(classes),

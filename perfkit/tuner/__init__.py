@@ -6,6 +6,17 @@ candidate instead of restarting the server; always puts the user's config back.
 """
 
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
+from perfkit.tuner._capacity import (
+    CapacityPlan,
+    ReplicaEvidence,
+    evidence_from_run,
+    evidence_from_tune,
+    judge_verification,
+    parse_percent,
+    parse_rate_rps,
+    plan_capacity,
+    verification_spec,
+)
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._judge import (
     BUDGET_METRICS,
@@ -35,6 +46,15 @@ from perfkit.tuner._space import (
 
 __all__ = [
     "BUDGET_METRICS",
+    "CapacityPlan",
+    "ReplicaEvidence",
+    "evidence_from_run",
+    "evidence_from_tune",
+    "judge_verification",
+    "parse_percent",
+    "parse_rate_rps",
+    "plan_capacity",
+    "verification_spec",
     "SETTINGS_KEYS",
     "JudgeSettings",
     "OutputTolerance",

@@ -125,9 +125,12 @@ class TrialMeasured(TuneEvent):
     levels_measured: int
     budget_metric: str = "latency"
     output_tokens_per_s: float | None = None  # streamed (decoupled) models
+    load_label: str | None = None  # an open-loop load ('120 req/s poisson'); None: concurrency
 
     def line(self) -> str:
         load = f"concurrency {self.concurrency}" if self.concurrency is not None else "lowest load"
+        if self.load_label is not None:
+            load = self.load_label
         status = "within budget" if self.feasible else "INFEASIBLE"
         stat = budget_label(self.budget_metric, self.percentile)
         tokens = f" ({self.output_tokens_per_s:.1f} tokens/s)" if self.output_tokens_per_s is not None else ""
@@ -135,6 +138,29 @@ class TrialMeasured(TuneEvent):
             f"  {self.throughput_infer_per_s:.1f} infer/s{tokens} at {load}, {stat} {self.latency_ms:.2f} ms: "
             f"{status} (reload {self.reload_s:.1f} s, measure {self.measure_s:.1f} s, {self.levels_measured} levels)"
         )
+
+
+@dataclass(frozen=True)
+class ConfirmStarted(TuneEvent):
+    """A candidate re-measured before it is claimed (the pick, or a rival within reach of it)."""
+
+    number: int
+    label: str
+    load_label: str
+    repeats: int
+
+    def line(self) -> str:
+        return f"confirm trial {self.number} ({self.label}): {self.repeats} longer runs at {self.load_label}"
+
+
+@dataclass(frozen=True)
+class ConfirmDone(TuneEvent):
+    number: int
+    held: bool
+    line_text: str
+
+    def line(self) -> str:
+        return f"  {self.line_text}"
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,38 @@ class JudgeSettings:
     stop_when_decided: bool = False
     budget_metric: str = "latency"  # one of BUDGET_METRICS
     streaming: bool = False  # a decoupled model: responses arrive on a gRPC stream
+    # How load is offered: closed loop ("concurrency": N clients in lockstep) or open loop
+    # ("rate": arrivals at a rate, `distribution` poisson or constant; the figure is the
+    # sustainable rate).
+    load_mode: str = "concurrency"
+    distribution: str = "poisson"
+    max_rate_rps: float = 20000.0
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)  # streamed requests' SLOs (goodput)
+    # load_mode "trace": a JSONL trace replayed faster or slower; a level's value is its mean rate
+    # (trace_base_rps, the trace's own mean rate, at speed 1).
+    trace: str | None = None
+    trace_base_rps: float = 1.0
+
+    def _window_ms(self, levels: tuple[LoadLevel, ...] | None) -> float:
+        """Windows long enough for an open-loop level to hold MIN_WINDOW_REQUESTS requests (a
+        window of a few requests says nothing about a percentile or a backlog); at most 5 s."""
+        if not self.open_loop or not levels or levels[0].mode == "concurrency":
+            return self.measurement_interval_ms
+        rate = max(levels[0].value, 1e-3)
+        return max(self.measurement_interval_ms, min(5000.0, 1000.0 * MIN_WINDOW_REQUESTS / rate))
+
+    @property
+    def open_loop(self) -> bool:
+        return self.load_mode in ("rate", "trace")
+
+    def level(self, value: float) -> LoadLevel:
+        """The load level of one search point: a concurrency, an arrival rate, or a trace's mean rate."""
+        if self.load_mode == "trace":
+            return LoadLevel("trace", float(value))
+        if self.open_loop:
+            dist: Any = self.distribution
+            return LoadLevel("request_rate", float(value), dist)
+        return LoadLevel("concurrency", float(int(value)))
 
     @property
     def judged_by_measure(self) -> bool:
@@ -129,6 +161,8 @@ class JudgeSettings:
         """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
         when `bisect`), stopping past the budget."""
         by_measure = self.judged_by_measure
+        trace = self.load_mode == "trace"
+        speed = (levels[0].value / self.trace_base_rps) if trace and levels else 1.0
         return ProfileSpec(
             model=model,
             levels=levels or concurrency_levels(self.max_concurrency),
@@ -136,9 +170,9 @@ class JudgeSettings:
             stop_when_decided=self.stop_when_decided and by_measure,
             # Decoupled models stream over gRPC ModelStreamInfer: HTTP's generate_stream maps
             # only models whose inputs it can read from JSON.
-            protocol="grpc" if self.protocol == "grpc" or self.streaming else "http",
+            protocol="grpc" if self.protocol == "grpc" or self.streaming or trace else "http",
             batch_size=self.batch_size,
-            measurement_interval_ms=self.measurement_interval_ms,
+            measurement_interval_ms=self._window_ms(levels),
             stability_percentage=self.stability_percentage,
             max_trials=self.max_windows,
             min_windows=self.min_windows,
@@ -149,6 +183,9 @@ class JudgeSettings:
             collect_metrics=self.collect_metrics,
             metrics_url=self.metrics_url,
             streaming=self.streaming,
+            goodput_slo_ms=dict(self.goodput_slo_ms),
+            trace=self.trace if trace else None,
+            trace_speed=speed,
         )
 
 
@@ -198,12 +235,48 @@ def level_budget_us(level: LevelResult, percentile: float, metric: str = "latenc
     raise UsageError(f"budget metric {metric!r} unknown", hint=f"use one of {', '.join(BUDGET_METRICS)}")
 
 
+MIN_WINDOW_REQUESTS = 50  # open-loop windows hold about this many requests (see JudgeSettings)
+
+# An open-loop level is sustainable only if the generator sent what was asked (at least this
+# share of the target rate) and the server completed what was sent (no growing backlog).
+MIN_SENT_SHARE = 0.9
+MIN_COMPLETED_SHARE = 0.95
+
+
+def open_loop_shortfall(level: LevelResult) -> str | None:
+    """Why an open-loop level is not sustainable whatever its latency (dropped sends, sends
+    behind the schedule, a growing backlog), or None. Closed-loop levels: None."""
+    if level.load.mode not in ("request_rate", "custom", "trace"):
+        return None
+    if level.dropped_count > 0:
+        return f"{level.dropped_count} sends dropped (too many requests in flight)"
+    if level.load.mode == "request_rate" and level.duration_s > 0:
+        # Poisson schedules send a random number of requests: behind schedule means short by
+        # more than 10% and by more than 3 standard deviations of that count.
+        due = level.load.value * level.duration_s
+        sent = level.sent_rps * level.duration_s
+        if sent < due - max((1 - MIN_SENT_SHARE) * due, 3 * math.sqrt(due)):
+            return f"sent {level.sent_rps:.1f} req/s of {level.load.value:g} asked"
+    # Requests still in flight when the level ends are normal (rate x latency); a backlog grows
+    # when the deficit passes 5% of what was sent and 3 standard deviations of a Poisson count.
+    sent_n = level.sent_rps * level.duration_s
+    deficit = sent_n - level.completed_rps * level.duration_s
+    if sent_n > 0 and deficit > max((1 - MIN_COMPLETED_SHARE) * sent_n, 3 * math.sqrt(sent_n) + 2):
+        return f"completed {level.completed_rps:.1f} of {level.sent_rps:.1f} req/s sent: the backlog grows"
+    return None
+
+
 def level_within_budget(
     level: LevelResult, latency_budget_ms: float, percentile: float, metric: str = "latency"
 ) -> bool:
     """Whether a level counts as within budget: no errors, its percentile (of the budget's
-    metric) at most the budget."""
-    return level.error_count == 0 and level_budget_us(level, percentile, metric) <= latency_budget_ms * 1e3
+    metric; coordinated-omission corrected for open loop) at most the budget, and for an
+    open-loop level nothing dropped, sends on schedule and no growing backlog."""
+    return (
+        level.error_count == 0
+        and open_loop_shortfall(level) is None
+        and level_budget_us(level, percentile, metric) <= latency_budget_ms * 1e3
+    )
 
 
 def judge_trial(
@@ -238,7 +311,7 @@ def judge_trial(
                 "p50_us": best.latency().p50_us,
                 "p99_us": best.latency().p99_us,
                 "mean_us": best.latency().mean_us,
-                "concurrency": best.load.value,
+                "concurrency" if best.load.mode == "concurrency" else "rate_rps": best.load.value,
                 "stable": 1.0 if best.stable else 0.0,
             }
         )
@@ -254,6 +327,8 @@ def judge_trial(
                     "responses_per_s": st.responses_per_s,
                 }
             )
+            if st.goodput_rps is not None:
+                metrics["goodput_rps"] = st.goodput_rps
         if best.server is not None:
             metrics["server_queue_avg_us"] = best.server.queue_avg_us
             metrics["server_compute_infer_avg_us"] = best.server.compute_infer_avg_us

@@ -39,9 +39,10 @@ def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return d
 
 
-def start_concurrency(history: Sequence[tuple[Mapping[str, Any], int]], params: Mapping[str, Any]) -> int | None:
-    """The concurrency at which the most similar earlier trial met the budget (ties: the most
-    recent); None without history. history: (params, highest feasible concurrency), oldest first."""
+def start_concurrency(history: Sequence[tuple[Mapping[str, Any], float]], params: Mapping[str, Any]) -> float | None:
+    """The load (concurrency or arrival rate) at which the most similar earlier trial met the
+    budget (ties: the most recent); None without history. history: (params, highest feasible
+    load), oldest first."""
     if not history:
         return None
     nearest = min(range(len(history)), key=lambda i: (_distance(history[i][0], params), -i))
@@ -58,30 +59,41 @@ def _doubling(low: int, high: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _levels(values: Sequence[int]) -> tuple[LoadLevel, ...]:
-    return tuple(LoadLevel("concurrency", float(v)) for v in values)
-
-
 def find_load(
     measure: Measure,
     server: Server,
     judge: JudgeSettings,
     model: str,
-    start: int | None,
+    start: float | None,
     *,
     command: tuple[str, ...] = (),
     record_path: Path | None = None,
 ) -> RunRecord:
-    """Measure a loaded candidate up to its highest concurrency within the budget; returns one
-    run record holding every level measured (sorted by load). Raises what measure raises."""
+    """Measure a loaded candidate up to its highest load within the budget (concurrency, or
+    for open loop the highest sustainable arrival rate); returns one run record holding every
+    level measured (sorted by load). Raises what measure raises."""
 
     def ok(lv: LevelResult) -> bool:
         return level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric)
 
-    def run_spec(values: Sequence[int], bisect: bool) -> RunRecord:
-        return measure(server, judge.spec(model, _levels(values), bisect=bisect), command=command,
+    def run_spec(values: Sequence[float], bisect: bool) -> RunRecord:
+        levels = tuple(judge.level(v) for v in values)
+        return measure(server, judge.spec(model, levels, bisect=bisect), command=command,
                        record_path=record_path)  # fmt: skip
 
+    if judge.open_loop:
+        if start is None and judge.load_mode == "trace":
+            start = judge.trace_base_rps  # the trace as recorded (speed 1)
+        if start is None:
+            start = _probe_rate(
+                lambda lv: measure(server, judge.spec(model, (lv,)), command=command, record_path=record_path)
+            )
+        values = rate_ladder(start, judge.max_rate_rps)
+        search = _LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)))
+        merged = search.run()
+        if record_path is not None:
+            merged.save(record_path)
+        return merged
     if start is None:
         doubling = _doubling(1, judge.max_concurrency)
         if judge.judged_by_measure:
@@ -91,11 +103,50 @@ def find_load(
         if record_path is not None and not judge.judged_by_measure:
             first_run.save(record_path)
         return first_run
-    search = _LadderSearch(lambda v: run_spec((v,), False), ok, start, judge.max_concurrency)
+    values = tuple(float(v) for v in ladder(int(start), judge.max_concurrency))
+    first = float(min(max(int(start), 1), judge.max_concurrency))
+    search = _LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(first))
     merged = search.run()
     if record_path is not None:
         merged.save(record_path)
     return merged
+
+
+# Arrival rates a factor 2**(1/4) (~19%) apart: the open-loop search's resolution.
+RATE_STEPS_PER_DOUBLING = 4
+MIN_RATE_RPS = 1.0
+
+
+def rate_ladder(start_rps: float, max_rate_rps: float) -> tuple[float, ...]:
+    """Arrival rates a factor 2**(1/4) apart through start_rps, from MIN_RATE_RPS up to
+    max_rate_rps (rounded to 3 significant digits)."""
+    start_rps = min(max(start_rps, MIN_RATE_RPS), max_rate_rps)
+    n = RATE_STEPS_PER_DOUBLING
+    down = math.ceil(n * math.log2(start_rps / MIN_RATE_RPS))
+    up = math.ceil(n * math.log2(max(max_rate_rps / start_rps, 1.0)))
+    values = {start_rps * 2 ** (k / n) for k in range(-down, up + 1)}
+    kept = {float(f"{v:.3g}") for v in values if MIN_RATE_RPS <= v <= max_rate_rps}
+    return tuple(sorted(kept | {float(f"{start_rps:.3g}")}))
+
+
+def start_on(values: Sequence[float], start: float) -> float:
+    """The ladder value nearest to start (on a log scale)."""
+    return min(values, key=lambda v: abs(math.log(v / max(start, 1e-9))))
+
+
+def step_below(values: Sequence[float], value: float) -> float | None:
+    """The ladder value one step below value, or None at the bottom."""
+    lower = [v for v in values if v < value * (1 - 1e-9)]
+    return max(lower) if lower else None
+
+
+def _probe_rate(measure_level: Callable[[LoadLevel], RunRecord]) -> float:
+    """Where an open-loop search starts without history: half the throughput of one request at
+    a time (concurrency 1, closed loop), a rate nearly any config sustains; the ladder gallops up
+    from there."""
+    rec = measure_level(LoadLevel("concurrency", 1.0))
+    tput = rec.levels[-1].completed_rps if rec.levels else 0.0
+    return max(MIN_RATE_RPS, 0.5 * tput)
 
 
 def ladder(start: int, max_concurrency: int) -> tuple[int, ...]:
@@ -121,13 +172,13 @@ class _LadderSearch:
     reading standing: the start level when over (a similar config met the budget there), and
     the lowest level over the budget above the answer, on which the answer rests."""
 
-    def __init__(self, measure_one: Callable[[int], RunRecord], ok: Callable[[LevelResult], bool], start: int,
-                 max_concurrency: int) -> None:  # fmt: skip
+    def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
+                 values: Sequence[float], start_index: int) -> None:  # fmt: skip
         self.measure_one = measure_one
         self.ok = ok
-        self.values = ladder(start, max_concurrency)
-        self.start_index = self.values.index(min(max(start, 1), max_concurrency))
-        self.results: dict[int, LevelResult] = {}
+        self.values = tuple(values)
+        self.start_index = start_index
+        self.results: dict[float, LevelResult] = {}
         self.verdicts: dict[int, bool] = {}
         self.confirmed: set[int] = set()
         self.records: list[RunRecord] = []
@@ -139,7 +190,7 @@ class _LadderSearch:
         self.records.append(rec)
         if rec.status != "ok" or not rec.levels:
             for lv in rec.levels:  # what the failed run did measure stays in the record
-                self.results[int(lv.load.value)] = lv
+                self.results[float(lv.load.value)] = lv
             return None
         level = rec.levels[-1]
         self.results[value] = level  # a second reading replaces the first

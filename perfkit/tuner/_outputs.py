@@ -42,7 +42,7 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
         number=t.number,
         state=_STATE.get(t.state, "running"),
         params=dict(ua.get("params") or t.params),
-        load=LoadLevel(load["mode"], float(load["value"])) if load else None,
+        load=LoadLevel(load["mode"], float(load["value"]), load.get("distribution")) if load else None,
         throughput_infer_per_s=ua.get("throughput_infer_per_s"),
         latency_us=ua.get("latency_us"),
         feasible=bool(ua.get("feasible", False)),
@@ -73,8 +73,19 @@ def trials_frame(records: Sequence[TrialRecord], percentile: float, budget_metri
         for k in param_keys:
             row[k] = r.params.get(k)
         row["feasible"] = r.feasible
-        row["concurrency"] = int(r.load.value) if r.load else None
+        row["concurrency"] = int(r.load.value) if r.load and r.load.mode == "concurrency" else None
+        if any(x.load is not None and x.load.mode == "request_rate" for x in records):
+            row["rate_rps"] = r.load.value if r.load and r.load.mode == "request_rate" else None
         row["throughput_infer_per_s"] = r.throughput_infer_per_s
+        c = r.confirmation
+        if any(x.confirmation is not None for x in records):
+            row["confirmed"] = None if c is None else ("held" if c.held else "DEMOTED")
+            row["confirmed_infer_per_s"] = c.throughput_infer_per_s if c is not None and c.held else None
+            row["confirmed_ci_low"] = c.throughput_low if c is not None and c.held else None
+            row["confirmed_ci_high"] = c.throughput_high if c is not None and c.held else None
+            row["confirmed_load"] = c.load.label if c is not None else None
+            row["confirmed_worst_ms"] = c.latency_us / 1e3 if c is not None and c.repeats else None
+            row["confirmation_note"] = c.note if c is not None else None
         row[f"p{pct}_{budget_metric}_ms"] = None if r.latency_us is None else r.latency_us / 1e3
         for k in metric_keys:
             row[k] = r.metrics.get(k)

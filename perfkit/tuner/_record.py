@@ -15,6 +15,7 @@ from perfkit.errors import ServerError
 from perfkit.measure import machine_info
 from perfkit.records import TuneRecord
 from perfkit.tuner import _outputs, _study
+from perfkit.tuner._confirm import confirmations, describe
 from perfkit.tuner._events import Summary, fmt_params
 from perfkit.tuner._judge import budget_label
 from perfkit.tuner._trial import TrialRunner
@@ -25,7 +26,11 @@ def build_record(
 ) -> TuneRecord:
     """The TuneRecord of the search so far."""
     frozen = _outputs.study_trials(study)
-    trials = tuple(_outputs.trial_record(ft) for ft in frozen)
+    confirmed = confirmations(study)
+    trials = tuple(
+        dataclasses.replace(r, confirmation=confirmed.get(r.number))
+        for r in (_outputs.trial_record(ft) for ft in frozen)
+    )
     configs = {ft.number: str(ft.user_attrs.get("config_pbtxt", "")) for ft in frozen}
     rec = TuneRecord(
         perfkit_version=__version__,
@@ -82,18 +87,36 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
     if best is None:
         lines.append("no config met the budget: nothing to recommend")
     else:
+        claimed = best.claimed_throughput or 0.0
         gain = ""
         if orig is not None and orig.feasible and orig.throughput_infer_per_s:
-            pct = 100.0 * ((best.throughput_infer_per_s or 0) / orig.throughput_infer_per_s - 1)
-            gain = f", {pct:+.0f}% vs the original ({orig.throughput_infer_per_s:.1f} infer/s)"
+            base = orig.claimed_throughput or orig.throughput_infer_per_s
+            pct = 100.0 * (claimed / base - 1)
+            gain = f", {pct:+.0f}% vs the original ({base:.1f} infer/s)"
         elif orig is not None:
             gain = ", the original did not meet the budget"
         tokens_per_s = best.metrics.get("output_tokens_per_s")
         tokens = f" ({tokens_per_s:.1f} output tokens/s)" if tokens_per_s is not None else ""
-        lines.append(
-            f"best: trial {best.number} {fmt_params(best.params)}: {best.throughput_infer_per_s:.1f} infer/s{tokens}, "
-            f"{budget_label(rec.budget_metric, rec.percentile)} {(best.latency_us or 0) / 1e3:.2f} ms{gain}"
-        )
+        stat = budget_label(rec.budget_metric, rec.percentile)
+        c = best.confirmation
+        if c is not None:
+            # The headline is the confirmed figure; the search's single reading follows it.
+            told = describe(c, rec.percentile, rec.budget_metric)
+            lines.append(f"best: trial {best.number} {fmt_params(best.params)}: {told}{tokens}{gain}")
+            where = f" at {best.load.label}" if best.load is not None else ""
+            lines.append(
+                f"  (the search read {best.throughput_infer_per_s:.1f} infer/s{where}, {stat} "
+                f"{(best.latency_us or 0) / 1e3:.2f} ms, once)"
+            )
+        else:
+            where = f" at {best.load.label}" if best.load is not None else ""
+            lines.append(
+                f"best: trial {best.number} {fmt_params(best.params)}: {claimed:.1f} infer/s{tokens}{where}, "
+                f"{stat} {(best.latency_us or 0) / 1e3:.2f} ms{gain} (not confirmed)"
+            )
+        demoted = [r.number for r in rec.trials if r.confirmation is not None and not r.confirmation.held]
+        if demoted:
+            lines.append(f"demoted (confirmation failed): trial(s) {', '.join(map(str, demoted))}")
         if rec.pareto_trials:
             lines.append(f"pareto front: trials {', '.join(map(str, rec.pareto_trials))}")
     if rec.importances:

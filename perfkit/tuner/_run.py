@@ -15,6 +15,7 @@ from perfkit.errors import PerfkitError, UsageError
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import ConfigGuard, apply_config, config_pbtxt_sha256
 from perfkit.tuner import _outputs, _study
+from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
 from perfkit.tuner._events import Applied, OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._loadplan import Measure
 from perfkit.tuner._record import build_record, summary
@@ -135,6 +136,7 @@ def tune(
                 trial = study.ask()
                 t.run_trial(study, trial)
             t.emit(SearchStopped(why))
+            confirm_picks(t, study, ConfirmSettings(repeats=settings.confirm_repeats))
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted by the user"
             raise

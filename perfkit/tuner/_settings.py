@@ -34,6 +34,9 @@ SETTINGS_KEYS = (
     "protocol",
     "sampler",
     "max_output_diff",
+    "load",
+    "arrival",
+    "confirm",
 )
 
 
@@ -46,7 +49,9 @@ class TuneSettings:
     percentile: float = 99.0
     # What the budget holds: end-to-end latency, or TTFT / ITL of a decoupled model's stream.
     budget_metric: str = "latency"
-    objective: Literal["throughput", "pareto"] = "throughput"
+    objective: Literal["throughput", "pareto", "per-instance", "per-gpu", "goodput"] = "throughput"
+    # --objective goodput: the SLOs a streamed request must meet to count, e.g. {"ttft": 200, "itl": 20}
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)
     trials: int | None = 20
     max_time_s: float | None = None
     min_throughput: float | None = None  # infer/s
@@ -72,6 +77,14 @@ class TuneSettings:
     # False: every level from 1 by doubling.
     adaptive_load: bool = True
     command: tuple[str, ...] = ()
+    # Load: closed loop ("concurrency") or open loop ("rate": the figure is the highest
+    # sustainable arrival rate, Poisson or constant arrivals).
+    load: Literal["concurrency", "rate", "trace"] = "concurrency"
+    trace: Path | None = None  # --load trace FILE: a JSONL trace (perfkit profile --trace's format)
+    arrival: Literal["poisson", "constant"] = "poisson"
+    max_rate_rps: float = 20000.0
+    # Confirmation of the pick and its nearest rivals: repeated longer runs (0: off).
+    confirm_repeats: int = 3
 
     def __post_init__(self) -> None:
         check_percentile(self.percentile)
@@ -89,6 +102,18 @@ class TuneSettings:
             raise UsageError(f"--sampler {self.sampler!r}: choose auto, grid or random")
         if self.max_concurrency < 1:
             raise UsageError("--max-concurrency must be at least 1")
+        if self.load not in ("concurrency", "rate", "trace"):
+            raise UsageError(f"--load {self.load!r}: choose concurrency, rate or trace FILE")
+        if (self.load == "trace") != (self.trace is not None):
+            raise UsageError("--load trace FILE names the trace to replay (and only --load trace takes a file)")
+        if self.arrival not in ("poisson", "constant"):
+            raise UsageError(f"--arrival {self.arrival!r}: choose poisson or constant")
+        if self.objective == "goodput" and not self.goodput_slo_ms:
+            raise UsageError(
+                "--objective goodput needs the SLOs a request must meet", hint="e.g. --goodput ttft:200ms,itl:20ms"
+            )
+        if self.confirm_repeats < 0 or self.confirm_repeats == 1:
+            raise UsageError(f"--confirm {self.confirm_repeats}: give 0 (off) or at least 2 repeats")
 
     @classmethod
     def from_mapping(
@@ -120,11 +145,16 @@ class TuneSettings:
             kw["max_gpu_memory_bytes"] = parse_bytes(data["max_gpu_memory"])
         if "max_output_diff" in data:
             kw["max_output_diff"] = parse_max_output_diff(str(data["max_output_diff"]))
-        for key in ("objective", "protocol", "sampler"):
+        if "confirm" in data:
+            try:
+                kw["confirm_repeats"] = int(data["confirm"])
+            except (TypeError, ValueError):
+                raise InputError(f"{source}: confirm = {data['confirm']!r} is not a number of repeats") from None
+        for key in ("objective", "protocol", "sampler", "load", "arrival"):
             if key in data:
                 kw[key] = str(data[key])
-        if kw.get("objective", "throughput") not in ("throughput", "pareto"):
-            raise InputError(f'{source}: objective must be "throughput" or "pareto"')
+        if kw.get("objective", "throughput") not in ("throughput", "pareto", "per-instance", "per-gpu", "goodput"):
+            raise InputError(f"{source}: objective must be throughput, pareto, per-instance, per-gpu or goodput")
         kw.update(overrides)
         return cls(model=model, **kw)
 
@@ -145,7 +175,21 @@ class TuneSettings:
             collect_metrics=self.max_gpu_memory_bytes is not None,
             metrics_url=metrics_url,
             stop_when_decided=self.adaptive_load,
+            load_mode=self.load,
+            goodput_slo_ms=dict(self.goodput_slo_ms),
+            trace=str(self.trace) if self.trace is not None else None,
+            trace_base_rps=_trace_base(self.trace),
+            distribution=self.arrival,
+            max_rate_rps=self.max_rate_rps,
         )
+
+
+def _trace_base(trace: Path | None) -> float:
+    if trace is None:
+        return 1.0
+    from perfkit.measure import trace_mean_rate
+
+    return trace_mean_rate(Path(trace))
 
 
 def parse_bytes(text: str | float) -> float:

@@ -24,6 +24,7 @@ from perfkit.errors import (
     ModelLoadError,
     PerfkitError,
     ServerError,
+    UsageError,
 )
 from perfkit.records import RunRecord
 from perfkit.server.base import Server
@@ -50,9 +51,9 @@ from perfkit.tuner._events import (
 )
 from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
+from perfkit.tuner._objective import PER_HARDWARE, hardware_units, objective_value
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
-    P_DB,
     ResolvedSpace,
     TuneSpace,
     apply_params,
@@ -118,6 +119,11 @@ class TrialRunner:
         self.study_name = settings.study_name or f"tune-{self.model}"
         self.decoupled = is_decoupled(self.original_cfg, self.space.backend)
         check_budget_metric(settings.budget_metric, self.model, self.decoupled)
+        if settings.objective == "goodput" and not self.decoupled:
+            raise UsageError(
+                f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {self.model!r} is not decoupled",
+                hint="use --objective throughput",
+            )
         self.judge = settings.judge_settings(server.endpoints.metrics_url, streaming=self.decoupled)
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()
@@ -212,9 +218,8 @@ class TrialRunner:
         """The original's parameters, fitted to the distributions (trial 0 applies the file as is)."""
         orig = self.space.original_params
         out: dict[str, Any] = {}
-        db_on = bool(orig.get(P_DB))
         for d in self.space.dimensions:
-            if d.when_dynamic_batching and not db_on:
+            if not self.space.applies(d, orig):
                 continue
             value = orig.get(d.name)
             if d.is_range:
@@ -226,12 +231,9 @@ class TrialRunner:
 
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         params: dict[str, Any] = {}
-        db_dim = self.space.dimension(P_DB)
         for d in self.space.dimensions:
-            if d.when_dynamic_batching:
-                on = params.get(P_DB) if db_dim is not None else self.space.original_params.get(P_DB)
-                if not on:
-                    continue
+            if not self.space.applies(d, params):
+                continue
             if d.is_range:
                 assert d.low is not None and d.high is not None
                 params[d.name] = trial.suggest_int(d.name, d.low, d.high, log=True)
@@ -328,6 +330,9 @@ class TrialRunner:
               duration: float) -> None:  # fmt: skip
         metrics = dict(verdict.metrics)
         metrics.update({"reload_s": reload_s, "measure_s": measure_s})
+        if self.s.objective in PER_HARDWARE:
+            cfg = parse_config(str(trial.user_attrs.get("config_pbtxt", "")), source=f"trial {trial.number}")
+            metrics["hardware_units"] = hardware_units(cfg, self.s.objective, self.space.gpus)
         trial.set_user_attr("duration_s", duration)
         trial.set_user_attr("metrics", metrics)
         trial.set_user_attr("lowest_latency_us", verdict.lowest_latency_us)
@@ -335,13 +340,15 @@ class TrialRunner:
         trial.set_user_attr("feasible", feasible)
         _study.set_constraints(trial, cons)
         if verdict.feasible_load is not None:
-            trial.set_user_attr("load", {"mode": verdict.feasible_load.mode, "value": verdict.feasible_load.value})
+            got = verdict.feasible_load
+            trial.set_user_attr("load", {"mode": got.mode, "value": got.value, "distribution": got.distribution})
             trial.set_user_attr("throughput_infer_per_s", verdict.throughput_infer_per_s)
             trial.set_user_attr("latency_us", verdict.latency_us)
         pct = budget_label(self.s.budget_metric, self.s.percentile)
-        if verdict.lowest_over_budget and self.s.objective == "throughput":
+        if verdict.lowest_over_budget and self.s.objective != "pareto":
             trial.report(verdict.lowest_throughput, step=0)
-            reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at concurrency 1 is over the budget"
+            lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
+            reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
             trial.set_user_attr(_study.A_FAIL_REASON, reason)
             study.tell(trial, state=TrialState.PRUNED)
             self.emit(TrialPruned(trial.number, reason, duration))
@@ -353,18 +360,21 @@ class TrialRunner:
         if self.s.objective == "pareto":
             study.tell(trial, [tput, lat / 1e3])
         else:
-            study.tell(trial, tput)
-        conc = int(verdict.feasible_load.value) if verdict.feasible_load else None
+            study.tell(trial, objective_value(self.s.objective, tput, metrics))
+        fl = verdict.feasible_load
+        conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
+        label = fl.label if fl is not None and fl.mode != "concurrency" else None
         self.emit(TrialMeasured(trial.number, tput, conc, self.s.percentile, lat / 1e3, feasible, reload_s, measure_s,
                                 verdict.levels_measured, self.s.budget_metric,
-                                verdict.metrics.get("output_tokens_per_s")))  # fmt: skip
+                                verdict.metrics.get("output_tokens_per_s"), label))  # fmt: skip
 
-    def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], int]]:
+    def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
+        mode = self.judge.level(1).mode
         out = []
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             load = t.user_attrs.get("load")
-            if load and load.get("mode") == "concurrency" and not t.user_attrs.get(_study.A_DUPLICATE_OF):
-                out.append((dict(t.user_attrs.get("params") or {}), int(load["value"])))
+            if load and load.get("mode") == mode and not t.user_attrs.get(_study.A_DUPLICATE_OF):
+                out.append((dict(t.user_attrs.get("params") or {}), float(load["value"])))
         return out
 
     def _evaluate(self, study: optuna.Study, trial: optuna.Trial, text: str, number: int, is_original: bool,

@@ -316,14 +316,11 @@ def candidate_points(space: ResolvedSpace, *, limit: int = 200, seed: int = 0) -
     are at most `limit`, else `limit` points drawn at random (seeded). Original's point first."""
     grid = grid_points(space)
     names = list(grid)
-    db_dim = space.dimension(P_DB)
-    cond = {d.name for d in space.dimensions if d.when_dynamic_batching}
     points: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
 
     def add(point: dict[str, Any]) -> None:
-        on = point.get(P_DB) if db_dim is not None else space.original_params.get(P_DB)
-        kept = {k: v for k, v in point.items() if on or k not in cond}
+        kept = {k: v for k, v in point.items() if (d := space.dimension(k)) is None or space.applies(d, point)}
         key = tuple(sorted(kept.items()))
         if key not in seen:
             seen.add(key)

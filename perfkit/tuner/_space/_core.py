@@ -234,6 +234,9 @@ class Dimension:
     low: int | None = None
     high: int | None = None
     when_dynamic_batching: bool = False  # only sampled when dynamic batching is on
+    # Only sampled when the instances are not KIND_CPU (a GPU accelerator's precision: ONNX
+    # Runtime and TensorFlow ignore it on CPU instances, so there it would be a no-op point).
+    when_gpu_kind: bool = False
 
     @property
     def is_range(self) -> bool:
@@ -271,6 +274,17 @@ class ResolvedSpace:
 
     def dimension(self, name: str) -> Dimension | None:
         return next((d for d in self.dimensions if d.name == name), None)
+
+    def applies(self, d: Dimension, params: Mapping[str, Any]) -> bool:
+        """Whether a conditional dimension is sampled given the values chosen before it (the
+        original's where its dimension is not searched)."""
+
+        def chosen(name: str) -> Any:
+            return params.get(name) if self.dimension(name) is not None else self.original_params.get(name)
+
+        if d.when_dynamic_batching and not chosen(P_DB):
+            return False
+        return not (d.when_gpu_kind and chosen(P_KIND) == "cpu")
 
     def grid_size(self) -> int:
         """How many distinct configs the space holds (ranges counted as ~8 values)."""

@@ -78,7 +78,10 @@ def _resolve_precision(ctx: Ctx) -> tuple[Dimension | None, str]:
             ctx.notes.append("precision int8 not searched: no int8_calibration_table_name on the tensorrt accelerator")
             choices = tuple(p for p in choices if p != "int8")
         choices = with_values(choices, ctx.orig.get(P_PREC, "none"))
-        return (Dimension(P_PREC, choices), how) if len(choices) > 1 else (None, how)
+        if "cpu" in ctx.kinds:
+            how += "; searched on GPU instances only (ignored on KIND_CPU)"
+        dim = Dimension(P_PREC, choices, when_gpu_kind="cpu" in ctx.kinds)
+        return (dim, how) if len(choices) > 1 else (None, how)
     parameter = ctx.space.precision_parameter
     if parameter in ctx.cfg.parameters or asked:
         ctx.precision_via = "parameter"

@@ -1,0 +1,244 @@
+"""Confirmation: the pick (and the rivals whose rank depends on it) re-measured before it is
+claimed.
+
+The search reads each level once, in short windows that stop as soon as the level looks on one
+side of the budget, so the best of many trials is the one most favoured by noise (the winner's
+curse): its figure sits on the budget's edge. Before a figure is claimed it is measured again:
+`repeats` independent runs at the trial's load, each with more windows and no early stop. The
+claim holds when every repeat's percentile is within the budget (and, open loop, every repeat
+is sustainable). If the true percentile at that load were at or over the budget, each repeat
+would read within it with probability at most about 1/2, so all of 3 repeats would with
+probability at most 1/8 (a sign test). When the search's load fails, the next load down the
+same ladder is confirmed instead (the claim steps down, and says so); when that fails too the
+trial is demoted: it is never recommended, and the trial table says why.
+
+The claimed throughput is the mean over the repeats with a Student-t ~95% interval; the
+percentile is reported as the worst repeat and an upper bound (the worst repeat's own ~95%
+interval end).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
+from perfkit.recorder import t95
+from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
+from perfkit.server.modelconfig import apply_config
+from perfkit.tuner import _study
+from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
+from perfkit.tuner._judge import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
+from perfkit.tuner._loadplan import ladder, rate_ladder, step_below
+from perfkit.tuner._trial import TrialRunner, _default_measure
+
+ATTR_PREFIX = "confirmation:"
+
+
+@dataclass(frozen=True)
+class ConfirmSettings:
+    """How picks are confirmed. repeats 0 turns confirmation off."""
+
+    repeats: int = 3
+    min_windows: int = 5
+    max_windows: int = 10
+    rivals_within: float = 0.2  # rivals whose searched figure is within 20% of the pick's
+    max_candidates: int = 3
+
+
+MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
+MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candidate is demoted
+
+
+def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
+    """Throughput over the hardware units the objective counts (1 unless per-instance/per-gpu)."""
+    return throughput / float((ft.user_attrs.get("metrics") or {}).get("hardware_units", 1.0))
+
+
+def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.FrozenTrial]:
+    """Feasible measured trials, best searched figure first (at most MAX_ATTEMPTS)."""
+    done = [
+        t
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("feasible")
+        and t.user_attrs.get("throughput_infer_per_s") is not None
+        and not t.user_attrs.get(_study.A_DUPLICATE_OF)
+    ]
+    done.sort(key=lambda t: -_per_unit(t, float(t.user_attrs["throughput_infer_per_s"])))
+    return done[:MAX_ATTEMPTS]
+
+
+def _lower_load(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
+    if load.mode == "concurrency":
+        values: Sequence[float] = [float(v) for v in ladder(int(load.value), t.judge.max_concurrency)]
+    else:
+        values = rate_ladder(load.value, t.judge.max_rate_rps)
+    below = step_below(values, load.value)
+    return None if below is None else t.judge.level(below)
+
+
+def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> list[LevelResult]:
+    measure = t.measure or _default_measure()
+    spec = dataclasses.replace(
+        t.judge.spec(t.model, (load,)),
+        stop_when_decided=False,
+        binary_search=False,
+        latency_threshold_ms=None,
+        min_windows=cs.min_windows,
+        max_trials=cs.max_windows,
+    )
+    out: list[LevelResult] = []
+    folder = t.out_dir / "confirm"
+    folder.mkdir(parents=True, exist_ok=True)
+    tag = f"{load.value:g}".replace(".", "_")
+    for r in range(cs.repeats):
+        path = folder / f"trial-{number:03d}-{tag}-{r + 1}.json"
+        # Each repeat draws its own arrival schedule (open loop): independent re-measurements.
+        rec: RunRecord = measure(
+            t.server, dataclasses.replace(spec, seed=spec.seed + 1 + r), command=t.s.command, record_path=path
+        )
+        if not path.exists():
+            rec.save(path)
+        if rec.status != "ok" or not rec.levels:
+            break
+        out.append(rec.levels[-1])
+    return out
+
+
+def summarize_repeats(
+    load: LoadLevel, levels: Sequence[LevelResult], *, repeats: int, budget_ms: float, percentile: float, metric: str
+) -> Confirmation:
+    """The Confirmation of repeated levels at one load (held when all `repeats` ran and each is
+    within the budget)."""
+    tputs = [lv.throughput_infer_per_s for lv in levels]
+    lats = [level_budget_us(lv, percentile, metric) for lv in levels]
+    mean = statistics.fmean(tputs) if tputs else 0.0
+    half = t95(len(tputs) - 1) * statistics.stdev(tputs) / math.sqrt(len(tputs)) if len(tputs) > 1 else math.inf
+    worst = max(lats) if lats else math.inf
+    ucb = max(
+        (lat * (1 + (lv.precision.latency_rel or 0.0)) for lat, lv in zip(lats, levels, strict=True)),
+        default=math.inf,
+    )
+    bad = [lv for lv in levels if not level_within_budget(lv, budget_ms, percentile, metric)]
+    held = len(levels) == repeats and not bad
+    note = ""
+    if len(levels) < repeats:
+        note = f"{repeats - len(levels)} of {repeats} runs failed"
+    elif bad:
+        why = [open_loop_shortfall(lv) for lv in bad]
+        extra = "; ".join(sorted({w for w in why if w}))
+        note = f"over the budget in {len(bad)} of {repeats} runs" + (f" ({extra})" if extra else "")
+    return Confirmation(
+        held=held,
+        load=load,
+        repeats=len(levels),
+        throughput_infer_per_s=mean,
+        throughput_low=max(0.0, mean - half) if math.isfinite(half) else 0.0,
+        throughput_high=mean + half if math.isfinite(half) else mean,
+        latency_us=worst,
+        latency_ucb_us=ucb,
+        note=note,
+    )
+
+
+def confirm_one(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> Confirmation:
+    """Confirm one trial (its config already serving) at its load, stepping down once."""
+
+    def at(level: LoadLevel) -> Confirmation:
+        levels = _measure_repeats(t, number, level, cs)
+        return summarize_repeats(
+            level, levels, repeats=cs.repeats, budget_ms=t.s.latency_budget_ms, percentile=t.s.percentile,
+            metric=t.s.budget_metric,
+        )  # fmt: skip
+
+    first = at(load)
+    if first.held:
+        return first
+    notes = [f"{load.label}: {first.note}"]
+    current = first
+    level = load
+    for _ in range(MAX_STEPS_DOWN):
+        lower = _lower_load(t, level)
+        if lower is None:
+            break
+        level = lower
+        current = at(level)
+        if current.held:
+            notes.append(f"held at {level.label}")
+            break
+        notes.append(f"{level.label}: {current.note}")
+    if current is first:
+        return first
+    return dataclasses.replace(current, searched_load=load, note="; ".join(notes))
+
+
+def describe(c: Confirmation, percentile: float, metric: str) -> str:
+    """One line: the confirmed figure with its interval, or why the trial was demoted."""
+    stat = budget_label(metric, percentile)
+    if not c.held:
+        return f"DEMOTED: {c.note or 'not confirmed'}"
+    step = f" (stepped down from {c.searched_load.label})" if c.searched_load is not None else ""
+    return (
+        f"confirmed {c.throughput_infer_per_s:.1f} infer/s (95% CI {c.throughput_low:.1f}-{c.throughput_high:.1f}, "
+        f"{c.repeats} runs) at {c.load.label}{step}, {stat} worst {c.latency_us / 1e3:.2f} ms "
+        f"(upper bound {c.latency_ucb_us / 1e3:.2f} ms)"
+    )
+
+
+def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> None:
+    """Confirm the best trial and its rivals within reach; results go to the study's user
+    attributes (read back by confirmations()). Leaves a candidate config loaded: the caller's
+    ConfigGuard puts the original back. Raises ServerError when the server dies."""
+    if cs.repeats <= 0:
+        return
+    best_held = -math.inf
+    candidates = _candidates(study, cs)
+    top = _per_unit(candidates[0], float(candidates[0].user_attrs["throughput_infer_per_s"])) if candidates else 0.0
+    for i, ft in enumerate(candidates):
+        searched = _per_unit(ft, float(ft.user_attrs["throughput_infer_per_s"]))
+        if searched <= best_held:
+            break  # cannot overtake a confirmed pick even if its reading holds in full
+        # Rivals within reach of the pick are confirmed too; past them, only while none held.
+        if best_held > -math.inf and (i >= cs.max_candidates or searched < (1 - cs.rivals_within) * top):
+            break
+        load_attr = ft.user_attrs.get("load") or {}
+        load = t.judge.level(float(load_attr.get("value", 1)))
+        text = str(ft.user_attrs.get("config_pbtxt", ""))
+        label = fmt_params(ft.user_attrs.get("params") or {})
+        t.emit(ConfirmStarted(ft.number, label, load.label, cs.repeats))
+        try:
+            apply_config(t.server, t.model, t.config_path, text)
+            conf = confirm_one(t, ft.number, load, cs)
+        except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
+            conf = Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
+        study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
+        t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.percentile, t.s.budget_metric)))
+        if conf.held:
+            best_held = max(best_held, _per_unit(ft, conf.throughput_infer_per_s))
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def confirmations(study: optuna.Study) -> dict[int, Confirmation]:
+    """The confirmations stored in the study, by trial number."""
+    out: dict[int, Confirmation] = {}
+    for key, value in study.user_attrs.items():
+        if key.startswith(ATTR_PREFIX) and isinstance(value, dict):
+            data = {k: (math.inf if v is None and k.startswith("latency") else v) for k, v in value.items()}
+            out[int(key[len(ATTR_PREFIX) :])] = from_dict(Confirmation, data)
+    return out

@@ -1,0 +1,159 @@
+"""The claim a tune run makes, from synthetic records: confirmation (repeats summarised, a pick
+whose confirmation failed is demoted and never recommended, the headline is the confirmed
+figure), the open-loop sustainability rules, the arrival-rate ladder, and the queueing models
+the known-truth fixture is checked against."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+from perfkit.errors import UsageError
+from perfkit.gate.synthetic import synthetic_level
+from perfkit.records import Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord
+from perfkit.tuner._confirm import describe, summarize_repeats
+from perfkit.tuner._judge import JudgeSettings, level_within_budget, open_loop_shortfall
+from perfkit.tuner._loadplan import rate_ladder, start_on, step_below
+from perfkit.tuner._outputs import trials_frame
+from perfkit.tuner._queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
+from perfkit.tuner._record import summary
+
+C8 = LoadLevel("concurrency", 8.0)
+
+
+def _repeats(p99s_ms: list[float], tput: float = 100.0) -> list:
+    # synthetic_level's p99 is 1.3x its latency_ms
+    return [
+        dataclasses.replace(
+            synthetic_level(concurrency=8, latency_ms=p / 1.3, noise=0.0), throughput_infer_per_s=tput + i
+        )
+        for i, p in enumerate(p99s_ms)
+    ]
+
+
+def test_a_claim_holds_only_when_every_repeat_is_within_budget():
+    held = summarize_repeats(C8, _repeats([40, 45, 48]), repeats=3, budget_ms=50, percentile=99, metric="latency")
+    assert held.held and held.repeats == 3
+    assert held.throughput_infer_per_s == pytest.approx(101.0)
+    assert held.throughput_low < 101.0 < held.throughput_high
+    assert held.latency_us == pytest.approx(48_000, rel=0.02)  # the worst repeat
+    assert held.latency_ucb_us >= held.latency_us
+    over = summarize_repeats(C8, _repeats([40, 55, 48]), repeats=3, budget_ms=50, percentile=99, metric="latency")
+    assert not over.held and "1 of 3" in over.note
+    short = summarize_repeats(C8, _repeats([40]), repeats=3, budget_ms=50, percentile=99, metric="latency")
+    assert not short.held and "2 of 3 runs failed" in short.note
+
+
+def _trial(n: int, tput: float, conf: Confirmation | None, *, original: bool = False) -> TrialRecord:
+    return TrialRecord(n, "complete", {"instance_count": n + 1}, C8, tput, 40_000.0, True, is_original=original,
+                       confirmation=conf)  # fmt: skip
+
+
+def _conf(held: bool, tput: float, note: str = "") -> Confirmation:
+    return Confirmation(held, LoadLevel("concurrency", 6.0), 3, tput, tput * 0.97, tput * 1.03, 45_000.0,
+                        47_000.0, searched_load=C8, note=note)  # fmt: skip
+
+
+def _tune(trials: tuple[TrialRecord, ...]) -> TuneRecord:
+    return TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", 50.0, 99.0, "throughput", "", None, None,
+                      trials)  # fmt: skip
+
+
+def test_a_demoted_pick_is_never_recommended_and_the_claim_is_the_confirmed_figure(tmp_path: Path):
+    rec = _tune((
+        _trial(0, 500.0, None, original=True),
+        _trial(1, 1466.7, _conf(False, 0.0, "over the budget in 3 of 3 runs")),  # the search's edge reading
+        _trial(2, 1300.0, _conf(True, 1060.0)),
+        _trial(3, 1200.0, None),  # never confirmed: ranked by the search alone, below confirmed ones
+    ))  # fmt: skip
+    best = rec.best()
+    assert best is not None and best.number == 2 and best.claimed_throughput == 1060.0
+    rec = dataclasses.replace(rec, best_trial=2)
+    lines = summary(rec, tmp_path).lines
+    text = "\n".join(lines)
+    assert "best: trial 2" in text and "confirmed 1060.0 infer/s (95% CI 1028.2-1091.8, 3 runs)" in text
+    assert "stepped down from concurrency 8" in text and "the search read 1300.0 infer/s" in text
+    assert "demoted (confirmation failed): trial(s) 1" in text
+    frame = trials_frame(rec.trials, 99.0)
+    row1 = frame[frame.trial == 1].iloc[0]
+    assert row1.confirmed == "DEMOTED" and "3 of 3" in row1.confirmation_note
+    assert frame[frame.trial == 2].iloc[0].confirmed_infer_per_s == 1060.0
+    assert describe(_conf(False, 0.0, "x"), 99.0, "latency").startswith("DEMOTED")
+
+
+def test_open_loop_levels_are_sustainable_only_on_schedule_without_backlog_or_drops():
+    ok = synthetic_level(concurrency=100, latency_ms=10, open_loop=True, noise=0.0)
+    assert ok.load.mode == "request_rate"
+    ok = dataclasses.replace(ok, sent_rps=100.0, completed_rps=100.0, duration_s=6.0)
+    assert open_loop_shortfall(ok) is None and level_within_budget(ok, 50, 99)
+    assert "dropped" in (open_loop_shortfall(dataclasses.replace(ok, dropped_count=3)) or "")
+    behind = dataclasses.replace(ok, sent_rps=70.0)  # 420 sent of 600 due: far past Poisson noise
+    assert "sent 70.0" in (open_loop_shortfall(behind) or "") and not level_within_budget(behind, 50, 99)
+    assert open_loop_shortfall(dataclasses.replace(ok, sent_rps=93.0)) is None  # within Poisson noise
+    backlog = dataclasses.replace(ok, completed_rps=80.0)
+    assert "backlog" in (open_loop_shortfall(backlog) or "")
+    closed = synthetic_level(concurrency=4, latency_ms=10)
+    assert open_loop_shortfall(closed) is None
+
+
+def test_rate_ladder_and_levels():
+    values = rate_ladder(100.0, 20000.0)
+    assert 100.0 in values and values == tuple(sorted(values)) and values[0] >= 1.0 and values[-1] <= 20000.0
+    ratios = [b / a for a, b in zip(values, values[1:], strict=False)]
+    assert all(1.1 < r < 1.3 for r in ratios[5:-1])  # 2**(1/4) apart (rounded to 3 digits)
+    assert step_below(values, 100.0) == pytest.approx(84.1) and step_below(values, values[0]) is None
+    assert start_on(values, 101.0) == 100.0
+    js = JudgeSettings(latency_budget_ms=50, load_mode="rate", distribution="constant")
+    assert js.level(120.0) == LoadLevel("request_rate", 120.0, "constant")
+    assert JudgeSettings(latency_budget_ms=50).level(6.0) == LoadLevel("concurrency", 6.0)
+
+
+def test_queueing_models_agree_with_their_closed_forms():
+    # M/M/1: the response time is exponential with rate mu - lambda.
+    assert mm1_response_quantile_s(50.0, 0.01, 99.0) == pytest.approx(math.log(100) / 50.0)
+    lam = sustainable_rate_rps("M/M/1", 10.0, 100.0)
+    assert mm1_response_quantile_s(lam, 0.01, 99.0) == pytest.approx(0.1)
+    # M/D/1: P(W <= 0) = 1 - rho; deterministic service waits less than exponential service.
+    assert md1_wait_cdf(0.0, 50.0, 0.01) == pytest.approx(0.5)
+    assert md1_wait_cdf(0.25, 50.0, 0.01) == pytest.approx(1.0, abs=1e-6)
+    with pytest.raises(UsageError):
+        md1_wait_cdf(1.0, 50.0, 0.01)
+    md1 = sustainable_rate_rps("M/D/1", 10.0, 100.0)
+    assert lam < md1 < 100.0 and md1 == pytest.approx(77.35, abs=0.05)
+    assert sustainable_rate_rps("M/D/1", 10.0, 5.0) == 0.0
+
+
+def test_per_hardware_objectives_divide_by_what_the_config_occupies():
+    from perfkit.server.modelconfig import parse_config
+    from perfkit.tuner._objective import hardware_units
+
+    cpu = parse_config('name: "m" instance_group [ { count: 3 kind: KIND_CPU } ]')
+    gpu = parse_config('name: "m" instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] } ]')
+    spread = parse_config('name: "m" instance_group [ { count: 1 kind: KIND_GPU } ]')
+    assert hardware_units(cpu, "per-instance", 0) == 3 and hardware_units(cpu, "per-gpu", 4) == 1
+    assert hardware_units(gpu, "per-instance", 4) == 4 and hardware_units(gpu, "per-gpu", 4) == 2
+    assert hardware_units(spread, "per-gpu", 4) == 4 and hardware_units(spread, "throughput", 4) == 1
+    # A config needing twice the hardware for 10% more loses under per-gpu.
+    small = TrialRecord(1, "complete", {}, C8, 1000.0, 1.0, True, metrics={"hardware_units": 1.0})
+    big = TrialRecord(2, "complete", {}, C8, 1100.0, 1.0, True, metrics={"hardware_units": 2.0})
+    rec = _tune((small, big))
+    assert rec.best() is big
+    assert dataclasses.replace(rec, objective="per-gpu").best() is small
+
+
+def test_the_report_shows_the_confirmed_claim_and_the_demoted_trial():
+    from perfkit.report import _tune as T
+
+    rec = _tune((
+        _trial(0, 500.0, None, original=True),
+        _trial(1, 1466.7, _conf(False, 0.0, "over the budget in 3 of 3 runs")),
+        _trial(2, 1300.0, _conf(True, 1060.0)),
+    ))  # fmt: skip
+    sentence = T.recommendation(rec)
+    assert "gives 1,060 infer/s" in sentence and "confirmed in 3 runs" in sentence
+    table = T.trials_table(rec)
+    cells = {row[0]: row[-1] for row in table.rows}
+    assert cells[1].startswith("DEMOTED") and "stepped down from concurrency 8" in cells[2]

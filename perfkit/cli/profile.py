@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ from perfkit.cli._pa_compat import (
     pa_spec_fields,
     unstable_exit,
 )
+from perfkit.cli._pa_tls import tls_options, tls_specs
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
@@ -306,6 +308,7 @@ class _Progress:
 )
 @streaming_options()
 @pa_options()
+@tls_options()
 @server_options()
 def command(**kw: Any) -> int:
     """Measure throughput and latency of a model under load, like perf_analyzer.
@@ -330,6 +333,9 @@ def command(**kw: Any) -> int:
     url = urls[0] if urls else None
     protocol = kw["protocol"]
     grpc_url = http_url = None
+    engine_tls, admin_tls = tls_specs(kw, url=url, admin_url=kw["admin_url"], protocol=protocol)
+    if engine_tls is not None and ray_address:
+        raise UsageError("TLS (--ssl-* flags, an https:// URL) is not carried to --ray workers; drop one of them")
     if url and protocol == "grpc":
         host, port = parse_host_port(url)
         grpc_url = url
@@ -341,6 +347,7 @@ def command(**kw: Any) -> int:
         kw["model_repository"] = Path("fixtures/models")
     serve_models = tuple(kw.pop("serve_models")) or None
     opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
+    opts = dataclasses.replace(opts, tls=admin_tls)
     spec = ProfileSpec(
         model=kw["model"],
         model_version=kw["model_version"],
@@ -373,6 +380,7 @@ def command(**kw: Any) -> int:
         tail_percentiles=_percentiles(kw["tail_percentiles"]),
         **streaming_spec_fields(kw),
         **pa_spec_fields(kw),
+        tls=engine_tls,
     )
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:

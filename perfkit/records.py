@@ -725,6 +725,8 @@ class ProfileSpec:
     stop_when_decided: bool = False
     binary_search: bool = False
     warmup_request_count: int = 0
+    # perf_analyzer's --request-count: a level is one window of this many requests (0: windows until stable)
+    request_count: int = 0
     warmup_s: float = 0.5
     collect_metrics: bool = False
     metrics_url: str | None = None

@@ -107,7 +107,6 @@ def test_noops_are_noted() -> None:
         ("-c 8", "--concurrency-range"),
         ("-d", "--concurrency-range"),
         ("--trace-level TIMESTAMPS", "trace"),
-        ("--request-count 100", "--max-trials"),
         ("--periodic-concurrency-range 1:10", "--concurrency-range"),
     ],
 )

@@ -87,8 +87,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--request-count",),
         True,
-        "refused",
-        "a fixed request count is not implemented; use -r/--max-trials and -p to bound a level",
+        "same",
+        "one window of exactly N requests, one concurrency or rate value (N >= it), as perf_analyzer",
     ),
     PaFlag(
         ("-r", "--max-trials"),

@@ -266,6 +266,12 @@ class _Progress:
 @click.option("--binary-search", is_flag=True, help="With -l: binary-search the range for the highest level within it.")
 @click.option("--warmup-request-count", type=int, default=_D["warmup_request_count"], show_default=True)
 @click.option(
+    "--request-count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Measure one window of exactly N requests (one concurrency or rate value), not windows until stable.",
+)
+@click.option(
     "--warmup", "warmup_s", type=float, default=_D["warmup_s"], show_default=True, help="Warm-up seconds per level."
 )
 @click.option(
@@ -346,6 +352,7 @@ def command(**kw: Any) -> int:
     if kw["model_repository"] is None and not url and (kw["launch_mode"] in (None, "local")):
         kw["model_repository"] = Path("fixtures/models")
     serve_models = tuple(kw.pop("serve_models")) or None
+    request_count = kw.pop("request_count") or 0
     opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
     opts = dataclasses.replace(opts, tls=admin_tls)
     spec = ProfileSpec(
@@ -369,6 +376,7 @@ def command(**kw: Any) -> int:
         latency_threshold_ms=kw["latency_threshold"],
         binary_search=kw["binary_search"],
         warmup_request_count=kw["warmup_request_count"],
+        request_count=request_count,
         warmup_s=kw["warmup_s"],
         collect_metrics=kw["collect_metrics"],
         metrics_url=kw["metrics_url"],
@@ -382,6 +390,10 @@ def command(**kw: Any) -> int:
         **pa_spec_fields(kw),
         tls=engine_tls,
     )
+    if request_count:
+        _check_request_count(spec, request_count)
+        if ray_address:
+            raise UsageError("--request-count measures in one process; drop --ray (or the count)")
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:
         record = run_profile_ray(
@@ -389,6 +401,16 @@ def command(**kw: Any) -> int:
         )
         return unstable_exit(record)
     return unstable_exit(run_profile(opts, spec, out, kw["csv_path"], kw["report_path"]))
+
+
+def _check_request_count(spec: ProfileSpec, count: int) -> None:
+    """perf_analyzer's rules for --request-count: one load value, no fewer requests than it."""
+    if len(spec.levels) != 1:
+        raise UsageError(f"--request-count {count}: not supported with several load values in one run")
+    if count < spec.levels[0].value:
+        raise UsageError(f"--request-count {count} can not be less than {spec.levels[0].label}")
+    if spec.binary_search or spec.trace or spec.fixed_schedule:
+        raise UsageError(f"--request-count {count}: not with --binary-search, --fixed-schedule or a trace")
 
 
 def _fleet_urls(values: tuple[str, ...]) -> list[str]:

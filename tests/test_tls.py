@@ -38,7 +38,12 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
              "-days", "2", "-extfile", "san.ext", "-out", "server.pem", cwd=d)  # fmt: skip
-    return {name: d / f"{name}.pem" for name in ("ca", "other_ca", "server")} | {"key": d / "server.key"}
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=perfkit client", "-keyout", "client.key",
+             "-out", "client.csr", cwd=d)  # fmt: skip
+    _openssl("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-out", "client.pem", cwd=d)  # fmt: skip
+    pems = {name: d / f"{name}.pem" for name in ("ca", "other_ca", "server", "client")}
+    return pems | {"key": d / "server.key", "client_key": d / "client.key"}
 
 
 def _proxy(certs: dict[str, Path], port: int) -> TlsProxy:
@@ -107,3 +112,27 @@ def test_der_files_are_refused(certs, capsys):
     rc = main(["profile", *FAST, "-u", "https://127.0.0.1:1", "--ssl-https-client-certificate-type", "DER"])
     assert rc == ExitCode.USAGE
     assert "PEM" in capsys.readouterr().err
+
+
+def test_grpc_mutual_tls_with_a_client_certificate(triton, certs, tmp_path):
+    out = tmp_path / "run.json"
+    pem = str(certs["server"]), str(certs["key"])
+    with TlsProxy(("127.0.0.1", triton.endpoints.grpc_port), *pem, client_ca=str(certs["ca"])) as proxy:
+        rc = main([
+            "profile", *FAST, "-i", "grpc", "-u", f"127.0.0.1:{proxy.port}", "--admin-url", triton.endpoints.http_url,
+            "--ssl-grpc-use-ssl", "--ssl-grpc-root-certifications-file", str(certs["ca"]),
+            "--ssl-grpc-certificate-chain-file", str(certs["client"]),
+            "--ssl-grpc-private-key-file", str(certs["client_key"]), "-o", str(out),
+        ])  # fmt: skip
+        assert rc == ExitCode.OK and proxy.handshakes >= 2
+    _measured(out)
+
+
+def test_https_mutual_tls_without_a_client_certificate_fails(triton, certs, tmp_path, capsys):
+    pem = str(certs["server"]), str(certs["key"])
+    with TlsProxy(("127.0.0.1", triton.endpoints.http_port), *pem, client_ca=str(certs["ca"])) as proxy:
+        url = f"https://127.0.0.1:{proxy.port}"
+        rc = main(["profile", *FAST, "-u", url, "--ssl-https-ca-certificates-file", str(certs["ca"])])
+    assert rc == ExitCode.SERVER
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err

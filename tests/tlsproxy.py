@@ -16,11 +16,15 @@ from typing import Any
 
 
 class TlsProxy:
-    def __init__(self, upstream: tuple[str, int], certfile: str, keyfile: str) -> None:
+    def __init__(self, upstream: tuple[str, int], certfile: str, keyfile: str, client_ca: str | None = None) -> None:
+        """client_ca: require a client certificate signed by it (mutual TLS)."""
         self.upstream = upstream
         self.handshakes = 0
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(certfile, keyfile)
+        if client_ca:
+            ctx.load_verify_locations(cafile=client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.set_alpn_protocols(["h2", "http/1.1"])
         self._ctx = ctx
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

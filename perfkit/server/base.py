@@ -110,6 +110,12 @@ class Server:
             return err.code, payload
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise ServerError(
+                    f"TLS to {self.endpoints.http_url}: the server's certificate failed verification"
+                    f" ({reason.verify_message})",
+                    hint="give the CA that signed it with --ssl-https-ca-certificates-file",
+                ) from err
             raise ServerError(
                 f"Triton server at {self.endpoints.http_url} is unreachable: {reason}",
                 hint="check the URL and that the server runs",

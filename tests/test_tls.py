@@ -57,11 +57,14 @@ def _measured(out: Path) -> None:
         assert level.inference_count > 0 and level.error_count == 0, level
 
 
-def test_https_profile_through_tls(triton, certs, tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # worker processes build their own context from the spec
+def test_https_profile_through_tls(triton, certs, tmp_path, workers):
     out = tmp_path / "run.json"
     with _proxy(certs, triton.endpoints.http_port) as proxy:
         url = f"https://127.0.0.1:{proxy.port}"
-        rc = main(["profile", *FAST, "-u", url, "--ssl-https-ca-certificates-file", str(certs["ca"]), "-o", str(out)])
+        ca = str(certs["ca"])
+        rc = main(["profile", *FAST, "-u", url, "--ssl-https-ca-certificates-file", ca, "--workers", str(workers),
+                   "-o", str(out)])  # fmt: skip
         assert rc == ExitCode.OK
         # the metadata calls (urllib) and the load's connections (HTTP/1.1) both came through TLS
         assert proxy.handshakes >= 2

@@ -725,6 +725,20 @@ def _save_json(data: Any, path: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class TlsSpec:
+    """TLS toward the server (perf_analyzer's --ssl-https-* / --ssl-grpc-* flags); PEM files by path.
+
+    ca_file None: the system's trusted CAs. cert_file/key_file: a client certificate (mutual TLS).
+    """
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    verify_peer: bool = True  # check the server's certificate chain
+    verify_host: bool = True  # check that the certificate names the host connected to
+
+
+@dataclass(frozen=True)
 class ProfileSpec:
     """What to measure and how: perf_analyzer's knobs under perfkit's names.
 
@@ -758,6 +772,8 @@ class ProfileSpec:
     stop_when_decided: bool = False
     binary_search: bool = False
     warmup_request_count: int = 0
+    # perf_analyzer's --request-count: a level is one window of this many requests (0: windows until stable)
+    request_count: int = 0
     warmup_s: float = 0.5
     collect_metrics: bool = False
     metrics_url: str | None = None
@@ -801,6 +817,8 @@ class ProfileSpec:
     # perf_analyzer's --input-tensor-format / --output-tensor-format over HTTP: "binary" or "json"
     input_tensor_format: str = "binary"
     output_tensor_format: str = "binary"
+    # TLS for the load's connections (https:// -u, or --ssl-grpc-use-ssl); None: plain TCP
+    tls: TlsSpec | None = None
 
 
 def spec_defaults() -> dict[str, Any]:

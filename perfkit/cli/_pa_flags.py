@@ -87,8 +87,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--request-count",),
         True,
-        "refused",
-        "a fixed request count is not implemented; use -r/--max-trials and -p to bound a level",
+        "same",
+        "one window of exactly N requests, one concurrency or rate value (N >= it), as perf_analyzer",
     ),
     PaFlag(
         ("-r", "--max-trials"),
@@ -168,21 +168,37 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("--proto",), True, "refused", "dynamic_grpc service kind only; " + _DYN),
     PaFlag(("--endpoint",), True, "refused", "OpenAI service kind only; " + _DYN),
     PaFlag(("-u",), True, "same", "server URL (without -u `perfkit profile` launches the bundled server)"),
-    *(
-        PaFlag((f"--{name}",), value, "refused", "TLS is not implemented; reach the server over plain HTTP/gRPC")
-        for name, value in (
-            ("ssl-grpc-use-ssl", False),
-            ("ssl-grpc-root-certifications-file", True),
-            ("ssl-grpc-private-key-file", True),
-            ("ssl-grpc-certificate-chain-file", True),
-            ("ssl-https-verify-peer", True),
-            ("ssl-https-verify-host", True),
-            ("ssl-https-ca-certificates-file", True),
-            ("ssl-https-client-certificate-file", True),
-            ("ssl-https-client-certificate-type", True),
-            ("ssl-https-private-key-file", True),
-            ("ssl-https-private-key-type", True),
-        )
+    PaFlag(
+        ("--ssl-grpc-use-ssl",),
+        False,
+        "same",
+        "gRPC over TLS (ALPN h2), unary requests; streamed/sequence models refused. perfkit's metadata calls"
+        " go over HTTP: plain unless --admin-url is https://",
+    ),
+    PaFlag(("--ssl-grpc-root-certifications-file",), True, "same", "gRPC TLS: PEM CAs to trust"),
+    PaFlag(("--ssl-grpc-private-key-file",), True, "same", "gRPC TLS: PEM client key"),
+    PaFlag(("--ssl-grpc-certificate-chain-file",), True, "same", "gRPC TLS: PEM client certificate chain"),
+    PaFlag(
+        ("--ssl-https-verify-peer",),
+        True,
+        "same",
+        "HTTPS (an https:// -u, for the load and perfkit's metadata calls): 0 or 1 (default)",
+    ),
+    PaFlag(("--ssl-https-verify-host",), True, "differs", "0 no host check; 1 and 2 (default) check it"),
+    PaFlag(("--ssl-https-ca-certificates-file",), True, "same", "HTTPS: PEM CAs to trust"),
+    PaFlag(("--ssl-https-client-certificate-file",), True, "same", "HTTPS: PEM client certificate"),
+    PaFlag(
+        ("--ssl-https-client-certificate-type",),
+        True,
+        "differs",
+        "PEM only; DER refused (convert with openssl)",
+    ),
+    PaFlag(("--ssl-https-private-key-file",), True, "same", "HTTPS: PEM client key"),
+    PaFlag(
+        ("--ssl-https-private-key-type",),
+        True,
+        "differs",
+        "PEM only; DER refused (convert with openssl)",
     ),
     PaFlag(("--triton-server-directory",), True, "refused", _CAPI),
     PaFlag(

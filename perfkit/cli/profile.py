@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from perfkit.cli._pa_compat import (
     pa_spec_fields,
     unstable_exit,
 )
+from perfkit.cli._pa_tls import tls_options, tls_specs
 from perfkit.cli._server_options import build_server_options, server_options
 from perfkit.cli._streaming_options import streaming_lines, streaming_options, streaming_spec_fields
 from perfkit.errors import MeasurementError, UsageError
@@ -267,6 +269,12 @@ class _Progress:
 @click.option("--binary-search", is_flag=True, help="With -l: binary-search the range for the highest level within it.")
 @click.option("--warmup-request-count", type=int, default=_D["warmup_request_count"], show_default=True)
 @click.option(
+    "--request-count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Measure one window of exactly N requests (one concurrency or rate value), not windows until stable.",
+)
+@click.option(
     "--warmup", "warmup_s", type=float, default=_D["warmup_s"], show_default=True, help="Warm-up seconds per level."
 )
 @click.option(
@@ -309,6 +317,7 @@ class _Progress:
 )
 @streaming_options()
 @pa_options()
+@tls_options()
 @server_options()
 def command(**kw: Any) -> int:
     """Measure throughput and latency of a model under load, like perf_analyzer.
@@ -333,6 +342,9 @@ def command(**kw: Any) -> int:
     url = urls[0] if urls else None
     protocol = kw["protocol"]
     grpc_url = http_url = None
+    engine_tls, admin_tls = tls_specs(kw, url=url, admin_url=kw["admin_url"], protocol=protocol)
+    if engine_tls is not None and ray_address:
+        raise UsageError("TLS (--ssl-* flags, an https:// URL) is not carried to --ray workers; drop one of them")
     if url and protocol == "grpc":
         host, port = parse_host_port(url)
         grpc_url = url
@@ -343,7 +355,9 @@ def command(**kw: Any) -> int:
     if kw["model_repository"] is None and not url and (kw["launch_mode"] in (None, "local")):
         kw["model_repository"] = Path("fixtures/models")
     serve_models = tuple(kw.pop("serve_models")) or None
+    request_count = kw.pop("request_count") or 0
     opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
+    opts = dataclasses.replace(opts, tls=admin_tls)
     spec = ProfileSpec(
         model=kw["model"],
         model_version=kw["model_version"],
@@ -365,6 +379,7 @@ def command(**kw: Any) -> int:
         latency_threshold_ms=kw["latency_threshold"],
         binary_search=kw["binary_search"],
         warmup_request_count=kw["warmup_request_count"],
+        request_count=request_count,
         warmup_s=kw["warmup_s"],
         collect_metrics=kw["collect_metrics"],
         metrics_url=kw["metrics_url"],
@@ -376,7 +391,12 @@ def command(**kw: Any) -> int:
         tail_percentiles=_percentiles(kw["tail_percentiles"]),
         **streaming_spec_fields(kw),
         **pa_spec_fields(kw),
+        tls=engine_tls,
     )
+    if request_count:
+        _check_request_count(spec, request_count)
+        if ray_address:
+            raise UsageError("--request-count measures in one process; drop --ray (or the count)")
     out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:
         record = run_profile_ray(
@@ -384,6 +404,16 @@ def command(**kw: Any) -> int:
         )
         return unstable_exit(record)
     return unstable_exit(run_profile(opts, spec, out, kw["csv_path"], kw["report_path"]))
+
+
+def _check_request_count(spec: ProfileSpec, count: int) -> None:
+    """perf_analyzer's rules for --request-count: one load value, no fewer requests than it."""
+    if len(spec.levels) != 1:
+        raise UsageError(f"--request-count {count}: not supported with several load values in one run")
+    if count < spec.levels[0].value:
+        raise UsageError(f"--request-count {count} can not be less than {spec.levels[0].label}")
+    if spec.binary_search or spec.trace or spec.fixed_schedule:
+        raise UsageError(f"--request-count {count}: not with --binary-search, --fixed-schedule or a trace")
 
 
 def _fleet_urls(values: tuple[str, ...]) -> list[str]:

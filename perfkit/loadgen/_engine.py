@@ -30,7 +30,7 @@ from perfkit.loadgen._stream_sse import HttpSequenceTransport, SseTransport
 from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.loadgen._timer import precise_selector
 from perfkit.loadgen._transport import Transport
-from perfkit.records import LoadLevel, Samples
+from perfkit.records import LoadLevel, Samples, TlsSpec
 from perfkit.schedule import due_times
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ class EngineConfig:
     max_outstanding: int = 1000
     transport: str = "auto"
     compression: str = ""  # gRPC message compression ("gzip", "deflate"), hand-written HTTP/2 only
+    tls: TlsSpec | None = None  # TLS on every connection (http1 and h2 transports); None: plain TCP
 
 
 def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEventLoop, ledger: Ledger) -> Transport:
@@ -77,10 +78,12 @@ def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEvent
     kind = cfg.transport
     if kind == "auto":
         kind = "http1" if cfg.protocol == "http" else "h2"
+    if cfg.tls is not None and kind not in ("http1", "h2"):
+        raise ValueError(f"transport {kind!r} does not carry TLS; use http1 or h2")
     if kind == "http1":
-        return Http1Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port)
+        return Http1Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, tls=cfg.tls)
     if kind == "h2":
-        return H2Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, cfg.compression)
+        return H2Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, cfg.compression, tls=cfg.tls)
     if kind == "grpc-aio":
         return AioTransport(loop, ledger, cfg.payloads, cfg.host, cfg.port)
     raise ValueError(f"unknown transport {cfg.transport!r}; expected one of {', '.join(TRANSPORTS)}")

@@ -37,7 +37,9 @@ from perfkit.records import (
     STATUS_CONNECTION_REFUSED,
     STATUS_PROTOCOL,
     STATUS_UNFINISHED,
+    TlsSpec,
 )
+from perfkit.server.tls import client_context
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _RST, _SETTINGS, _PING, _GOAWAY, _WINDOW, _CONT = 0, 1, 3, 4, 6, 7, 8, 9
@@ -73,12 +75,12 @@ def _literal(name: bytes, value: bytes) -> bytes:
     return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
 
 
-def header_block(authority: str, path: str, compression: str = "") -> bytes:
+def header_block(authority: str, path: str, compression: str = "", *, https: bool = False) -> bytes:
     """The request header block, built once and sent unchanged with every call; `compression`
     ("gzip" or "deflate") names the messages' encoding."""
     return (
         b"\x83"  # :method POST (static table 3)
-        + b"\x86"  # :scheme http (static table 6)
+        + (b"\x87" if https else b"\x86")  # :scheme https / http (static table 7 / 6)
         + _literal(b":path", path.encode())
         + _literal(b":authority", authority.encode())
         + _literal(b"content-type", b"application/grpc")
@@ -393,10 +395,15 @@ class H2Transport(Transport):
         host: str,
         port: int,
         compression: str = "",
+        *,
+        tls: TlsSpec | None = None,
     ) -> None:
         super().__init__(loop, ledger, tuple(grpc_message(p, compression) for p in payloads))
         self.host, self.port = host, port
-        self.block = header_block(f"{host}:{port}", _GRPC_INFER, compression)
+        # gRPC over TLS: ALPN "h2"; the context is built in the worker process (it does not pickle)
+        self._ssl = None if tls is None else client_context(tls, ("h2",))
+        self._sni = None if tls is None else host
+        self.block = header_block(f"{host}:{port}", _GRPC_INFER, compression, https=tls is not None)
         self.conns: list[H2Conn] = []  # usable: open, no GOAWAY
         self.everyone: set[H2Conn] = set()  # every connection not yet lost
         self.pending: collections.deque[int] = collections.deque()  # due times waiting for a connection
@@ -455,7 +462,9 @@ class H2Transport(Transport):
 
     async def _open(self) -> H2Conn | None:
         try:
-            _, conn = await self.loop.create_connection(lambda: H2Conn(self), self.host, self.port)
+            _, conn = await self.loop.create_connection(
+                lambda: H2Conn(self), self.host, self.port, ssl=self._ssl, server_hostname=self._sni
+            )
         except OSError as err:
             self.open_error = str(err) or type(err).__name__
             return None

@@ -15,7 +15,14 @@ from typing import Any
 
 from perfkit.loadgen._ledger import Ledger
 from perfkit.loadgen._transport import Transport, no_delay
-from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_UNFINISHED
+from perfkit.records import (
+    STATUS_CONNECTION_CLOSED,
+    STATUS_CONNECTION_REFUSED,
+    STATUS_PROTOCOL,
+    STATUS_UNFINISHED,
+    TlsSpec,
+)
+from perfkit.server.tls import client_context
 
 
 class _HttpConn(asyncio.Protocol):
@@ -93,10 +100,20 @@ class Http1Transport(Transport):
     """Keep-alive HTTP/1.1 connections; opened on demand, spares kept warm in open loop."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, ledger: Ledger, payloads: tuple[bytes, ...], host: str, port: int
+        self,
+        loop: asyncio.AbstractEventLoop,
+        ledger: Ledger,
+        payloads: tuple[bytes, ...],
+        host: str,
+        port: int,
+        *,
+        tls: TlsSpec | None = None,
     ) -> None:
         super().__init__(loop, ledger, payloads)
         self.host, self.port = host, port
+        # HTTPS: the context is built here, in the worker process (an SSLContext does not pickle)
+        self._ssl = None if tls is None else client_context(tls)
+        self._sni = None if tls is None else host
         self.conns: set[_HttpConn] = set()
         self.idle: list[_HttpConn] = []
         self.pending: collections.deque[int] = collections.deque()  # due times waiting for a connection
@@ -151,7 +168,9 @@ class Http1Transport(Transport):
 
     async def _open(self) -> _HttpConn | None:
         try:
-            _, conn = await self.loop.create_connection(lambda: _HttpConn(self), self.host, self.port)
+            _, conn = await self.loop.create_connection(
+                lambda: _HttpConn(self), self.host, self.port, ssl=self._ssl, server_hostname=self._sni
+            )
         except OSError as err:
             self.open_error = str(err) or type(err).__name__
             return None

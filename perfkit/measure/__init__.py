@@ -55,10 +55,11 @@ from perfkit.measure._shm import SharedMemory
 from perfkit.measure._stream_setup import is_sequence_model, stream_config, streamed_steps, with_composing_sequence
 from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._validate import OutputMismatchError, validate_outputs
-from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord, TlsSpec
 from perfkit.schedule import read_intervals_file
 from perfkit.server.base import Server
 from perfkit.server.remote import parse_host_port
+from perfkit.server.tls import check_handshake
 
 __all__ = [
     "LevelDone",
@@ -144,6 +145,16 @@ def _payloads(server: Server, io: ModelIO, spec: ProfileSpec, steps: list[list[T
             )
 
 
+def _check_tls(spec: ProfileSpec, tls: TlsSpec, host: str, port: int) -> None:
+    """Refuse what does not carry TLS, then one handshake: a bad CA fails here, in one line."""
+    if spec.trace or spec.fixed_schedule:
+        raise UsageError(
+            "TLS is carried by the level sweep's transports; trace replay and --fixed-schedule send in plain TCP",
+            hint="drop the --ssl-* flags (or the https:// scheme), or those options",
+        )
+    check_handshake(tls, host, port, ("h2",) if spec.protocol == "grpc" else ())
+
+
 def _engine_target(server: Server, protocol: str) -> tuple[str, int]:
     url = server.endpoints.http_url if protocol == "http" else server.endpoints.grpc_url
     if url is None:
@@ -171,6 +182,8 @@ def profile(
     _check_spec(io, spec)
     # a sequence model behind an ensemble makes the ensemble's requests sequence requests
     kind = with_composing_sequence(config, server.model_config)
+    if spec.tls is not None:
+        _check_tls(spec, spec.tls, *_engine_target(server, spec.protocol))
     if spec.trace or spec.fixed_schedule:
         host, port = _engine_target(server, spec.protocol)
         return replay_profile(
@@ -212,7 +225,7 @@ def profile(
         with _payloads(server, io, spec, steps) as payloads:
             cfg: EngineConfig | StreamConfig = EngineConfig(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding,
-                compression=spec.grpc_compression if spec.protocol == "grpc" else "",
+                compression=spec.grpc_compression if spec.protocol == "grpc" else "", tls=spec.tls,
             )  # fmt: skip
             # streamed requests (--streaming, sequence models) go through the stream engine
             stream_cfg = stream_config(spec, kind, host, port, payloads, intervals, io=io, steps=steps)
@@ -220,6 +233,12 @@ def profile(
                 raise UsageError(
                     "--grpc-compression-algorithm compresses unary gRPC requests; streamed ones are sent as they are",
                     hint="drop the flag, or use none",
+                )
+            if stream_cfg is not None and spec.tls is not None:
+                raise UsageError(
+                    "TLS is carried by the unary HTTP and gRPC transports;"
+                    " streamed and sequence requests are sent in plain TCP",
+                    hint="drop the --ssl-* flags (or the https:// scheme) for this model",
                 )
             cfg = stream_cfg or cfg
             with LoadGenerator(cfg, workers=spec.workers) as gen:

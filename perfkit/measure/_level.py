@@ -79,7 +79,7 @@ def measure_level(
     died = False
     error = ""
     precision = None
-    for k in range(1, spec.max_trials + 1):
+    for k in range(1, 0 if spec.request_count else spec.max_trials + 1):
         end_ns = warm_until + k * window_ns
         _sleep_until(end_ns)
         rec.add(gen.drain())
@@ -116,12 +116,18 @@ def measure_level(
             stable = True
             break
     end_ns = warm_until + len(windows) * window_ns
+    if spec.request_count:
+        died, error = _until_count(server, gen, rec, spec.request_count, level)
     if not died:
         try:
             after = _server_stats.snapshot(server.model_stats, stats_models)
         except ServerError:
             after = None
     rec.add(gen.stop(drain_timeout_s=0.5 if died else 30.0))
+    if spec.request_count:
+        # one window of exactly the first request_count requests of the level (perf_analyzer's --request-count)
+        rec, end_ns = _count_window(rec, spec.request_count)
+        windows, window_ns, stable = rec.windows(1), rec.window_ns, not died
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
     export = None
     if spec.profile_export_file:
@@ -132,6 +138,56 @@ def measure_level(
 
 
 MIN_DECISION_SAMPLES = 20
+
+
+def _until_count(
+    server: Server, gen: LoadGenerator, rec: LevelRecorder, count: int, level: LoadLevel
+) -> tuple[bool, str]:
+    """Poll until `count` requests of the level have completed; (server died, why)."""
+    quiet_since = time.monotonic()
+    seen = 0
+    while True:
+        time.sleep(0.01)
+        rec.add(gen.drain())
+        done = int(rec.level_mask(2**63 - 1).sum())
+        if done >= count:
+            return False, ""
+        if done > seen:
+            seen, quiet_since = done, time.monotonic()
+        elif time.monotonic() - quiet_since > 5.0:
+            if not server.is_ready():
+                return True, f"server stopped answering during {level.label}"
+            quiet_since = time.monotonic()
+
+
+def _count_window(rec: LevelRecorder, count: int) -> tuple[LevelRecorder, int]:
+    """A recorder whose level is the first `count` requests (by send or due time) and whose one
+    window runs from the level's start to the last of their completions; and the level's end."""
+    s = rec.samples
+    mask = rec.level_mask(2**63 - 1)
+    t = (s.sent_ns if rec.closed_loop else s.due_ns)[mask]
+    end_ns = int(np.sort(t)[min(count, len(t)) - 1]) + 1 if len(t) else rec.start_ns + 1
+    level = rec.level_mask(end_ns)
+    last_done = int(s.done_ns[level].max()) if level.any() else end_ns
+    out = LevelRecorder(
+        start_ns=rec.start_ns,
+        window_ns=max(1, last_done + 1 - rec.start_ns),
+        closed_loop=rec.closed_loop,
+        batch_size=rec.batch_size,
+    )
+    # the window counts completions: only the level's requests (not warm-up ones still in flight)
+    out.add(
+        dataclasses.replace(
+            s,
+            due_ns=s.due_ns[level],
+            sent_ns=s.sent_ns[level],
+            done_ns=s.done_ns[level],
+            status=s.status[level],
+            response_ns=None if s.response_ns is None else s.response_ns[level],
+            output_tokens=None if s.output_tokens is None else s.output_tokens[level],
+        )
+    )
+    return out, end_ns
 
 
 def _threshold_decided(

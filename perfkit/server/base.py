@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfkit.errors import ModelLoadError, ModelNotFoundError, ServerError, ServerStartError
+from perfkit.records import TlsSpec
 
 # Triton's answer to a load/unload request when it runs without explicit model control.
 _MODEL_CONTROL_REFUSED = "explicit model load / unload is not allowed"
@@ -52,9 +54,11 @@ class Server:
 
     mode = "remote"
 
-    def __init__(self, endpoints: Endpoints, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, endpoints: Endpoints, *, timeout_s: float = 30.0, tls: TlsSpec | None = None) -> None:
         self.endpoints = endpoints
         self.timeout_s = timeout_s
+        self.tls = tls  # the admin API over HTTPS (an https:// URL); None: plain HTTP
+        self._ssl_context: ssl.SSLContext | None = None
 
     # -- lifecycle -------------------------------------------------------------------
     def stop(self) -> None:
@@ -83,14 +87,18 @@ class Server:
         self, method: str, path: str, body: dict[str, Any] | None = None, timeout_s: float | None = None
     ) -> tuple[int, dict[str, Any]]:
         data = None if body is None else json.dumps(body).encode()
+        if self.tls is not None and self._ssl_context is None:
+            from perfkit.server.tls import client_context  # noqa: PLC0415  (ssl only for https)
+
+            self._ssl_context = client_context(self.tls)
         req = urllib.request.Request(
-            f"http://{self.endpoints.http_url}{path}",
+            f"{'https' if self.tls else 'http'}://{self.endpoints.http_url}{path}",
             data=data,
             method=method,
             headers={"Content-Type": "application/json"} if data is not None else {},
         )
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s, context=self._ssl_context) as resp:
                 raw = resp.read()
                 return resp.status, (json.loads(raw) if raw else {})
         except urllib.error.HTTPError as err:
@@ -102,6 +110,12 @@ class Server:
             return err.code, payload
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise ServerError(
+                    f"TLS to {self.endpoints.http_url}: the server's certificate failed verification"
+                    f" ({reason.verify_message})",
+                    hint="give the CA that signed it with --ssl-https-ca-certificates-file",
+                ) from err
             raise ServerError(
                 f"Triton server at {self.endpoints.http_url} is unreachable: {reason}",
                 hint="check the URL and that the server runs",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from perfkit.errors import UsageError
+from perfkit.records import TlsSpec
 from perfkit.server.base import Server
 from perfkit.server.local import LocalLaunch, launch_local
 from perfkit.server.remote import attach_remote
@@ -42,6 +43,7 @@ class ServerOptions:
     url: str | None = None
     grpc_url: str | None = None
     metrics_url: str | None = None
+    tls: TlsSpec | None = None  # the admin API over HTTPS (an https:// -u / --admin-url)
 
 
 def open_server(opts: ServerOptions) -> Server:
@@ -49,7 +51,7 @@ def open_server(opts: ServerOptions) -> Server:
     if opts.mode == "remote":
         if not opts.url:
             raise UsageError("--launch-mode remote needs -u/--url of a running Triton server")
-        return attach_remote(opts.url, grpc_url=opts.grpc_url, metrics_url=opts.metrics_url)
+        return attach_remote(opts.url, grpc_url=opts.grpc_url, metrics_url=opts.metrics_url, tls=opts.tls)
     if opts.model_repository is None:
         raise UsageError(f"--launch-mode {opts.mode} needs --model-repository DIR")
     if opts.mode == "docker":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from perfkit.errors import UsageError
+from perfkit.records import TlsSpec
 from perfkit.server.base import Endpoints, Server
 
 
@@ -16,13 +17,18 @@ def parse_host_port(url: str, *, what: str = "URL") -> tuple[str, int]:
 
 
 def attach_remote(
-    http_url: str, *, grpc_url: str | None = None, metrics_url: str | None = None, check: bool = True
+    http_url: str,
+    *,
+    grpc_url: str | None = None,
+    metrics_url: str | None = None,
+    check: bool = True,
+    tls: TlsSpec | None = None,
 ) -> Server:
-    """A Server for an existing endpoint; raises ServerError if check and not ready."""
+    """A Server for an existing endpoint (admin API over HTTPS with tls); raises ServerError if check and not ready."""
     host, http_port = parse_host_port(http_url, what="HTTP URL")
     grpc_port = parse_host_port(grpc_url, what="gRPC URL")[1] if grpc_url else None
     metrics_port = parse_host_port(metrics_url.split("/metrics")[0], what="metrics URL")[1] if metrics_url else None
-    server = Server(Endpoints(host, http_port, grpc_port, metrics_port))
+    server = Server(Endpoints(host, http_port, grpc_port, metrics_port), tls=tls)
     if check and not server.is_ready():
         server.metadata()  # raises a ServerError naming why it is unreachable
     return server

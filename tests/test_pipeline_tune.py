@@ -69,6 +69,10 @@ def test_ensemble_tune_records_each_step_and_applies_the_whole_best_set(tmp_path
     rec = json.loads((out_dir / "tune.json").read_text())
     best = rec["best_trial"]
     assert best is not None
+    # The pipeline's pick is confirmed as a model's is: re-measured end to end before it is claimed.
+    best_row = next(t for t in rec["trials"] if t["number"] == best)
+    assert best_row["confirmation"] is not None and best_row["confirmation"]["held"], best_row["confirmation"]
+    assert "confirmed" in printed
     after = _configs(repo, STEPS)
     changed = [m for m in STEPS if after[m] != before[m]]
     # --apply installed exactly the best set: each changed step's best config, with a backup.
@@ -90,7 +94,7 @@ def test_bls_pipeline_is_tuned_through_the_bls_model(tmp_path: Path, capsys) -> 
     out_dir = tmp_path / "out"
     rc = main(["tune", "-m", "bls_stages", "--composing-models", "stage_decode,stage_infer",
                "--model-repository", str(repo), "-o", str(out_dir), "--trials", "2", "--no-dynamic-batching",
-               "--max-batch-sizes", "8", "--instance-counts", "1,2", "--latency-budget", "500ms",
+               "--confirm", "0", "--max-batch-sizes", "8", "--instance-counts", "1,2", "--latency-budget", "500ms",
                "--max-concurrency", "8", "--measurement-interval", "300"])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed

@@ -32,7 +32,6 @@ from optuna.trial import TrialState
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
 from perfkit.recorder import t95
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
-from perfkit.server.modelconfig import apply_config
 from perfkit.tuner import _study
 from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
 from perfkit.tuner._judge import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
@@ -214,7 +213,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         label = fmt_params(ft.user_attrs.get("params") or {})
         t.emit(ConfirmStarted(ft.number, label, load.label, cs.repeats))
         try:
-            apply_config(t.server, t.model, t.config_path, text)
+            t.put_candidate(text)  # the runner's own way: one config, or every step of a pipeline
             conf = confirm_one(t, ft.number, load, cs)
         except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
             conf = Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())

@@ -22,12 +22,12 @@ from perfkit.records import LevelResult, ProfileSpec, RunRecord, ServerStats
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import apply_config
 from perfkit.tuner import _outputs, _pipeline, _study
-from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
+from perfkit.tuner._events import OnEvent, SearchStarted, StudyOpened, TuneEvent
 from perfkit.tuner._judge import TrialVerdict
 from perfkit.tuner._loadplan import Measure
 from perfkit.tuner._record import build_record, summary
 from perfkit.tuner._repo_guard import RepoGuard, apply_all
-from perfkit.tuner._run import open_study
+from perfkit.tuner._run import open_study, search
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, ResolvedSpace, TuneSpace, log_clamp
@@ -286,11 +286,7 @@ def tune_pipeline(
     paths: dict[str, Path] = {}
     with RepoGuard(p.paths, server, reload_last=(t.model,) if p.kind == "ensemble" else ()):
         try:
-            t.capture_reference()
-            while (why := t.should_stop(study)) is None:
-                _study.fail_stale(study)
-                t.run_trial(study, study.ask())
-            t.emit(SearchStopped(why))
+            search(t, study)
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted by the user"
             raise

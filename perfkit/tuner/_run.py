@@ -28,6 +28,19 @@ from perfkit.tuner._trial import TrialRunner
 log = logging.getLogger(__name__)
 
 
+def search(t: TrialRunner, study: optuna.Study) -> None:
+    """The search, then the confirmation of its pick: trials until a stop rule says enough, then
+    the best and its rivals re-measured before anything is claimed (one judgment for a model
+    and for a pipeline). The candidate last measured may be left serving: the caller's guard puts
+    the original back. Raises as run_trial and confirm_picks do."""
+    t.capture_reference()
+    while (why := t.should_stop(study)) is None:
+        _study.fail_stale(study)
+        t.run_trial(study, study.ask())
+    t.emit(SearchStopped(why))
+    confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats))
+
+
 def open_study(t: TrialRunner) -> optuna.Study:
     """Create, join or resume the study; check it was started from this config and budget.
     Raises UsageError."""
@@ -130,13 +143,7 @@ def tune(
     result_paths: dict[str, Path] = {}
     with ConfigGuard(t.config_path, server, t.model):
         try:
-            t.capture_reference()
-            while (why := t.should_stop(study)) is None:
-                _study.fail_stale(study)
-                trial = study.ask()
-                t.run_trial(study, trial)
-            t.emit(SearchStopped(why))
-            confirm_picks(t, study, ConfirmSettings(repeats=settings.confirm_repeats))
+            search(t, study)
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted by the user"
             raise

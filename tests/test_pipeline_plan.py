@@ -158,12 +158,17 @@ def test_repo_guard_restores_every_file_byte_for_byte_on_any_ending(tmp_path: Pa
                 p.write_text("max_batch_size: 1\n")
             raise ending
         assert {m: p.read_bytes() for m, p in paths.items()} == before
-    previous = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt), RepoGuard(paths):  # SIGTERM ends the block like Ctrl-C
-        paths["stage_infer"].write_text("# half done\n")
-        signal.raise_signal(signal.SIGTERM)
-    assert {m: p.read_bytes() for m, p in paths.items()} == before
-    assert signal.getsignal(signal.SIGTERM) == previous
+    # The guard turns SIGTERM into Ctrl-C only where nobody else handles it (a plain process); a
+    # library imported earlier in this process (Ray) may have installed its own: start from none.
+    outer = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(KeyboardInterrupt), RepoGuard(paths):  # SIGTERM ends the block like Ctrl-C
+            paths["stage_infer"].write_text("# half done\n")
+            signal.raise_signal(signal.SIGTERM)
+        assert {m: p.read_bytes() for m, p in paths.items()} == before
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, outer)
 
 
 def test_apply_all_installs_the_whole_set_or_nothing(tmp_path: Path):

@@ -64,6 +64,7 @@ def test_every_fixture_model_answers_a_real_inference(triton):
         "image",
         "pipeline",
         "preprocess",
+        "queue",
         "sleeper",
         "stage_decode",
         "stage_infer",
@@ -90,6 +91,9 @@ def test_every_fixture_model_answers_a_real_inference(triton):
     inp = grpcclient.InferInput("INPUT0", [1, 1], "FP32")
     inp.set_data_from_numpy(np.array([[4.0]], dtype=np.float32))
     assert client.infer("sleeper", [inp]).as_numpy("OUTPUT0").tolist() == [[4.0]]
+    one = grpcclient.InferInput("INPUT0", [1], "FP32")  # queue: no batching, echoes after its service time
+    one.set_data_from_numpy(np.array([2.5], dtype=np.float32))
+    assert client.infer("queue", [one]).as_numpy("OUTPUT0").tolist() == [2.5]
 
 
 def test_server_binds_loopback_with_explicit_model_control(triton):

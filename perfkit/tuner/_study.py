@@ -57,7 +57,8 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
     _quiet_optuna()
     last: Exception | None = None
     # Workers started together race to create Optuna's tables in a fresh database; the loser
-    # sees a unique-constraint error and succeeds once the winner's tables exist.
+    # sees a unique-constraint error (or PostgreSQL's DuplicateTable, when both issued CREATE
+    # TABLE at once) and succeeds once the winner's tables exist.
     for attempt in range(5):
         try:
             return optuna.storages.RDBStorage(
@@ -68,7 +69,10 @@ def make_storage(url: str) -> optuna.storages.RDBStorage:
             )
         except Exception as err:  # SQLAlchemy/driver errors vary by backend
             last = err
-            if "IntegrityError" not in type(err).__name__ and "UniqueViolation" not in str(err):
+            raced = "IntegrityError" in type(err).__name__ or any(
+                mark in str(err) for mark in ("UniqueViolation", "DuplicateTable", "already exists")
+            )
+            if not raced:
                 break
             time.sleep(0.2 + random.random() * (attempt + 1))
     what = f"{type(last).__name__}: {last}".splitlines()[0]

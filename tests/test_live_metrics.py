@@ -113,7 +113,7 @@ def test_prometheus_scrapes_a_profile_and_the_dashboard_queries_return_data(tmp_
         "--metrics-linger", "4",
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    out = Lines(proc.stdout)  # type: ignore[arg-type]
+    out = Lines(proc.stdout)  # type: ignore[arg-type]  # stdout=PIPE above, so it is never None
     out.wait_for(rf"metrics on http://127\.0\.0\.1:{metrics_port}/metrics")
     out.wait_for(r"run record saved to")
     # Queried at a moment perfkit still served its final values (it lingers 4 s, Prometheus scrapes

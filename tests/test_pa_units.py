@@ -36,8 +36,8 @@ def test_directory_one_file_per_input(tmp_path: Path) -> None:
     (stream,) = data.streams
     (step,) = stream.steps
     strings = np.array([f"s{i}".encode() for i in range(16)], dtype=np.object_)
-    assert step.input("INPUT0").data == to_wire(strings, "BYTES")  # type: ignore[union-attr]
-    assert step.input("INPUT1").shape == (2, 3)  # type: ignore[union-attr]
+    assert step.input("INPUT0").data == to_wire(strings, "BYTES")  # type: ignore[union-attr]  # the file gives INPUT0, so input() is not None
+    assert step.input("INPUT1").shape == (2, 3)  # type: ignore[union-attr]  # the file gives INPUT1, so input() is not None
     assert not step.expected
 
 
@@ -51,7 +51,7 @@ def test_directory_one_file_per_input(tmp_path: Path) -> None:
 )
 def test_directory_errors_name_file_and_input(tmp_path: Path, change: object, says: str) -> None:
     d = _dir(tmp_path)
-    change(d)  # type: ignore[operator]
+    change(d)  # type: ignore[operator]  # each parametrized change is a callable (typed object)
     with pytest.raises(InputError) as err:
         read_sources(IO, str(d), shapes={"INPUT1": (2, 3)})
     assert says in str(err.value)

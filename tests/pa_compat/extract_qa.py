@@ -181,12 +181,12 @@ def main() -> int:
     doc = extract(repo)
     old = json.loads(OUT.read_text()) if OUT.exists() else {"cases": []}
     recorded = {c["id"]: c for c in old["cases"]}
-    for case in doc["cases"]:  # type: ignore[union-attr]
+    for case in doc["cases"]:  # type: ignore[union-attr]  # extract() returns JSON whose "cases" is always a list of dicts
         for key in ("perf_analyzer", "perfkit", "stand_in", "perfkit_differs"):
             if key in recorded.get(case["id"], {}):
                 case[key] = recorded[case["id"]][key]
     OUT.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"{len(doc['cases'])} cases -> {OUT}", file=sys.stderr)  # type: ignore[arg-type]
+    print(f"{len(doc['cases'])} cases -> {OUT}", file=sys.stderr)  # type: ignore[arg-type]  # "cases" is a list (JSON typed as object)
     return 0
 
 

@@ -57,7 +57,7 @@ def write_testdata(folder: Path) -> Path:
 
 def case_argv(case: dict[str, object], places: dict[str, str], http_url: str, grpc_url: str) -> list[str]:
     """The case's command line with placeholders filled and -u pointing at the test server."""
-    argv = [str(a).format(**places) for a in case["argv"]]  # type: ignore[attr-defined]
+    argv = [str(a).format(**places) for a in case["argv"]]  # type: ignore[attr-defined]  # a case's "argv" is a JSON list (typed object here)
     grpc = any(a == "-i" and b.lower() == "grpc" for a, b in zip(argv, argv[1:]))
     return ["-u", grpc_url if grpc else http_url, *argv]
 

@@ -37,6 +37,10 @@ def _chromium() -> None:
     require("chromium", CHROMIUM, CHROMIUM_HOW)  # under CI=true a missing browser fails, not skips
 
 
+class BrowserDied(RuntimeError):
+    """Chromium exited before answering (a browser process crash, not something the page did)."""
+
+
 class Browser:
     """A headless Chromium driven over --remote-debugging-pipe (the smallest possible CDP client)."""
 
@@ -58,6 +62,7 @@ class Browser:
                 "--headless",
                 "--no-sandbox",
                 "--disable-gpu",
+                "--disable-dev-shm-usage",
                 "--disable-background-networking",
                 "--disable-component-update",
                 "--disable-sync",
@@ -87,7 +92,8 @@ class Browser:
                 raise TimeoutError("no answer from chromium")
             chunk = os.read(self._from_child_r, 1 << 20)
             if not chunk:
-                raise RuntimeError(f"chromium closed the pipe: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]  # stderr is a pipe (Popen stderr=PIPE)
+                err = self.proc.stderr.read().decode()[-2000:]  # type: ignore[union-attr]  # stderr is a pipe (Popen stderr=PIPE)
+                raise BrowserDied(f"chromium closed the pipe (exit {self.proc.wait()}): {err}")
             self._buf += chunk
         raw, self._buf = self._buf.split(b"\0", 1)
         return json.loads(raw)  # type: ignore[no-any-return]  # DevTools protocol replies are JSON objects
@@ -150,7 +156,18 @@ class Browser:
 
 
 def open_report(path: Path, profile_dir: Path, width: int = 1280, height: int = 2000) -> dict[str, Any]:
-    """Load the page; return its console errors, exceptions, requests, screenshot PNG and a DOM probe."""
+    """Load the page; return its console errors, exceptions, requests, screenshot PNG and a DOM probe.
+
+    A browser that dies before answering (seen once in CI on a 2-core machine: the pipe closed with
+    no crash report) is started once more with a fresh profile; a second death fails the test.
+    """
+    try:
+        return _open_report_once(path, profile_dir, width, height)
+    except BrowserDied:
+        return _open_report_once(path, profile_dir.with_name(profile_dir.name + "-again"), width, height)
+
+
+def _open_report_once(path: Path, profile_dir: Path, width: int, height: int) -> dict[str, Any]:
     browser = Browser(profile_dir)
     try:
         target = browser.send("Target.createTarget", {"url": "about:blank"})["targetId"]

@@ -819,6 +819,10 @@ class ProfileSpec:
     output_tensor_format: str = "binary"
     # TLS for the load's connections (https:// -u, or --ssl-grpc-use-ssl); None: plain TCP
     tls: TlsSpec | None = None
+    # perf_analyzer's --periodic-concurrency-range (start, end, step) with --request-period: one
+    # streamed run whose concurrency grows by step each time every request had request_period responses
+    periodic_concurrency: tuple[int, int, int] | None = None
+    request_period: int = 10
 
 
 def spec_defaults() -> dict[str, Any]:

@@ -107,7 +107,6 @@ def test_noops_are_noted() -> None:
         ("-c 8", "--concurrency-range"),
         ("-d", "--concurrency-range"),
         ("--trace-level TIMESTAMPS", "trace"),
-        ("--periodic-concurrency-range 1:10", "--concurrency-range"),
     ],
 )
 def test_refused_with_reason(argv: str, says: str) -> None:

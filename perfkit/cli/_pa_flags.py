@@ -101,11 +101,18 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--periodic-concurrency-range",),
         True,
-        "refused",
-        "not implemented; use --concurrency-range levels (each measured to stability)",
+        "differs",
+        "decoupled models, -i grpc --streaming, with --profile-export-file: START requests, STEP more each time "
+        "every request had --request-period responses; never past END in all (perf_analyzer overshoots when "
+        "START != STEP); START 0 refused (perf_analyzer waits forever)",
     ),
     PaFlag(("--session-concurrency",), True, "refused", "OpenAI service kind only; " + _DYN),
-    PaFlag(("--request-period",), True, "refused", "goes with --periodic-concurrency-range (not implemented)"),
+    PaFlag(
+        ("--request-period",),
+        True,
+        "same",
+        "responses per request (the flag-only final one counted, as perf_analyzer) before STEP more start",
+    ),
     PaFlag(("--request-parameter",), True, "refused", "custom request parameters are not implemented"),
     PaFlag(("--request-rate-range",), True, "differs", "open loop; late and dropped sends counted"),
     PaFlag(("--request-distribution",), True, "same", "constant or poisson", lower_value=True),

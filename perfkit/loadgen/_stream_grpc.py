@@ -105,8 +105,7 @@ def on_stream_message(
             rid, outputs, final = scanned
             req = transport.inflight.get(rid)
             if req is not None:
-                if outputs:
-                    req.responses.append(now)
+                transport.responded(req, now, outputs)
                 if final:
                     end(rid, req, now, 0, "")
             return
@@ -129,8 +128,8 @@ def on_stream_message(
         return
     if req is None:
         return
+    transport.responded(req, now, bool(resp.outputs))
     if resp.outputs:
-        req.responses.append(now)
         token_output = transport.cfg.token_output
         if token_output:
             for out in resp.outputs:

@@ -86,8 +86,9 @@ def measure_periodic(
     if finished_ns and not error and int((~cut).sum()) > end:
         # the END-th to end is the last: a request that ended just after it (before the loop
         # thread saw the END-th) is cut off too, as in perf_analyzer, whose callback stops at once
-        last = np.sort(s.done_ns[~cut])[end - 1]
-        cut |= s.done_ns > last
+        # by index, not by time: responses read together share one arrival time
+        done = np.flatnonzero(~cut)
+        cut[done[np.argsort(s.done_ns[done], kind="stable")[end:]]] = True
     kept = _subset(s, ~cut, {k: v for k, v in s.error_examples.items() if k != STATUS_UNFINISHED})
     _log.info(
         "periodic concurrency %d:%d:%d, request period %d: slots %s; %d request(s) cut off at the end",

@@ -110,10 +110,7 @@ def _rewrite(name: str, flag: PaFlag, value: str | None, notes: list[str]) -> li
 
 
 def _noop(name: str, flag: PaFlag, value: str | None, notes: list[str]) -> list[str]:
-    if name == "--measurement-mode" and value == "count_windows":
-        notes.append("--measurement-mode count_windows: measured in time windows of -p ms")
-    else:
-        notes.append(f"{name}{'' if value is None else ' ' + value}: {flag.note}")
+    notes.append(f"{name}{'' if value is None else ' ' + value}: {flag.note}")
     return []
 
 
@@ -230,6 +227,21 @@ def pa_options() -> Any:
             "--string-data", default=None, help="Generated data: every BYTES element holds this string (as in PA)."
         ),
         click.option(
+            "--measurement-mode",
+            type=click.Choice(["time_windows", "count_windows"]),
+            default="time_windows",
+            show_default=True,
+            help="time_windows: windows of -p ms; count_windows: a window ends at the first whole second holding"
+            " --measurement-request-count completed requests.",
+        ),
+        click.option(
+            "--measurement-request-count",
+            type=int,
+            default=50,
+            show_default=True,
+            help="With --measurement-mode count_windows: requests per window, at least.",
+        ),
+        click.option(
             "--periodic-concurrency-range",
             "periodic_range",
             default=None,
@@ -280,11 +292,16 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"-H {item!r}: expected NAME:VALUE on one line")
         headers.append((name.strip(), value.strip()))
     export = kw.pop("profile_export_file")
+    count = kw.pop("measurement_request_count", 50)
+    if count <= 0:
+        raise UsageError("Failed to parse --measurement-request-count. The value must be > 0.")
     request_period = kw.pop("request_period", 10)
     periodic = periodic_range(kw.pop("periodic_range", None), request_period, kw, export)
     return {
         "periodic_concurrency": periodic,
         "request_period": request_period,
+        "measurement_mode": kw.pop("measurement_mode", "time_windows"),
+        "measurement_request_count": count,
         "string_data": kw.pop("string_data"),
         "bls_composing_models": names,
         "http_headers": tuple(headers),

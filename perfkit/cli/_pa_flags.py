@@ -59,9 +59,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         ("--measurement-mode",),
         True,
         "differs",
-        "`time_windows` same; `count_windows` accepted, measured in time windows of -p ms (said with -v)",
-        refused_values=(("*", "expected time_windows or count_windows"),),
-        noop_values=("time_windows", "count_windows"),
+        "`time_windows`: windows of -p ms; `count_windows`: a window ends at the first whole second (perf_analyzer"
+        " looks once a second) holding --measurement-request-count requests; perfkit caps one at 60 s",
         lower_value=True,
     ),
     PaFlag(
@@ -73,8 +72,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--measurement-request-count",),
         True,
-        "accepted",
-        "count_windows' request count: perfkit's windows are time windows, ended by its precision rule",
+        "same",
+        "count_windows: requests completed (ok) that end a window; default 50",
     ),
     PaFlag(
         ("-s", "--stability-percentage"),

@@ -193,7 +193,7 @@ def pa_options() -> Any:
             "http_headers",
             multiple=True,
             metavar="NAME:VALUE",
-            help="A header on every HTTP infer request (repeatable; ignored for gRPC, as in perf_analyzer).",
+            help="A header on every infer request (repeatable): HTTP headers, gRPC metadata.",
         ),
         click.option(
             "--grpc-compression-algorithm",
@@ -201,7 +201,7 @@ def pa_options() -> Any:
             type=click.Choice(["none", "gzip", "deflate"]),
             default="none",
             show_default=True,
-            help="Compress unary gRPC requests (ignored for HTTP, as in perf_analyzer).",
+            help="Compress gRPC requests, unary and streamed (ignored for HTTP).",
         ),
         click.option(
             "--input-tensor-format",

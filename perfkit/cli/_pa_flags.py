@@ -162,12 +162,18 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("-a", "--async"), False, "accepted", "perfkit is always asynchronous"),
     PaFlag(("--sync",), False, "accepted", "perfkit is always asynchronous: the same load, fewer threads"),
     PaFlag(("--streaming",), False, "same", "gRPC bidirectional stream (and HTTP generate_stream)"),
-    PaFlag(("-H",), True, "same", "a header on every HTTP infer request (ignored for gRPC, as in perf_analyzer)"),
+    PaFlag(
+        ("-H",),
+        True,
+        "same",
+        "a header on every HTTP infer request, streamed ones too; gRPC metadata on unary calls and the stream "
+        "(perf_analyzer's docs say ignored for gRPC, its client code sends them)",
+    ),
     PaFlag(
         ("--grpc-compression-algorithm",),
         True,
         "same",
-        "none, gzip or deflate: unary gRPC requests compressed once, before the hot path (not streamed ones)",
+        "none, gzip or deflate: unary gRPC requests compressed once, before the hot path; streamed ones each",
         lower_value=True,
     ),
     PaFlag(("--grpc-method",), True, "refused", "dynamic_grpc service kind only; " + _DYN),

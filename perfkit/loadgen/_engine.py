@@ -65,6 +65,9 @@ class EngineConfig:
     transport: str = "auto"
     compression: str = ""  # gRPC message compression ("gzip", "deflate"), hand-written HTTP/2 only
     tls: TlsSpec | None = None  # TLS on every connection (http1 and h2 transports); None: plain TCP
+    # perf_analyzer's -H on gRPC requests: metadata (its gRPC Infer takes them,
+    # src/client_backend/triton/triton_client_backend.cc); HTTP payloads carry them already
+    metadata: tuple[tuple[str, str], ...] = ()
 
 
 def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEventLoop, ledger: Ledger) -> Transport:
@@ -84,7 +87,9 @@ def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEvent
     if kind == "http1":
         return Http1Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, tls=cfg.tls)
     if kind == "h2":
-        return H2Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, cfg.compression, tls=cfg.tls)
+        return H2Transport(
+            loop, ledger, cfg.payloads, cfg.host, cfg.port, cfg.compression, tls=cfg.tls, metadata=cfg.metadata
+        )
     if kind == "grpc-aio":
         return AioTransport(loop, ledger, cfg.payloads, cfg.host, cfg.port)
     raise ValueError(f"unknown transport {cfg.transport!r}; expected one of {', '.join(TRANSPORTS)}")

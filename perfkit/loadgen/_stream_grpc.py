@@ -140,6 +140,14 @@ def on_stream_message(
         end(resp.id, req, now, 0, "")
 
 
+def _aio_compression(cfg: StreamConfig) -> Any:
+    if not cfg.compression:
+        return None
+    import grpc
+
+    return grpc.Compression.Gzip if cfg.compression == "gzip" else grpc.Compression.Deflate
+
+
 def grpc_stream_request(payload: bytes, rid: str, seq: SeqFlags | None) -> bytes:
     """A prebuilt ModelInferRequest with its id, final-response flag and sequence flags appended."""
     if seq is None:
@@ -177,7 +185,9 @@ class AioStreamTransport(StreamTransport):
         if self._channel is None:
             self._new_channel()
         method = self._channel.stream_stream(STREAM_INFER)  # raw bytes both ways
-        self._call = method()
+        self._call = method(
+            metadata=tuple((k.lower(), v) for k, v in self.cfg.headers) or None, compression=_aio_compression(self.cfg)
+        )
         self._fresh = True
         self._outq = asyncio.Queue()
         self.spawn(self._read(self._call))

@@ -67,6 +67,10 @@ class StreamConfig:
     sessions: tuple[int, ...] = ()
     token_output: str = ""  # count tokens as this output tensor's elements (gRPC only)
     http_path: str = ""  # transport "http": the infer path the sequence requests post to
+    # perf_analyzer's -H: on the gRPC stream as metadata (its StartStream passes them,
+    # src/client_backend/triton/triton_client_backend.cc), on HTTP requests as headers
+    headers: tuple[tuple[str, str], ...] = ()
+    compression: str = ""  # perf_analyzer's --grpc-compression-algorithm on the gRPC stream's messages
 
 
 class StreamTransport(Transport):

@@ -229,14 +229,10 @@ def profile(
             cfg: EngineConfig | StreamConfig = EngineConfig(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding,
                 compression=spec.grpc_compression if spec.protocol == "grpc" else "", tls=spec.tls,
+                metadata=spec.http_headers if spec.protocol == "grpc" else (),
             )  # fmt: skip
             # streamed requests (--streaming, sequence models) go through the stream engine
             stream_cfg = stream_config(spec, kind, host, port, payloads, intervals, io=io, steps=steps)
-            if stream_cfg is not None and spec.grpc_compression:
-                raise UsageError(
-                    "--grpc-compression-algorithm compresses unary gRPC requests; streamed ones are sent as they are",
-                    hint="drop the flag, or use none",
-                )
             if stream_cfg is not None and spec.tls is not None:
                 raise UsageError(
                     "TLS is carried by the unary HTTP and gRPC transports;"

@@ -62,3 +62,10 @@ def test_count_windows_request_count_must_be_positive(capsys):
                "--measurement-request-count", "0"])  # fmt: skip
     assert rc == ExitCode.USAGE
     assert "--measurement-request-count" in capsys.readouterr().err
+
+
+def test_count_windows_not_with_ray(capsys):
+    rc = main(["profile", "-m", "identity", "-u", "127.0.0.1:1", "--ray", "auto", "--measurement-mode",
+               "count_windows"])  # fmt: skip
+    assert rc == ExitCode.USAGE
+    assert "--ray" in capsys.readouterr().err

@@ -74,3 +74,14 @@ def test_unary_grpc_carries_headers_as_metadata(triton, tmp_path):
     assert rc == ExitCode.OK
     _ok(out)
     assert b"x-perfkit-test\x06abc123" in sent
+
+
+def test_metadata_of_any_length_is_valid_hpack():
+    """A long -H value (a bearer token, say) is encoded with HPACK's multi-byte lengths."""
+    import hpack
+
+    from perfkit.loadgen._h2 import header_block
+
+    token = "Bearer " + "t" * 300
+    block = header_block("h:1", "/p", "gzip", metadata=(("Authorization", token), ("X-A", "1")))
+    assert hpack.Decoder().decode(block)[-3:] == [("grpc-encoding", "gzip"), ("authorization", token), ("x-a", "1")]

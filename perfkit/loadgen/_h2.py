@@ -69,10 +69,22 @@ def _frame(ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
 
 
+def _string(data: bytes) -> bytes:
+    # an HPACK string literal, not Huffman-coded: its length as a 7-bit-prefix integer (RFC 7541 5.1)
+    n = len(data)
+    if n < 127:
+        return bytes((n,)) + data
+    out, n = bytearray((127,)), n - 127
+    while n >= 128:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + data
+
+
 def _literal(name: bytes, value: bytes) -> bytes:
     # "literal header field without indexing, new name": stateless, so the block is reusable
-    assert len(name) < 127 and len(value) < 127
-    return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
+    return b"\x00" + _string(name) + _string(value)
 
 
 def header_block(

@@ -85,3 +85,10 @@ def test_metadata_of_any_length_is_valid_hpack():
     token = "Bearer " + "t" * 300
     block = header_block("h:1", "/p", "gzip", metadata=(("Authorization", token), ("X-A", "1")))
     assert hpack.Decoder().decode(block)[-3:] == [("grpc-encoding", "gzip"), ("authorization", token), ("x-a", "1")]
+
+
+def test_compression_needs_grpc(capsys):
+    """perf_analyzer's rule: compression only with -i grpc (one line, usage exit)."""
+    rc = main(["profile", "-m", "identity", "-u", "127.0.0.1:1", "--grpc-compression-algorithm", "gzip"])
+    assert rc == ExitCode.USAGE
+    assert "only allowed with gRPC" in capsys.readouterr().err

@@ -201,7 +201,7 @@ def pa_options() -> Any:
             type=click.Choice(["none", "gzip", "deflate"]),
             default="none",
             show_default=True,
-            help="Compress gRPC requests, unary and streamed (ignored for HTTP).",
+            help="Compress gRPC requests, unary and streamed (-i grpc only, as perf_analyzer).",
         ),
         click.option(
             "--input-tensor-format",
@@ -292,6 +292,11 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"-H {item!r}: expected NAME:VALUE on one line")
         headers.append((name.strip(), value.strip()))
     export = kw.pop("profile_export_file")
+    ctx = click.get_current_context(silent=True)
+    protocol = kw.get("protocol") or (ctx.params.get("protocol") if ctx is not None else None)
+    if kw.get("grpc_compression", "none") != "none" and protocol == "http":
+        # perf_analyzer's rule (src/command_line_parser.cc, VerifyOptions)
+        raise UsageError("Using compression algorithm is only allowed with gRPC protocol.")
     count = kw.pop("measurement_request_count", 50)
     if count <= 0:
         raise UsageError("Failed to parse --measurement-request-count. The value must be > 0.")

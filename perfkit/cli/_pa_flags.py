@@ -173,7 +173,7 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         ("--grpc-compression-algorithm",),
         True,
         "same",
-        "none, gzip or deflate: unary gRPC requests compressed once, before the hot path; streamed ones each",
+        "none, gzip or deflate, -i grpc only: unary requests compressed once, before the hot path; streamed ones each",
         lower_value=True,
     ),
     PaFlag(("--grpc-method",), True, "refused", "dynamic_grpc service kind only; " + _DYN),

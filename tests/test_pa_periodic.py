@@ -75,7 +75,7 @@ def test_periodic_run_like_perf_analyzer(
     got, want = export_facts(export), case["perf_analyzer"]["export_facts"]
     for key in ("experiment", "window_boundaries", "requests"):
         assert got[key] == want[key], (key, got, want)
-    # perf_analyzer also times the flag-only final response (src/infer_context.cc:318); perfkit does not
+    # perf_analyzer also times the flag-only final response (src/infer_context.cc:319); perfkit does not
     assert got["responses_per_request"] == [n - 1 for n in want["responses_per_request"]]
 
 

@@ -133,19 +133,19 @@ class PeriodicSpec:
 
 
 class PeriodicLoop(ClosedLoop):
-    """perf_analyzer's periodic concurrency (src/periodic_concurrency_manager.cc, _worker.cc).
+    """perf_analyzer's periodic concurrency (src/periodic_concurrency_manager.cc, _worker.cc, commit 263c5f6e).
 
     `start` slots, each a closed loop of one request (a slot's next request leaves when its
     previous one ends, as perf_analyzer's concurrency-1 workers do). Every time a request gets
     its `request_period`-th response, one "incomplete period" is struck off; when none is left,
-    `step` more slots start (PeriodCompletedCallback, manager.cc:72-84) and must each see a
+    `step` more slots start (PeriodCompletedCallback, manager.cc:79-90) and must each see a
     request through its period before the next step. The run is over once `end` requests have
-    ended (RequestCompletedCallback, manager.cc:87-94): `finished_ns` is then set and nothing more
+    ended (RequestCompletedCallback, manager.cc:93-100): `finished_ns` is then set and nothing more
     is sent. A request that ends before its period is an error, as in perf_analyzer
-    (worker.cc:56-66): `error` says so and the run ends.
+    (worker.cc:51-68): `error` says so and the run ends.
 
     Where perfkit differs: perf_analyzer adds slots while `steps_completed * step < end`
-    (manager.cc:78), which ignores START and overshoots END when START != STEP (5:9:2 reaches 11
+    (manager.cc:85-86), which ignores START and overshoots END when START != STEP (5:9:2 reaches 11
     slots); perfkit stops at END slots, as its help text says ('end' is the total concurrency).
     """
 

@@ -77,7 +77,8 @@ def measure_periodic(
             after = _server_stats.snapshot(server.model_stats, stats_models)
         except ServerError:
             after = None
-    # perf_analyzer returns once END requests have ended (periodic_concurrency_manager.cc:90-94):
+    # perf_analyzer returns once END requests have ended (src/periodic_concurrency_manager.cc:93-100 at
+    # commit 263c5f6e):
     # the requests still in flight then are cut off and not reported; so here (those that
     # ended while this thread was polling too)
     rec.add(gen.stop(drain_timeout_s=0.0))

@@ -148,7 +148,8 @@ def measure_level(
 MIN_DECISION_SAMPLES = 20
 
 # count_windows: perf_analyzer looks every second whether the window holds enough requests
-# (src/inference_profiler.cc, Measure: sleep_for(1000 ms) until CountCollectedRequests() >= count)
+# (src/inference_profiler.cc:1231-1238 at commit 263c5f6e, Measure: sleep 1000 ms until
+# CountCollectedRequests() >= count)
 COUNT_POLL_NS = 1_000_000_000
 # ... and waits for them without end; perfkit ends a window after this long (fewer requests then)
 COUNT_WINDOW_CAP_NS = 60_000_000_000

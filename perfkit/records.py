@@ -222,6 +222,9 @@ class LevelResult:
     incomplete: bool = False  # a worker died mid-level: figures hold what the others (and it, before) sent
     streaming: StreamingSummary | None = None  # streamed (decoupled) requests only
     reconnects: int = 0  # connections that died during the level and were replaced
+    # A traffic mix (ProfileSpec.mix): each model's own figures, its requests only; the level's
+    # own figures are the whole mix's (its counts are their sums)
+    models: tuple[MixShare, ...] = ()
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -232,6 +235,15 @@ class LevelResult:
                 raise KeyError("no corrected latency in a closed-loop level")
             return self.corrected
         return self.corrected or self.service
+
+
+@dataclass(frozen=True)
+class MixShare:
+    """One model's part of a mixed level: its weight in the mix and its figures (a LevelResult of its requests)."""
+
+    model: str
+    weight: int
+    result: LevelResult
 
 
 # Machine fields that identify hardware (hostnames change per CI job: not among them).
@@ -819,6 +831,14 @@ class ProfileSpec:
     output_tensor_format: str = "binary"
     # TLS for the load's connections (https:// -u, or --ssl-grpc-use-ssl); None: plain TCP
     tls: TlsSpec | None = None
+    # A traffic mix (`perfkit profile -m A -m B --mix A:3,B:1`): every model and its weight, one
+    # engine drawing each request's model by weight; `model` is the first. Empty: `model` alone.
+    mix: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def mix_label(self) -> str:
+        """The mix as the user writes it (`batcher:3,hungry:1`); the model's name without a mix."""
+        return ",".join(f"{m}:{w}" for m, w in self.mix) if self.mix else self.model
 
 
 def spec_defaults() -> dict[str, Any]:
@@ -881,6 +901,7 @@ class Samples:
     response_ns: Any = None
     output_tokens: Any = None  # per request: elements of a declared output tensor over its responses
     reconnects: int = 0  # connections that died under the load generator and were replaced
+    model: Any = None  # a traffic mix: per request, its model's index in ProfileSpec.mix (int16); else None
 
     def __len__(self) -> int:
         return len(self.done_ns)

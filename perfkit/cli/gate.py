@@ -18,6 +18,7 @@ from perfkit.gate import (
     GateOptions,
     GateResult,
     append_step_summary,
+    compare_pair,
     compare_records,
     overall_verdict,
     parse_job_noise,
@@ -252,7 +253,11 @@ def command(  # noqa: PLR0917  (click passes every option)
         baseline, b_label = resolve_run(
             baseline_ref, role="baseline", model=model or str(current.model.name), store=store
         )
-        result = compare_records(baseline, current, opts, baseline_label=b_label, current_label=c_label)
+        # a traffic mix is judged as a whole and model by model
+        results = compare_pair(baseline, current, opts, baseline_label=b_label, current_label=c_label)
+        emit(results, [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)
+        finish(results)
+        return
     emit([result], [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)
     finish([result])
 

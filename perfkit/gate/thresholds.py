@@ -123,9 +123,15 @@ def parse_job_noise(texts: tuple[str, ...] | list[str]) -> dict[str, float]:
 
 
 def parse_thresholds(texts: tuple[str, ...] | list[str]) -> list[Threshold]:
-    """Parse every threshold (defaults when none); the last one given for a metric (of a model) wins."""
+    """Parse every threshold; the last one given for a metric (of a model) wins.
+
+    The defaults apply when no threshold for every model is given: thresholds scoped to a model
+    (MODEL:METRIC:CHANGE) add to them.
+    """
+    parsed = [parse_threshold(text) for text in texts]
+    if not any(not t.model for t in parsed):
+        parsed = [parse_threshold(text) for text in DEFAULT_THRESHOLDS] + parsed
     by_metric: dict[tuple[str, str], Threshold] = {}
-    for text in texts or DEFAULT_THRESHOLDS:
-        t = parse_threshold(text)
+    for t in parsed:
         by_metric[(t.model, t.metric)] = t
     return sorted(by_metric.values(), key=lambda t: (t.model, METRICS.index(t.metric)))

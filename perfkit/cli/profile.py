@@ -116,6 +116,8 @@ def summary_table(record: RunRecord) -> str:
         if open_loop:
             row += f" {lv.sent_rps:>8.1f} {lv.late_count:>5} {lv.dropped_count:>8}"
         lines.append(row)
+        if lat.thin:
+            lines.append(f"{'':>18} (too few samples for {', '.join(lat.thin)})")
         for share in lv.models:  # a traffic mix: each model's figures under the whole mix's
             r, m_lat = share.result, share.result.latency()
             lines.append(
@@ -124,8 +126,6 @@ def summary_table(record: RunRecord) -> str:
                 f"{_fmt_ms(m_lat.p99_us):>8} {_fmt_ms(m_lat.mean_us):>8} {r.error_count:>7}"
                 f"  requests {r.request_count}"
             )
-        if lat.thin:
-            lines.append(f"{'':>18} (too few samples for {', '.join(lat.thin)})")
     kind = "corrected (from due time)" if open_loop else "service (from send time)"
     lines.append(f"latency: {kind}; ±: ~95% CI half-width, relative")
     if record.spec.mix:

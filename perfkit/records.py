@@ -610,6 +610,11 @@ class TuneRecord:
     # records before this field meant), "ttft" or "itl" (a decoupled model's stream). Trials'
     # latency_us are that metric's percentile.
     budget_metric: str = "latency"
+    # A traffic mix tuned jointly: its models (model is the first) and weights, and each model's
+    # budget (latency_budget_ms is the first's; trials' latency_us the worst model's percentile
+    # scaled to it). Empty for one model.
+    mix: tuple[tuple[str, int], ...] = ()
+    mix_budgets_ms: dict[str, float] = field(default_factory=dict)
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
 

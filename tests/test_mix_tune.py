@@ -112,7 +112,8 @@ def test_mix_tune_recommends_a_pair_within_both_budgets_and_applies_it(tmp_path:
     repo = copy_models(tmp_path, list(MODELS))
     before = _configs(repo)
     out_dir = tmp_path / "out"
-    rc = main(["tune", "--model-repository", str(repo), "-o", str(out_dir), "--trials", "3", "--apply", *MIX])
+    rc = main(["tune", "--model-repository", str(repo), "-o", str(out_dir), "--trials", "3", "--apply",
+               "--report", str(out_dir / "report.html"), *MIX])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed
     # each trial shows every model against its own budget, and where the shared device's time went
@@ -133,6 +134,8 @@ def test_mix_tune_recommends_a_pair_within_both_budgets_and_applies_it(tmp_path:
         assert share.result.latency().p99_us <= BUDGETS_MS[share.model] * 1e3
         assert row["metrics"][f"{share.model}.latency_us"] == share.result.latency().p99_us
     assert sum(s.result.request_count for s in level.models) == level.request_count
+    page = (out_dir / "report.html").read_text()
+    assert "at the traffic mix batcher:3,hungry:1 with every model within its own budget" in page
     # --apply installed the whole best set: each changed model's best config, with a backup
     after = _configs(repo)
     changed = [m for m in MODELS if after[m] != before[m]]

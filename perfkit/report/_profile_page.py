@@ -150,10 +150,9 @@ def add_run_sections(b: PageBuilder, rec: RunRecord, sid: str, heading: str) -> 
             f"Traffic mix{heading}",
             "Each model of the mix under the same load: its own requests, throughput and latency.",
         )
-        figures = mix_figures(rec)
-        for fig in figures[:-1]:
+        b.table(s, mix_table(rec))  # the figures first-hand: each model beside the whole mix
+        for fig in mix_figures(rec):
             b.figure(s, fig)
-        b.figure(s, figures[-1], mix_table(rec))
 
     s = b.section(
         f"distribution{sid}",

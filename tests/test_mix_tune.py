@@ -116,6 +116,8 @@ def test_mix_tune_recommends_a_pair_within_both_budgets_and_applies_it(tmp_path:
                "--report", str(out_dir / "report.html"), *MIX])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed
+    assert "perfkit tune: mix batcher:3,hungry:1 (traffic mix)" in printed
+    assert "every model within its own budget (batcher 60 ms, hungry 120 ms)" in printed
     # each trial shows every model against its own budget, and where the shared device's time went
     assert "  models: batcher " in printed and " of 60 ms; hungry " in printed and " of 120 ms" in printed
     assert "  steps: batcher queue" in printed and "hungry queue" in printed

@@ -96,6 +96,12 @@ def build_mix(
         if fixed:
             notes.append(f"model {name!r} held at its config: {fixed}")
         notes += [f"{name}: {n}" for n in rs.notes]
+    own = ", ".join(f"{m} {budgets_ms[m]:g} ms" for m in models)
+    notes.insert(
+        0,
+        f"traffic mix of {', '.join(models)}: every model within its own budget ({own}); a trial's latency"
+        f" figure is the model nearest its budget, against {models[0]}'s",
+    )
     joint = _pipeline._joint_space(models[0], "mix", steps, notes)
     refused = None
     if not any(s.searched for s in steps):
@@ -137,6 +143,10 @@ class MixRunner(PipelineRunner):
         super().__init__(server, settings, space, model_repository, measure, on_event)
         if not settings.study_name:
             self.study_name = "tune-mix-" + "+".join(m for m, _ in settings.mix)
+
+    @property
+    def title(self) -> str:
+        return "mix " + ",".join(f"{m}:{w}" for m, w in self.s.mix)
 
     def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
         budgets = dict(self.s.mix_budgets_ms)

@@ -107,6 +107,11 @@ class PipelineRunner(TrialRunner):
         self.original_text = self.pipeline.original_bundle
         self.step_names = [s.model for s in self.pipeline.steps]
 
+    @property
+    def title(self) -> str:
+        """What the search is of, as its first line names it."""
+        return self.model
+
     def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
         self.pipeline = _pipeline.build(
             space, model_repository, self.model, composing=self.composing,
@@ -280,7 +285,7 @@ def tune_pipeline(
     else:
         t = runner_class(server, settings, space, model_repository, measure, sink)
     p = t.pipeline
-    t.emit(SearchStarted(t.model, t.space.backend, settings.percentile, settings.latency_budget_ms,
+    t.emit(SearchStarted(t.title, t.space.backend, settings.percentile, settings.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
                          settings.budget_metric))  # fmt: skip
     if not t.space.dimensions:

@@ -244,6 +244,20 @@ class LevelRecorder:
         self._parts: list[Samples] = []
         self._all: Samples | None = None
         self._windows: list[Window] = []
+        # count windows (perf_analyzer's count_windows): each window's end, when windows are not
+        # all window_ns long; window k runs from the end of window k-1 (start_ns for the first)
+        self.ends_ns: list[int] = []
+
+    def window_span(self, k: int) -> tuple[int, int]:
+        """Window k's [start, end) in ns (0-based)."""
+        if self.ends_ns:
+            return (self.ends_ns[k - 1] if k > 0 else self.start_ns), self.ends_ns[k]
+        w0 = self.start_ns + k * self.window_ns
+        return w0, w0 + self.window_ns
+
+    def window_end(self, count: int) -> int:
+        """Where the first `count` windows end."""
+        return self.window_span(count - 1)[1] if count > 0 else self.start_ns
 
     def add(self, samples: Samples) -> None:
         """Add a batch of samples (any order, warm-up ones included: they are filtered)."""
@@ -272,17 +286,16 @@ class LevelRecorder:
         out = self._windows[: max(0, count - 1)]
         ok = s.status == STATUS_OK
         for k in range(len(out), count):
-            w0 = self.start_ns + k * self.window_ns
-            w1 = w0 + self.window_ns
+            w0, w1 = self.window_span(k)
             inw = (s.done_ns >= w0) & (s.done_ns < w1)
             done_ok = inw & ok
             lat = (s.done_ns[done_ok] - s.sent_ns[done_ok]) / 1e3
             n_ok = int(done_ok.sum())
-            dur = self.window_ns / 1e9
+            dur = (w1 - w0) / 1e9
             pct = np.percentile(lat, [50, 90, 95, 99, 99.9]) if lat.size else np.zeros(5)
             out.append(
                 Window(
-                    start_s=k * dur,
+                    start_s=(w0 - self.start_ns) / 1e9,
                     duration_s=dur,
                     completed=n_ok,
                     inferences=n_ok * self.batch_size,
@@ -312,8 +325,8 @@ class LevelRecorder:
         """Latencies (us) of the requests that completed ok in window `index` (0-based): service,
         and corrected (from the due time; None in closed loop)."""
         s = self.samples
-        w0 = self.start_ns + index * self.window_ns
-        done = (s.done_ns >= w0) & (s.done_ns < w0 + self.window_ns) & (s.status == STATUS_OK)
+        w0, w1 = self.window_span(index)
+        done = (s.done_ns >= w0) & (s.done_ns < w1) & (s.status == STATUS_OK)
         service = (s.done_ns[done] - s.sent_ns[done]) / 1e3
         corrected = None if self.closed_loop else (s.done_ns[done] - s.due_ns[done]) / 1e3
         return service, corrected
@@ -343,7 +356,11 @@ class LevelRecorder:
         lat, done_ns = self._latencies(end_ns, "service" if self.closed_loop else "corrected")
         tput = mean_ci_rel([w.infer_per_s for w in windows], min_sd=self._count_noise_sd(windows, lat))
         count = len(windows)
-        section = (done_ns - self.start_ns) // self.window_ns
+        if self.ends_ns:
+            section = np.searchsorted(np.asarray(self.ends_ns[:count]), done_ns, side="right")
+            section[done_ns < self.start_ns] = -1
+        else:
+            section = (done_ns - self.start_ns) // self.window_ns
         inside = (section >= 0) & (section < count)
         windowed, section = lat[inside], section[inside]  # completed inside the windows
         if percentile is None:  # one O(n) pass: this runs after every window

@@ -779,6 +779,10 @@ class ProfileSpec:
     shared_memory: Literal["none", "system", "cuda"] = "none"
     output_shared_memory_size: int = 102400
     measurement_interval_ms: float = 1000.0  # window length
+    # perf_analyzer's --measurement-mode: "time_windows" (windows of measurement_interval_ms) or
+    # "count_windows" (a window ends at the first whole second holding measurement_request_count requests)
+    measurement_mode: Literal["time_windows", "count_windows"] = "time_windows"
+    measurement_request_count: int = 50
     stability_percentage: float = 10.0
     max_trials: int = 30  # max windows per level
     min_windows: int = DEFAULT_MIN_WINDOWS
@@ -836,6 +840,10 @@ class ProfileSpec:
     output_tensor_format: str = "binary"
     # TLS for the load's connections (https:// -u, or --ssl-grpc-use-ssl); None: plain TCP
     tls: TlsSpec | None = None
+    # perf_analyzer's --periodic-concurrency-range (start, end, step) with --request-period: one
+    # streamed run whose concurrency grows by step each time every request had request_period responses
+    periodic_concurrency: tuple[int, int, int] | None = None
+    request_period: int = 10
     # A traffic mix (`perfkit profile -m A -m B --mix A:3,B:1`): every model and its weight, one
     # engine drawing each request's model by weight; `model` is the first. Empty: `model` alone.
     mix: tuple[tuple[str, int], ...] = ()

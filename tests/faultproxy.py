@@ -11,6 +11,8 @@ Sits between perfkit and a real server and breaks connections the way networks d
     server-to-client stream at a frame boundary, as a server shutting down would send;
   - outage()/restore(upstream): every connection is dropped and new ones are refused
     until restore, which may point the proxy at a new server (a restart).
+With record_bytes=N it also keeps the first N bytes the clients sent (`client_bytes`), for
+tests that look at what went on the wire (headers, compression flags).
 Counters say what was injected. Bounded: at most MAX_CONNECTIONS at once.
 """
 
@@ -59,7 +61,10 @@ class FaultProxy:
         reset_probability: float = 0.0,
         h2: bool = False,
         seed: int = 0,
+        record_bytes: int = 0,
     ) -> None:
+        self.record_bytes = record_bytes
+        self.client_bytes = bytearray()
         self.upstream = upstream
         self.close_after = close_after
         self.idle_close_s = idle_close_s
@@ -184,6 +189,8 @@ class FaultProxy:
                 return
             link.last_io = time.monotonic()
             link.chunks += 1
+            if len(self.client_bytes) < self.record_bytes:
+                self.client_bytes += data[: self.record_bytes - len(self.client_bytes)]
             if self.close_after is not None and link.chunks > self.close_after:
                 self.closed_by_fault += 1
                 link.abort()

@@ -110,10 +110,7 @@ def _rewrite(name: str, flag: PaFlag, value: str | None, notes: list[str]) -> li
 
 
 def _noop(name: str, flag: PaFlag, value: str | None, notes: list[str]) -> list[str]:
-    if name == "--measurement-mode" and value == "count_windows":
-        notes.append("--measurement-mode count_windows: measured in time windows of -p ms")
-    else:
-        notes.append(f"{name}{'' if value is None else ' ' + value}: {flag.note}")
+    notes.append(f"{name}{'' if value is None else ' ' + value}: {flag.note}")
     return []
 
 
@@ -196,7 +193,7 @@ def pa_options() -> Any:
             "http_headers",
             multiple=True,
             metavar="NAME:VALUE",
-            help="A header on every HTTP infer request (repeatable; ignored for gRPC, as in perf_analyzer).",
+            help="A header on every infer request (repeatable): HTTP headers, gRPC metadata.",
         ),
         click.option(
             "--grpc-compression-algorithm",
@@ -204,7 +201,7 @@ def pa_options() -> Any:
             type=click.Choice(["none", "gzip", "deflate"]),
             default="none",
             show_default=True,
-            help="Compress unary gRPC requests (ignored for HTTP, as in perf_analyzer).",
+            help="Compress gRPC requests, unary and streamed (-i grpc only, as perf_analyzer).",
         ),
         click.option(
             "--input-tensor-format",
@@ -228,6 +225,37 @@ def pa_options() -> Any:
         ),
         click.option(
             "--string-data", default=None, help="Generated data: every BYTES element holds this string (as in PA)."
+        ),
+        click.option(
+            "--measurement-mode",
+            type=click.Choice(["time_windows", "count_windows"]),
+            default="time_windows",
+            show_default=True,
+            help="time_windows: windows of -p ms; count_windows: a window ends at the first whole second holding"
+            " --measurement-request-count completed requests.",
+        ),
+        click.option(
+            "--measurement-request-count",
+            type=int,
+            default=50,
+            show_default=True,
+            help="With --measurement-mode count_windows: requests per window, at least.",
+        ),
+        click.option(
+            "--periodic-concurrency-range",
+            "periodic_range",
+            default=None,
+            metavar="START:END[:STEP]",
+            help="Decoupled models (-i grpc --streaming): START requests, STEP more each time every request had"
+            " --request-period responses, END in all; the run ends when END requests have ended. Needs"
+            " --profile-export-file (perf_analyzer's rule).",
+        ),
+        click.option(
+            "--request-period",
+            type=int,
+            default=10,
+            show_default=True,
+            help="With --periodic-concurrency-range: responses each request gets before STEP more start.",
         ),
         click.option(
             "--bls-composing-models",
@@ -264,7 +292,21 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
             raise UsageError(f"-H {item!r}: expected NAME:VALUE on one line")
         headers.append((name.strip(), value.strip()))
     export = kw.pop("profile_export_file")
+    ctx = click.get_current_context(silent=True)
+    protocol = kw.get("protocol") or (ctx.params.get("protocol") if ctx is not None else None)
+    if kw.get("grpc_compression", "none") != "none" and protocol == "http":
+        # perf_analyzer's rule (src/command_line_parser.cc, VerifyOptions)
+        raise UsageError("Using compression algorithm is only allowed with gRPC protocol.")
+    count = kw.pop("measurement_request_count", 50)
+    if count <= 0:
+        raise UsageError("Failed to parse --measurement-request-count. The value must be > 0.")
+    request_period = kw.pop("request_period", 10)
+    periodic = periodic_range(kw.pop("periodic_range", None), request_period, kw, export)
     return {
+        "periodic_concurrency": periodic,
+        "request_period": request_period,
+        "measurement_mode": kw.pop("measurement_mode", "time_windows"),
+        "measurement_request_count": count,
         "string_data": kw.pop("string_data"),
         "bls_composing_models": names,
         "http_headers": tuple(headers),
@@ -273,6 +315,52 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         "input_tensor_format": kw.pop("input_tensor_format"),
         "output_tensor_format": kw.pop("output_tensor_format"),
     }
+
+
+def periodic_range(
+    text: str | None, request_period: int, kw: dict[str, Any], export: Path | None
+) -> tuple[int, int, int] | None:
+    """--periodic-concurrency-range as (start, end, step), by perf_analyzer's rules and in its words
+    (src/command_line_parser.cc: the option's parsing, and VerifyOptions); raises UsageError."""
+    if text is None:
+        return None
+    what = "Failed to parse --periodic-concurrency-range."
+    values = text.split(":")
+    if len(values) < 2:
+        raise UsageError(f"{what} Both <start> and <end> values must be provided.")
+    if len(values) > 3:
+        raise UsageError(f"{what} The value does not match <start:end:step>.")
+    try:
+        start, end, step = (int(v) for v in [*values, "1"][:3])
+    except ValueError:
+        raise UsageError(f"{what} The value does not match <start:end:step>: integers expected.") from None
+    if step <= 0:
+        raise UsageError(f"{what} The <step> value must be > 0.")
+    if start > end:
+        raise UsageError(f"{what} The <start> must be <= <end>.")
+    if (end - start) % step != 0:
+        raise UsageError(f"{what} The <step> value must be a factor of the range size (<end> - <start>).")
+    if start <= 0:
+        # perf_analyzer accepts 0 and then waits forever: no request, so no period ever completes
+        raise UsageError(f"{what} The <start> must be > 0: with no request in flight the ramp never begins.")
+    if request_period <= 0:
+        raise UsageError("Failed to parse --request-period. The value must be > 0")
+    ctx = click.get_current_context(silent=True)
+    given = {**(ctx.params if ctx is not None else {}), **kw}  # flags other option groups consumed too
+    if any(given.get(k) for k in ("concurrency_range", "request_rate_range", "request_intervals", "fixed_schedule")):
+        raise UsageError(
+            "Cannot specify more then one inference load mode. Please choose only one of the following modes:"
+            " --concurrency-range, --periodic-concurrency-range, --request-rate-range, or --request-intervals"
+        )
+    if given.get("trace") or given.get("request_count") or given.get("binary_search"):
+        raise UsageError(
+            "--periodic-concurrency-range is one ramp: not with a trace, --request-count or --binary-search"
+        )
+    if given.get("protocol") != "grpc" or not given.get("streaming"):
+        raise UsageError("The --periodic-concurrency-range option requires bi-directional gRPC streaming.")
+    if export is None:
+        raise UsageError("Must provide --profile-export-file when using the --periodic-concurrency-range option.")
+    return start, end, step
 
 
 def input_data_sources(values: tuple[str, ...]) -> str | None:

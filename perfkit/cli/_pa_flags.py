@@ -59,9 +59,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         ("--measurement-mode",),
         True,
         "differs",
-        "`time_windows` same; `count_windows` accepted, measured in time windows of -p ms (said with -v)",
-        refused_values=(("*", "expected time_windows or count_windows"),),
-        noop_values=("time_windows", "count_windows"),
+        "`time_windows`: windows of -p ms; `count_windows`: a window ends at the first whole second (perf_analyzer"
+        " looks once a second) holding --measurement-request-count requests; perfkit caps one at 60 s",
         lower_value=True,
     ),
     PaFlag(
@@ -73,8 +72,8 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--measurement-request-count",),
         True,
-        "accepted",
-        "count_windows' request count: perfkit's windows are time windows, ended by its precision rule",
+        "same",
+        "count_windows: requests completed (ok) that end a window; default 50",
     ),
     PaFlag(
         ("-s", "--stability-percentage"),
@@ -101,11 +100,18 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--periodic-concurrency-range",),
         True,
-        "refused",
-        "not implemented; use --concurrency-range levels (each measured to stability)",
+        "differs",
+        "decoupled models, -i grpc --streaming, with --profile-export-file: START requests, STEP more each time "
+        "every request had --request-period responses; never past END in all (perf_analyzer overshoots when "
+        "START != STEP); START 0 refused (perf_analyzer waits forever)",
     ),
     PaFlag(("--session-concurrency",), True, "refused", "OpenAI service kind only; " + _DYN),
-    PaFlag(("--request-period",), True, "refused", "goes with --periodic-concurrency-range (not implemented)"),
+    PaFlag(
+        ("--request-period",),
+        True,
+        "same",
+        "responses per request (the flag-only final one counted, as perf_analyzer) before STEP more start",
+    ),
     PaFlag(("--request-parameter",), True, "refused", "custom request parameters are not implemented"),
     PaFlag(("--request-rate-range",), True, "differs", "open loop; late and dropped sends counted"),
     PaFlag(("--request-distribution",), True, "same", "constant or poisson", lower_value=True),
@@ -156,12 +162,18 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("-a", "--async"), False, "accepted", "perfkit is always asynchronous"),
     PaFlag(("--sync",), False, "accepted", "perfkit is always asynchronous: the same load, fewer threads"),
     PaFlag(("--streaming",), False, "same", "gRPC bidirectional stream (and HTTP generate_stream)"),
-    PaFlag(("-H",), True, "same", "a header on every HTTP infer request (ignored for gRPC, as in perf_analyzer)"),
+    PaFlag(
+        ("-H",),
+        True,
+        "same",
+        "a header on every HTTP infer request, streamed ones too; gRPC metadata on unary calls and the stream "
+        "(perf_analyzer's docs say ignored for gRPC, its client code sends them)",
+    ),
     PaFlag(
         ("--grpc-compression-algorithm",),
         True,
         "same",
-        "none, gzip or deflate: unary gRPC requests compressed once, before the hot path (not streamed ones)",
+        "none, gzip or deflate, -i grpc only: unary requests compressed once, before the hot path; streamed ones each",
         lower_value=True,
     ),
     PaFlag(("--grpc-method",), True, "refused", "dynamic_grpc service kind only; " + _DYN),

@@ -2,8 +2,7 @@
 
 Tools and scripts that shell out to `perf_analyzer` (model_analyzer, genai-perf, CI scripts) run
 on perfkit unchanged: where the two differ by default, this command takes perf_analyzer's side —
-5 s windows (`-p 5000`; with `--measurement-mode count_windows`, 20 ms per
-`--measurement-request-count` request and at least 1 s), 10 of them at most (`-r 10`),
+5 s windows (`-p 5000`), 10 of them at most (`-r 10`),
 stability judged on throughput and latency only (`--tail-percentiles ''`), the server at localhost:8000 (HTTP) or
 localhost:8001 (gRPC) rather than a launched one, and perf_analyzer's exit codes
 (PERFKIT_EXIT_CODES=perf_analyzer: 0, 2 when a level did not stabilise, 99 otherwise). A flag
@@ -20,37 +19,15 @@ from perfkit.errors import UsageError
 
 PA_MEASUREMENT_INTERVAL_MS = 5000
 PA_MAX_TRIALS = 10
-PA_COUNT_WINDOW_MS = 1000
-PA_DEFAULT_REQUEST_COUNT = 50
-PA_MS_PER_COUNTED_REQUEST = 20
-
-
-def count_window_ms(args: list[str]) -> int:
-    """Window length for count_windows: at least 1 s, and 20 ms per --measurement-request-count request
-    (perf_analyzer's default 50 requests -> 1 s), so asking for more requests per window lengthens it."""
-    count = PA_DEFAULT_REQUEST_COUNT
-    for i, a in enumerate(args):
-        value = a.partition("=")[2] if a.startswith("--measurement-request-count=") else None
-        if a == "--measurement-request-count" and i + 1 < len(args):
-            value = args[i + 1]
-        if value is not None:
-            try:
-                count = int(value)
-            except ValueError:
-                raise UsageError(f"--measurement-request-count {value!r}: expected an integer") from None
-    return max(PA_COUNT_WINDOW_MS, count * PA_MS_PER_COUNTED_REQUEST)
 
 
 def pa_defaults(args: list[str]) -> list[str]:
     """The flags to put before `args` for perf_analyzer's defaults; raises UsageError (refused flags)."""
-    norm, notes = normalize_argv(args)
+    norm, _ = normalize_argv(args)
     given = set(norm)
     out = []
     if not given & {"-p", "--measurement-interval"}:
-        # count_windows: perf_analyzer's windows last at least 1 s and hold --measurement-request-count
-        # requests; perfkit measures them as 1 s time windows
-        count_windows = any(n.startswith("--measurement-mode count_windows") for n in notes)
-        out += ["-p", str(count_window_ms(args) if count_windows else PA_MEASUREMENT_INTERVAL_MS)]
+        out += ["-p", str(PA_MEASUREMENT_INTERVAL_MS)]
     if not given & {"-r", "--max-trials"}:
         out += ["-r", str(PA_MAX_TRIALS)]
     if "--tail-percentiles" not in given:

@@ -431,6 +431,8 @@ def command(**kw: Any) -> int:
         _check_request_count(spec, request_count)
         if ray_address:
             raise UsageError("--request-count measures in one process; drop --ray (or the count)")
+    if ray_address and (spec.periodic_concurrency or spec.measurement_mode == "count_windows"):
+        raise UsageError("--ray measures time windows: drop --periodic-concurrency-range / count_windows (or --ray)")
     name = "+".join(m for m, _ in spec.mix) if spec.mix else spec.model
     out = kw["output"] or Path("runs") / f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:

@@ -65,6 +65,7 @@ from perfkit.loadgen._inputdata import (
     read_input_data,
 )
 from perfkit.loadgen._inputdir import read_sources
+from perfkit.loadgen._loops import PeriodicSpec
 from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
@@ -82,6 +83,7 @@ __all__ = [
     "InputData",
     "LoadGenerator",
     "ModelIO",
+    "PeriodicSpec",
     "SequenceSpec",
     "StreamConfig",
     "ShmBinding",
@@ -162,6 +164,19 @@ class LoadGenerator:
         for i in self._active:
             self._engines[i].start(level, t0, 0, i, self.workers)
         return t0
+
+    def start_periodic(self, spec: PeriodicSpec) -> int:
+        """Begin perf_analyzer's periodic concurrency (streaming: one engine); returns its start (ns)."""
+        if not isinstance(self._engines[0], Engine) or self.workers != 1:
+            raise RuntimeError("periodic concurrency runs on one streaming engine in this process")
+        self._active = [0]
+        return self._engines[0].start_periodic(spec)
+
+    def periodic_state(self) -> tuple[int, str, list[tuple[int, int]]]:
+        """(when it finished in ns, 0 while it runs; error; [(when_ns, slots)]) of the periodic run."""
+        engine = self._engines[0]
+        assert isinstance(engine, Engine)
+        return engine.periodic_state()
 
     def drain(self) -> Samples:
         """Everything completed since the last drain, from every engine."""

@@ -15,6 +15,7 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
@@ -23,13 +24,13 @@ from perfkit.loadgen._grpc_aio import AioTransport
 from perfkit.loadgen._h2 import H2Transport
 from perfkit.loadgen._http1 import Http1Transport
 from perfkit.loadgen._ledger import Ledger, Record
-from perfkit.loadgen._loops import ClosedLoop, OpenLoop
+from perfkit.loadgen._loops import ClosedLoop, OpenLoop, PeriodicLoop, PeriodicSpec
 from perfkit.loadgen._mix import MixTransport, TaggedLedger
 from perfkit.loadgen._stream_grpc import AioStreamTransport
 from perfkit.loadgen._stream_h2 import H2StreamTransport
 from perfkit.loadgen._stream_parts import stream_samples
 from perfkit.loadgen._stream_sse import HttpSequenceTransport, SseTransport
-from perfkit.loadgen._stream_transport import StreamConfig
+from perfkit.loadgen._stream_transport import StreamConfig, StreamTransport
 from perfkit.loadgen._timer import precise_selector
 from perfkit.loadgen._transport import Transport
 from perfkit.records import LoadLevel, Samples, TlsSpec
@@ -66,6 +67,9 @@ class EngineConfig:
     transport: str = "auto"
     compression: str = ""  # gRPC message compression ("gzip", "deflate"), hand-written HTTP/2 only
     tls: TlsSpec | None = None  # TLS on every connection (http1 and h2 transports); None: plain TCP
+    # perf_analyzer's -H on gRPC requests: metadata (its gRPC Infer takes them,
+    # src/client_backend/triton/triton_client_backend.cc); HTTP payloads carry them already
+    metadata: tuple[tuple[str, str], ...] = ()
     # A traffic mix (`_mix`): each model's payloads and its weight; each request is drawn for a
     # model by weight and its record carries the model's index. Empty: one model, `payloads`.
     mix_payloads: tuple[tuple[bytes, ...], ...] = ()
@@ -97,7 +101,9 @@ def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEvent
     if kind == "http1":
         return Http1Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, tls=cfg.tls)
     if kind == "h2":
-        return H2Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, cfg.compression, tls=cfg.tls)
+        return H2Transport(
+            loop, ledger, cfg.payloads, cfg.host, cfg.port, cfg.compression, tls=cfg.tls, metadata=cfg.metadata
+        )
     if kind == "grpc-aio":
         return AioTransport(loop, ledger, cfg.payloads, cfg.host, cfg.port)
     raise ValueError(f"unknown transport {cfg.transport!r}; expected one of {', '.join(TRANSPORTS)}")
@@ -189,6 +195,17 @@ class Engine:
         """Begin a level: `share` is this engine's concurrency; open loops pace from t0_ns."""
         self._call(self._start(level, t0_ns, share, worker, workers), 60)
 
+    def start_periodic(self, spec: PeriodicSpec) -> int:
+        """Begin perf_analyzer's periodic concurrency (a streaming engine only); returns its start (ns)."""
+        return int(self._call(self._start_periodic(spec), 60))
+
+    def periodic_state(self) -> tuple[int, str, list[tuple[int, int]]]:
+        """(when it finished in ns, 0 while it runs; error; [(when_ns, slots)]) of the periodic run."""
+        mode = self.mode
+        if not isinstance(mode, PeriodicLoop):
+            return 1, "", []
+        return mode.finished_ns, mode.error, list(mode.steps_ns)
+
     def drain(self) -> Samples:
         """Samples recorded since the last drain."""
         return self._samples(self._call(self._swap(), 30))
@@ -233,6 +250,17 @@ class Engine:
                 )
             self.mode = OpenLoop(self.transport, self.ledger, self.loop, dues, t0_ns, self.cfg.max_outstanding)
         self.mode.start()
+
+    async def _start_periodic(self, spec: PeriodicSpec) -> int:
+        transport = self.transport
+        assert isinstance(transport, StreamTransport), "periodic concurrency streams (a StreamConfig engine)"
+        self.ledger.reset()
+        _raise_priority(open_loop=False)
+        await transport.prepare(True, spec.end, 0.0)
+        self.mode = PeriodicLoop(transport, self.ledger, self.loop, spec)
+        t0 = perf_counter_ns()
+        self.mode.start()
+        return t0
 
     async def _stop(self, drain_timeout_s: float) -> Any:
         mode, ledger = self.mode, self.ledger

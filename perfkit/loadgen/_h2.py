@@ -69,15 +69,35 @@ def _frame(ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
 
 
+def _string(data: bytes) -> bytes:
+    # an HPACK string literal, not Huffman-coded: its length as a 7-bit-prefix integer (RFC 7541 5.1)
+    n = len(data)
+    if n < 127:
+        return bytes((n,)) + data
+    out, n = bytearray((127,)), n - 127
+    while n >= 128:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + data
+
+
 def _literal(name: bytes, value: bytes) -> bytes:
     # "literal header field without indexing, new name": stateless, so the block is reusable
-    assert len(name) < 127 and len(value) < 127
-    return b"\x00" + bytes((len(name),)) + name + bytes((len(value),)) + value
+    return b"\x00" + _string(name) + _string(value)
 
 
-def header_block(authority: str, path: str, compression: str = "", *, https: bool = False) -> bytes:
+def header_block(
+    authority: str,
+    path: str,
+    compression: str = "",
+    *,
+    https: bool = False,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> bytes:
     """The request header block, built once and sent unchanged with every call; `compression`
-    ("gzip" or "deflate") names the messages' encoding."""
+    ("gzip" or "deflate") names the messages' encoding; `metadata` (perf_analyzer's -H) goes along
+    with lower-cased names, as gRPC metadata keys are."""
     return (
         b"\x83"  # :method POST (static table 3)
         + (b"\x87" if https else b"\x86")  # :scheme https / http (static table 7 / 6)
@@ -86,6 +106,7 @@ def header_block(authority: str, path: str, compression: str = "", *, https: boo
         + _literal(b"content-type", b"application/grpc")
         + _literal(b"te", b"trailers")
         + (_literal(b"grpc-encoding", compression.encode()) if compression else b"")
+        + b"".join(_literal(k.lower().encode(), v.encode()) for k, v in metadata)
     )
 
 
@@ -397,13 +418,14 @@ class H2Transport(Transport):
         compression: str = "",
         *,
         tls: TlsSpec | None = None,
+        metadata: tuple[tuple[str, str], ...] = (),
     ) -> None:
         super().__init__(loop, ledger, tuple(grpc_message(p, compression) for p in payloads))
         self.host, self.port = host, port
         # gRPC over TLS: ALPN "h2"; the context is built in the worker process (it does not pickle)
         self._ssl = None if tls is None else client_context(tls, ("h2",))
         self._sni = None if tls is None else host
-        self.block = header_block(f"{host}:{port}", _GRPC_INFER, compression, https=tls is not None)
+        self.block = header_block(f"{host}:{port}", _GRPC_INFER, compression, https=tls is not None, metadata=metadata)
         self.conns: list[H2Conn] = []  # usable: open, no GOAWAY
         self.everyone: set[H2Conn] = set()  # every connection not yet lost
         self.pending: collections.deque[int] = collections.deque()  # due times waiting for a connection

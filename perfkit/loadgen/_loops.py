@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import dataclass
 from time import perf_counter_ns
 
 from perfkit.loadgen._ledger import Ledger
+from perfkit.loadgen._stream_transport import StreamTransport
 from perfkit.loadgen._transport import CONNECTION_STATUSES, Transport
 from perfkit.records import STATUS_DROPPED
 
@@ -119,3 +121,82 @@ class OpenLoop:
             return
         ledger.begin()
         self.transport.submit(due)
+
+
+@dataclass(frozen=True)
+class PeriodicSpec:
+    """perf_analyzer's --periodic-concurrency-range START:END:STEP with --request-period N."""
+
+    start: int
+    end: int
+    step: int
+    request_period: int
+
+
+class PeriodicLoop(ClosedLoop):
+    """perf_analyzer's periodic concurrency (src/periodic_concurrency_manager.cc, _worker.cc, commit 263c5f6e).
+
+    `start` slots, each a closed loop of one request (a slot's next request leaves when its
+    previous one ends, as perf_analyzer's concurrency-1 workers do). Every time a request gets
+    its `request_period`-th response, one "incomplete period" is struck off; when none is left,
+    `step` more slots start (PeriodCompletedCallback, manager.cc:79-90) and must each see a
+    request through its period before the next step. The run is over once `end` requests have
+    ended (RequestCompletedCallback, manager.cc:93-100): `finished_ns` is then set and nothing more
+    is sent. A request that ends before its period is an error, as in perf_analyzer
+    (worker.cc:51-68): `error` says so and the run ends.
+
+    Where perfkit differs: perf_analyzer adds slots while `steps_completed * step < end`
+    (manager.cc:85-86), which ignores START and overshoots END when START != STEP (5:9:2 reaches 11
+    slots); perfkit stops at END slots, as its help text says ('end' is the total concurrency).
+    """
+
+    def __init__(
+        self, transport: StreamTransport, ledger: Ledger, loop: asyncio.AbstractEventLoop, spec: PeriodicSpec
+    ) -> None:
+        super().__init__(transport, ledger, loop, spec.start)
+        self.spec = spec
+        self.stream = transport
+        self.incomplete = spec.start
+        self.completed = 0
+        self.finished_ns = 0  # when the END-th request ended (or the error): the run's end
+        self.error = ""
+        self.steps_ns: list[tuple[int, int]] = []  # (when, slots) each time slots were added
+        transport.period = spec.request_period
+        transport.on_period = self.on_period
+        transport.short_finals = 0
+
+    def start(self) -> None:
+        self.steps_ns.append((perf_counter_ns(), self.share))
+        super().start()
+
+    def stop(self) -> None:
+        super().stop()
+        self.stream.period = 0
+
+    def on_period(self) -> None:
+        if not self.active:
+            return
+        self.incomplete -= 1
+        if self.incomplete == 0 and self.share < self.spec.end:
+            add = min(self.spec.step, self.spec.end - self.share)
+            self.share += add
+            self.incomplete = add
+            self.steps_ns.append((perf_counter_ns(), self.share))
+            for _ in range(add):
+                self._issue()
+
+    def on_done(self, status: int) -> None:
+        if not self.active:
+            return
+        self.completed += 1
+        if self.stream.short_finals:
+            self.error = (
+                "Request received final response before request period was reached. Request period must be"
+                f" at most the total number of responses received by any request (--request-period"
+                f" {self.spec.request_period})"
+            )
+        if self.error or self.completed >= self.spec.end:
+            self.finished_ns = perf_counter_ns()
+            self.stop()
+            return
+        super().on_done(status)

@@ -105,8 +105,7 @@ def on_stream_message(
             rid, outputs, final = scanned
             req = transport.inflight.get(rid)
             if req is not None:
-                if outputs:
-                    req.responses.append(now)
+                transport.responded(req, now, outputs)
                 if final:
                     end(rid, req, now, 0, "")
             return
@@ -129,8 +128,8 @@ def on_stream_message(
         return
     if req is None:
         return
+    transport.responded(req, now, bool(resp.outputs))
     if resp.outputs:
-        req.responses.append(now)
         token_output = transport.cfg.token_output
         if token_output:
             for out in resp.outputs:
@@ -139,6 +138,14 @@ def on_stream_message(
     param = resp.parameters.get(_FINAL)
     if param is not None and param.bool_param:
         end(resp.id, req, now, 0, "")
+
+
+def _aio_compression(cfg: StreamConfig) -> Any:
+    if not cfg.compression:
+        return None
+    import grpc
+
+    return grpc.Compression.Gzip if cfg.compression == "gzip" else grpc.Compression.Deflate
 
 
 def grpc_stream_request(payload: bytes, rid: str, seq: SeqFlags | None) -> bytes:
@@ -178,7 +185,9 @@ class AioStreamTransport(StreamTransport):
         if self._channel is None:
             self._new_channel()
         method = self._channel.stream_stream(STREAM_INFER)  # raw bytes both ways
-        self._call = method()
+        self._call = method(
+            metadata=tuple((k.lower(), v) for k, v in self.cfg.headers) or None, compression=_aio_compression(self.cfg)
+        )
         self._fresh = True
         self._outq = asyncio.Queue()
         self.spawn(self._read(self._call))

@@ -61,8 +61,12 @@ class H2Stream:
         loop: asyncio.AbstractEventLoop,
         on_message: Callable[[bytes, int], None],
         on_end: Callable[[int, str], None],
+        *,
+        metadata: tuple[tuple[str, str], ...] = (),
+        compression: str = "",
     ) -> None:
-        self._block = header_block(authority, STREAM_INFER)
+        self._block = header_block(authority, STREAM_INFER, compression, metadata=metadata)
+        self._compression = compression
         self._loop = loop
         self._sock: socket.socket | None = None
         self._wbuf = bytearray()  # bytes the kernel did not take yet (the loop's writer drains them)
@@ -184,7 +188,7 @@ class H2Stream:
     # -- sending ----------------------------------------------------------------------------
     def send(self, serialized: bytes) -> None:
         """Send one request (a serialized ModelInferRequest) as a gRPC message on the stream."""
-        message = grpc_message(serialized)
+        message = grpc_message(serialized, self._compression)  # compressed per request: each has its id
         if self._blocked or len(message) > min(self._conn_window, self._stream_window):
             self._blocked.append(message)
             return
@@ -381,7 +385,9 @@ class H2StreamTransport(StreamTransport):
                 self._h2 = None
                 self._stream_ended(status, message)
 
-        h2 = H2Stream(authority, self.loop, self._on_message, on_end)
+        h2 = H2Stream(
+            authority, self.loop, self._on_message, on_end, metadata=self.cfg.headers, compression=self.cfg.compression
+        )
         holder.append(h2)
         h2.start(await _connected(self.loop, self.cfg.host, self.cfg.port))
         self.ledger.connection_opened()

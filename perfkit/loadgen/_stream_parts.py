@@ -50,7 +50,7 @@ def request_suffix(
 
 
 class _Req:
-    __slots__ = ("call", "due", "failed", "responses", "sent", "slot", "tokens")
+    __slots__ = ("call", "counted", "due", "failed", "responses", "sent", "slot", "tokens")
 
     def __init__(self, due: int, slot: int) -> None:
         self.call: object = None  # the stream it was written to, where a transport replaces streams
@@ -59,7 +59,8 @@ class _Req:
         self.slot = slot
         self.failed = False
         self.tokens = 0
-        self.responses: list[int] = []
+        self.responses: list[int] = []  # arrival times of the responses that carried outputs
+        self.counted = 0  # every response, the flag-only final one too (only with a request period)
 
 
 class _Trace:

@@ -11,6 +11,7 @@ connection carries one request at a time; requests are built once (bytes).
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import socket
 from time import perf_counter_ns
@@ -39,15 +40,18 @@ def _json_value(t: Tensor) -> Any:
     return values[0] if len(values) == 1 else values
 
 
-def sse_payload(io: ModelIO, tensors: list[Tensor], host: str) -> bytes:
-    """One HTTP request for generate_stream: the step's inputs as a JSON object; raises UsageError."""
+def sse_payload(io: ModelIO, tensors: list[Tensor], host: str, headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+    """One HTTP request for generate_stream: the step's inputs as a JSON object, `headers` (perf_analyzer's
+    -H) among its own; raises UsageError."""
     if io.max_batch_size > 0 and any(t.shape and t.shape[0] > 1 for t in tensors):
         raise UsageError("generate_stream takes one request per call", hint="use -b 1")
     body = json.dumps({t.name: _json_value(t) for t in tensors}, separators=(",", ":")).encode()
     path = f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/generate_stream"
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Accept: text/event-stream\r\nContent-Length: {len(body)}\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in headers)
+        + "\r\n"
     )
     return head.encode() + body
 
@@ -249,6 +253,10 @@ class HttpSequenceTransport(SseTransport):
 
     unary = True
 
+    @functools.cached_property
+    def _extra(self) -> str:
+        return "".join(f"{k}: {v}\r\n" for k, v in self.cfg.headers)
+
     def _request(self, rid: str, index: int, seq: SeqFlags | None) -> bytes:
         params = f'{{"id":"{rid}",'
         if seq is not None:
@@ -260,6 +268,6 @@ class HttpSequenceTransport(SseTransport):
         body = params.encode() + self.cfg.payloads[index]
         head = (
             f"POST {self.cfg.http_path} HTTP/1.1\r\nHost: {self.cfg.host}:{self.cfg.port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n{self._extra}\r\n"
         ).encode()
         return head + body

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter_ns
 
@@ -38,6 +39,10 @@ from perfkit.loadgen._transport import Transport
 from perfkit.records import STATUS_DROPPED, STATUS_UNFINISHED
 
 SeqFlags = tuple[int | str, bool, bool]  # (correlation ID as sent, start, end)
+
+
+def _nothing() -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,10 @@ class StreamConfig:
     sessions: tuple[int, ...] = ()
     token_output: str = ""  # count tokens as this output tensor's elements (gRPC only)
     http_path: str = ""  # transport "http": the infer path the sequence requests post to
+    # perf_analyzer's -H: on the gRPC stream as metadata (its StartStream passes them,
+    # src/client_backend/triton/triton_client_backend.cc), on HTTP requests as headers
+    headers: tuple[tuple[str, str], ...] = ()
+    compression: str = ""  # perf_analyzer's --grpc-compression-algorithm on the gRPC stream's messages
 
 
 class StreamTransport(Transport):
@@ -80,6 +89,12 @@ class StreamTransport(Transport):
         self._trace: _Trace | None = None
         self._closed_loop = True
         self.sending = False
+        # perf_analyzer's --request-period (see _loops.PeriodicLoop): on_period runs on the loop
+        # thread each time a request's `period`-th response arrives; short_finals counts
+        # requests that ended with fewer responses than that
+        self.period = 0
+        self.on_period: Callable[[], None] = _nothing
+        self.short_finals = 0
 
     # -- the Transport interface -----------------------------------------------------------------
     async def prepare(self, closed_loop: bool, share: int, rate_rps: float) -> None:
@@ -147,6 +162,17 @@ class StreamTransport(Transport):
         await self._close_stream()
         await self.cancel_tasks()
 
+    def responded(self, req: _Req, now: int, has_outputs: bool) -> None:
+        """One response of `req` arrived (on the loop or a reader thread): its time, if it carried
+        outputs; with a request period, every response counts, as perf_analyzer counts them
+        (the flag-only final one too: num_responses_++ for each, src/infer_context.cc:322)."""
+        if has_outputs:
+            req.responses.append(now)
+        if self.period:
+            req.counted += 1
+            if req.counted == self.period:
+                self.loop.call_soon_threadsafe(self.on_period)
+
     # -- for subclasses ----------------------------------------------------------------------------
     async def _open(self) -> None:
         """Warm the stream or connections before a level; raises ServerError if the server is unreachable."""
@@ -164,6 +190,8 @@ class StreamTransport(Transport):
         """The one record of request rid, then what its end lets go: a waiting step, the next turn."""
         if self.inflight.pop(rid, None) is None:
             return
+        if self.period and status == 0 and req.counted < self.period:
+            self.short_finals += 1
         self.ledger.finish_streamed(req.due, req.sent, done_ns, status, message, req.responses, req.tokens)
         if self._trace is not None:
             self._trace_done(req.slot)

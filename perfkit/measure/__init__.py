@@ -50,6 +50,7 @@ from perfkit.measure._export import write_export
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._mix import check_mix, mix_engine_config, parse_mix
+from perfkit.measure._periodic import measure_periodic, periodic_level
 from perfkit.measure._replay import replay_profile, trace_mean_rate
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
@@ -186,6 +187,8 @@ def profile(
         check_mix(spec)
     # a sequence model behind an ensemble makes the ensemble's requests sequence requests
     kind = with_composing_sequence(config, server.model_config)
+    if spec.periodic_concurrency is not None and not (spec.streaming and spec.protocol == "grpc"):
+        raise UsageError("The --periodic-concurrency-range option requires bi-directional gRPC streaming.")
     if spec.tls is not None:
         _check_tls(spec, spec.tls, *_engine_target(server, spec.protocol))
     if spec.trace or spec.fixed_schedule:
@@ -232,14 +235,10 @@ def profile(
             cfg: EngineConfig | StreamConfig = EngineConfig(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding,
                 compression=spec.grpc_compression if spec.protocol == "grpc" else "", tls=spec.tls,
+                metadata=spec.http_headers if spec.protocol == "grpc" else (),
             )  # fmt: skip
             # streamed requests (--streaming, sequence models) go through the stream engine
             stream_cfg = stream_config(spec, kind, host, port, payloads, intervals, io=io, steps=steps)
-            if stream_cfg is not None and spec.grpc_compression:
-                raise UsageError(
-                    "--grpc-compression-algorithm compresses unary gRPC requests; streamed ones are sent as they are",
-                    hint="drop the flag, or use none",
-                )
             if stream_cfg is not None and spec.tls is not None:
                 raise UsageError(
                     "TLS is carried by the unary HTTP and gRPC transports;"
@@ -255,12 +254,15 @@ def profile(
                     _log.info("measuring %s of %s", level.label, spec.mix_label)
                     if on_progress:
                         on_progress(LevelStarted(level))
-                    outcome = measure_level(server, gen, spec, level, stats_models, metrics, on_progress)
+                    if spec.periodic_concurrency is not None:
+                        outcome = measure_periodic(server, gen, spec, stats_models, metrics)
+                    else:
+                        outcome = measure_level(server, gen, spec, level, stats_models, metrics, on_progress)
                     levels.append(outcome.result)
                     if outcome.export is not None and spec.profile_export_file:
                         experiments.append(outcome.export)
                         write_export(Path(spec.profile_export_file), experiments, f"perfkit {__version__}")
-                    if outcome.server_died:
+                    if outcome.error:
                         rec = record("failed", outcome.error)
                         raise MeasurementError(outcome.error, hint="partial results saved").with_record(rec)
                     record()
@@ -277,7 +279,9 @@ def profile(
                         on_progress(LevelDone(level, r))
                     return outcome.result
 
-                if spec.binary_search and spec.latency_threshold_ms is not None:
+                if spec.periodic_concurrency is not None:
+                    run(periodic_level(spec))
+                elif spec.binary_search and spec.latency_threshold_ms is not None:
                     _binary_search(spec, run)
                 else:
                     for level in spec.levels:

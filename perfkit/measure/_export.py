@@ -21,8 +21,16 @@ from perfkit.records import STATUS_OK, LoadLevel, Samples
 _WALL_OFFSET_NS = time.time_ns() - time.perf_counter_ns()
 
 
-def level_export(samples: Samples, mask: Any, level: LoadLevel, start_ns: int, window_ns: int, windows: int) -> dict:
-    """One experiment: the level's successful requests and its window boundaries."""
+def level_export(
+    samples: Samples,
+    mask: Any,
+    level: LoadLevel,
+    start_ns: int,
+    window_ns: int,
+    windows: int,
+    ends_ns: list[int] | None = None,
+) -> dict:
+    """One experiment: the level's successful requests and its window boundaries (count windows: ends_ns)."""
     idx = np.flatnonzero(mask & (samples.status == STATUS_OK))
     requests = []
     for i in idx:
@@ -32,7 +40,10 @@ def level_export(samples: Samples, mask: Any, level: LoadLevel, start_ns: int, w
             responses = [int(samples.done_ns[i]) + _WALL_OFFSET_NS]
         requests.append({"timestamp": int(samples.sent_ns[i]) + _WALL_OFFSET_NS, "response_timestamps": responses})
     mode = "concurrency" if level.mode == "concurrency" else "request_rate"
-    bounds = [start_ns + k * window_ns + _WALL_OFFSET_NS for k in range(windows + 1)]
+    if ends_ns:
+        bounds = [t + _WALL_OFFSET_NS for t in [start_ns, *ends_ns[:windows]]]
+    else:
+        bounds = [start_ns + k * window_ns + _WALL_OFFSET_NS for k in range(windows + 1)]
     return {
         "experiment": {"mode": mode, "value": round(level.value)},
         "requests": requests,

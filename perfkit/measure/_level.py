@@ -20,6 +20,7 @@ from perfkit.measure._mix import mix_shares
 from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
+    STATUS_OK,
     LevelResult,
     LoadLevel,
     ProfileSpec,
@@ -80,9 +81,14 @@ def measure_level(
     died = False
     error = ""
     precision = None
+    count_windows = spec.measurement_mode == "count_windows" and not spec.request_count
     for k in range(1, 0 if spec.request_count else spec.max_trials + 1):
-        end_ns = warm_until + k * window_ns
-        _sleep_until(end_ns)
+        if count_windows:
+            end_ns = _count_window_end(server, gen, rec, spec.measurement_request_count, rec.window_end(k - 1))
+            rec.ends_ns.append(end_ns)
+        else:
+            end_ns = warm_until + k * window_ns
+            _sleep_until(end_ns)
         rec.add(gen.drain())
         windows = rec.windows(k)
         precision = rec.precision(windows, end_ns, spec.percentile)
@@ -116,7 +122,7 @@ def measure_level(
         if k >= spec.min_windows and throughput_ok and latency_ok and tail_ok:
             stable = True
             break
-    end_ns = warm_until + len(windows) * window_ns
+    end_ns = rec.window_end(len(windows))
     if spec.request_count:
         died, error = _until_count(server, gen, rec, spec.request_count, level)
     if not died:
@@ -136,11 +142,37 @@ def measure_level(
     if spec.profile_export_file:
         from perfkit.measure._export import level_export
 
-        export = level_export(rec.samples, rec.level_mask(end_ns), level, rec.start_ns, window_ns, len(windows))
+        export = level_export(
+            rec.samples, rec.level_mask(end_ns), level, rec.start_ns, window_ns, len(windows), rec.ends_ns
+        )
     return LevelOutcome(result, died, error, export)
 
 
 MIN_DECISION_SAMPLES = 20
+
+# count_windows: perf_analyzer looks every second whether the window holds enough requests
+# (src/inference_profiler.cc:1231-1238 at commit 263c5f6e, Measure: sleep 1000 ms until
+# CountCollectedRequests() >= count)
+COUNT_POLL_NS = 1_000_000_000
+# ... and waits for them without end; perfkit ends a window after this long (fewer requests then)
+COUNT_WINDOW_CAP_NS = 60_000_000_000
+
+
+def _count_window_end(server: Server, gen: LoadGenerator, rec: LevelRecorder, count: int, w0: int) -> int:
+    """The end of the count window starting at w0: the first whole second after w0 by which `count`
+    requests have completed ok in it (or the cap, or a server that stopped answering)."""
+    end, seen = w0, -1
+    while True:
+        end += COUNT_POLL_NS
+        _sleep_until(end)
+        rec.add(gen.drain())
+        s = rec.samples
+        n = int(((s.done_ns >= w0) & (s.done_ns < end) & (s.status == STATUS_OK)).sum())
+        if n >= count or end - w0 >= COUNT_WINDOW_CAP_NS:
+            return end
+        if n == seen and not server.is_ready():
+            return end
+        seen = n
 
 
 def _until_count(

@@ -81,6 +81,8 @@ def check_mix(spec: ProfileSpec) -> None:
         (bool(spec.trace or spec.fixed_schedule), "trace replay or --fixed-schedule"),
         (spec.streaming, "--streaming"),
         (spec.request_count > 0, "--request-count"),
+        (spec.periodic_concurrency is not None, "--periodic-concurrency-range"),
+        (spec.measurement_mode == "count_windows", "--measurement-mode count_windows"),
         (bool(spec.profile_export_file), "--profile-export-file"),
         (spec.tls is not None, "TLS"),
         ("json" in (spec.input_tensor_format, spec.output_tensor_format), "JSON tensor formats"),
@@ -146,6 +148,7 @@ def mix_engine_config(
         seed=spec.seed,
         max_outstanding=spec.max_outstanding,
         compression=spec.grpc_compression if spec.protocol == "grpc" else "",
+        metadata=spec.http_headers if spec.protocol == "grpc" else (),
         mix_payloads=tuple(payloads),
         mix_weights=tuple(w for _, w in spec.mix),
     )

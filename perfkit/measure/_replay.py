@@ -166,13 +166,14 @@ def trace_config(
     else:
         if sequence is not None:
             raise UsageError(f"sequence model {spec.model!r} is replayed over gRPC streaming", hint="add -i grpc")
-        payloads = tuple(sse_payload(io, steps[i], f"{host}:{port}") for i in order)
+        payloads = tuple(sse_payload(io, steps[i], f"{host}:{port}", spec.http_headers) for i in order)
         transport = "sse"
     span_s = max(schedule[-1] / 1e9, 1e-3)
     level = LoadLevel("trace", len(schedule) / span_s)
     cfg = StreamConfig(
         host, port, payloads, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=sequence,
         transport=transport, schedule_ns=schedule, sessions=sessions, token_output=spec.output_tokens_tensor or "",
+        headers=spec.http_headers, compression=spec.grpc_compression if transport == "grpc" else "",
     )  # fmt: skip
     return cfg, level
 

@@ -112,7 +112,7 @@ def stream_config(
         bodies = tuple(http_sequence_body(io, step) for step in steps)
         return StreamConfig(
             host, port, bodies, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=serial,
-            transport="http", http_path=http_infer_path(io),
+            transport="http", http_path=http_infer_path(io), headers=spec.http_headers,
         )  # fmt: skip
     if spec.protocol != "grpc":
         if sequence:
@@ -121,7 +121,7 @@ def stream_config(
             raise UsageError("--streaming over HTTP (generate_stream) takes JSON inputs, not shared memory")
         if spec.output_tokens_tensor:
             raise UsageError("--output-tokens-tensor counts gRPC responses' tensors", hint="use -i grpc")
-        sse = tuple(sse_payload(io, step, f"{host}:{port}") for step in steps)
+        sse = tuple(sse_payload(io, step, f"{host}:{port}", spec.http_headers) for step in steps)
         return StreamConfig(
             host, port, sse, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, transport="sse"
         )
@@ -138,7 +138,7 @@ def stream_config(
         )
     return StreamConfig(
         host, port, payloads, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=seq,
-        token_output=token_output,
+        token_output=token_output, headers=spec.http_headers, compression=spec.grpc_compression,
     )  # fmt: skip
 
 

@@ -63,7 +63,10 @@ def case_argv(case: dict[str, object], places: dict[str, str], http_url: str, gr
 
 
 def first_error(text: str) -> str:
-    """The first line that says what went wrong (for the record)."""
+    """The first line that says what went wrong (for the record): a tool's own error line first."""
+    for line in text.splitlines():
+        if line.startswith(("perfkit: error:", "Error:")):
+            return line.strip()[:300]
     for line in text.splitlines():
         low = line.lower()
         if "error" in low or "failed" in low or "mismatch" in low or "unknown" in low or "refused" in low:

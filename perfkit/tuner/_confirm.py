@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,12 +115,19 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
 
 
 def summarize_repeats(
-    load: LoadLevel, levels: Sequence[LevelResult], *, repeats: int, budget_ms: float, percentile: float, metric: str
+    load: LoadLevel,
+    levels: Sequence[LevelResult],
+    *,
+    repeats: int,
+    budget_ms: float,
+    percentile: float,
+    metric: str,
+    mix_scale: Mapping[str, float] | None = None,
 ) -> Confirmation:
     """The Confirmation of repeated levels at one load (held when all `repeats` ran and each is
     within the budget)."""
     tputs = [lv.throughput_infer_per_s for lv in levels]
-    lats = [level_budget_us(lv, percentile, metric) for lv in levels]
+    lats = [level_budget_us(lv, percentile, metric, mix_scale) for lv in levels]
     mean = statistics.fmean(tputs) if tputs else 0.0
     half = t95(len(tputs) - 1) * statistics.stdev(tputs) / math.sqrt(len(tputs)) if len(tputs) > 1 else math.inf
     worst = max(lats) if lats else math.inf
@@ -128,7 +135,7 @@ def summarize_repeats(
         (lat * (1 + (lv.precision.latency_rel or 0.0)) for lat, lv in zip(lats, levels, strict=True)),
         default=math.inf,
     )
-    bad = [lv for lv in levels if not level_within_budget(lv, budget_ms, percentile, metric)]
+    bad = [lv for lv in levels if not level_within_budget(lv, budget_ms, percentile, metric, mix_scale)]
     # The margin: the percentile's upper ~95% bound, not only its reading, within the budget.
     margin_ok = ucb <= budget_ms * 1e3
     held = len(levels) == repeats and not bad and margin_ok
@@ -161,7 +168,7 @@ def confirm_one(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSetting
         levels = _measure_repeats(t, number, level, cs)
         return summarize_repeats(
             level, levels, repeats=cs.repeats, budget_ms=t.s.latency_budget_ms, percentile=t.s.percentile,
-            metric=t.s.budget_metric,
+            metric=t.s.budget_metric, mix_scale=t.judge.mix_scale,
         )  # fmt: skip
 
     first = at(load)

@@ -74,7 +74,7 @@ def find_load(
     level measured (sorted by load). Raises what measure raises."""
 
     def ok(lv: LevelResult) -> bool:
-        return level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric)
+        return level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric, judge.mix_scale)
 
     def run_spec(values: Sequence[float], bisect: bool) -> RunRecord:
         levels = tuple(judge.level(v) for v in values)

@@ -426,7 +426,7 @@ class TrialRunner:
         trial.set_user_attr("served_config_sha256", record.model.served_config_sha256)  # pairs the trial with its run
         verdict = judge_trial(
             record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
-            metric=self.s.budget_metric,
+            metric=self.s.budget_metric, mix_scale=self.judge.mix_scale,
         )  # fmt: skip
         return verdict, reload_s, measure_s
 

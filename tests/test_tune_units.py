@@ -276,7 +276,7 @@ class FakeRateSystem:
         return synthetic_record([level], model=spec.model)
 
 
-def test_an_open_loop_search_from_the_probe_doubles_the_rate_then_bisects():
+def test_an_open_loop_search_doubles_the_rate_then_bisects():
     sys_ = FakeRateSystem()
     judge = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, load_mode="rate", max_rate_rps=10_000.0)
     rec = find_load(sys_, None, judge, "m", None)

@@ -84,17 +84,17 @@ def find_load(
     if judge.open_loop:
         if start is None and judge.load_mode == "trace":
             start = judge.trace_base_rps  # the trace as recorded (speed 1)
-        stride = 1  # ladder steps per gallop move: near a similar trial's answer, one at a time
         if start is None:
             start = _probe_rate(
                 lambda lv: measure(server, judge.spec(model, (lv,)), command=command, record_path=record_path)
             )
-            # From the probe (often far below the answer, where each level is slow to fill its
-            # windows): double the rate per move, then bisect back to the ladder's resolution.
-            stride = RATE_STEPS_PER_DOUBLING
         values = rate_ladder(start, judge.max_rate_rps)
+        # Double the rate per move, then bisect back to the ladder's resolution: a level below the
+        # answer is slow to fill its windows (about 50 requests each), one above it is quick, so
+        # overshooting costs little and creeping up from a low start (the probe's, or a similar
+        # trial's that sustained far less) costs most of a trial.
         search = _LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
-                               stride=stride)  # fmt: skip
+                               stride=RATE_STEPS_PER_DOUBLING)  # fmt: skip
         merged = search.run()
         if record_path is not None:
             merged.save(record_path)

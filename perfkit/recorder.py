@@ -42,6 +42,17 @@ _T95_Q = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
 MAX_LAG1 = 0.9  # caps the variance inflation at (1 + 0.9) / (1 - 0.9) = 19
 
 
+_T95_ONE_SIDED_Q = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.782, 1.753, 1.725, 1.697,
+                    1.671, 1.658, 1.645)  # fmt: skip
+
+
+def t95_one_sided(dof: float) -> float:
+    """One-sided 95% Student t quantile for dof degrees of freedom (an upper bound's factor)."""
+    if dof < 1:
+        return math.inf
+    return float(np.interp(math.log(dof), np.log(_T95_DOF), _T95_ONE_SIDED_Q))
+
+
 def t95(dof: float) -> float:
     """Two-sided 95% Student t quantile for dof degrees of freedom (fractional dof interpolated)."""
     if dof < 1:

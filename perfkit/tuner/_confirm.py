@@ -6,8 +6,11 @@ side of the budget, so the best of many trials is the one most favoured by noise
 curse): its figure sits on the budget's edge. Before a figure is claimed it is measured again:
 `repeats` independent runs at the trial's load, each with more windows and no early stop. The
 claim holds when every repeat's percentile is within the budget (and, open loop, every repeat
-is sustainable) and the worst repeat's upper ~95% bound on the percentile is within it too (the
-margin: a repeat that reads just under the budget does not make a claim). If the true
+is sustainable) and the percentile's upper bound is within it too (the margin: repeats that read
+just under the budget do not make a claim). The bound is the larger of the worst repeat's own
+~95% interval end and the repeats' upper 95% prediction bound (mean + t(0.95, n-1) * s *
+sqrt(1 + 1/n)): where an independent re-measurement of the same length would read, so the claim
+is one a re-measurement reproduces, not one that holds on perfkit's readings alone. If the true
 percentile at that load were at or over the budget, each repeat would read within it with
 probability at most about 1/2, so all of 3 repeats would with probability at most 1/8 (a sign
 test); the bound keeps a claim off the budget's edge, where a re-measurement is a coin toss.
@@ -16,8 +19,7 @@ same ladder is confirmed instead (the claim steps down, and says so); when that 
 trial is demoted: it is never recommended, and the trial table says why.
 
 The claimed throughput is the mean over the repeats with a Student-t ~95% interval; the
-percentile is reported as the worst repeat and an upper bound (the worst repeat's own ~95%
-interval end).
+percentile is reported as the worst repeat and the upper bound above.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import optuna
 from optuna.trial import TrialState
 
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
-from perfkit.recorder import t95
+from perfkit.recorder import t95, t95_one_sided
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
 from perfkit.tuner import _study
 from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
@@ -135,6 +137,11 @@ def summarize_repeats(
         (lat * (1 + (lv.precision.latency_rel or 0.0)) for lat, lv in zip(lats, levels, strict=True)),
         default=math.inf,
     )
+    if len(lats) > 1 and all(math.isfinite(x) for x in lats):
+        # Where the next, independent run will read: the repeats' upper 95% prediction bound.
+        n = len(lats)
+        predicted = statistics.fmean(lats) + t95_one_sided(n - 1) * statistics.stdev(lats) * math.sqrt(1 + 1 / n)
+        ucb = max(ucb, predicted)
     bad = [lv for lv in levels if not level_within_budget(lv, budget_ms, percentile, metric, mix_scale)]
     # The margin: the percentile's upper ~95% bound, not only its reading, within the budget.
     margin_ok = ucb <= budget_ms * 1e3

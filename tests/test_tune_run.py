@@ -129,7 +129,7 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
 
 def _settings(out: Path, trials: int) -> TuneSettings:
     return TuneSettings(model="batcher", latency_budget_ms=20, trials=trials, output_dir=out, max_concurrency=4,
-                        measurement_interval_ms=300, seed=0)  # fmt: skip
+                        measurement_interval_ms=300, seed=0, load="concurrency")  # fmt: skip
 
 
 def test_a_candidate_that_fails_to_load_is_a_failed_trial_and_the_search_goes_on(model_repo: Path, tmp_path: Path):
@@ -186,7 +186,8 @@ def test_pareto_objective_and_apply_write_the_pick_with_a_backup(model_repo: Pat
     original = cfg_path.read_bytes()
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("int8",))
     settings = TuneSettings(model="batcher", latency_budget_ms=20, trials=3, output_dir=tmp_path / "out",
-                            max_concurrency=4, measurement_interval_ms=300, objective="pareto", apply=True)  # fmt: skip
+                            max_concurrency=4, measurement_interval_ms=300, objective="pareto", apply=True,
+                            load="concurrency")  # fmt: skip
     with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
         result = tune(server, settings, space, model_repository=model_repo, echo=lambda s: None)
         applied = server.model_config("batcher")
@@ -227,7 +228,8 @@ def test_accuracy_guard_and_rejected_candidates_on_the_real_server(model_repo: P
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2),
                       precisions=("fp32", "fp16", "int8"))  # fmt: skip
     settings = TuneSettings(model="hungry", latency_budget_ms=200, trials=6, output_dir=tmp_path / "out",
-                            max_concurrency=2, measurement_interval_ms=300, sampler="grid")  # fmt: skip
+                            max_concurrency=2, measurement_interval_ms=300, sampler="grid",
+                            load="concurrency")  # fmt: skip
     events = []
     with launch_local(LocalLaunch(model_repo, models=("hungry",))) as server:
         loaded: list[str] = []

@@ -184,8 +184,8 @@ def _echo_event(event: Any) -> None:
     "load_mode",
     type=click.Choice(["concurrency", "rate", "trace"]),
     default=None,
-    help="How each trial offers load: concurrency (closed loop, clients in lockstep; the default), rate (open"
-    " loop: the figure is the highest sustainable arrival rate) or trace (--trace FILE replayed faster or slower:"
+    help="How each trial offers load: rate (open loop, the default: the figure is the highest sustainable arrival"
+    " rate), concurrency (closed loop, clients in lockstep) or trace (--trace FILE replayed faster or slower:"
     " the highest sustainable mean rate).",
 )
 @click.option(

@@ -30,7 +30,7 @@ from perfkit.tuner._repo_guard import RepoGuard, apply_all
 from perfkit.tuner._run import open_study, search
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
-from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, ResolvedSpace, TuneSpace, log_clamp
+from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, Dimension, ResolvedSpace, TuneSpace
 from perfkit.tuner._trial import TrialRunner, _default_measure, gpu_available
 
 log = logging.getLogger(__name__)
@@ -122,33 +122,9 @@ class PipelineRunner(TrialRunner):
         return inner(server, dataclasses.replace(spec, bls_composing_models=extra), **kw)
 
     # -- the joint point ------------------------------------------------------------------------
-    def original_fixed_params(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        orig = self.space.original_params
-        for d in self.space.dimensions:
-            step = d.name.rpartition(_pipeline.SEP)[0]
-            if d.when_dynamic_batching and not _pipeline.db_on(self.pipeline, step, orig):
-                continue
-            value = orig.get(d.name)
-            if d.is_range:
-                assert d.low is not None and d.high is not None
-                out[d.name] = log_clamp(float(value or 0), d.low, d.high)
-            elif value in d.choices:
-                out[d.name] = value
-        return out
-
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        for d in self.space.dimensions:
-            step = d.name.rpartition(_pipeline.SEP)[0]
-            if d.when_dynamic_batching and not _pipeline.db_on(self.pipeline, step, params):
-                continue
-            if d.is_range:
-                assert d.low is not None and d.high is not None
-                params[d.name] = trial.suggest_int(d.name, d.low, d.high, log=True)
-            else:
-                params[d.name] = trial.suggest_categorical(d.name, list(d.choices))
-        return params
+    def applies(self, d: Dimension, params: Mapping[str, Any]) -> bool:
+        step = d.name.rpartition(_pipeline.SEP)[0]
+        return not d.when_dynamic_batching or _pipeline.db_on(self.pipeline, step, params)
 
     def make_candidate(self, params: dict[str, Any], is_original: bool, number: int) -> tuple[str, dict[str, Any], str]:
         p = self.pipeline

@@ -25,6 +25,7 @@ from perfkit.recorder import (
     histogram_of,
     mean_ci_rel,
     merge_histograms,
+    quantile_ci_rel_at,
     thin_percentiles,
 )
 from perfkit.records import (
@@ -283,16 +284,7 @@ def _value_at_rank(hist: HdrHistogram, rank: int, n: int) -> float:
 def _quantile_ci_rel_hist(hist: HdrHistogram, pct: float) -> float | None:
     """recorder.quantile_ci_rel over a histogram: the same order statistics, read from buckets."""
     n = int(hist.get_total_count())
-    q = pct / 100
-    if n < 2 or n * (1 - q) < MIN_TAIL_SAMPLES - 1e-9:
-        return None
-    half = 1.96 * math.sqrt(n * q * (1 - q))
-    lo = int(max(0, math.floor(n * q - half) - 1))
-    hi = int(min(n - 1, math.ceil(n * q + half)))
-    mid = _value_at_rank(hist, min(n - 1, int(n * q)), n)
-    if mid <= 0:
-        return None
-    return (_value_at_rank(hist, hi, n) - _value_at_rank(hist, lo, n)) / 2 / mid
+    return quantile_ci_rel_at(n, pct, lambda rank: _value_at_rank(hist, rank, n))
 
 
 def summary_from_windows(kind: LatencyKind, parts: Sequence[WindowDigest], *, level: bool) -> LatencySummary:

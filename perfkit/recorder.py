@@ -79,7 +79,12 @@ def concat(parts: Sequence[Samples]) -> Samples:
         response_ns=_concat_responses(parts),
         output_tokens=_concat_tokens(parts),
         reconnects=reconnects,
+        model=None if all(p.model is None for p in parts) else np.concatenate([_models(p) for p in parts]),
     )
+
+
+def _models(part: Samples) -> np.ndarray:
+    return part.model if part.model is not None else np.zeros(len(part), dtype=np.int16)
 
 
 def _concat_tokens(parts: Sequence[Samples]) -> np.ndarray | None:

@@ -222,6 +222,9 @@ class LevelResult:
     incomplete: bool = False  # a worker died mid-level: figures hold what the others (and it, before) sent
     streaming: StreamingSummary | None = None  # streamed (decoupled) requests only
     reconnects: int = 0  # connections that died during the level and were replaced
+    # A traffic mix (ProfileSpec.mix): each model's own figures, its requests only; the level's
+    # own figures are the whole mix's (its counts are their sums)
+    models: tuple[MixShare, ...] = ()
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -232,6 +235,15 @@ class LevelResult:
                 raise KeyError("no corrected latency in a closed-loop level")
             return self.corrected
         return self.corrected or self.service
+
+
+@dataclass(frozen=True)
+class MixShare:
+    """One model's part of a mixed level: its weight in the mix and its figures (a LevelResult of its requests)."""
+
+    model: str
+    weight: int
+    result: LevelResult
 
 
 # Machine fields that identify hardware (hostnames change per CI job: not among them).
@@ -598,6 +610,11 @@ class TuneRecord:
     # records before this field meant), "ttft" or "itl" (a decoupled model's stream). Trials'
     # latency_us are that metric's percentile.
     budget_metric: str = "latency"
+    # A traffic mix tuned jointly: its models (model is the first) and weights, and each model's
+    # budget (latency_budget_ms is the first's; trials' latency_us the worst model's percentile
+    # scaled to it). Empty for one model.
+    mix: tuple[tuple[str, int], ...] = ()
+    mix_budgets_ms: dict[str, float] = field(default_factory=dict)
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
 
@@ -827,6 +844,14 @@ class ProfileSpec:
     # streamed run whose concurrency grows by step each time every request had request_period responses
     periodic_concurrency: tuple[int, int, int] | None = None
     request_period: int = 10
+    # A traffic mix (`perfkit profile -m A -m B --mix A:3,B:1`): every model and its weight, one
+    # engine drawing each request's model by weight; `model` is the first. Empty: `model` alone.
+    mix: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def mix_label(self) -> str:
+        """The mix as the user writes it (`batcher:3,hungry:1`); the model's name without a mix."""
+        return ",".join(f"{m}:{w}" for m, w in self.mix) if self.mix else self.model
 
 
 def spec_defaults() -> dict[str, Any]:
@@ -889,6 +914,7 @@ class Samples:
     response_ns: Any = None
     output_tokens: Any = None  # per request: elements of a declared output tensor over its responses
     reconnects: int = 0  # connections that died under the load generator and were replaced
+    model: Any = None  # a traffic mix: per request, its model's index in ProfileSpec.mix (int16); else None
 
     def __len__(self) -> int:
         return len(self.done_ns)

@@ -47,6 +47,18 @@ def test_a_claim_holds_only_when_every_repeat_is_within_budget():
     assert not short.held and "2 of 3 runs failed" in short.note
 
 
+def test_a_claim_needs_its_upper_bound_within_budget_not_only_its_readings():
+    """Every repeat reads under the budget, but one reading's ~95% bound is over it: not held."""
+    levels = _repeats([40, 45, 48])
+    noisy = dataclasses.replace(levels[2], precision=dataclasses.replace(levels[2].precision, latency_rel=0.08))
+    edge = summarize_repeats(C8, [*levels[:2], noisy], repeats=3, budget_ms=50, percentile=99, metric="latency")
+    assert edge.latency_us < 50_000 < edge.latency_ucb_us
+    assert not edge.held and "upper bound" in edge.note
+    calm = dataclasses.replace(levels[2], precision=dataclasses.replace(levels[2].precision, latency_rel=0.02))
+    ok = summarize_repeats(C8, [*levels[:2], calm], repeats=3, budget_ms=50, percentile=99, metric="latency")
+    assert ok.held and ok.latency_ucb_us <= 50_000
+
+
 def _trial(n: int, tput: float, conf: Confirmation | None, *, original: bool = False) -> TrialRecord:
     return TrialRecord(n, "complete", {"instance_count": n + 1}, C8, tput, 40_000.0, True, is_original=original,
                        confirmation=conf)  # fmt: skip

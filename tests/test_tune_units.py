@@ -255,3 +255,33 @@ def test_after_a_reading_turns_out_within_the_search_goes_on_up_to_the_next_leve
     assert _best_concurrency(find_load(sys_, None, JUDGE, "m", start=16)) == 45
     # 64 is already known over: it is confirmed, not galloped past; no level is measured a third time
     assert sys_.measured == [16, 23, 32, 64, 45, 45, 64]
+
+
+class FakeRateSystem:
+    """An open-loop model whose p99 grows with the arrival rate (over 20 ms past 400 req/s); the
+    concurrency-1 probe reads 50 req/s, so the search starts at 25 req/s."""
+
+    def __init__(self) -> None:
+        self.measured: list[float] = []
+
+    def __call__(self, server, spec: ProfileSpec, *, command=(), record_path: Path | None = None) -> RunRecord:
+        lv = spec.levels[0]
+        if lv.mode == "concurrency":
+            return synthetic_record([synthetic_level(concurrency=1, latency_ms=20.0, noise=0.0)], model=spec.model)
+        self.measured.append(lv.value)
+        latency_ms = 10.0 if lv.value <= 400 else 30.0  # p99 = 1.3x: 13 ms, or 39 ms
+        level = dataclasses.replace(
+            synthetic_level(concurrency=lv.value, latency_ms=latency_ms, noise=0.0, open_loop=True), load=lv
+        )
+        return synthetic_record([level], model=spec.model)
+
+
+def test_an_open_loop_search_from_the_probe_doubles_the_rate_then_bisects():
+    sys_ = FakeRateSystem()
+    judge = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, load_mode="rate", max_rate_rps=10_000.0)
+    rec = find_load(sys_, None, judge, "m", None)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert v.feasible_load is not None and 380 <= v.feasible_load.value <= 400  # the ladder's resolution
+    ups = sys_.measured[: sys_.measured.index(max(sys_.measured))]
+    assert all(b / a >= 1.9 for a, b in zip(ups, ups[1:], strict=False))  # doubling while within budget
+    assert len(sys_.measured) <= 10  # 25..800 doubling, 800 again, two bisections, the lowest over again

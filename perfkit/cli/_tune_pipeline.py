@@ -15,6 +15,7 @@ from perfkit.tuner import (
     TuneSpace,
     describe_pipeline,
     plan_pipeline,
+    tune_mix,
     tune_pipeline,
     write_pipeline_candidates,
 )
@@ -59,4 +60,18 @@ def run(opts: Any, settings: TuneSettings, space: TuneSpace, composing: Sequence
             click.echo(f" ready at {server.endpoints.http_url}", err=True)
         result = tune_pipeline(server, settings, space, model_repository=opts.model_repository, composing=composing,
                                on_event=lambda e: click.echo(e.line()))  # fmt: skip
+    return result.output_dir
+
+
+def run_mix(opts: Any, settings: TuneSettings, space: TuneSpace) -> Path:
+    """Launch (or reach) the server and tune the models of a traffic mix jointly; returns the output folder."""
+    mix = ",".join(f"{m}:{w}" for m, w in settings.mix)
+    budgets = ", ".join(f"{m} {b:g} ms" for m, b in settings.mix_budgets_ms)
+    click.echo(f"perfkit: tuning the traffic mix {mix} jointly (p{settings.percentile:g} budgets: {budgets})", err=True)
+    click.echo(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", err=True, nl=False)
+    with open_server(opts) as server:
+        if opts.mode != "remote":
+            click.echo(f" ready at {server.endpoints.http_url}", err=True)
+        result = tune_mix(server, settings, space, model_repository=opts.model_repository,
+                          on_event=lambda e: click.echo(e.line()))  # fmt: skip
     return result.output_dir

@@ -18,6 +18,7 @@ from perfkit.gate import (
     GateOptions,
     GateResult,
     append_step_summary,
+    compare_pair,
     compare_records,
     overall_verdict,
     parse_job_noise,
@@ -109,7 +110,8 @@ _D = spec_defaults()
     metavar="METRIC:CHANGE",
     help="Allowed change toward worse, repeatable: throughput:-5%, p99:+10%, p99:+2ms, throughput:-50/s. "
     "Metrics: throughput, p50, p90, p95, p99, p999; streamed runs also ttft_p50, ttft_p99 (ttft), itl_p50, "
-    "itl_p99 (itl), tokens (tokens/s). Default: " + " and ".join(DEFAULT_THRESHOLDS) + ".",
+    "itl_p99 (itl), tokens (tokens/s). Default: " + " and ".join(DEFAULT_THRESHOLDS) + ". "
+    "MODEL:METRIC:CHANGE (hungry:p99:+2ms) judges only that model, alone or in a traffic mix, on top of the others.",
 )
 @click.option(
     "--job-noise",
@@ -252,7 +254,11 @@ def command(  # noqa: PLR0917  (click passes every option)
         baseline, b_label = resolve_run(
             baseline_ref, role="baseline", model=model or str(current.model.name), store=store
         )
-        result = compare_records(baseline, current, opts, baseline_label=b_label, current_label=c_label)
+        # a traffic mix is judged as a whole and model by model
+        results = compare_pair(baseline, current, opts, baseline_label=b_label, current_label=c_label)
+        emit(results, [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)
+        finish(results)
+        return
     emit([result], [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)
     finish([result])
 

@@ -118,8 +118,18 @@ def summary_table(record: RunRecord) -> str:
         lines.append(row)
         if lat.thin:
             lines.append(f"{'':>18} (too few samples for {', '.join(lat.thin)})")
+        for share in lv.models:  # a traffic mix: each model's figures under the whole mix's
+            r, m_lat = share.result, share.result.latency()
+            lines.append(
+                f"{'  ' + share.model + ' (' + str(share.weight) + ')':>18} {r.throughput_infer_per_s:>10,.1f} "
+                f"{_fmt_ms(m_lat.p50_us):>8} {_fmt_ms(m_lat.p90_us):>8} {_fmt_ms(m_lat.p95_us):>8} "
+                f"{_fmt_ms(m_lat.p99_us):>8} {_fmt_ms(m_lat.mean_us):>8} {r.error_count:>7}"
+                f"  requests {r.request_count}"
+            )
     kind = "corrected (from due time)" if open_loop else "service (from send time)"
     lines.append(f"latency: {kind}; ±: ~95% CI half-width, relative")
+    if record.spec.mix:
+        lines.append(f"traffic mix {record.spec.mix_label}: each level's first row is the whole mix, then each model")
     lines.extend(streaming_lines(record))
     for lv in record.levels:
         if lv.corrected is not None:
@@ -133,11 +143,13 @@ def summary_table(record: RunRecord) -> str:
         lines.extend(_fleet_lines(lv))
         if lv.reconnects:
             lines.append(f"  {lv.load.label}: {lv.reconnects} connection(s) died and were replaced during the level")
-        if lv.server is not None:
-            s2 = lv.server
+        servers = [("", lv.server)] + [(f" {sh.model}", sh.result.server) for sh in lv.models]
+        for who, s2 in servers:
+            if s2 is None:
+                continue
             batches = ", ".join(f"{k}×{v}" for k, v in s2.batch_sizes.items())
             lines.append(
-                f"  {lv.load.label}: server queue {_fmt_ms(s2.queue_avg_us)} ms,"
+                f"  {lv.load.label}:{who} server queue {_fmt_ms(s2.queue_avg_us)} ms,"
                 f" infer {_fmt_ms(s2.compute_infer_avg_us)} ms, input {_fmt_ms(s2.compute_input_avg_us)} ms,"
                 f" output {_fmt_ms(s2.compute_output_avg_us)} ms;"
                 f" batches formed {batches or '-'}"
@@ -201,7 +213,21 @@ class _Progress:
 
 @click.command(name="profile", cls=PaCompatCommand)
 @metrics_options
-@click.option("-m", "--model-name", "model", required=True, help="Model to measure.")
+@click.option(
+    "-m",
+    "--model-name",
+    "model",
+    required=True,
+    multiple=True,
+    help="Model to measure. Repeat it to load several models at once, in the traffic mix --mix gives.",
+)
+@click.option(
+    "--mix",
+    default=None,
+    metavar="MODEL:WEIGHT,...",
+    help="With several -m: the traffic mix (batcher:3,hungry:1), each request drawn for a model by weight,"
+    " exactly over every cycle of the weights' sum. Default: equal weights.",
+)
 @click.option("-x", "--model-version", default="", help="Model version (default: the server's choice).")
 @click.option(
     "-u",
@@ -331,12 +357,19 @@ def command(**kw: Any) -> int:
       perfkit profile -m sleeper --request-rate-range 50:150:50 --request-distribution poisson
       perfkit profile -m identity -u localhost:8001 -i grpc -f out.csv
       perfkit profile -m identity --ray auto --client-hosts 4 -u gpu1:8000,gpu2:8000
+      perfkit profile -m batcher -m hungry --mix batcher:3,hungry:1 --request-rate-range 40
     """
+    from perfkit.measure import parse_mix
+
+    models = tuple(kw.pop("model"))
+    mix = parse_mix(models, kw.pop("mix"))
     urls = _fleet_urls(kw.pop("urls"))
     ray_address, client_hosts = kw.pop("ray_address"), kw.pop("client_hosts")
     client_resource = kw.pop("client_resource")
     if len(urls) > 1 and not ray_address:
         raise UsageError("several -u servers (a fleet) need --ray ADDRESS|auto to drive them")
+    if mix and ray_address:
+        raise UsageError("a traffic mix (several -m) is drawn by one engine on this machine; drop --ray")
     if (client_hosts is not None or client_resource) and not ray_address:
         raise UsageError("--client-hosts places workers on a Ray cluster: give --ray ADDRESS|auto too")
     url = urls[0] if urls else None
@@ -359,7 +392,8 @@ def command(**kw: Any) -> int:
     opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
     opts = dataclasses.replace(opts, tls=admin_tls)
     spec = ProfileSpec(
-        model=kw["model"],
+        model=models[0],
+        mix=mix,
         model_version=kw["model_version"],
         protocol=protocol,
         levels=build_levels(
@@ -399,7 +433,8 @@ def command(**kw: Any) -> int:
             raise UsageError("--request-count measures in one process; drop --ray (or the count)")
     if ray_address and (spec.periodic_concurrency or spec.measurement_mode == "count_windows"):
         raise UsageError("--ray measures time windows: drop --periodic-concurrency-range / count_windows (or --ray)")
-    out = kw["output"] or Path("runs") / f"{spec.model}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+    name = "+".join(m for m, _ in spec.mix) if spec.mix else spec.model
+    out = kw["output"] or Path("runs") / f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     if ray_address:
         record = run_profile_ray(
             opts, spec, out, kw["csv_path"], kw["report_path"], ray_address, client_hosts, urls[1:], client_resource

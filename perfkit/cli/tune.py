@@ -89,12 +89,28 @@ def _echo_event(event: Any) -> None:
 
 @click.command(name="tune")
 @metrics_options
-@click.option("-m", "--model", required=True, help="Model to tune (its folder in the model repository).")
+@click.option(
+    "-m",
+    "--model",
+    "models",
+    required=True,
+    multiple=True,
+    help="Model to tune (its folder in the model repository). Repeat it to tune models sharing the server"
+    " jointly, under the traffic mix --mix gives.",
+)
+@click.option(
+    "--mix",
+    "mix_text",
+    default=None,
+    metavar="MODEL:WEIGHT,...",
+    help="With several -m: the traffic mix each trial is measured at (batcher:3,hungry:1); default equal weights.",
+)
 @click.option(
     "--latency-budget",
     required=True,
     help="Budget for the percentile: end-to-end latency (20ms, 0.5s, 800us), or for a decoupled model"
-    " time to first token (ttft:300ms) or inter-token latency (itl:20ms).",
+    " time to first token (ttft:300ms) or inter-token latency (itl:20ms). With several -m: each model's"
+    " (batcher:20ms,hungry:50ms), or one for all.",
 )
 @click.option("--percentile", type=float, default=99.0, show_default=True, help="Percentile held to the budget.")
 @click.option("--trials", type=int, default=None, help="Trials in the study (default 20; counts resumed ones).")
@@ -213,7 +229,8 @@ def _echo_event(event: Any) -> None:
 )
 @server_options()
 def command(  # noqa: PLR0917
-    model: str,
+    models: tuple[str, ...],
+    mix_text: str | None,
     latency_budget: str,
     percentile: float,
     trials: int | None,
@@ -259,13 +276,16 @@ def command(  # noqa: PLR0917
     composing_models: str | None = None,
     **kwargs: Any,
 ) -> None:
-    """Search configs of one model for the most throughput within a latency budget.
+    """Search configs of one model (or of several sharing a server, under a traffic mix) for the most
+    throughput within a latency budget.
 
     Searches max_batch_size, dynamic batching (queue delay, preferred batch sizes), instance
     count (and kind) and precision; reloads the model for each candidate; always puts your
     config.pbtxt back. Example:
 
         perfkit tune -m batcher --model-repository models --latency-budget 20ms --trials 20
+
+        perfkit tune -m batcher -m hungry --mix batcher:3,hungry:1 --latency-budget batcher:20ms,hungry:50ms
     """
     table = _read_tune_table(space_file) if space_file else {}
     flags: dict[str, Any] = {
@@ -283,7 +303,13 @@ def command(  # noqa: PLR0917
     merged = {**table, **{k: v for k, v in flags.items() if v is not None}}
     source = f"{space_file} [tune]" if space_file else "flags"
     space = TuneSpace.from_mapping(merged, source=source, ignore=SETTINGS_KEYS)
-    budget_metric, budget_ms = parse_latency_budget(latency_budget)
+    mix = _mix_settings(models, mix_text, latency_budget, dry_run=dry_run, ray_address=ray_address,
+                        composing_models=composing_models, load_mode=load_mode)  # fmt: skip
+    model = models[0]
+    if mix:
+        budget_metric, budget_ms = "latency", mix["mix_budgets_ms"][0][1]
+    else:
+        budget_metric, budget_ms = parse_latency_budget(latency_budget)
     if assume_gpu and not dry_run:
         raise UsageError("--assume-gpu plans a server: use it with --dry-run")
     composing = _tune_pipeline.parse_composing(composing_models)
@@ -307,6 +333,7 @@ def command(  # noqa: PLR0917
         "latency_budget_ms": budget_ms,
         "budget_metric": budget_metric,
         "percentile": percentile,
+        **mix,
     }
     for key, value in (
         ("objective", objective),
@@ -356,12 +383,21 @@ def command(  # noqa: PLR0917
         command=("perfkit", *sys.argv[1:]) if sys.argv else (),
         **overrides,
     )
-    opts = build_server_options(kwargs, url=url, models=(model, *composing))
+    opts = build_server_options(kwargs, url=url, models=(*models, *composing))
     if opts.model_repository is None:
         raise UsageError(
             "perfkit tune needs --model-repository DIR: the folder holding the model's config.pbtxt",
             hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit)",
         )
+    if mix:
+        out = _tune_pipeline.run_mix(opts, settings, space)
+        if report_path is not None:
+            from perfkit.report import load_inputs, write_tune_report
+
+            runs, tunes = load_inputs([out])
+            write_tune_report(tunes[0], report_path, runs)
+            click.echo(f"perfkit: tune report written to {report_path}", err=True)
+        return
     if pipeline:
         if ray_address:
             raise UsageError("--ray tunes one model; tune a pipeline on one server (drop --ray)")
@@ -395,6 +431,35 @@ def command(  # noqa: PLR0917
         runs, tunes = load_inputs([result.output_dir])
         write_tune_report(tunes[0], report_path, runs)
         click.echo(f"perfkit: tune report written to {report_path}", err=True)
+
+
+def _mix_settings(
+    models: tuple[str, ...],
+    mix_text: str | None,
+    latency_budget: str,
+    *,
+    dry_run: bool,
+    ray_address: str | None,
+    composing_models: str | None,
+    load_mode: str | None,
+) -> dict[str, Any]:
+    """The settings of a traffic mix (several -m): the mix and each model's budget; {} for one model.
+    Raises UsageError for a bad --mix or budget, or an option a mix cannot take."""
+    from perfkit.measure import parse_mix
+    from perfkit.tuner import parse_mix_budgets
+
+    mix = parse_mix(models, mix_text)
+    if not mix:
+        return {}
+    for given, flag in ((dry_run, "--dry-run"), (ray_address, "--ray"), (composing_models, "--composing-models"),
+                        (load_mode == "trace", "--load trace")):  # fmt: skip
+        if given:
+            raise UsageError(
+                f"{flag} is not supported when tuning a traffic mix ({', '.join(models)})",
+                hint="tune the mix without it, or each model on its own",
+            )
+    budgets = parse_mix_budgets([m for m, _ in mix], latency_budget)
+    return {"mix": mix, "mix_budgets_ms": tuple((m, budgets[m]) for m, _ in mix)}
 
 
 def _tune_on_ray(

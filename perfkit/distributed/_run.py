@@ -119,6 +119,11 @@ def profile_distributed(
     """
     if not servers:
         raise UsageError("no server to measure")
+    if spec.mix:
+        raise UsageError(
+            f"a traffic mix ({spec.mix_label}) is drawn by one engine on this machine; it is not distributed",
+            hint="profile the mix without Ray",
+        )
     ray = connect(address)
     main = servers[0]
     metadata = main.model_metadata(spec.model, spec.model_version)

@@ -8,6 +8,7 @@ to exit codes 0 / 10 / 0 / 11 / 12. run_ab() (the one part that touches a server
 measures baseline and candidate configs alternately in one job.
 """
 
+from perfkit.gate._mix import mix_views
 from perfkit.gate._pairing import config_changes, level_key, level_label
 from perfkit.gate.compare import (
     EXIT_OF,
@@ -16,6 +17,7 @@ from perfkit.gate.compare import (
     GateOptions,
     GateRefused,
     GateResult,
+    compare_pair,
     compare_records,
     compare_runs,
     machine_differences,
@@ -51,6 +53,8 @@ __all__ = [
     "Threshold",
     "append_step_summary",
     "bootstrap_rel_diff",
+    "compare_pair",
+    "mix_views",
     "compare_records",
     "compare_runs",
     "level_key",

@@ -8,6 +8,7 @@ values, one significance rule (a seeded bootstrap over windows).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from perfkit.errors import InputError
+from perfkit.gate._mix import mix_views, threshold_scope
 from perfkit.gate._pairing import (
     config_changes,
     fmt_levels,
@@ -143,20 +145,38 @@ def compare_records(
     baseline_label: str = "baseline",
     current_label: str = "current",
 ) -> GateResult:
-    """Judge one current run against one baseline run (see compare_runs).
+    """Judge one current run against one baseline run (see compare_runs); a traffic mix's whole-mix verdict.
 
-    Raises InputError when the records are of different models, GateRefused when load or
-    machine differ and opts does not allow it.
+    Raises InputError when the records are of different models (or mixes), GateRefused when
+    load or machine differ and opts does not allow it.
     """
-    b_model, c_model = baseline.model.name, current.model.name
-    if b_model != c_model:
+    return compare_pair(
+        baseline, current, opts, comparison=comparison, baseline_label=baseline_label, current_label=current_label
+    )[0]
+
+
+def compare_pair(
+    baseline: RunRecord,
+    current: RunRecord,
+    opts: GateOptions | None = None,
+    *,
+    comparison: BaselineKind = "stored",
+    baseline_label: str = "baseline",
+    current_label: str = "current",
+) -> list[GateResult]:
+    """Judge one current run against one baseline run: one result, or for a traffic mix the whole
+    mix's and then each model's. Raises like compare_records."""
+    b_model, c_model = baseline.spec.mix_label, current.spec.mix_label
+    if baseline.model.name != current.model.name or b_model != c_model:
+        what = {False: "model", True: "traffic mix"}
         raise InputError(
-            f"baseline {baseline_label} is of model {b_model!r} but current {current_label} is of model {c_model!r}",
-            hint="pick the baseline of the same model",
+            f"baseline {baseline_label} is of {what[bool(baseline.spec.mix)]} {b_model!r} but current "
+            f"{current_label} is of {what[bool(current.spec.mix)]} {c_model!r}",
+            hint="pick the baseline of the same model (or the same mix)",
         )
     return compare_runs(
         [baseline], [current], opts, comparison=comparison, baseline_label=baseline_label, current_label=current_label
-    )[0]
+    )
 
 
 def compare_runs(
@@ -175,6 +195,7 @@ def compare_runs(
     not allow it, InputError when repeated runs cannot be pooled exactly.
     """
     opts = opts or GateOptions()
+    baseline, current = mix_views(baseline), mix_views(current)
     models = list(dict.fromkeys(str(r.model.name) for r in current))
     results = []
     for model in models:
@@ -183,12 +204,20 @@ def compare_runs(
         if not b_runs:
             _log.info("%s: no baseline run of this model; not compared", model)
             continue
-        result = _compare_model(model, b_runs, c_runs, opts, comparison, baseline_label, current_label)
+        scoped = dataclasses.replace(opts, thresholds=_thresholds_for(opts.thresholds, threshold_scope(model)))
+        result = _compare_model(model, b_runs, c_runs, scoped, comparison, baseline_label, current_label)
         _log.info(
             "%s: %s (%d findings) %s vs %s", model, result.verdict, len(result.findings), current_label, baseline_label
         )
         results.append(result)
     return results
+
+
+def _thresholds_for(thresholds: Sequence[Threshold], scope: str) -> tuple[Threshold, ...]:
+    """The thresholds that judge a model's figures: its own (MODEL:METRIC:...) over the unscoped ones of a metric."""
+    own = [t for t in thresholds if scope and t.model == scope]
+    mine = {t.metric for t in own}
+    return tuple([t for t in thresholds if not t.model and t.metric not in mine] + own)
 
 
 def _compare_model(

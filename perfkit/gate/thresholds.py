@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -29,6 +30,7 @@ class Threshold:
     kind: Literal["pct", "abs"]
     value: float  # magnitude toward worse: percent points, or us / infer/s
     text: str
+    model: str = ""  # MODEL:METRIC:VALUE: only that model's figures (alone, or its share of a mix); "": all
 
     @property
     def higher_is_better(self) -> bool:
@@ -40,7 +42,17 @@ class Threshold:
 
 
 def parse_threshold(text: str) -> Threshold:
-    """Parse METRIC:[+-]VALUE[%|ms|us|s|/s]; raises UsageError naming the text and the forms accepted."""
+    """Parse [MODEL:]METRIC:[+-]VALUE[%|ms|us|s|/s]; raises UsageError naming the text and the forms accepted.
+
+    With MODEL the threshold judges only that model's figures (measured alone, or its share of
+    a traffic mix); without it, every model's and every mix's.
+    """
+    if text.count(":") >= 2:
+        model, rest = text.split(":", 1)
+        model = model.strip()
+        if not model:
+            raise UsageError(f"--threshold {text!r}: the model before the first ':' is empty")
+        return dataclasses.replace(parse_threshold(rest), model=model, text=text)
     m = _PATTERN.match(text.lower())
     forms = "forms: throughput:-5%, throughput:-50/s, p99:+10%, p99:+2ms (metrics: " + ", ".join(METRICS) + ")"
     if not m:
@@ -111,9 +123,15 @@ def parse_job_noise(texts: tuple[str, ...] | list[str]) -> dict[str, float]:
 
 
 def parse_thresholds(texts: tuple[str, ...] | list[str]) -> list[Threshold]:
-    """Parse every threshold (defaults when none); the last one given for a metric wins."""
-    by_metric = {}
-    for text in texts or DEFAULT_THRESHOLDS:
-        t = parse_threshold(text)
-        by_metric[t.metric] = t
-    return [by_metric[m] for m in METRICS if m in by_metric]
+    """Parse every threshold; the last one given for a metric (of a model) wins.
+
+    The defaults apply when no threshold for every model is given: thresholds scoped to a model
+    (MODEL:METRIC:CHANGE) add to them.
+    """
+    parsed = [parse_threshold(text) for text in texts]
+    if not any(not t.model for t in parsed):
+        parsed = [parse_threshold(text) for text in DEFAULT_THRESHOLDS] + parsed
+    by_metric: dict[tuple[str, str], Threshold] = {}
+    for t in parsed:
+        by_metric[(t.model, t.metric)] = t
+    return sorted(by_metric.values(), key=lambda t: (t.model, METRICS.index(t.metric)))

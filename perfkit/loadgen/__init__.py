@@ -32,6 +32,10 @@ How it is built (each piece a small private module):
     (ModelStreamInfer on the hand-written HTTP/2 client), `_stream_grpc.AioStreamTransport`
     (the same on grpc.aio), `_stream_sse.SseTransport` (HTTP generate_stream) and
     `_stream_sse.HttpSequenceTransport` (sequence steps as plain HTTP infer calls).
+  - `_mix.MixTransport`: a traffic mix (`EngineConfig.mix_weights`): one transport per model
+    behind the Transport interface; each submit draws the next model from a smooth weighted
+    round robin (exact over every cycle of the weights' sum), and the model's index is the
+    last field of each record (`Samples.model`).
   - `_engine.Engine`: an event loop on its own thread holding one transport, one loop
     mode and one ledger. The engine protocol, shared with `_workers.ProcessEngine` (and
     any other engine, e.g. one on a remote actor):

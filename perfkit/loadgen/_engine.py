@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import logging
 import os
 import threading
@@ -24,6 +25,7 @@ from perfkit.loadgen._h2 import H2Transport
 from perfkit.loadgen._http1 import Http1Transport
 from perfkit.loadgen._ledger import Ledger, Record
 from perfkit.loadgen._loops import ClosedLoop, OpenLoop, PeriodicLoop, PeriodicSpec
+from perfkit.loadgen._mix import MixTransport, TaggedLedger
 from perfkit.loadgen._stream_grpc import AioStreamTransport
 from perfkit.loadgen._stream_h2 import H2StreamTransport
 from perfkit.loadgen._stream_parts import stream_samples
@@ -68,6 +70,10 @@ class EngineConfig:
     # perf_analyzer's -H on gRPC requests: metadata (its gRPC Infer takes them,
     # src/client_backend/triton/triton_client_backend.cc); HTTP payloads carry them already
     metadata: tuple[tuple[str, str], ...] = ()
+    # A traffic mix (`_mix`): each model's payloads and its weight; each request is drawn for a
+    # model by weight and its record carries the model's index. Empty: one model, `payloads`.
+    mix_payloads: tuple[tuple[bytes, ...], ...] = ()
+    mix_weights: tuple[int, ...] = ()
 
 
 def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEventLoop, ledger: Ledger) -> Transport:
@@ -79,6 +85,14 @@ def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEvent
                 f"unknown stream transport {cfg.transport!r}; expected one of {', '.join(STREAM_TRANSPORTS)}"
             )
         return stream(loop, ledger, cfg)
+    if cfg.mix_weights:
+        subs = [
+            make_transport(
+                dataclasses.replace(cfg, payloads=p, mix_payloads=(), mix_weights=()), loop, TaggedLedger(ledger, i)
+            )
+            for i, p in enumerate(cfg.mix_payloads)
+        ]
+        return MixTransport(loop, ledger, subs, cfg.mix_weights, cfg.seed)
     kind = cfg.transport
     if kind == "auto":
         kind = "http1" if cfg.protocol == "http" else "h2"
@@ -139,6 +153,7 @@ class Engine:
         self.cfg = cfg
         self._streaming = isinstance(cfg, StreamConfig)
         self._counted = isinstance(cfg, StreamConfig) and bool(cfg.token_output)
+        self._mixed = isinstance(cfg, EngineConfig) and bool(cfg.mix_weights)
         self.ledger = Ledger()
         self.loop = asyncio.SelectorEventLoop(precise_selector())
         self.transport = make_transport(cfg, self.loop, self.ledger)
@@ -207,7 +222,7 @@ class Engine:
         if self._streaming:
             records, examples, reconnects, streamed = swapped
             return stream_samples(records, examples, reconnects, streamed, counted=self._counted)
-        return _to_samples(*swapped)
+        return _to_samples(*swapped, mixed=self._mixed)
 
     # -- loop side -------------------------------------------------------------------------------
     def _on_done(self, status: int) -> None:
@@ -261,9 +276,13 @@ class Engine:
         return await self._swap()
 
 
-def _to_samples(records: list[Record], examples: dict[int, str], reconnects: int) -> Samples:
+def _to_samples(records: list[Record], examples: dict[int, str], reconnects: int, *, mixed: bool = False) -> Samples:
     if records:
         arr = np.array(records, dtype=np.int64)
-        return Samples(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, reconnects=reconnects)
+        model = arr[:, 4].astype(np.int16) if mixed else None
+        return Samples(
+            arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3].astype(np.int32), examples, reconnects=reconnects, model=model
+        )
     empty = np.empty(0, dtype=np.int64)
-    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, reconnects=reconnects)
+    model = np.empty(0, dtype=np.int16) if mixed else None
+    return Samples(empty, empty, empty, np.empty(0, dtype=np.int32), examples, reconnects=reconnects, model=model)

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from time import perf_counter_ns
 
-Record = tuple[int, int, int, int]  # (due_ns, sent_ns, done_ns, status); due -1 closed loop, sent -1 unsent
+# (due_ns, sent_ns, done_ns, status, model); due -1 closed loop, sent -1 unsent; model: the index of the
+# request's model in a traffic mix (`_mix`), 0 with one model
+Record = tuple[int, int, int, int, int]
 
 
 class Ledger:
@@ -47,10 +49,10 @@ class Ledger:
         """A request was handed to a transport: it now owes exactly one `finish`."""
         self.in_flight += 1
 
-    def finish(self, due_ns: int, sent_ns: int, done_ns: int, status: int, message: str = "") -> None:
-        """Record the one outcome of a request handed over with `begin`."""
+    def finish(self, due_ns: int, sent_ns: int, done_ns: int, status: int, message: str = "", model: int = 0) -> None:
+        """Record the one outcome of a request handed over with `begin` (to the mix's model `model`)."""
         self.in_flight -= 1
-        self.records.append((due_ns, sent_ns, done_ns, status))
+        self.records.append((due_ns, sent_ns, done_ns, status, model))
         if status and status not in self.examples:
             self.examples[status] = message[:300]
 
@@ -69,9 +71,9 @@ class Ledger:
             self.streamed[len(self.records)] = (response_ns, tokens)
         self.finish(due_ns, sent_ns, done_ns, status, message)
 
-    def unsent(self, due_ns: int, status: int, message: str) -> None:
+    def unsent(self, due_ns: int, status: int, message: str, model: int = 0) -> None:
         """Record a request that was due but never handed to a transport (dropped)."""
-        self.records.append((due_ns, -1, perf_counter_ns(), status))
+        self.records.append((due_ns, -1, perf_counter_ns(), status, model))
         if status not in self.examples:
             self.examples[status] = message
 

@@ -115,7 +115,8 @@ class OpenLoop:
     def _dispatch(self, due: int) -> None:
         ledger = self.ledger
         if ledger.in_flight >= self.max_outstanding:
-            ledger.unsent(due, STATUS_DROPPED, f"{self.max_outstanding} requests already in flight (max outstanding)")
+            message = f"{self.max_outstanding} requests already in flight (max outstanding)"
+            ledger.unsent(due, STATUS_DROPPED, message, self.transport.model_of_dropped())
             self.transport.dropped(due)
             return
         ledger.begin()

@@ -80,7 +80,7 @@ class _Trace:
 
 
 def stream_samples(
-    records: list[tuple[int, int, int, int]],
+    records: list[tuple[int, int, int, int, int]],
     examples: dict[int, str],
     reconnects: int,
     streamed: dict[int, tuple[list[int], int]],
@@ -96,7 +96,7 @@ def stream_samples(
         responses[i] = np.array(got[0], dtype=np.int64) if got is not None else no_responses
         if tokens is not None and got is not None:
             tokens[i] = got[1]
-    arr = np.array(records, dtype=np.int64).reshape(n, 4)
+    arr = np.array(records, dtype=np.int64).reshape(n, 5)
     return Samples(
         arr[:, 0].copy(),
         arr[:, 1].copy(),

@@ -61,6 +61,10 @@ class Transport:
     def dropped(self, due_ns: int) -> None:
         """The open loop dropped a due request without submitting it (transports that number requests skip one)."""
 
+    def model_of_dropped(self) -> int:
+        """The mix's model a request the open loop drops is counted to (a mix draws it; one model: 0)."""
+        return 0
+
     async def drain(self, deadline: float) -> None:
         """Stop starting requests of their own; wait (to `deadline`, loop time) until nothing is owed."""
         while self.ledger.in_flight > 0 and self.loop.time() < deadline:

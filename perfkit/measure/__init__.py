@@ -49,6 +49,7 @@ from perfkit.measure._events import (
 from perfkit.measure._export import write_export
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
+from perfkit.measure._mix import check_mix, mix_engine_config, parse_mix
 from perfkit.measure._periodic import measure_periodic, periodic_level
 from perfkit.measure._replay import replay_profile, trace_mean_rate
 from perfkit.measure._server_stats import composing_models
@@ -73,6 +74,7 @@ __all__ = [
     "WorkersPlaced",
     "levels_frame",
     "parse_goodput",
+    "parse_mix",
     "trace_mean_rate",
     "machine_info",
     "nothing_measured",
@@ -181,6 +183,8 @@ def profile(
     config = server.model_config(spec.model)
     io = ModelIO.from_server(metadata, config, spec.model_version)
     _check_spec(io, spec)
+    if spec.mix:
+        check_mix(spec)
     # a sequence model behind an ensemble makes the ensemble's requests sequence requests
     kind = with_composing_sequence(config, server.model_config)
     if spec.periodic_concurrency is not None and not (spec.streaming and spec.protocol == "grpc"):
@@ -199,6 +203,8 @@ def profile(
     steps = streamed_steps(io, spec, plain_steps)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
     stats_models = list(dict.fromkeys([spec.model, *composing_models(config), *spec.bls_composing_models]))
+    if spec.mix:
+        stats_models = [m for m, _ in spec.mix]
     info = server_info(server, spec.protocol)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     levels: list[LevelResult] = []
@@ -240,10 +246,12 @@ def profile(
                     hint="drop the --ssl-* flags (or the https:// scheme) for this model",
                 )
             cfg = stream_cfg or cfg
+            if spec.mix:
+                cfg = mix_engine_config(server, spec, host, port, intervals, _check_spec)
             with LoadGenerator(cfg, workers=spec.workers) as gen:
 
                 def run(level: LoadLevel) -> LevelResult:
-                    _log.info("measuring %s of %s", level.label, spec.model)
+                    _log.info("measuring %s of %s", level.label, spec.mix_label)
                     if on_progress:
                         on_progress(LevelStarted(level))
                     if spec.periodic_concurrency is not None:

@@ -99,46 +99,67 @@ def levels_frame(record: RunRecord) -> pd.DataFrame:
     return pd.DataFrame([_row(level) for level in record.levels])
 
 
+def _pa_row(level: LevelResult) -> list[float | int]:
+    lat = level.latency("service")
+    srv = level.server
+    queue = srv.queue_avg_us if srv else 0.0
+    c_in = srv.compute_input_avg_us if srv else 0.0
+    c_inf = srv.compute_infer_avg_us if srv else 0.0
+    c_out = srv.compute_output_avg_us if srv else 0.0
+    server_total = srv.request_avg_us if srv else 0.0
+    return [
+        level.load.value if level.load.mode != "concurrency" else int(level.load.value),
+        round(level.throughput_infer_per_s, 2),
+        0,  # client send: not separated by perfkit's client (included in network)
+        round(max(lat.mean_us - server_total, 0.0)),
+        round(queue),
+        round(c_in),
+        round(c_inf),
+        round(c_out),
+        0,
+        round(lat.p50_us),
+        round(lat.p90_us),
+        round(lat.p95_us),
+        round(lat.p99_us),
+        round(lat.mean_us),
+        0,
+        0,
+    ]
+
+
+MIX_TOTAL = "total"  # the Model column's name for a mixed level's whole-mix row
+
+
 def write_csv(record: RunRecord, path: Path) -> Path:
-    """perf_analyzer-compatible CSV (same header and units) so existing scripts keep working."""
-    rows = []
+    """perf_analyzer-compatible CSV (same header and units) so existing scripts keep working.
+
+    A traffic mix (spec.mix) adds a first column, Model: each level's whole-mix row (`total`)
+    is followed by one row per model of the mix.
+    """
+    rows: list[list[float | int | str]] = []
+    levels: list[LevelResult] = []
     first = "Concurrency"
+    mixed = bool(record.spec.mix)
     for level in record.levels:
         if level.load.mode != "concurrency":
             first = "Request Rate"
-        lat = level.latency("service")
-        srv = level.server
-        queue = srv.queue_avg_us if srv else 0.0
-        c_in = srv.compute_input_avg_us if srv else 0.0
-        c_inf = srv.compute_infer_avg_us if srv else 0.0
-        c_out = srv.compute_output_avg_us if srv else 0.0
-        server_total = srv.request_avg_us if srv else 0.0
-        rows.append(
-            [
-                level.load.value if level.load.mode != "concurrency" else int(level.load.value),
-                round(level.throughput_infer_per_s, 2),
-                0,  # client send: not separated by perfkit's client (included in network)
-                round(max(lat.mean_us - server_total, 0.0)),
-                round(queue),
-                round(c_in),
-                round(c_inf),
-                round(c_out),
-                0,
-                round(lat.p50_us),
-                round(lat.p90_us),
-                round(lat.p95_us),
-                round(lat.p99_us),
-                round(lat.mean_us),
-                0,
-                0,
-            ]
-        )
+        if not mixed:
+            rows.append(list(_pa_row(level)))
+            levels.append(level)
+            continue
+        rows.append([MIX_TOTAL, *_pa_row(level)])
+        levels.append(level)
+        for share in level.models:
+            rows.append([share.model, *_pa_row(share.result)])
+            levels.append(share.result)
     columns = [first, *PA_COLUMNS[1:]]
     if any(level.streaming is not None for level in record.levels):
         # perf_analyzer adds this column for decoupled models: responses per second
         columns.insert(2, "Response Throughput")
-        for row, level in zip(rows, record.levels):
+        for row, level in zip(rows, levels):
             row.insert(2, round(level.streaming.responses_per_s, 2) if level.streaming else 0)
+    if mixed:
+        columns.insert(0, "Model")
     frame = pd.DataFrame(rows, columns=columns)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

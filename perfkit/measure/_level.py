@@ -16,6 +16,7 @@ from perfkit.loadgen import LoadGenerator, sleep_until
 from perfkit.measure import _server_stats
 from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
+from perfkit.measure._mix import mix_shares
 from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
@@ -135,6 +136,8 @@ def measure_level(
         rec, end_ns = _count_window(rec, spec.request_count)
         windows, window_ns, stable = rec.windows(1), rec.window_ns, not died
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
+    if spec.mix:
+        result = _with_shares(result, rec, spec, level, len(windows), end_ns, before, after, t0, died)
     export = None
     if spec.profile_export_file:
         from perfkit.measure._export import level_export
@@ -217,6 +220,7 @@ def _count_window(rec: LevelRecorder, count: int) -> tuple[LevelRecorder, int]:
             status=s.status[level],
             response_ns=None if s.response_ns is None else s.response_ns[level],
             output_tokens=None if s.output_tokens is None else s.output_tokens[level],
+            model=None if s.model is None else s.model[level],
         )
     )
     return out, end_ns
@@ -254,6 +258,30 @@ def _within(value: float | None, target: float) -> bool:
 def _keeps_up(rec: LevelRecorder, end_ns: int, tolerance: float) -> bool:
     c = rec.counts(end_ns)
     return c.sent_rps > 0 and c.completed_rps >= c.sent_rps * (1 - tolerance)
+
+
+def _with_shares(
+    result: LevelResult,
+    rec: LevelRecorder,
+    spec: ProfileSpec,
+    level: LoadLevel,
+    windows: int,
+    end_ns: int,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    t0_ns: int,
+    died: bool,
+) -> LevelResult:
+    """A mixed level: the whole mix's figures with each model's beside them (its server statistics its own)."""
+
+    def result_of(sub: LevelRecorder, model: str) -> LevelResult:
+        b = None if before is None else {model: before[model]}
+        a = None if after is None else {model: after[model]}
+        wins = sub.windows(windows)
+        return _result(sub, spec, level, wins, end_ns, result.stable, b, a, [model], None, t0_ns, died)
+
+    # the server's figures are each model's; the first model's with the others as its "steps" would mislead
+    return dataclasses.replace(result, models=mix_shares(spec, rec, windows, result_of), server=None)
 
 
 def _result(

@@ -9,6 +9,7 @@ from perfkit.records import RunRecord, ServerInfo, to_dict
 from perfkit.report import _figures as F
 from perfkit.report import _streaming_figures as SF
 from perfkit.report._fleet import fleet_table, workers_table
+from perfkit.report._mix import mix_figures, mix_table
 from perfkit.report._page import Banner, Block, Card, Page, PageBuilder, Section, command_line, fmt_value, machine_facts
 
 
@@ -49,6 +50,7 @@ def measured_facts(rec: RunRecord) -> list[tuple[str, str]]:
     spec = rec.spec
     facts = [
         ("model", f"{model.name} (version {model.version or 'latest'})"),
+        *([("traffic mix", f"{spec.mix_label} (the config shown is {model.name}'s)")] if spec.mix else []),
         ("config served", config_summary(model.config)),
         ("served config sha256", model.served_config_sha256 or "—"),
         ("server", server_line(rec.server)),
@@ -141,6 +143,16 @@ def add_run_sections(b: PageBuilder, rec: RunRecord, sid: str, heading: str) -> 
         s.blocks.append(
             Block(kind="pre", title="Model config as served (JSON)", text=json.dumps(rec.model.config, indent=2))
         )
+
+    if rec.spec.mix:
+        s = b.section(
+            f"mix{sid}",
+            f"Traffic mix{heading}",
+            "Each model of the mix under the same load: its own requests, throughput and latency.",
+        )
+        b.table(s, mix_table(rec))  # the figures first-hand: each model beside the whole mix
+        for fig in mix_figures(rec):
+            b.figure(s, fig)
 
     s = b.section(
         f"distribution{sid}",

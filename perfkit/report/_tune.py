@@ -74,7 +74,7 @@ def recommendation(tune: TuneRecord) -> str:
             f"No recommendation: none of {len(tune.trials)} trials ({done} complete) met the {budget} {pct} "
             f"budget{why}."
         )
-    lat = f" at {pct} {fmt_ms(best.latency_us / 1000)}" if best.latency_us is not None else ""
+    lat = f" at {pct} {fmt_ms(best.latency_us / 1000)}" if best.latency_us is not None and not tune.mix else ""
     what = f"trial {best.number} ({describe_params(best.params)})" if best.params else f"trial {best.number}"
     claimed = best.claimed_throughput or best.throughput_infer_per_s
     c = best.confirmation
@@ -93,7 +93,17 @@ def recommendation(tune: TuneRecord) -> str:
         if not orig.feasible:
             sentence += " (which missed the budget)"
     scope = budget if tune.budget_metric == "latency" else f"{budget} {pct}"  # a TTFT/ITL budget says what it bounds
-    sentence += f", within the {scope} budget."
+    if tune.mix:
+        # a traffic mix: the figure is the whole mix's; each model is held to its own budget
+        mix = ",".join(f"{m}:{w}" for m, w in tune.mix)
+        per = "; ".join(
+            f"{m} {fmt_rate(best.metrics.get(f'{m}.throughput_infer_per_s', 0.0))} infer/s at {pct} "
+            f"{fmt_ms(best.metrics.get(f'{m}.latency_us', 0.0) / 1000)} of {b:g} ms"
+            for m, b in tune.mix_budgets_ms.items()
+        )
+        sentence += f", at the traffic mix {mix} with every model within its own budget ({per})."
+    else:
+        sentence += f", within the {scope} budget."
     if tune.status != "ok":
         sentence += f" The tune run was {tune.status} before it finished."
     return sentence

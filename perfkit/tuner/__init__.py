@@ -27,6 +27,7 @@ from perfkit.tuner._judge import (
     parse_latency_budget,
     parse_latency_ms,
 )
+from perfkit.tuner._mix import parse_mix_budgets, tune_mix
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._pipeline_plan import describe_pipeline, plan_pipeline, write_pipeline_candidates
 from perfkit.tuner._pipeline_run import tune_pipeline
@@ -89,4 +90,6 @@ __all__ = [
     "describe_pipeline",
     "write_pipeline_candidates",
     "tune_pipeline",
+    "tune_mix",
+    "parse_mix_budgets",
 ]

@@ -6,9 +6,12 @@ side of the budget, so the best of many trials is the one most favoured by noise
 curse): its figure sits on the budget's edge. Before a figure is claimed it is measured again:
 `repeats` independent runs at the trial's load, each with more windows and no early stop. The
 claim holds when every repeat's percentile is within the budget (and, open loop, every repeat
-is sustainable). If the true percentile at that load were at or over the budget, each repeat
-would read within it with probability at most about 1/2, so all of 3 repeats would with
-probability at most 1/8 (a sign test). When the search's load fails, the next load down the
+is sustainable) and the worst repeat's upper ~95% bound on the percentile is within it too (the
+margin: a repeat that reads just under the budget does not make a claim). If the true
+percentile at that load were at or over the budget, each repeat would read within it with
+probability at most about 1/2, so all of 3 repeats would with probability at most 1/8 (a sign
+test); the bound keeps a claim off the budget's edge, where a re-measurement is a coin toss.
+When the search's load fails, the next load down the
 same ladder is confirmed instead (the claim steps down, and says so); when that fails too the
 trial is demoted: it is never recommended, and the trial table says why.
 
@@ -22,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,12 +115,19 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
 
 
 def summarize_repeats(
-    load: LoadLevel, levels: Sequence[LevelResult], *, repeats: int, budget_ms: float, percentile: float, metric: str
+    load: LoadLevel,
+    levels: Sequence[LevelResult],
+    *,
+    repeats: int,
+    budget_ms: float,
+    percentile: float,
+    metric: str,
+    mix_scale: Mapping[str, float] | None = None,
 ) -> Confirmation:
     """The Confirmation of repeated levels at one load (held when all `repeats` ran and each is
     within the budget)."""
     tputs = [lv.throughput_infer_per_s for lv in levels]
-    lats = [level_budget_us(lv, percentile, metric) for lv in levels]
+    lats = [level_budget_us(lv, percentile, metric, mix_scale) for lv in levels]
     mean = statistics.fmean(tputs) if tputs else 0.0
     half = t95(len(tputs) - 1) * statistics.stdev(tputs) / math.sqrt(len(tputs)) if len(tputs) > 1 else math.inf
     worst = max(lats) if lats else math.inf
@@ -125,8 +135,10 @@ def summarize_repeats(
         (lat * (1 + (lv.precision.latency_rel or 0.0)) for lat, lv in zip(lats, levels, strict=True)),
         default=math.inf,
     )
-    bad = [lv for lv in levels if not level_within_budget(lv, budget_ms, percentile, metric)]
-    held = len(levels) == repeats and not bad
+    bad = [lv for lv in levels if not level_within_budget(lv, budget_ms, percentile, metric, mix_scale)]
+    # The margin: the percentile's upper ~95% bound, not only its reading, within the budget.
+    margin_ok = ucb <= budget_ms * 1e3
+    held = len(levels) == repeats and not bad and margin_ok
     note = ""
     if len(levels) < repeats:
         note = f"{repeats - len(levels)} of {repeats} runs failed"
@@ -134,6 +146,8 @@ def summarize_repeats(
         why = [open_loop_shortfall(lv) for lv in bad]
         extra = "; ".join(sorted({w for w in why if w}))
         note = f"over the budget in {len(bad)} of {repeats} runs" + (f" ({extra})" if extra else "")
+    elif not margin_ok:
+        note = f"within the budget in every run, but its upper bound {ucb / 1e3:.2f} ms is not"
     return Confirmation(
         held=held,
         load=load,
@@ -154,7 +168,7 @@ def confirm_one(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSetting
         levels = _measure_repeats(t, number, level, cs)
         return summarize_repeats(
             level, levels, repeats=cs.repeats, budget_ms=t.s.latency_budget_ms, percentile=t.s.percentile,
-            metric=t.s.budget_metric,
+            metric=t.s.budget_metric, mix_scale=t.judge.mix_scale,
         )  # fmt: skip
 
     first = at(load)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -129,6 +130,17 @@ class JudgeSettings:
     # (trace_base_rps, the trace's own mean rate, at speed 1).
     trace: str | None = None
     trace_base_rps: float = 1.0
+    # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1): the mix measured, and each model's own
+    # budget; latency_budget_ms is then the first model's (the reference the mix's figure is scaled to)
+    mix: tuple[tuple[str, int], ...] = ()
+    mix_budgets_ms: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def mix_scale(self) -> dict[str, float] | None:
+        """Each mix model's factor to the reference budget (None without a mix): see level_budget_us."""
+        if not self.mix_budgets_ms:
+            return None
+        return {m: self.latency_budget_ms / b for m, b in self.mix_budgets_ms}
 
     def _window_ms(self, levels: tuple[LoadLevel, ...] | None) -> float:
         """Windows long enough for an open-loop level to hold MIN_WINDOW_REQUESTS requests (a
@@ -155,7 +167,7 @@ class JudgeSettings:
     def judged_by_measure(self) -> bool:
         """Whether perfkit profile itself can judge levels against the budget (its threshold is
         on the end-to-end latency); TTFT/ITL budgets are judged by the tuner level by level."""
-        return self.budget_metric == "latency"
+        return self.budget_metric == "latency" and not self.mix  # a mix's models each hold their own budget
 
     def spec(self, model: str, levels: tuple[LoadLevel, ...] | None = None, *, bisect: bool = False) -> ProfileSpec:
         """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
@@ -186,6 +198,7 @@ class JudgeSettings:
             goodput_slo_ms=dict(self.goodput_slo_ms),
             trace=self.trace if trace else None,
             trace_speed=speed,
+            mix=self.mix,
         )
 
 
@@ -219,10 +232,18 @@ class TrialVerdict:
         return self.feasible_load is not None
 
 
-def level_budget_us(level: LevelResult, percentile: float, metric: str = "latency") -> float:
+def level_budget_us(
+    level: LevelResult, percentile: float, metric: str = "latency", mix_scale: Mapping[str, float] | None = None
+) -> float:
     """The statistic a budget holds at this level: the percentile of the end-to-end latency
     (corrected where measured), of TTFT, or of ITL. A TTFT/ITL budget on a level measured
-    without streaming reads as infinite (never within budget)."""
+    without streaming reads as infinite (never within budget).
+
+    A traffic mix (`mix_scale`: each model's reference budget over its own) holds every model to
+    its own budget: the figure is the worst model's percentile scaled to the reference budget,
+    within it exactly when every model is within its own."""
+    if mix_scale is not None and level.models:
+        return max(s.result.latency().percentile_us(percentile) * mix_scale[s.model] for s in level.models)
     if metric == "latency":
         return level.latency().percentile_us(percentile)
     st = level.streaming
@@ -267,7 +288,11 @@ def open_loop_shortfall(level: LevelResult) -> str | None:
 
 
 def level_within_budget(
-    level: LevelResult, latency_budget_ms: float, percentile: float, metric: str = "latency"
+    level: LevelResult,
+    latency_budget_ms: float,
+    percentile: float,
+    metric: str = "latency",
+    mix_scale: Mapping[str, float] | None = None,
 ) -> bool:
     """Whether a level counts as within budget: no errors, its percentile (of the budget's
     metric; coordinated-omission corrected for open loop) at most the budget, and for an
@@ -275,12 +300,17 @@ def level_within_budget(
     return (
         level.error_count == 0
         and open_loop_shortfall(level) is None
-        and level_budget_us(level, percentile, metric) <= latency_budget_ms * 1e3
+        and level_budget_us(level, percentile, metric, mix_scale) <= latency_budget_ms * 1e3
     )
 
 
 def judge_trial(
-    record: RunRecord, *, latency_budget_ms: float, percentile: float, metric: str = "latency"
+    record: RunRecord,
+    *,
+    latency_budget_ms: float,
+    percentile: float,
+    metric: str = "latency",
+    mix_scale: Mapping[str, float] | None = None,
 ) -> TrialVerdict:
     """Read a trial's run record against the budget (of `metric`: end-to-end latency, TTFT or
     ITL). A level counts only without errors.
@@ -295,10 +325,10 @@ def judge_trial(
     best: LevelResult | None = None
 
     def _level_latency_us(level: LevelResult, pct: float) -> float:
-        return level_budget_us(level, pct, metric)
+        return level_budget_us(level, pct, metric, mix_scale)
 
     for level in levels:
-        ok = level_within_budget(level, latency_budget_ms, percentile, metric)
+        ok = level_within_budget(level, latency_budget_ms, percentile, metric, mix_scale)
         if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
             best = level
     first = levels[0] if levels else None
@@ -329,6 +359,9 @@ def judge_trial(
             )
             if st.goodput_rps is not None:
                 metrics["goodput_rps"] = st.goodput_rps
+        for share in best.models:  # a traffic mix: each model's own figures at the level picked
+            metrics[f"{share.model}.throughput_infer_per_s"] = share.result.throughput_infer_per_s
+            metrics[f"{share.model}.latency_us"] = share.result.latency().percentile_us(percentile)
         if best.server is not None:
             metrics["server_queue_avg_us"] = best.server.queue_avg_us
             metrics["server_compute_infer_avg_us"] = best.server.compute_infer_avg_us
@@ -368,13 +401,15 @@ def constraints(settings: ConstraintSettings, v: TrialVerdict) -> tuple[bool, di
     return all(c <= 0 for c in cons.values()), cons
 
 
-def level_table(record: RunRecord, percentile: float, metric: str = "latency") -> list[dict[str, Any]]:
+def level_table(
+    record: RunRecord, percentile: float, metric: str = "latency", mix_scale: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
     """One short row per measured level (for progress lines)."""
     return [
         {
             "load": lv.load.label,
             "throughput": lv.throughput_infer_per_s,
-            "latency_us": level_budget_us(lv, percentile, metric),
+            "latency_us": level_budget_us(lv, percentile, metric, mix_scale),
             "errors": lv.error_count,
         }
         for lv in record.levels

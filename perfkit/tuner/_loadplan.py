@@ -74,7 +74,7 @@ def find_load(
     level measured (sorted by load). Raises what measure raises."""
 
     def ok(lv: LevelResult) -> bool:
-        return level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric)
+        return level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric, judge.mix_scale)
 
     def run_spec(values: Sequence[float], bisect: bool) -> RunRecord:
         levels = tuple(judge.level(v) for v in values)
@@ -84,12 +84,17 @@ def find_load(
     if judge.open_loop:
         if start is None and judge.load_mode == "trace":
             start = judge.trace_base_rps  # the trace as recorded (speed 1)
+        stride = 1  # ladder steps per gallop move: near a similar trial's answer, one at a time
         if start is None:
             start = _probe_rate(
                 lambda lv: measure(server, judge.spec(model, (lv,)), command=command, record_path=record_path)
             )
+            # From the probe (often far below the answer, where each level is slow to fill its
+            # windows): double the rate per move, then bisect back to the ladder's resolution.
+            stride = RATE_STEPS_PER_DOUBLING
         values = rate_ladder(start, judge.max_rate_rps)
-        search = _LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)))
+        search = _LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
+                               stride=stride)  # fmt: skip
         merged = search.run()
         if record_path is not None:
             merged.save(record_path)
@@ -162,7 +167,8 @@ def ladder(start: int, max_concurrency: int) -> tuple[int, ...]:
 class _LadderSearch:
     """The highest ladder concurrency within budget, starting where a similar trial met it.
 
-    From the start: gallop up (1, 1, 2, 4 ... ladder steps) while within budget, or down while over,
+    From the start: gallop up (1, 1, 2, 4 ... ladder steps, or `stride` steps each move) while
+    within budget, or down while over,
     then bisect between the highest level within and the lowest over. Each level is its own run.
 
     Closed-loop levels on a shared host are noisy: a level can read 30% over the budget while
@@ -173,8 +179,9 @@ class _LadderSearch:
     the lowest level over the budget above the answer, on which the answer rests."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
-                 values: Sequence[float], start_index: int) -> None:  # fmt: skip
+                 values: Sequence[float], start_index: int, *, stride: int = 1) -> None:  # fmt: skip
         self.measure_one = measure_one
+        self.stride = stride
         self.ok = ok
         self.values = tuple(values)
         self.start_index = start_index
@@ -210,7 +217,7 @@ class _LadderSearch:
         moves = 0
         while True:
             # one ladder step twice (the answer is most often near a similar trial's), then 2, 4, ...
-            step = 1 if moves < 2 else 2 ** (moves - 1)
+            step = self.stride if self.stride > 1 else (1 if moves < 2 else 2 ** (moves - 1))
             moves += 1
             if lo is not None and hi is None:
                 if lo == len(self.values) - 1:

@@ -57,7 +57,7 @@ class Pipeline:
     """What is measured (the ensemble or BLS model) and the steps searched jointly."""
 
     model: str
-    kind: Literal["ensemble", "bls"]
+    kind: Literal["ensemble", "bls", "mix"]  # mix: models sharing a server under a traffic mix (tuner/_mix)
     repository: Path
     config_path: Path
     original_text: str
@@ -259,7 +259,7 @@ def _joint_space(model: str, kind: str, steps: Sequence[Step], notes: Sequence[s
     first = next((s.space for s in steps if s.searched), steps[0].space if steps else None)
     return ResolvedSpace(
         model=model,
-        backend="ensemble" if kind == "ensemble" else "python (BLS)",
+        backend={"ensemble": "ensemble", "bls": "python (BLS)", "mix": "traffic mix"}[kind],
         precision_via="",
         dimensions=tuple(dims),
         original_params=orig,

@@ -66,11 +66,14 @@ class PipelineApplied(TuneEvent):
 
 def step_rows(level: LevelResult | None, steps: Sequence[str]) -> list[tuple[str, float, float, float]]:
     """(step, queue us, compute us, mean batch) of each step Triton reported for the level."""
-    if level is None or level.server is None:
+    if level is None:
         return []
-    by_name: dict[str, ServerStats] = {c.model: c for c in level.server.composing}
-    if level.server.model in steps:
-        by_name[level.server.model] = level.server
+    # a traffic mix's level holds each model's own statistics
+    by_name: dict[str, ServerStats] = {m.model: m.result.server for m in level.models if m.result.server is not None}
+    if level.server is not None:
+        by_name.update({c.model: c for c in level.server.composing})
+        if level.server.model in steps:
+            by_name[level.server.model] = level.server
     rows = []
     for m in steps:
         st = by_name.get(m)
@@ -238,12 +241,19 @@ def tune_pipeline(
     composing: Sequence[str] = (),
     measure: Measure | None = None,
     on_event: OnEvent | None = None,
+    runner_class: Callable[..., PipelineRunner] | None = None,
 ) -> TuneResult:
     """Search the steps of a pipeline (an ensemble, or a BLS model and `composing`) jointly for the
     most end-to-end throughput within the budget. Every step's config.pbtxt is put back byte for
-    byte whatever happens; --apply installs the whole best set or nothing. Raises as tune() does."""
+    byte whatever happens; --apply installs the whole best set or nothing. Raises as tune() does.
+
+    `runner_class` makes the set and its measurement another's (tuner/_mix: the models of a traffic mix).
+    """
     sink: Callable[[TuneEvent], None] = on_event or (lambda e: None)
-    t = PipelineRunner(server, settings, space, model_repository, measure, sink, composing)
+    if runner_class is None:
+        t = PipelineRunner(server, settings, space, model_repository, measure, sink, composing)
+    else:
+        t = runner_class(server, settings, space, model_repository, measure, sink)
     p = t.pipeline
 
     def seed(study: optuna.Study) -> None:

@@ -41,6 +41,8 @@ def build_record(
         model=t.model,
         latency_budget_ms=t.s.latency_budget_ms,
         budget_metric=t.s.budget_metric,
+        mix=t.s.mix,
+        mix_budgets_ms=dict(t.s.mix_budgets_ms),
         percentile=t.s.percentile,
         objective=t.s.objective,
         original_config=t.original_text,

@@ -55,7 +55,7 @@ def run_search(
     record and its outputs written (`more_outputs` adds files, and events told after the summary).
     Raises UsageError for an empty space, and as search does (after the outputs are written)."""
     s = t.s
-    t.emit(SearchStarted(t.model, t.space.backend, s.percentile, s.latency_budget_ms,
+    t.emit(SearchStarted(t.title, t.space.backend, s.percentile, s.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
                          s.budget_metric))  # fmt: skip
     if not t.space.dimensions:

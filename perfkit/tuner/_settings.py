@@ -85,6 +85,10 @@ class TuneSettings:
     max_rate_rps: float = 20000.0
     # Confirmation of the pick and its nearest rivals: repeated longer runs (0: off).
     confirm_repeats: int = 3
+    # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms): the models
+    # (model is the first) and their weights, and each model's budget (latency_budget_ms is the first's)
+    mix: tuple[tuple[str, int], ...] = ()
+    mix_budgets_ms: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         check_percentile(self.percentile)
@@ -181,6 +185,8 @@ class TuneSettings:
             trace_base_rps=_trace_base(self.trace),
             distribution=self.arrival,
             max_rate_rps=self.max_rate_rps,
+            mix=self.mix,
+            mix_budgets_ms=self.mix_budgets_ms,
         )
 
 

@@ -164,6 +164,11 @@ class TrialRunner:
         """Write a candidate, reload, verify (ModelLoadError / CandidateNotAppliedError)."""
         apply_config(self.server, self.model, self.config_path, text)
 
+    @property
+    def title(self) -> str:
+        """What the search is of, as its first line names it (a mix names its models)."""
+        return self.model
+
     def emit(self, event: TuneEvent) -> None:
         log.info("%s", event.line())
         self.on_event(event)
@@ -433,7 +438,7 @@ class TrialRunner:
         trial.set_user_attr("served_config_sha256", record.model.served_config_sha256)  # pairs the trial with its run
         verdict = judge_trial(
             record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
-            metric=self.s.budget_metric,
+            metric=self.s.budget_metric, mix_scale=self.judge.mix_scale,
         )  # fmt: skip
         return verdict, reload_s, measure_s
 

@@ -1,0 +1,195 @@
+"""Tuning several models that share a server, under a traffic mix, as one search.
+
+`perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms` is the pipeline tuner with
+a different set and a different measurement: the models of the mix are the "steps" (one
+sub-space each, the same knob registry, every config held by one RepoGuard, --apply all or
+nothing, best/<model>/config.pbtxt and a diff for each), and a trial measures the mix profile
+(one engine drawing each request's model by weight). A level is within budget only when every
+model's percentile is within that model's own budget (`level_budget_us` with the mix's scale),
+so the search finds the highest total throughput at the mix that keeps every model in budget.
+The models compete for the device: instance counts and batch sizes of one change the other's
+latency, which is why they are searched jointly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from perfkit.errors import ConfigError, UsageError
+from perfkit.records import RunRecord
+from perfkit.server.base import Server
+from perfkit.tuner import _pipeline
+from perfkit.tuner._events import OnEvent, TuneEvent
+from perfkit.tuner._judge import TrialVerdict, parse_latency_budget
+from perfkit.tuner._loadplan import Measure
+from perfkit.tuner._pipeline_run import PipelineRunner, tune_pipeline
+from perfkit.tuner._repo_guard import is_ensemble
+from perfkit.tuner._settings import TuneResult, TuneSettings
+from perfkit.tuner._space import ResolvedSpace, TuneSpace, resolve
+from perfkit.tuner._trial import gpu_available
+
+_FORM = "write it as MODEL:BUDGET,MODEL:BUDGET (A:20ms,B:50ms), or one budget for every model (20ms)"
+
+
+def parse_mix_budgets(models: Sequence[str], text: str) -> dict[str, float]:
+    """Each model's latency budget (ms) from `A:20ms,B:50ms`, or one budget (`20ms`) for all.
+
+    Raises UsageError naming the value: a malformed item, a model not given with -m, a model
+    without a budget, or a TTFT/ITL budget (a mix carries unary requests).
+    """
+    items = [i.strip() for i in text.split(",") if i.strip()]
+    if len(items) == 1 and ":" not in items[0]:
+        _, ms = parse_latency_budget(items[0])
+        return dict.fromkeys(models, ms)
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        name = name.strip()
+        if not sep or not value.strip():
+            raise UsageError(f"--latency-budget {text!r}: {item!r} is not MODEL:BUDGET", hint=_FORM)
+        if name not in models:
+            raise UsageError(
+                f"--latency-budget {text!r} names model {name!r}, which is not given with -m",
+                hint=f"give a budget to each of {', '.join(models)}",
+            )
+        metric, ms = parse_latency_budget(value.strip())
+        if metric != "latency":
+            raise UsageError(f"--latency-budget {text!r}: a mix holds end-to-end latency budgets, not {metric}")
+        out[name] = ms
+    missing = [m for m in models if m not in out]
+    if missing:
+        raise UsageError(f"--latency-budget {text!r} gives no budget to -m {missing[0]}", hint=_FORM)
+    return out
+
+
+def build_mix(
+    space: TuneSpace,
+    repository: Path,
+    models: Sequence[str],
+    budgets_ms: Mapping[str, float],
+    *,
+    gpus: int | None = None,
+    gpu_available: bool = False,
+) -> _pipeline.Pipeline:
+    """The mix as a pipeline of kind "mix": each model a step with its own sub-space (its queue
+    delays bounded by its own budget). Raises InputError/ConfigError for a model missing from the
+    repository or unreadable."""
+    repository = Path(repository)
+    steps: list[_pipeline.Step] = []
+    notes: list[str] = []
+    for name in models:
+        path, text, cfg = _pipeline._read(repository, name, "-m")
+        rs = resolve(
+            space, cfg, path.parent, latency_budget_us=budgets_ms[name] * 1e3, gpus=gpus,
+            gpu_available=gpu_available, refuse=False,
+        )  # fmt: skip
+        fixed = rs.refused
+        if fixed is None and is_ensemble(cfg):
+            fixed = f"an ensemble is measured in the mix but not searched (tune its steps with perfkit tune -m {name})"
+        if fixed is None and not rs.dimensions:
+            fixed = f"nothing to search for it (see its knobs with perfkit tune -m {name} --dry-run)"
+        steps.append(_pipeline.Step(name, path, text, cfg, rs, fixed))
+        if fixed:
+            notes.append(f"model {name!r} held at its config: {fixed}")
+        notes += [f"{name}: {n}" for n in rs.notes]
+    own = ", ".join(f"{m} {budgets_ms[m]:g} ms" for m in models)
+    notes.insert(
+        0,
+        f"traffic mix of {', '.join(models)}: every model within its own budget ({own}); a trial's latency"
+        f" figure is the model nearest its budget, against {models[0]}'s",
+    )
+    joint = _pipeline._joint_space(models[0], "mix", steps, notes)
+    refused = None
+    if not any(s.searched for s in steps):
+        refused = "no model of the mix can be tuned: " + "; ".join(f"{s.model}: {s.fixed}" for s in steps)
+    first = steps[0]
+    return _pipeline.Pipeline(models[0], "mix", repository, first.config_path, first.original_text, first.original_cfg,
+                              tuple(steps), joint, tuple(notes), refused)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MixBreakdown(TuneEvent):
+    """Each model's throughput and percentile against its own budget, at the load a trial reached."""
+
+    number: int
+    percentile: float
+    rows: tuple[tuple[str, float, float, float], ...]  # (model, infer/s, percentile us, budget ms)
+
+    def line(self) -> str:
+        cells = [
+            f"{m} {t:,.1f} infer/s p{self.percentile:g} {lat / 1e3:.2f} ms of {b:g} ms"
+            + (" OVER" if lat > b * 1e3 else "")
+            for m, t, lat, b in self.rows
+        ]
+        return "  models: " + "; ".join(cells)
+
+
+class MixRunner(PipelineRunner):
+    """The pipeline runner over the models of a mix, measured by the mix profile."""
+
+    def __init__(  # noqa: PLR0917
+        self,
+        server: Server,
+        settings: TuneSettings,
+        space: TuneSpace,
+        model_repository: Path,
+        measure: Measure | None,
+        on_event: OnEvent,
+    ) -> None:
+        super().__init__(server, settings, space, model_repository, measure, on_event)
+        if not settings.study_name:
+            self.study_name = "tune-mix-" + "+".join(m for m, _ in settings.mix)
+
+    @property
+    def title(self) -> str:
+        return "mix " + ",".join(f"{m}:{w}" for m, w in self.s.mix)
+
+    def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
+        budgets = dict(self.s.mix_budgets_ms)
+        self.pipeline = build_mix(
+            space, model_repository, [m for m, _ in self.s.mix], budgets, gpu_available=gpu_available()
+        )
+        if self.pipeline.refused:
+            raise ConfigError(self.pipeline.refused, hint="see each model's reason above")
+        return self.pipeline.space
+
+    def _verdict(self, study: optuna.Study, trial: optuna.Trial, record: RunRecord, reload_s: float,
+                 measure_s: float) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip
+        out = super()._verdict(study, trial, record, reload_s, measure_s)
+        if out is None:
+            return None
+        load = out[0].feasible_load
+        level = next((lv for lv in record.levels if load is not None and lv.load == load), None)
+        level = level or (record.levels[0] if record.levels else None)
+        if level is not None and level.models:
+            pct, budgets = self.s.percentile, dict(self.s.mix_budgets_ms)
+            rows = tuple(
+                (s.model, s.result.throughput_infer_per_s, s.result.latency().percentile_us(pct), budgets[s.model])
+                for s in level.models
+            )
+            self.emit(MixBreakdown(trial.number, pct, rows))
+        return out
+
+
+def tune_mix(
+    server: Server,
+    settings: TuneSettings,
+    space: TuneSpace,
+    *,
+    model_repository: Path,
+    measure: Measure | None = None,
+    on_event: OnEvent | None = None,
+) -> TuneResult:
+    """Search the configs of the mix's models jointly for the most total throughput at the mix with
+    every model within its own budget; every config is put back byte for byte whatever happens,
+    --apply installs the whole best set or nothing. Raises UsageError without a mix, else as tune()."""
+    if not settings.mix or not settings.mix_budgets_ms:
+        raise UsageError("tune_mix needs settings.mix and settings.mix_budgets_ms")
+    return tune_pipeline(
+        server, settings, space, model_repository=model_repository, measure=measure, on_event=on_event,
+        runner_class=MixRunner,
+    )  # fmt: skip

@@ -10,7 +10,7 @@ Attribution rules (documented in README "Measurement"):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,17 +179,21 @@ def quantile_ci_rel(sorted_us: np.ndarray, pct: float) -> float | None:
     None while fewer than MIN_TAIL_SAMPLES lie beyond the quantile: the interval's upper end
     would be the largest samples, and a level must not be called stable on a thin percentile.
     """
-    n = sorted_us.size
+    return quantile_ci_rel_at(sorted_us.size, pct, lambda rank: float(sorted_us[rank]))
+
+
+def quantile_ci_rel_at(n: int, pct: float, at: Callable[[int], float]) -> float | None:
+    """quantile_ci_rel over n ordered values read through at(rank) (an array, a histogram)."""
     q = pct / 100
     if n < 2 or n * (1 - q) < MIN_TAIL_SAMPLES - 1e-9:
         return None
     half = 1.96 * math.sqrt(n * q * (1 - q))
     lo = int(max(0, math.floor(n * q - half) - 1))
     hi = int(min(n - 1, math.ceil(n * q + half)))
-    mid = float(sorted_us[min(n - 1, int(n * q))])
+    mid = at(min(n - 1, int(n * q)))
     if mid <= 0:
         return None
-    return (float(sorted_us[hi]) - float(sorted_us[lo])) / 2 / mid
+    return (at(hi) - at(lo)) / 2 / mid
 
 
 def mean_ci_rel(values: Sequence[float] | np.ndarray, min_sd: float = 0.0) -> float | None:

@@ -14,6 +14,7 @@ from perfkit.cli import main
 from perfkit.errors import CandidateRejectedError, ConfigError
 from perfkit.server.modelconfig import parse_config, read_config
 from perfkit.tuner import TuneSpace, _pipeline, apply_params, resolve
+from perfkit.tuner._plan import candidate_lines
 from perfkit.tuner._repo_guard import RepoGuard, apply_all, broken_by, refuse_if_breaks
 from tests.conftest import copy_models
 
@@ -85,6 +86,7 @@ def test_three_step_ensemble_plans_a_joint_space_of_every_step(tmp_path: Path, c
     for step in ("stage_decode", "stage_infer", "stage_post"):
         assert f"---- step '{step}'" in out
     assert "joint space" in out and "joint candidate configs" in out
+    assert "  000  original" in out and "  001  stage_" in out  # the candidate list (one lister for both kinds)
     assert (tmp_path / "plan" / "candidates" / "001" / "stage_infer" / "config.pbtxt").is_file()
     assert {p: p.read_bytes() for p in repo.rglob("config.pbtxt")} == before  # the repository is never touched
 
@@ -187,3 +189,15 @@ def test_apply_all_installs_the_whole_set_or_nothing(tmp_path: Path):
     with pytest.raises((ConfigError, OSError)):
         apply_all(good, repo)
     assert paths["batcher"].read_bytes() == before["batcher"]
+
+
+def test_candidate_lines_cap_the_list_and_the_rejections():
+    rows = [(0, True, {}), (1, False, {"max_batch_size": 8, "dynamic_batching": True}), (2, False, {"x": 1})]
+    rejected = [({"max_batch_size": 0}, "no batching"), ({"max_batch_size": 1}, "too small")]
+    out = candidate_lines(rows, rejected, show_candidates=2, show_rejected=1)
+    assert out == [
+        "  000  original",
+        "  001  max_batch_size=8 dynamic_batching=on",
+        "  ... 1 more (write them all with -o DIR)",
+        "  rejected {'max_batch_size': 0}: no batching",
+    ]

@@ -25,6 +25,7 @@ from perfkit.recorder import (
     histogram_of,
     mean_ci_rel,
     merge_histograms,
+    quantile_ci_rel_at,
     thin_percentiles,
 )
 from perfkit.records import (
@@ -151,14 +152,22 @@ def merge_summaries(kind: LatencyKind, parts: Sequence[LatencySummary]) -> Laten
     mean = sum(p.count * p.mean_us for p in live) / n
     # summarize() reports the population sd; pool second moments about zero, then centre.
     second = sum(p.count * (p.std_us**2 + p.mean_us**2) for p in live) / n
+    std = math.sqrt(max(second - mean * mean, 0.0))
+    return _summary(kind, hist, n, min(p.min_us for p in live), max(p.max_us for p in live), mean, std)
+
+
+def _summary(
+    kind: LatencyKind, hist: HdrHistogram, n: int, min_us: float, max_us: float, mean_us: float, std_us: float
+) -> LatencySummary:
+    """A LatencySummary of n > 0 latencies whose percentiles are read from their merged histogram."""
     pct = {q: float(hist.get_value_at_percentile(q)) for q in (50.0, 90.0, 95.0, 99.0, 99.9)}
     return LatencySummary(
         kind=kind,
         count=n,
-        min_us=min(p.min_us for p in live),
-        max_us=max(p.max_us for p in live),
-        mean_us=mean,
-        std_us=math.sqrt(max(second - mean * mean, 0.0)),
+        min_us=min_us,
+        max_us=max_us,
+        mean_us=mean_us,
+        std_us=std_us,
         p50_us=pct[50.0],
         p90_us=pct[90.0],
         p95_us=pct[95.0],
@@ -283,16 +292,7 @@ def _value_at_rank(hist: HdrHistogram, rank: int, n: int) -> float:
 def _quantile_ci_rel_hist(hist: HdrHistogram, pct: float) -> float | None:
     """recorder.quantile_ci_rel over a histogram: the same order statistics, read from buckets."""
     n = int(hist.get_total_count())
-    q = pct / 100
-    if n < 2 or n * (1 - q) < MIN_TAIL_SAMPLES - 1e-9:
-        return None
-    half = 1.96 * math.sqrt(n * q * (1 - q))
-    lo = int(max(0, math.floor(n * q - half) - 1))
-    hi = int(min(n - 1, math.ceil(n * q + half)))
-    mid = _value_at_rank(hist, min(n - 1, int(n * q)), n)
-    if mid <= 0:
-        return None
-    return (_value_at_rank(hist, hi, n) - _value_at_rank(hist, lo, n)) / 2 / mid
+    return quantile_ci_rel_at(n, pct, lambda rank: _value_at_rank(hist, rank, n))
 
 
 def summary_from_windows(kind: LatencyKind, parts: Sequence[WindowDigest], *, level: bool) -> LatencySummary:
@@ -316,19 +316,6 @@ def summary_from_windows(kind: LatencyKind, parts: Sequence[WindowDigest], *, le
         sd = float(hist.get_stddev()) if n else None
     if n == 0:
         return LatencySummary(kind, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, _encode(hist), thin_percentiles(0))
-    pct = {q: float(hist.get_value_at_percentile(q)) for q in (50.0, 90.0, 95.0, 99.0, 99.9)}
-    return LatencySummary(
-        kind=kind,
-        count=n,
-        min_us=float(hist.get_min_value()),
-        max_us=float(hist.get_max_value()),
-        mean_us=total / n,
-        std_us=float(sd or 0.0),
-        p50_us=pct[50.0],
-        p90_us=pct[90.0],
-        p95_us=pct[95.0],
-        p99_us=pct[99.0],
-        p999_us=pct[99.9],
-        histogram=_encode(hist),
-        thin=thin_percentiles(n),
+    return _summary(
+        kind, hist, n, float(hist.get_min_value()), float(hist.get_max_value()), total / n, float(sd or 0.0)
     )

@@ -7,7 +7,6 @@ import datetime as dt
 import logging
 import math
 import pickle
-import time
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -17,7 +16,7 @@ from perfkit.distributed._cluster import CALL_TIMEOUT_S, Placed, call_all, call_
 from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest
 from perfkit.distributed._worker import LevelPlan, Unit
 from perfkit.errors import MeasurementError, ServerError, UsageError
-from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, synthetic_tensors
+from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, sleep_until, synthetic_tensors
 from perfkit.measure import (
     LevelDone,
     LevelStarted,
@@ -93,14 +92,6 @@ def _check(spec: ProfileSpec, client_hosts: int, io: ModelIO) -> None:
         raise UsageError(f"-b {spec.batch_size}: model {io.name!r} does not take that batch size")
     if not spec.levels:
         raise UsageError("no load levels to measure")
-
-
-def _sleep_until(t_ns: int) -> None:
-    while True:
-        left = (t_ns - perf_counter_ns()) / 1e9
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.25))
 
 
 def _target_rel(spec: ProfileSpec) -> tuple[float, float]:
@@ -270,7 +261,7 @@ def _measure_level(
         )
         refs[w.index] = plan
     call_start(ray, live, refs)
-    _sleep_until(measure_from)
+    sleep_until(measure_from)
     before = snapshots(servers, stats_models)
     merged = MergedWindows()
     by_worker: dict[int, list[list[WindowDigest]]] = {w.index: [] for w in workers}
@@ -279,7 +270,7 @@ def _measure_level(
     windows = 0
     for k in range(1, spec.max_trials + 1):
         end = measure_from + k * window_ns
-        _sleep_until(end)
+        sleep_until(end)
         answers = call_all(ray, live, "window", k, timeout_s=CALL_TIMEOUT_S)
         parts: list[WindowDigest] = []
         for w in live:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 
 from perfkit.distributed._digest import LevelDigest, WindowDigest, level_digest, window_digest
-from perfkit.loadgen import Engine, EngineConfig
+from perfkit.loadgen import Engine, EngineConfig, sleep_until
 from perfkit.recorder import LevelRecorder
 from perfkit.records import LoadLevel
 
@@ -49,14 +49,6 @@ class LevelPlan:
     # open loop: each unit's (index, count) in this level's split of the due times; empty: the
     # units' own. After a worker is lost, the survivors re-split the whole rate among themselves.
     slots: tuple[tuple[int, int], ...] = ()
-
-
-def _sleep_until(t_ns: int) -> None:
-    while True:
-        left = (t_ns - perf_counter_ns()) / 1e9
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.25))
 
 
 class LoadWorker:
@@ -99,7 +91,7 @@ class LoadWorker:
         ]
         if closed:
             # Connections open at start(); wait so that every worker's first sends go out together.
-            _sleep_until(plan.t0_ns)
+            sleep_until(plan.t0_ns)
         for i, (unit, engine) in enumerate(zip(self.units, self._engines)):
             share = plan.shares[i] if closed else 0
             self._active[i] = share > 0 or not closed
@@ -110,7 +102,7 @@ class LoadWorker:
     def window(self, k: int) -> list[WindowDigest]:
         """Digests of window k of every unit, once window k has ended on this worker's clock."""
         assert self._plan is not None, "window() before start()"
-        _sleep_until(self._plan.measure_from_ns + k * self._plan.window_ns)
+        sleep_until(self._plan.measure_from_ns + k * self._plan.window_ns)
         out = []
         for i, engine in enumerate(self._engines):
             if self._active[i]:

@@ -71,6 +71,7 @@ from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
 from perfkit.loadgen._stream_sse import http_infer_path, http_sequence_body, sse_payload
 from perfkit.loadgen._stream_transport import StreamConfig
+from perfkit.loadgen._timer import sleep_until
 from perfkit.loadgen._workers import ProcessEngine
 from perfkit.recorder import concat
 from perfkit.records import LoadLevel, Samples
@@ -102,6 +103,7 @@ __all__ = [
     "http_payload",
     "read_input_data",
     "read_sources",
+    "sleep_until",
     "synthetic_tensors",
     "to_wire",
 ]

@@ -3,7 +3,8 @@
 asyncio's epoll selector rounds every timeout up to whole milliseconds (epoll_wait's
 unit), so a send due in 0.2 ms goes out ~1 ms late; select() is precise but limited
 to 1024 file descriptors. This selector arms a timerfd (via ctypes; Python 3.11 has
-no os.timerfd_create) for the exact timeout and lets epoll wake on it.
+no os.timerfd_create) for the exact timeout and lets epoll wake on it. sleep_until is the
+coarse wait of the threads that pace windows and levels (not sends).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import os
 import selectors
+import time
+from time import perf_counter_ns
 from typing import Any
 
 _CLOCK_MONOTONIC = 1
@@ -88,3 +91,12 @@ def precise_selector() -> Any:
         return TimerfdEpollSelector()
     except (OSError, AttributeError):
         return selectors.SelectSelector()
+
+
+def sleep_until(t_ns: int) -> None:
+    """Block until perf_counter_ns() reaches t_ns (in sleeps of at most 0.25 s)."""
+    while True:
+        left = (t_ns - perf_counter_ns()) / 1e9
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.25))

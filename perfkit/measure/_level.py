@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from perfkit.errors import ServerError
-from perfkit.loadgen import LoadGenerator
+from perfkit.loadgen import LoadGenerator, sleep_until
 from perfkit.measure import _server_stats
 from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
@@ -68,7 +68,7 @@ def measure_level(
             seen += len(gen.drain())
         warm_until = max(warm_until, perf_counter_ns())
         rec = LevelRecorder(start_ns=warm_until, window_ns=window_ns, closed_loop=closed, batch_size=spec.batch_size)
-    _sleep_until(warm_until)
+    sleep_until(warm_until)
     rec.add(gen.drain())
     before = after = None
     try:
@@ -88,7 +88,7 @@ def measure_level(
             rec.ends_ns.append(end_ns)
         else:
             end_ns = warm_until + k * window_ns
-            _sleep_until(end_ns)
+            sleep_until(end_ns)
         rec.add(gen.drain())
         windows = rec.windows(k)
         precision = rec.precision(windows, end_ns, spec.percentile)
@@ -164,7 +164,7 @@ def _count_window_end(server: Server, gen: LoadGenerator, rec: LevelRecorder, co
     end, seen = w0, -1
     while True:
         end += COUNT_POLL_NS
-        _sleep_until(end)
+        sleep_until(end)
         rec.add(gen.drain())
         s = rec.samples
         n = int(((s.done_ns >= w0) & (s.done_ns < end) & (s.status == STATUS_OK)).sum())
@@ -282,14 +282,6 @@ def _with_shares(
 
     # the server's figures are each model's; the first model's with the others as its "steps" would mislead
     return dataclasses.replace(result, models=mix_shares(spec, rec, windows, result_of), server=None)
-
-
-def _sleep_until(t_ns: int) -> None:
-    while True:
-        left = (t_ns - perf_counter_ns()) / 1e9
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.25))
 
 
 def _result(

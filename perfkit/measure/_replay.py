@@ -190,8 +190,9 @@ def replay_level(
     """Replay the whole trace once as one level (windows over its span); returns a LevelOutcome."""
     from time import perf_counter_ns
 
+    from perfkit.loadgen import sleep_until
     from perfkit.measure import _server_stats
-    from perfkit.measure._level import LevelOutcome, _result, _sleep_until
+    from perfkit.measure._level import LevelOutcome, _result
     from perfkit.recorder import LevelRecorder
 
     try:
@@ -203,7 +204,7 @@ def replay_level(
     count = max(1, -(-(span_ns + 1) // window_ns))
     end_ns = t0 + count * window_ns
     rec = LevelRecorder(start_ns=t0, window_ns=window_ns, closed_loop=False, batch_size=spec.batch_size)
-    _sleep_until(t0 + span_ns + 1)
+    sleep_until(t0 + span_ns + 1)
     rec.add(gen.stop(drain_timeout_s=30.0))
     # every request of the trace counts, however long its answer took
     end_ns = max(end_ns, perf_counter_ns())

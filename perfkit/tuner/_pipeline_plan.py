@@ -11,7 +11,7 @@ from typing import Any
 
 from perfkit.errors import CandidateRejectedError, InputError
 from perfkit.tuner import _pipeline
-from perfkit.tuner._plan import DEFAULT_CANDIDATE_LIMIT, Plan, _fmt_value, describe, plan
+from perfkit.tuner._plan import DEFAULT_CANDIDATE_LIMIT, Plan, candidate_lines, describe, plan
 from perfkit.tuner._space import TuneSpace
 
 
@@ -92,14 +92,8 @@ def describe_pipeline(pp: PipelinePlan, *, show_candidates: int = 30) -> list[st
     )
     for d in p.space.dimensions:
         out.append(f"  search {d.describe()}")
-    for i, c in enumerate(pp.candidates[:show_candidates]):
-        label = "original" if i == 0 else " ".join(f"{k}={_fmt_value(v)}" for k, v in c.params.items())
-        out.append(f"  {i:03d}  {label}")
-    if len(pp.candidates) > show_candidates:
-        out.append(f"  ... {len(pp.candidates) - show_candidates} more (write them all with -o DIR)")
-    for params, reason in pp.rejected[:5]:
-        out.append(f"  rejected {params}: {reason}")
-    return out
+    rows = [(i, i == 0, c.params) for i, c in enumerate(pp.candidates)]
+    return out + candidate_lines(rows, pp.rejected, show_candidates=show_candidates, show_rejected=5)
 
 
 def write_pipeline_candidates(pp: PipelinePlan, out_dir: Path) -> list[Path]:

@@ -13,24 +13,23 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import optuna
 
-from perfkit.errors import CandidateNotAppliedError, ModelLoadError, PerfkitError, ServerError, UsageError
-from perfkit.records import LevelResult, ProfileSpec, RunRecord, ServerStats
+from perfkit.errors import CandidateNotAppliedError, ModelLoadError, ServerError
+from perfkit.records import LevelResult, ProfileSpec, RunRecord, ServerStats, TuneRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import apply_config
-from perfkit.tuner import _outputs, _pipeline, _study
-from perfkit.tuner._events import OnEvent, SearchStarted, StudyOpened, TuneEvent
+from perfkit.tuner import _outputs, _pipeline
+from perfkit.tuner._events import OnEvent, TuneEvent
 from perfkit.tuner._judge import TrialVerdict
 from perfkit.tuner._loadplan import Measure
-from perfkit.tuner._record import build_record, summary
 from perfkit.tuner._repo_guard import RepoGuard, apply_all
-from perfkit.tuner._run import open_study, search
+from perfkit.tuner._run import run_search
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
-from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, ResolvedSpace, TuneSpace, log_clamp
+from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, Dimension, ResolvedSpace, TuneSpace
 from perfkit.tuner._trial import TrialRunner, _default_measure, gpu_available
 
 log = logging.getLogger(__name__)
@@ -107,11 +106,6 @@ class PipelineRunner(TrialRunner):
         self.original_text = self.pipeline.original_bundle
         self.step_names = [s.model for s in self.pipeline.steps]
 
-    @property
-    def title(self) -> str:
-        """What the search is of, as its first line names it."""
-        return self.model
-
     def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
         self.pipeline = _pipeline.build(
             space, model_repository, self.model, composing=self.composing,
@@ -130,33 +124,9 @@ class PipelineRunner(TrialRunner):
         return inner(server, dataclasses.replace(spec, bls_composing_models=extra), **kw)
 
     # -- the joint point ------------------------------------------------------------------------
-    def original_fixed_params(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        orig = self.space.original_params
-        for d in self.space.dimensions:
-            step = d.name.rpartition(_pipeline.SEP)[0]
-            if d.when_dynamic_batching and not _pipeline.db_on(self.pipeline, step, orig):
-                continue
-            value = orig.get(d.name)
-            if d.is_range:
-                assert d.low is not None and d.high is not None
-                out[d.name] = log_clamp(float(value or 0), d.low, d.high)
-            elif value in d.choices:
-                out[d.name] = value
-        return out
-
-    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
-        params: dict[str, Any] = {}
-        for d in self.space.dimensions:
-            step = d.name.rpartition(_pipeline.SEP)[0]
-            if d.when_dynamic_batching and not _pipeline.db_on(self.pipeline, step, params):
-                continue
-            if d.is_range:
-                assert d.low is not None and d.high is not None
-                params[d.name] = trial.suggest_int(d.name, d.low, d.high, log=True)
-            else:
-                params[d.name] = trial.suggest_categorical(d.name, list(d.choices))
-        return params
+    def applies(self, d: Dimension, params: Mapping[str, Any]) -> bool:
+        step = d.name.rpartition(_pipeline.SEP)[0]
+        return not d.when_dynamic_batching or _pipeline.db_on(self.pipeline, step, params)
 
     def make_candidate(self, params: dict[str, Any], is_original: bool, number: int) -> tuple[str, dict[str, Any], str]:
         p = self.pipeline
@@ -285,36 +255,19 @@ def tune_pipeline(
     else:
         t = runner_class(server, settings, space, model_repository, measure, sink)
     p = t.pipeline
-    t.emit(SearchStarted(t.title, t.space.backend, settings.percentile, settings.latency_budget_ms,
-                         tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
-                         settings.budget_metric))  # fmt: skip
-    if not t.space.dimensions:
-        raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
-    study = open_study(t)
-    if len(study.trials) == 1 and settings.sampler == "auto" and (settings.trials is None or settings.trials > 1):
-        seed = joint_seed(p, t.original_fixed_params())
-        if seed is not None:
-            study.enqueue_trial(seed, skip_if_exists=True)
-    t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
-    status: Literal["ok", "failed", "interrupted"] = "ok"
-    error: str | None = None
-    paths: dict[str, Path] = {}
-    with RepoGuard(p.paths, server, reload_last=(t.model,) if p.kind == "ensemble" else ()):
-        try:
-            search(t, study)
-        except KeyboardInterrupt:
-            status, error = "interrupted", "interrupted by the user"
-            raise
-        except PerfkitError as err:
-            status, error = "failed", err.one_line()
-            raise
-        finally:
-            rec = build_record(t, study, status, error)
-            paths = _outputs.write_outputs(t.out_dir, rec, trial_configs=t.trial_configs)
-            paths.update(write_best(t.out_dir, p, rec.best_config, rec.best_trial))
-            t.emit(summary(rec, t.out_dir))
-            if rec.best_trial is not None:
-                t.emit(side_by_side(rec))
+
+    def seed(study: optuna.Study) -> None:
+        if len(study.trials) == 1 and settings.sampler == "auto" and (settings.trials is None or settings.trials > 1):
+            point = joint_seed(p, t.original_fixed_params())
+            if point is not None:
+                study.enqueue_trial(point, skip_if_exists=True)
+
+    def more_outputs(rec: TuneRecord) -> tuple[dict[str, Path], tuple[TuneEvent, ...]]:
+        after = (side_by_side(rec),) if rec.best_trial is not None else ()
+        return write_best(t.out_dir, p, rec.best_config, rec.best_trial), after
+
+    guard = RepoGuard(p.paths, server, reload_last=(t.model,) if p.kind == "ensemble" else ())
+    rec, paths = run_search(t, guard, seed=seed, more_outputs=more_outputs)
     backup = None
     if settings.apply and rec.best_config is not None:
         best = _pipeline.unbundle(rec.best_config)

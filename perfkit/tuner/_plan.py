@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -180,13 +181,27 @@ def describe(p: Plan, *, show_candidates: int = 50) -> list[str]:
         f"{len(p.candidates)} candidate configs ({p.points} points considered, {p.duplicates} duplicates,"
         f" {len(p.rejected)} rejected by validation)"
     )
-    for c in p.candidates[:show_candidates]:
-        label = "original" if c.original else " ".join(f"{k}={_fmt_value(v)}" for k, v in c.params.items())
-        out.append(f"  {c.number:03d}  {label}")
-    if len(p.candidates) > show_candidates:
-        out.append(f"  ... {len(p.candidates) - show_candidates} more (write them all with -o DIR)")
-    for params, reason in p.rejected[:10]:
-        out.append(f"  rejected {params}: {reason}")
+    rows = [(c.number, c.original, c.params) for c in p.candidates]
+    return out + candidate_lines(rows, p.rejected, show_candidates=show_candidates, show_rejected=10)
+
+
+def candidate_lines(
+    rows: Sequence[tuple[int, bool, Mapping[str, Any]]],
+    rejected: Sequence[tuple[Mapping[str, Any], str]],
+    *,
+    show_candidates: int,
+    show_rejected: int,
+) -> list[str]:
+    """The dry run's candidate list, for a model and for a pipeline: each (number, is the
+    original, params) up to show_candidates, how many more, then the first rejected points."""
+    out: list[str] = []
+    for number, original, params in rows[:show_candidates]:
+        label = "original" if original else " ".join(f"{k}={_fmt_value(v)}" for k, v in params.items())
+        out.append(f"  {number:03d}  {label}")
+    if len(rows) > show_candidates:
+        out.append(f"  ... {len(rows) - show_candidates} more (write them all with -o DIR)")
+    for point, reason in rejected[:show_rejected]:
+        out.append(f"  rejected {point}: {reason}")
     return out
 
 

@@ -5,13 +5,15 @@ guarded throughout (ConfigGuard puts it back on every ending)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import optuna
 
 from perfkit.errors import PerfkitError, UsageError
+from perfkit.records import TuneRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import ConfigGuard, apply_config, config_pbtxt_sha256
 from perfkit.tuner import _outputs, _study
@@ -39,6 +41,51 @@ def search(t: TrialRunner, study: optuna.Study) -> None:
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
     confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats))
+
+
+def run_search(
+    t: TrialRunner,
+    guard: AbstractContextManager[Any],
+    *,
+    seed: Callable[[optuna.Study], None] | None = None,
+    more_outputs: Callable[[TuneRecord], tuple[dict[str, Path], Sequence[TuneEvent]]] | None = None,
+) -> tuple[TuneRecord, dict[str, Path]]:
+    """One tune from its announcement to its outputs, for a model and for a pipeline: the study
+    opened (`seed` may queue more points), the search run inside `guard`, and on every ending the
+    record and its outputs written (`more_outputs` adds files, and events told after the summary).
+    Raises UsageError for an empty space, and as search does (after the outputs are written)."""
+    s = t.s
+    t.emit(SearchStarted(t.title, t.space.backend, s.percentile, s.latency_budget_ms,
+                         tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
+                         s.budget_metric))  # fmt: skip
+    if not t.space.dimensions:
+        raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
+    study = open_study(t)
+    if seed is not None:
+        seed(study)
+    t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
+    status: Literal["ok", "failed", "interrupted"] = "ok"
+    error: str | None = None
+    with guard:
+        try:
+            search(t, study)
+        except KeyboardInterrupt:
+            status, error = "interrupted", "interrupted by the user"
+            raise
+        except PerfkitError as err:
+            status, error = "failed", err.one_line()
+            raise
+        finally:
+            rec = build_record(t, study, status, error)
+            paths = _outputs.write_outputs(t.out_dir, rec, trial_configs=t.trial_configs)
+            after: Sequence[TuneEvent] = ()
+            if more_outputs is not None:
+                more, after = more_outputs(rec)
+                paths.update(more)
+            t.emit(summary(rec, t.out_dir))
+            for event in after:
+                t.emit(event)
+    return rec, paths
 
 
 def open_study(t: TrialRunner) -> optuna.Study:
@@ -131,29 +178,7 @@ def tune(
             echo(event.line())
 
     t = TrialRunner(server, settings, space, model_repository, measure, emit_to)
-    t.emit(SearchStarted(t.model, t.space.backend, settings.percentile, settings.latency_budget_ms,
-                         tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
-                         settings.budget_metric))  # fmt: skip
-    if not t.space.dimensions:
-        raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
-    study = open_study(t)
-    t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
-    status: Literal["ok", "failed", "interrupted"] = "ok"
-    error: str | None = None
-    result_paths: dict[str, Path] = {}
-    with ConfigGuard(t.config_path, server, t.model):
-        try:
-            search(t, study)
-        except KeyboardInterrupt:
-            status, error = "interrupted", "interrupted by the user"
-            raise
-        except PerfkitError as err:
-            status, error = "failed", err.one_line()
-            raise
-        finally:
-            rec = build_record(t, study, status, error)
-            result_paths = _outputs.write_outputs(t.out_dir, rec, trial_configs=t.trial_configs)
-            t.emit(summary(rec, t.out_dir))
+    rec, result_paths = run_search(t, ConfigGuard(t.config_path, server, t.model))
     backup = None
     if settings.apply and rec.best_config is not None:
         refuse_if_breaks(t.model, rec.best_config, model_repository)  # never leave an ensemble unloadable

@@ -9,6 +9,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._objective import PER_HARDWARE, hardware_units, objective_value
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import (
+    Dimension,
     ResolvedSpace,
     TuneSpace,
     apply_params,
@@ -162,6 +164,11 @@ class TrialRunner:
         """Write a candidate, reload, verify (ModelLoadError / CandidateNotAppliedError)."""
         apply_config(self.server, self.model, self.config_path, text)
 
+    @property
+    def title(self) -> str:
+        """What the search is of, as its first line names it (a mix names its models)."""
+        return self.model
+
     def emit(self, event: TuneEvent) -> None:
         log.info("%s", event.line())
         self.on_event(event)
@@ -214,12 +221,17 @@ class TrialRunner:
         return "outputs differ from the original config's: " + "; ".join(d.describe() for d in bad)
 
     # -- set-up ---------------------------------------------------------------------------------
+    def applies(self, d: Dimension, params: Mapping[str, Any]) -> bool:
+        """Whether dimension d is sampled given the values chosen before it (the pipeline runner
+        answers for its joint space, whose names carry the step)."""
+        return self.space.applies(d, params)
+
     def original_fixed_params(self) -> dict[str, Any]:
         """The original's parameters, fitted to the distributions (trial 0 applies the file as is)."""
         orig = self.space.original_params
         out: dict[str, Any] = {}
         for d in self.space.dimensions:
-            if not self.space.applies(d, orig):
+            if not self.applies(d, orig):
                 continue
             value = orig.get(d.name)
             if d.is_range:
@@ -232,7 +244,7 @@ class TrialRunner:
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         params: dict[str, Any] = {}
         for d in self.space.dimensions:
-            if not self.space.applies(d, params):
+            if not self.applies(d, params):
                 continue
             if d.is_range:
                 assert d.low is not None and d.high is not None

@@ -55,7 +55,8 @@ def test_copy_repository_serves_and_tunes_a_copy_leaving_the_original_untouched(
         f'name = "copy"\n[server]\nmodel_repository = "{repo}"\ncopy_repository = true\n'
         "[load]\nlevels = [1]\nmeasurement_interval_ms = 300\nmax_trials = 2\nmin_windows = 2\n"
         '[[models]]\nname = "sleeper"\n'
-        '[tune]\nlatency_budget = "50ms"\ntrials = 2\nmax_concurrency = 2\nmeasurement_interval_ms = 300\n'
+        '[tune]\nlatency_budget = "50ms"\ntrials = 2\nload = "concurrency"\nmax_concurrency = 2\n'
+        "measurement_interval_ms = 300\n"
         "instance_counts = [1, 2]\n"
         '[output]\ndir = "out"\nstore = false\nreport = false\n'
     )
@@ -65,3 +66,9 @@ def test_copy_repository_serves_and_tunes_a_copy_leaving_the_original_untouched(
     assert (tmp_path / "out" / "models" / "sleeper" / "config.pbtxt").is_file()
     assert (repo / "sleeper" / "config.pbtxt").read_bytes() == original
     assert not list((repo / "sleeper").glob("config.pbtxt.*"))  # no temp or backup files left behind
+    # Run again: a new study in a new folder, the first run's results kept (not an error asking for --resume).
+    rc = main(["run", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert (tmp_path / "out" / "tune-sleeper" / "study.db").is_file()
+    assert (tmp_path / "out" / "tune-sleeper-2" / "study.db").is_file()

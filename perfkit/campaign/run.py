@@ -226,13 +226,24 @@ def _tune(server: Any, sweep: Sweep, out: Path, echo: Callable[..., None]) -> di
             plan.name,
             sweep.tune,
             source=source,
-            output_dir=out / f"tune-{plan.name}",
+            output_dir=_fresh_tune_dir(out / f"tune-{plan.name}"),
             command=("perfkit", "run", str(sweep.path)),
         )
         space = TuneSpace.from_mapping(sweep.tune, source=source, ignore=(*SETTINGS_KEYS, "models"))
         result = tune(server, settings, space, model_repository=Path(repo), on_event=_tune_lines(echo, plan.name))
         dirs[plan.name] = result.output_dir
     return dirs
+
+
+def _fresh_tune_dir(base: Path) -> Path:
+    """The tune folder of this run: `base`, or when an earlier run of the sweep left a study
+    there, the first free `base-2`, `base-3`, ... (its results are kept, and a new run is a new
+    study rather than an error asking for --resume)."""
+    folder, n = base, 1
+    while (folder / "study.db").exists():
+        n += 1
+        folder = base.with_name(f"{base.name}-{n}")
+    return folder
 
 
 def _tune_lines(echo: Callable[..., None], model: str) -> Callable[[TuneEvent], None]:

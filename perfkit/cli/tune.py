@@ -184,9 +184,9 @@ def _echo_event(event: Any) -> None:
     "load_mode",
     type=click.Choice(["concurrency", "rate", "trace"]),
     default=None,
-    help="How each trial offers load: rate (open loop, the default: the figure is the highest sustainable arrival"
-    " rate), concurrency (closed loop, clients in lockstep) or trace (--trace FILE replayed faster or slower:"
-    " the highest sustainable mean rate).",
+    help="How each trial offers load: concurrency (closed loop, clients in lockstep; the default), rate (open"
+    " loop: the figure is the highest sustainable arrival rate; its claims agree with perf_analyzer's) or trace"
+    " (--trace FILE replayed faster or slower: the highest sustainable mean rate).",
 )
 @click.option(
     "--trace",

@@ -77,11 +77,11 @@ class TuneSettings:
     # False: every level from 1 by doubling.
     adaptive_load: bool = True
     command: tuple[str, ...] = ()
-    # Load: open loop ("rate", the default: the figure is the highest sustainable arrival rate,
-    # Poisson or constant arrivals; its picks hold when perf_analyzer re-measures them, see the
-    # README) or closed loop ("concurrency": on batching models its figures depend on how fast
-    # the client turns a response into its next request).
-    load: Literal["concurrency", "rate", "trace"] = "rate"
+    # Load: closed loop ("concurrency", the default: on batching models its figures depend on how
+    # fast the client turns a response into its next request) or open loop ("rate": the figure is
+    # the highest sustainable arrival rate, Poisson or constant arrivals). See the README on which
+    # to use and why the default has not moved yet.
+    load: Literal["concurrency", "rate", "trace"] = "concurrency"
     trace: Path | None = None  # --load trace FILE: a JSONL trace (perfkit profile --trace's format)
     arrival: Literal["poisson", "constant"] = "poisson"
     max_rate_rps: float = 20000.0

@@ -34,7 +34,10 @@ def metrics_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         from perfkit.live import LiveMetrics  # noqa: PLC0415  (prometheus_client only when asked for)
 
         ctx = click.get_current_context()
-        exporter = LiveMetrics(model=str(kwargs.get("model") or ""), command=ctx.info_name or "")
+        model = kwargs.get("model") or ""
+        if isinstance(model, (tuple, list)):  # profile's -m repeats (a traffic mix): one label for the run
+            model = "+".join(str(m) for m in model)
+        exporter = LiveMetrics(model=str(model), command=ctx.info_name or "")
         port = exporter.serve(metrics_host, metrics_port)
         click.echo(f"perfkit: metrics on http://{metrics_host}:{port}/metrics", err=True)
         _active = exporter

@@ -28,12 +28,10 @@ from perfkit.loadgen import (
     StreamConfig,
     Tensor,
     build_requests,
-    check_synthetic,
     grpc_payload,
     http_json_payload,
     http_payload,
     read_sources,
-    synthetic_tensors,
 )
 from perfkit.measure._context import machine_info, make_record, served_config_sha256, server_info
 from perfkit.measure._csv import levels_frame, write_csv
@@ -49,7 +47,7 @@ from perfkit.measure._events import (
 from perfkit.measure._export import write_export
 from perfkit.measure._level import measure_level
 from perfkit.measure._metrics import MetricsSampler
-from perfkit.measure._mix import check_mix, mix_engine_config, parse_mix
+from perfkit.measure._mix import check_mix, mix_engine_config, parse_mix, synthetic_step
 from perfkit.measure._periodic import measure_periodic, periodic_level
 from perfkit.measure._replay import replay_profile, trace_mean_rate
 from perfkit.measure._server_stats import composing_models
@@ -91,17 +89,7 @@ _log = logging.getLogger(__name__)
 def _steps(io: ModelIO, spec: ProfileSpec) -> tuple[list[list[Tensor]], list[FileRequest]]:
     """The tensors of each distinct request, and the file's requests (empty for generated data)."""
     if spec.input_data in ("random", "zero"):
-        check_synthetic(io)
-        step = synthetic_tensors(
-            io,
-            mode=spec.input_data,
-            batch_size=spec.batch_size,
-            shapes=spec.shapes,
-            string_length=spec.string_length,
-            seed=spec.seed,
-            string_data=spec.string_data,
-        )
-        return [step], []
+        return [synthetic_step(io, spec)], []
     # a JSON file, a directory (one file per input), or several of them (the flag repeated)
     data = read_sources(io, spec.input_data, shapes=spec.shapes)
     requests = build_requests(io, data, batch_size=spec.batch_size)

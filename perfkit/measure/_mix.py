@@ -14,7 +14,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from perfkit.errors import UsageError
-from perfkit.loadgen import EngineConfig, ModelIO, check_synthetic, grpc_payload, http_json_payload, synthetic_tensors
+from perfkit.loadgen import (
+    EngineConfig,
+    ModelIO,
+    Tensor,
+    check_synthetic,
+    grpc_payload,
+    http_json_payload,
+    synthetic_tensors,
+)
 from perfkit.measure._stream_setup import is_decoupled, is_sequence_model, with_composing_sequence
 from perfkit.recorder import LevelRecorder
 from perfkit.records import LevelResult, MixShare, ProfileSpec, Samples
@@ -22,6 +30,20 @@ from perfkit.server.base import Server
 
 _ITEM = re.compile(r"^\s*([^:,\s]+)\s*:\s*([^:,\s]+)\s*$")
 _FORM = "write it as MODEL:WEIGHT,MODEL:WEIGHT (e.g. --mix batcher:3,hungry:1) with positive integer weights"
+
+
+def synthetic_step(io: ModelIO, spec: ProfileSpec) -> list[Tensor]:
+    """The generated tensors (spec.input_data random or zero) of one request to the model."""
+    check_synthetic(io)
+    return synthetic_tensors(
+        io,
+        mode=spec.input_data,
+        batch_size=spec.batch_size,
+        shapes=spec.shapes,
+        string_length=spec.string_length,
+        seed=spec.seed,
+        string_data=spec.string_data,
+    )
 
 
 def parse_mix(models: Sequence[str], text: str | None) -> tuple[tuple[str, int], ...]:
@@ -122,16 +144,7 @@ def mix_engine_config(
             )
         io = ModelIO.from_server(server.model_metadata(name, ""), config, "")
         check(io, spec)
-        check_synthetic(io)
-        tensors = synthetic_tensors(
-            io,
-            mode=spec.input_data,
-            batch_size=spec.batch_size,
-            shapes=spec.shapes,
-            string_length=spec.string_length,
-            seed=spec.seed,
-            string_data=spec.string_data,
-        )
+        tensors = synthetic_step(io, spec)
         if spec.protocol == "http":
             url = server.endpoints.http_url
             payloads.append(

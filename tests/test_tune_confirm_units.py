@@ -14,7 +14,7 @@ import pytest
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level
 from perfkit.records import Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord
-from perfkit.tuner._confirm import describe, summarize_repeats
+from perfkit.tuner._confirm import ConfirmSettings, describe, repeat_windows, summarize_repeats
 from perfkit.tuner._judge import JudgeSettings, level_within_budget, open_loop_shortfall
 from perfkit.tuner._loadplan import rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
@@ -57,6 +57,21 @@ def test_a_claim_needs_its_upper_bound_within_budget_not_only_its_readings():
     calm = dataclasses.replace(levels[2], precision=dataclasses.replace(levels[2].precision, latency_rel=0.02))
     ok = summarize_repeats(C8, [*levels[:2], calm], repeats=3, budget_ms=50, percentile=99, metric="latency")
     assert ok.held and ok.latency_ucb_us <= 50_000
+
+
+def test_a_confirmation_run_lasts_at_least_the_confirm_time_however_short_its_windows():
+    cs = ConfirmSettings(min_windows=5, max_windows=10, min_repeat_s=5.0)
+    assert repeat_windows(300.0, cs) == (17, 22)  # 17 x 300 ms >= 5 s, with the same room to settle
+    assert repeat_windows(1000.0, cs) == (5, 10)  # 5 windows already last 5 s
+    assert repeat_windows(2000.0, cs) == (5, 10)  # never fewer windows than min_windows
+    assert repeat_windows(300.0, ConfirmSettings(min_repeat_s=0.0)) == (5, 10)
+    from perfkit.tuner import TuneSettings
+
+    assert TuneSettings(model="m", latency_budget_ms=20, trials=1).confirm_time_s == 5.0
+    table = TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 1, "confirm_time": "8s"})
+    assert table.confirm_time_s == 8.0
+    with pytest.raises(UsageError, match="--confirm-time"):
+        TuneSettings(model="m", latency_budget_ms=20, trials=1, confirm_time_s=-1.0)
 
 
 def test_repeats_that_disagree_make_no_claim_even_when_each_is_within_budget():

@@ -205,6 +205,11 @@ def _echo_event(event: Any) -> None:
     default=None,
     help="Re-measure the pick and its nearest rivals in N longer runs before claiming it (default 3; 0: off).",
 )
+@click.option(
+    "--confirm-time",
+    default=None,
+    help="Each confirmation run lasts at least this long, e.g. 5s (default 5s: one perf_analyzer window).",
+)
 @click.option("--max-concurrency", type=int, default=None, help="Highest concurrency tried per trial (default 64).")
 @click.option("--measurement-interval", type=float, default=None, help="Window length in ms (default 800).")
 @click.option("--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these.")
@@ -264,6 +269,7 @@ def command(  # noqa: PLR0917
     arrival: str | None,
     max_rate: float | None,
     confirm_repeats: int | None,
+    confirm_time: str | None,
     max_concurrency: int | None,
     measurement_interval: float | None,
     space_file: Path | None,
@@ -358,6 +364,8 @@ def command(  # noqa: PLR0917
         overrides["goodput_slo_ms"] = parse_goodput(goodput_slos)
     if max_time is not None:
         overrides["max_time_s"] = parse_duration_s(max_time, default_unit="s", what="--max-time")
+    if confirm_time is not None:
+        overrides["confirm_time_s"] = parse_duration_s(confirm_time, default_unit="s", what="--confirm-time")
     if max_gpu_memory is not None:
         overrides["max_gpu_memory_bytes"] = parse_bytes(max_gpu_memory)
     if max_output_diff is not None:

@@ -4,7 +4,11 @@ claimed.
 The search reads each level once, in short windows that stop as soon as the level looks on one
 side of the budget, so the best of many trials is the one most favoured by noise (the winner's
 curse): its figure sits on the budget's edge. Before a figure is claimed it is measured again:
-`repeats` independent runs at the trial's load, each with more windows and no early stop. The
+`repeats` independent runs at the trial's load, each with more windows, no early stop and at
+least `min_repeat_s` long (tune's --confirm-time, 5 s by default: one window of perf_analyzer's
+default --measurement-interval, 5000 ms; a repeat of a couple of short windows read p99 3-8%
+below a 6 s perf_analyzer run at the same rate, since rare slow requests and queue excursions
+need time to show). The
 claim holds when every repeat's percentile is within the budget (and, open loop, every repeat
 is sustainable) and the percentile's upper bound is within it too (the margin: repeats that read
 just under the budget do not make a claim). The bound is the larger of the worst repeat's own
@@ -53,6 +57,7 @@ class ConfirmSettings:
     repeats: int = 3
     min_windows: int = 5
     max_windows: int = 10
+    min_repeat_s: float = 0.0  # each repeat spans at least this long (tune's --confirm-time, 5 s by default)
     rivals_within: float = 0.2  # rivals whose searched figure is within 20% of the pick's
     max_candidates: int = 3
 
@@ -88,15 +93,24 @@ def _lower_load(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
     return None if below is None else t.judge.level(below)
 
 
+def repeat_windows(window_ms: float, cs: ConfirmSettings) -> tuple[int, int]:
+    """(min, max) windows of one confirmation repeat: at least cs.min_windows, and enough for
+    cs.min_repeat_s; the max leaves the same room for stability past the min as cs does."""
+    least = max(cs.min_windows, math.ceil(cs.min_repeat_s * 1000.0 / max(window_ms, 1e-3) - 1e-9))
+    return least, least + max(0, cs.max_windows - cs.min_windows)
+
+
 def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> list[LevelResult]:
     measure = t.measure or _default_measure()
+    base = t.judge.spec(t.model, (load,))
+    least, most = repeat_windows(base.measurement_interval_ms, cs)
     spec = dataclasses.replace(
-        t.judge.spec(t.model, (load,)),
+        base,
         stop_when_decided=False,
         binary_search=False,
         latency_threshold_ms=None,
-        min_windows=cs.min_windows,
-        max_trials=cs.max_windows,
+        min_windows=least,
+        max_trials=most,
     )
     out: list[LevelResult] = []
     folder = t.out_dir / "confirm"

@@ -40,7 +40,7 @@ def search(t: TrialRunner, study: optuna.Study) -> None:
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
-    confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats))
+    confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats, min_repeat_s=t.s.confirm_time_s))
 
 
 def run_search(

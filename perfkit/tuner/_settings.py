@@ -37,6 +37,7 @@ SETTINGS_KEYS = (
     "load",
     "arrival",
     "confirm",
+    "confirm_time",
 )
 
 
@@ -87,6 +88,9 @@ class TuneSettings:
     max_rate_rps: float = 20000.0
     # Confirmation of the pick and its nearest rivals: repeated longer runs (0: off).
     confirm_repeats: int = 3
+    # Each confirmation repeat lasts at least this long: one window of perf_analyzer's default
+    # --measurement-interval (5000 ms), so the claim is read over as long as a re-measurement.
+    confirm_time_s: float = 5.0
     # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms): the models
     # (model is the first) and their weights, and each model's budget (latency_budget_ms is the first's)
     mix: tuple[tuple[str, int], ...] = ()
@@ -120,6 +124,8 @@ class TuneSettings:
             )
         if self.confirm_repeats < 0 or self.confirm_repeats == 1:
             raise UsageError(f"--confirm {self.confirm_repeats}: give 0 (off) or at least 2 repeats")
+        if not 0 <= self.confirm_time_s <= 600:
+            raise UsageError(f"--confirm-time {self.confirm_time_s:g}s: give 0 to 600 seconds per confirmation run")
 
     @classmethod
     def from_mapping(
@@ -134,6 +140,8 @@ class TuneSettings:
             kw["budget_metric"], kw["latency_budget_ms"] = parse_latency_budget(data["latency_budget"])
         if "max_time" in data:
             kw["max_time_s"] = parse_duration_s(data["max_time"], what=f"{source} max_time")
+        if "confirm_time" in data:
+            kw["confirm_time_s"] = parse_duration_s(data["confirm_time"], what=f"{source} confirm_time")
         for key, conv in (
             ("percentile", float),
             ("trials", int),

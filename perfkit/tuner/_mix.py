@@ -131,18 +131,8 @@ class MixBreakdown(TuneEvent):
 class MixRunner(PipelineRunner):
     """The pipeline runner over the models of a mix, measured by the mix profile."""
 
-    def __init__(  # noqa: PLR0917
-        self,
-        server: Server,
-        settings: TuneSettings,
-        space: TuneSpace,
-        model_repository: Path,
-        measure: Measure | None,
-        on_event: OnEvent,
-    ) -> None:
-        super().__init__(server, settings, space, model_repository, measure, on_event)
-        if not settings.study_name:
-            self.study_name = "tune-mix-" + "+".join(m for m, _ in settings.mix)
+    def default_study_name(self) -> str:
+        return "tune-mix-" + "+".join(m for m, _ in self.s.mix)
 
     @property
     def title(self) -> str:

@@ -118,7 +118,7 @@ class TrialRunner:
         self.space = self.resolve_space(space, model_repository)
         self.out_dir = Path(settings.output_dir or default_output_dir(self.model))
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
-        self.study_name = settings.study_name or f"tune-{self.model}"
+        self.study_name = settings.study_name or self.default_study_name()
         self.decoupled = is_decoupled(self.original_cfg, self.space.backend)
         check_budget_metric(settings.budget_metric, self.model, self.decoupled)
         if settings.objective == "goodput" and not self.decoupled:
@@ -168,6 +168,10 @@ class TrialRunner:
     def title(self) -> str:
         """What the search is of, as its first line names it (a mix names its models)."""
         return self.model
+
+    def default_study_name(self) -> str:
+        """The study's name when --study-name is not given."""
+        return f"tune-{self.model}"
 
     def emit(self, event: TuneEvent) -> None:
         log.info("%s", event.line())

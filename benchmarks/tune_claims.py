@@ -10,9 +10,10 @@ accelerator shared by its instances, starting at max_batch_size 8 without dynami
    claims a figure: the confirmed throughput (closed loop) or sustainable rate (open loop);
 3. perf_analyzer 2.41 re-measures both configs `--rounds` times, alternating: at the claimed load
    and one ladder step either side (concurrency a factor sqrt(2) apart, rates 2**(1/4) apart,
-   Poisson arrivals); a level holds when its p99 is within the budget (open loop: and its
-   throughput is at least 95% of the rate asked). The re-measured figure is the highest held
-   throughput of each round, averaged over rounds.
+   Poisson arrivals), then `--refine` bisection steps between the highest level held and the
+   lowest above it not held (2 steps: rates ~4.5% apart); a level holds when its p99 is within
+   the budget (open loop: and its throughput is at least 95% of the rate asked). The
+   re-measured figure is the highest held throughput of each round, averaged over rounds.
 
 Prints, per mode: claim vs re-measurement (goal within 10%), pick vs grid best (goal >= 0.95),
 trials (<= 25) and tune wall time (<= 10 minutes).
@@ -91,17 +92,39 @@ def held(load: LoadLevel, tput: float, p99_ms: float, budget_ms: float) -> bool:
     return load.mode == "concurrency" or tput >= 0.95 * load.value
 
 
-def remeasure(server: LocalServer, model: str, around: LoadLevel, budget_ms: float, max_c: int) -> dict:
-    """One round: perf_analyzer at the claimed load and its neighbours; the highest held throughput."""
+def remeasure(server: LocalServer, model: str, around: LoadLevel, budget_ms: float, max_c: int,
+              refine: int = 2) -> dict:  # fmt: skip
+    """One round: perf_analyzer at the claimed load and its neighbours, then `refine` bisection
+    steps between the highest level held and the lowest above it not held (the ladder's steps,
+    19% apart for rates, are too coarse to tell configs 5% apart); the highest held throughput."""
     rows = []
-    for lv in neighbours(around, max_c):
+
+    def at(lv: LoadLevel) -> tuple[LoadLevel, float, float, bool]:
         tput, p99 = pa_level(server, model, lv)
-        rows.append((lv, tput, p99, held(lv, tput, p99, budget_ms)))
+        row = (lv, tput, p99, held(lv, tput, p99, budget_ms))
+        rows.append(row)
         print(f"    perf_analyzer {model} at {lv.label}: {tput:.1f} infer/s, p99 {p99:.1f} ms"
-              f"{'' if rows[-1][3] else ' (not held)'}", flush=True)  # fmt: skip
-    at = next(r for r in rows if abs(r[0].value - around.value) / around.value < 0.06)
+              f"{'' if row[3] else ' (not held)'}", flush=True)  # fmt: skip
+        return row
+
+    for lv in neighbours(around, max_c):
+        at(lv)
+    for _ in range(refine):
+        ok = [r[0].value for r in rows if r[3]]
+        if not ok:
+            break
+        lo = max(ok)
+        over = [r[0].value for r in rows if not r[3] and r[0].value > lo]
+        if not over:
+            break
+        hi = min(over)
+        mid = float(round((lo + hi) / 2)) if around.mode == "concurrency" else float(f"{math.sqrt(lo * hi):.4g}")
+        if mid in (lo, hi):
+            break
+        at(LoadLevel(around.mode, mid, around.distribution))
+    first = next(r for r in rows if abs(r[0].value - around.value) / around.value < 0.06)
     best = max((r[1] for r in rows if r[3]), default=0.0)
-    return {"at_tput": at[1], "at_p99": at[2], "at_held": at[3], "best_held": best, "rows": rows}
+    return {"at_tput": first[1], "at_p99": first[2], "at_held": first[3], "best_held": best, "rows": rows}
 
 
 def settings(model: str, budget_ms: float, max_c: int, out: Path, trials: int, sampler: str, load: str,
@@ -156,7 +179,7 @@ def run_mode(server: LocalServer, repo: Path, work: Path, load: str, args: argpa
             for label in ("perfkit", "grid") if r % 2 == 0 else ("grid", "perfkit"):
                 text, at = picks[label]
                 guard.apply(text)
-                rounds[label].append(remeasure(server, sc.model, at, budget, max_c))
+                rounds[label].append(remeasure(server, sc.model, at, budget, max_c, args.refine))
     measured = [t for t in tuned.record.trials if "reload_s" in t.metrics and "duplicate_of" not in t.metrics]
     grid_measured = [t for t in grid.record.trials if "reload_s" in t.metrics and "duplicate_of" not in t.metrics]
     best = tuned.best
@@ -226,6 +249,7 @@ def main() -> int:
     ap.add_argument("--confirm", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=3, help="perf_analyzer re-measurement rounds of each pick")
     ap.add_argument("--budget-ms", type=float, default=None)
+    ap.add_argument("--refine", type=int, default=2, help="perf_analyzer bisection steps past the ladder (0: none)")
     ap.add_argument("--full-grid", action="store_true", help="tune_quality's 50-config grid (default: 15 configs)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="perfkit-tune-claims-"))

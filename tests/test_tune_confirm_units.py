@@ -137,8 +137,8 @@ def test_rate_ladder_and_levels():
     values = rate_ladder(100.0, 20000.0)
     assert 100.0 in values and values == tuple(sorted(values)) and values[0] >= 1.0 and values[-1] <= 20000.0
     ratios = [b / a for a, b in zip(values, values[1:], strict=False)]
-    assert all(1.1 < r < 1.3 for r in ratios[5:-1])  # 2**(1/4) apart (rounded to 3 digits)
-    assert step_below(values, 100.0) == pytest.approx(84.1) and step_below(values, values[0]) is None
+    assert all(1.05 < r < 1.13 for r in ratios[9:-1])  # 2**(1/8) apart (rounded to 3 digits)
+    assert step_below(values, 100.0) == pytest.approx(91.7) and step_below(values, values[0]) is None
     assert start_on(values, 101.0) == 100.0
     js = JudgeSettings(latency_budget_ms=50, load_mode="rate", distribution="constant")
     assert js.level(120.0) == LoadLevel("request_rate", 120.0, "constant")

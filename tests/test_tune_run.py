@@ -122,9 +122,13 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
     measured = [t for t in rec2.trials if "duplicate_of" not in t.metrics and t.number != 1]
     assert len(measured) == 3  # --trials 3 in all, across both runs
     assert all(t.state in ("complete", "pruned") for t in measured)
-    # The interrupted candidate was queued again and measured on resume.
+    # The interrupted candidate was queued again and measured on resume (within the budget or
+    # pruned over it at its lowest load, as a busy machine may make it: measured either way).
     interrupted = next(t for t in rec2.trials if t.number == 1)
-    assert any(t.params == interrupted.params and t.state == "complete" for t in rec2.trials if t.number > 1)
+    again = [t for t in rec2.trials if t.number > 1 and t.params == interrupted.params]
+    assert any(
+        t.state in ("complete", "pruned") and "reload_s" in t.metrics and "duplicate_of" not in t.metrics for t in again
+    ), again
 
 
 def _settings(out: Path, trials: int) -> TuneSettings:

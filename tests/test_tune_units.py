@@ -285,3 +285,40 @@ def test_an_open_loop_search_doubles_the_rate_then_bisects():
     ups = sys_.measured[: sys_.measured.index(max(sys_.measured))]
     assert all(b / a >= 1.9 for a, b in zip(ups, ups[1:], strict=False))  # doubling while within budget
     assert len(sys_.measured) <= 10  # 25..800 doubling, 800 again, two bisections, the lowest over again
+
+
+class FakeOverloadSystem:
+    """An open-loop model with a capacity of 100 req/s: within 20 ms up to 80 req/s, over it
+    from there, and past capacity it completes only 100 req/s (the backlog grows)."""
+
+    def __init__(self) -> None:
+        self.measured: list[float] = []
+
+    def __call__(self, server, spec: ProfileSpec, *, command=(), record_path: Path | None = None) -> RunRecord:
+        lv = spec.levels[0]
+        self.measured.append(lv.value)
+        level = synthetic_level(concurrency=lv.value, latency_ms=10.0 if lv.value <= 80 else 30.0, noise=0.0,
+                                open_loop=True)  # fmt: skip
+        level = dataclasses.replace(level, load=lv, sent_rps=lv.value, completed_rps=min(lv.value, 100.0))
+        return synthetic_record([level], model=spec.model)
+
+
+def test_an_overloaded_level_caps_the_open_loop_search_at_the_capacity_it_completed():
+    judge = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, load_mode="rate", max_rate_rps=10_000.0)
+    sys_ = FakeOverloadSystem()
+    rec = find_load(sys_, None, judge, "m", 800.0)  # a similar trial sustained 800 req/s
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert v.feasible_load is not None and 73 <= v.feasible_load.value <= 80  # 80 req/s, to the ladder's 9%
+    # 800 completed 100 req/s: nothing past 105 is measured again, and the walk down 400, 200 is skipped
+    assert [x for x in sys_.measured if x > 105] == [800.0, 800.0], sys_.measured
+    assert len(sys_.measured) <= 6, sys_.measured
+    # Without the overload (every level keeps up), the same start walks down by halving
+    plain = FakeOverloadSystem()
+    plain_rec = find_load(lambda *a, **k: _kept_up(plain(*a, **k)), None, judge, "m", 800.0)
+    assert judge_trial(plain_rec, latency_budget_ms=BUDGET_MS, percentile=99).feasible_load == v.feasible_load
+    assert 400.0 in plain.measured and len(plain.measured) > len(sys_.measured)
+
+
+def _kept_up(rec: RunRecord) -> RunRecord:
+    lv = rec.levels[0]
+    return dataclasses.replace(rec, levels=(dataclasses.replace(lv, completed_rps=lv.sent_rps),))

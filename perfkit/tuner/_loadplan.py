@@ -94,7 +94,7 @@ def find_load(
         # overshooting costs little and creeping up from a low start (the probe's, or a similar
         # trial's that sustained far less) costs most of a trial.
         search = _LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
-                               stride=RATE_STEPS_PER_DOUBLING)  # fmt: skip
+                               stride=RATE_STEPS_PER_DOUBLING, ceiling=capacity_ceiling)  # fmt: skip
         merged = search.run()
         if record_path is not None:
             merged.save(record_path)
@@ -157,6 +157,16 @@ def _probe_rate(measure_level: Callable[[LoadLevel], RunRecord]) -> float:
     return max(MIN_RATE_RPS, 0.5 * tput)
 
 
+def capacity_ceiling(level: LevelResult) -> float | None:
+    """A rate every level above which is over the budget, from an overloaded open-loop level: one
+    that completed well under what it sent (a backlog grew) completed at the server's capacity,
+    and no rate past capacity (plus 5% for noise) is sustainable. None when the level kept up."""
+    sent = min(level.load.value, level.sent_rps) if level.sent_rps > 0 else level.load.value
+    if level.load.mode == "concurrency" or level.completed_rps <= 0 or level.completed_rps >= 0.9 * sent:
+        return None
+    return level.completed_rps * 1.05
+
+
 def ladder(start: int, max_concurrency: int) -> tuple[int, ...]:
     """Concurrencies a factor ~sqrt(2) apart through start, from 1 to max_concurrency (both
     included): the resolution of the search."""
@@ -179,12 +189,22 @@ class _LadderSearch:
     'over' early rests on a window or two). One such reading would send the whole search the
     wrong way, so two readings are confirmed by measuring the level once more, the second
     reading standing: the start level when over (a similar config met the budget there), and
-    the lowest level over the budget above the answer, on which the answer rests."""
+    the lowest level over the budget above the answer, on which the answer rests.
+
+    `ceiling` (open loop): a level that could not keep up tells the server's capacity, and every
+    ladder value past it is over without being measured (capacity_ceiling); the search then goes
+    down from there half a stride at a time instead of halving from the level it measured. A
+    badly batched config that completes 20 req/s when 768 are offered is not walked down 768,
+    384, ... and bisected through its slowest levels (a level at 20 req/s takes ~15 s to fill its
+    windows)."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
-                 values: Sequence[float], start_index: int, *, stride: int = 1) -> None:  # fmt: skip
+                 values: Sequence[float], start_index: int, *, stride: int = 1,
+                 ceiling: Callable[[LevelResult], float | None] | None = None) -> None:  # fmt: skip
         self.measure_one = measure_one
         self.stride = stride
+        self.ceiling = ceiling
+        self.cap: int | None = None  # lowest index known over from a capacity ceiling (not measured)
         self.ok = ok
         self.values = tuple(values)
         self.start_index = start_index
@@ -205,7 +225,19 @@ class _LadderSearch:
         level = rec.levels[-1]
         self.results[value] = level  # a second reading replaces the first
         self.verdicts[index] = self.ok(level)
+        limit = self.ceiling(level) if self.ceiling is not None and not self.verdicts[index] else None
+        if limit is not None:
+            above = [i for i, v in enumerate(self.values) if v >= limit]
+            if above and above[0] < index and (self.cap is None or above[0] < self.cap):
+                self.cap = above[0]
         return self.verdicts[index]
+
+    def _tighten(self, lo: int | None, hi: int | None) -> int | None:
+        """hi lowered to the capacity ceiling's index, unless a level at or above it read within
+        the budget (then the ceiling was noise)."""
+        if self.cap is None or (lo is not None and self.cap <= lo):
+            return hi
+        return self.cap if hi is None or self.cap < hi else hi
 
     def _confirmed_over(self, index: int) -> bool | None:
         """Measure the level again if it read over and was not confirmed yet; its verdict."""
@@ -219,8 +251,11 @@ class _LadderSearch:
         lowest index over or None); None when a run failed."""
         moves = 0
         while True:
+            hi = self._tighten(lo, hi)
             # one ladder step twice (the answer is most often near a similar trial's), then 2, 4, ...
             step = self.stride if self.stride > 1 else (1 if moves < 2 else 2 ** (moves - 1))
+            if hi is not None and hi not in self.verdicts:
+                step = max(1, self.stride // 2)  # below a capacity ceiling: half a stride down
             moves += 1
             if lo is not None and hi is None:
                 if lo == len(self.values) - 1:
@@ -241,7 +276,7 @@ class _LadderSearch:
                 hi = nxt if hi is None or nxt < hi else hi
 
     def _bisect(self, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
-        while lo is not None and hi is not None and hi - lo > 1:
+        while lo is not None and hi is not None and (hi := self._tighten(lo, hi)) is not None and hi - lo > 1:
             mid = (lo + hi) // 2
             verdict = self._measure(mid)
             if verdict is None:

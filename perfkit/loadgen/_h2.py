@@ -30,7 +30,6 @@ from typing import Any
 import hpack
 
 from perfkit.loadgen._ledger import Ledger
-from perfkit.loadgen._reader_socket import connected
 from perfkit.loadgen._transport import Transport, no_delay, write_parts
 from perfkit.records import (
     GRPC_STATUS_BASE,
@@ -136,15 +135,8 @@ class _Blocked:
         self.offset = self.sid = self.window = 0
 
 
-class H2Calls:
-    """One HTTP/2 connection carrying many concurrent unary calls: the frames, without the I/O.
-
-    Subclasses carry the bytes: `_write`/`_write_parts` send, `_cut(data, now)` is fed what
-    arrives, and `_stream_ended`, `_control`, `_refill`, `_hpack_failed` take what it found
-    (on the loop thread, or handed to it from a reader thread: `_h2_thread`).
-    """
-
-    closed: bool  # connection lost (or closed)
+class H2Conn(asyncio.Protocol):
+    """asyncio Protocol: one HTTP/2 connection carrying many concurrent unary calls."""
 
     def __init__(self, owner: H2Transport) -> None:
         self.owner = owner
@@ -168,49 +160,29 @@ class H2Calls:
         self.closed = False  # connection lost
         self.goaway = False  # no new streams
         self.ours = False  # closed by perfkit
-        self._bad = False  # an HPACK error: nothing more is read
 
-    # -- the I/O, the subclass's -----------------------------------------------------------------
-    def _write(self, data: bytes) -> None:
-        raise NotImplementedError
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport
+        no_delay(transport, self.owner.largest_request_bytes)
+        settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, _BIG_WINDOW)  # no push; big window
+        transport.write(
+            PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW, 0, 0, struct.pack(">I", _BIG_WINDOW - 65535))
+        )
 
-    def _write_parts(self, parts: list[bytes | memoryview]) -> None:
-        raise NotImplementedError
-
-    def _stream_ended(self, sid: int, headers: dict[bytes, bytes], now: int) -> None:
-        raise NotImplementedError
-
-    def _control(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
-        raise NotImplementedError
-
-    def _refill(self, received: int) -> None:
-        raise NotImplementedError
-
-    def _hpack_failed(self, message: str) -> None:
-        raise NotImplementedError
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.settled.done():
+            self.settled.set_result(None)
+        self.owner.lost(self, exc)
 
     def close(self, abort: bool = False) -> None:
-        raise NotImplementedError
-
-    @staticmethod
-    def preface() -> bytes:
-        """What a client sends first: the preface, SETTINGS (no push, a big window), a connection WINDOW_UPDATE."""
-        settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, _BIG_WINDOW)
-        window = _frame(_WINDOW, 0, 0, struct.pack(">I", _BIG_WINDOW - 65535))
-        return PREFACE + _frame(_SETTINGS, 0, 0, settings) + window
-
-    @staticmethod
-    def _window_update(received: int) -> bytes:
-        return _frame(_WINDOW, 0, 0, struct.pack(">I", received))
-
-    def _table_size(self, value: int) -> None:
-        """The server's SETTINGS_HEADER_TABLE_SIZE, applied to the decoder (where the decoder's owner reads)."""
-        self._decoder.header_table_size = value
-
-    def _fail(self, message: str) -> None:
-        """The connection is unusable (protocol error), on the loop thread."""
-        self.owner.ledger.note(STATUS_PROTOCOL, message)
-        self.owner.failed(self, STATUS_PROTOCOL, message)
+        self.ours = True
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
 
     def owed(self) -> list[tuple[int, int]]:
         """Every request this connection owes a record for, as (due, sent); sent -1 if never sent."""
@@ -239,7 +211,7 @@ class H2Calls:
         sid_b = struct.pack(">I", sid)
         self.streams[sid] = (due, perf_counter_ns())
         if size <= self._max_frame:
-            self._write(
+            self.transport.write(
                 b"".join(
                     (
                         self._headers_head,
@@ -253,7 +225,9 @@ class H2Calls:
                 )
             )
             return
-        self._write_parts([self._headers_head, sid_b, self._block, *self._data_frames(sid_b, message, True)])
+        self.transport.write(
+            b"".join((self._headers_head, sid_b, self._block, *self._data_frames(sid_b, message, True)))
+        )
 
     def _data_frames(self, sid_b: bytes, chunk: bytes | memoryview, last: bool) -> list[bytes | memoryview]:
         parts: list[bytes | memoryview] = []
@@ -292,11 +266,10 @@ class H2Calls:
                 break
             self._blocked.popleft()
         if parts:
-            self._write_parts(parts)
+            write_parts(self.transport, parts)
 
     # -- receiving --------------------------------------------------------------------------
-    def _cut(self, data: bytes, now: int) -> None:
-        """Frames out of what arrived at `now`; a partial one waits for the next read."""
+    def data_received(self, data: bytes) -> None:
         buf = self._buf
         buf += data
         pos = 0
@@ -313,38 +286,38 @@ class H2Calls:
             if ftype == _DATA:
                 self._received += length
                 if flags & _END_STREAM:
-                    self._stream_ended(sid, {}, now)
+                    self._finish(sid, {})
             elif ftype == _HEADERS:
-                self._on_headers(sid, flags, bytes(buf[start:pos]), now)
+                self._on_headers(sid, flags, bytes(buf[start:pos]))
             elif ftype == _CONT:
                 self._cont_block += buf[start:pos]
                 if flags & _END_HEADERS:
-                    self._headers_complete(self._cont_sid, bytes(self._cont_block), self._cont_end, now)
+                    self._headers_complete(self._cont_sid, bytes(self._cont_block), self._cont_end)
                     self._cont_block = bytearray()
             else:
-                self._control(ftype, flags, sid, bytes(buf[start:pos]))
-            if self.closed or self._bad:
+                self._on_control(ftype, flags, sid, bytes(buf[start:pos]))
+            if self.closed:
                 return
         del buf[:pos]
         if self._received > (1 << 30):
-            self._refill(self._received)
+            self.transport.write(_frame(_WINDOW, 0, 0, struct.pack(">I", self._received)))
             self._received = 0
 
-    def _on_headers(self, sid: int, flags: int, payload: bytes, now: int) -> None:
+    def _on_headers(self, sid: int, flags: int, payload: bytes) -> None:
         payload = headers_fragment(flags, payload)
         if not flags & _END_HEADERS:
             self._cont_sid, self._cont_block, self._cont_end = sid, bytearray(payload), bool(flags & _END_STREAM)
             return
-        self._headers_complete(sid, payload, bool(flags & _END_STREAM), now)
+        self._headers_complete(sid, payload, bool(flags & _END_STREAM))
 
-    def _headers_complete(self, sid: int, block: bytes, end_stream: bool, now: int) -> None:
+    def _headers_complete(self, sid: int, block: bytes, end_stream: bool) -> None:
         headers = self._cache.get(block)
         if headers is None:
             try:
                 decoded = self._decoder.decode(block, raw=True)
             except Exception as err:  # hpack errors: the connection is unusable
-                self._bad = True
-                self._hpack_failed(f"HPACK: {err}")
+                self.owner.ledger.note(STATUS_PROTOCOL, f"HPACK: {err}")
+                self.owner.failed(self, STATUS_PROTOCOL, f"HPACK: {err}")
                 return
             headers = {bytes(k): bytes(v) for k, v in decoded}
             if all(b & 0x80 for b in block):  # indexed fields only: no table change, safe to reuse
@@ -352,13 +325,13 @@ class H2Calls:
             else:  # the dynamic table may have moved: cached indices could now mean other fields
                 self._cache.clear()
         if end_stream:
-            self._stream_ended(sid, headers, now)
+            self._finish(sid, headers)
 
-    def _finish(self, sid: int, headers: dict[bytes, bytes], done: int) -> None:
-        """A call's end (its trailers, or a DATA frame ending the stream) at `done`, on the loop thread."""
+    def _finish(self, sid: int, headers: dict[bytes, bytes]) -> None:
         entry = self.streams.pop(sid, None)
         if entry is None:
             return
+        done = perf_counter_ns()
         status = 0
         message = ""
         grpc_status = headers.get(b"grpc-status", b"0")
@@ -378,7 +351,7 @@ class H2Calls:
             for i in range(0, len(payload) - 5, 6):
                 ident, value = struct.unpack(">HI", payload[i : i + 6])
                 if ident == _SETTINGS_HEADER_TABLE:
-                    self._table_size(value)
+                    self._decoder.header_table_size = value
                 elif ident == _SETTINGS_INITIAL_WINDOW:
                     delta = value - self._stream_window
                     self._stream_window = value
@@ -387,12 +360,12 @@ class H2Calls:
                             b.window += delta
                 elif ident == _SETTINGS_MAX_FRAME:
                     self._max_frame = value
-            self._write(_frame(_SETTINGS, _ACK, 0, b""))
+            self.transport.write(_frame(_SETTINGS, _ACK, 0, b""))
             if not self.settled.done():
                 self.settled.set_result(None)
             self._pump()
         elif ftype == _PING and not flags & _ACK:
-            self._write(_frame(_PING, _ACK, 0, payload))
+            self.transport.write(_frame(_PING, _ACK, 0, payload))
         elif ftype == _WINDOW:
             inc = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
             if sid == 0:
@@ -432,52 +405,6 @@ class H2Calls:
                 self.close()
 
 
-class H2Conn(H2Calls, asyncio.Protocol):
-    """H2Calls on an asyncio Protocol, read on the loop thread (TLS connections)."""
-
-    # -- asyncio.Protocol -------------------------------------------------------------------
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        no_delay(transport, self.owner.largest_request_bytes)
-        transport.write(self.preface())
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if not self.settled.done():
-            self.settled.set_result(None)
-        self.owner.lost(self, exc)
-
-    def data_received(self, data: bytes) -> None:
-        self._cut(data, perf_counter_ns())
-
-    def close(self, abort: bool = False) -> None:
-        self.ours = True
-        if self.transport is not None:
-            if abort:
-                self.transport.abort()
-            else:
-                self.transport.close()
-
-    # -- H2Calls' I/O -------------------------------------------------------------------------
-    def _write(self, data: bytes) -> None:
-        self.transport.write(data)
-
-    def _write_parts(self, parts: list[bytes | memoryview]) -> None:
-        write_parts(self.transport, parts)
-
-    def _stream_ended(self, sid: int, headers: dict[bytes, bytes], now: int) -> None:
-        self._finish(sid, headers, now)
-
-    def _control(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
-        self._on_control(ftype, flags, sid, payload)
-
-    def _refill(self, received: int) -> None:
-        self.transport.write(self._window_update(received))
-
-    def _hpack_failed(self, message: str) -> None:
-        self._fail(message)
-
-
 class H2Transport(Transport):
     """A few HTTP/2 connections, requests round-robin over those not closing."""
 
@@ -499,8 +426,8 @@ class H2Transport(Transport):
         self._ssl = None if tls is None else client_context(tls, ("h2",))
         self._sni = None if tls is None else host
         self.block = header_block(f"{host}:{port}", _GRPC_INFER, compression, https=tls is not None, metadata=metadata)
-        self.conns: list[H2Calls] = []  # usable: open, no GOAWAY
-        self.everyone: set[H2Calls] = set()  # every connection not yet lost
+        self.conns: list[H2Conn] = []  # usable: open, no GOAWAY
+        self.everyone: set[H2Conn] = set()  # every connection not yet lost
         self.pending: collections.deque[int] = collections.deque()  # due times waiting for a connection
         self._rr = 0
         self._want = H2_CONNECTIONS
@@ -528,7 +455,7 @@ class H2Transport(Transport):
         self.ledger.finish(due, sent, done, status, message)
         self.on_done(status)
 
-    def retire(self, conn: H2Calls) -> None:
+    def retire(self, conn: H2Conn) -> None:
         """Take a connection out of rotation (GOAWAY or lost); open a replacement."""
         if conn in self.conns:
             self.conns.remove(conn)
@@ -538,7 +465,7 @@ class H2Transport(Transport):
                     self._opening = True
                     self.spawn(self._open_for_pending())
 
-    def failed(self, conn: H2Calls, status: int, message: str) -> None:
+    def failed(self, conn: H2Conn, status: int, message: str) -> None:
         """The connection is unusable (protocol error): record what it owed, drop it."""
         now = perf_counter_ns()
         self.retire(conn)
@@ -547,7 +474,7 @@ class H2Transport(Transport):
             self.done(due, sent, now, status, message)
         conn.close(abort=True)
 
-    def lost(self, conn: H2Calls, exc: Exception | None) -> None:
+    def lost(self, conn: H2Conn, exc: Exception | None) -> None:
         self.retire(conn)
         self.everyone.discard(conn)
         now = perf_counter_ns()
@@ -555,19 +482,11 @@ class H2Transport(Transport):
         for due, sent in conn.forget():
             self.done(due, sent, now, STATUS_CONNECTION_CLOSED, message)
 
-    async def _open(self) -> H2Calls | None:
-        conn: H2Calls
+    async def _open(self) -> H2Conn | None:
         try:
-            if self._ssl is None:  # plain TCP: read on a thread of its own
-                from perfkit.loadgen._h2_thread import H2ThreadConn
-
-                threaded = H2ThreadConn(self)
-                threaded.start(await connected(self.loop, self.host, self.port))
-                conn = threaded
-            else:
-                _, conn = await self.loop.create_connection(
-                    lambda: H2Conn(self), self.host, self.port, ssl=self._ssl, server_hostname=self._sni
-                )
+            _, conn = await self.loop.create_connection(
+                lambda: H2Conn(self), self.host, self.port, ssl=self._ssl, server_hostname=self._sni
+            )
         except OSError as err:
             self.open_error = str(err) or type(err).__name__
             return None

@@ -12,8 +12,7 @@ loop costs ~130-200 us of CPU on a busy VM where a blocked thread's wakeup costs
 per response. That thread timestamps and files every non-final response itself; what
 changes state (a final response, an error, HEADERS, control frames, the end of the
 connection) goes to the loop thread in arrival order (call_soon_threadsafe), so the
-ledger, the HPACK decoder and the flow-control windows stay the loop thread's alone
-(the socket's reader thread and non-blocking writes: `_reader_socket`).
+ledger, the HPACK decoder and the flow-control windows stay the loop thread's alone.
 """
 
 from __future__ import annotations
@@ -22,15 +21,16 @@ import asyncio
 import collections
 import socket
 import struct
+import threading
 from collections.abc import Callable
 from time import perf_counter_ns
+from typing import Any
 
 import hpack
 
 from perfkit.errors import ServerError
 from perfkit.loadgen._h2 import PREFACE, grpc_message, header_block, headers_fragment
 from perfkit.loadgen._ledger import Ledger
-from perfkit.loadgen._reader_socket import ReaderSocket, connected
 from perfkit.loadgen._stream_grpc import STREAM_INFER, grpc_stream_request, on_stream_message
 from perfkit.loadgen._stream_parts import _Req
 from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
@@ -46,8 +46,14 @@ def _frame(ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes((ftype, flags)) + struct.pack(">I", sid) + payload
 
 
-class H2Stream(ReaderSocket):
-    """One HTTP/2 connection (a socket of its own, read on its own thread) with one gRPC bidirectional stream."""
+class H2Stream:
+    """One HTTP/2 connection (a socket of its own) with one gRPC bidirectional stream.
+
+    The socket stays blocking: the reader thread sits in recv() (one syscall per wakeup);
+    the loop thread writes with MSG_DONTWAIT and hands what the kernel did not take to
+    the loop's writer callback. Closing is shutdown() (which wakes the reader) from the
+    loop thread; the socket is closed there once the reader has left recv().
+    """
 
     def __init__(
         self,
@@ -59,11 +65,14 @@ class H2Stream(ReaderSocket):
         metadata: tuple[tuple[str, str], ...] = (),
         compression: str = "",
     ) -> None:
-        super().__init__(loop)
         self._block = header_block(authority, STREAM_INFER, compression, metadata=metadata)
         self._compression = compression
+        self._loop = loop
+        self._sock: socket.socket | None = None
+        self._wbuf = bytearray()  # bytes the kernel did not take yet (the loop's writer drains them)
         self.on_message = on_message
         self.on_end = on_end
+        self.closed = False
         self._buf = bytearray()
         self._msg = bytearray()
         self._decoder = hpack.Decoder()
@@ -78,7 +87,9 @@ class H2Stream(ReaderSocket):
 
     def start(self, sock: socket.socket) -> None:
         """Take a connected socket: send the preface, settings and the stream's HEADERS, start reading."""
-        self._start_reading(sock, "perfkit-stream-reader")
+        sock.setblocking(True)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._sock = sock
         settings = struct.pack(">HI", 0x2, 0) + struct.pack(">HI", 0x4, _BIG_WINDOW)
         head = struct.pack(">I", len(self._block))[1:] + bytes((_HEADERS, _END_HEADERS)) + struct.pack(">I", _SID)
         self._out(
@@ -88,10 +99,91 @@ class H2Stream(ReaderSocket):
             + head
             + self._block
         )
+        threading.Thread(target=self._read_loop, args=(sock,), name="perfkit-stream-reader", daemon=True).start()
 
-    def _on_lost(self, exc: Exception | None) -> None:
-        if not self.closed:  # not ended already (trailers, RST, GOAWAY) nor closed by perfkit
+    def _read_loop(self, sock: socket.socket) -> None:
+        err: OSError | None = None
+        while not self.closed:
+            try:
+                data = sock.recv(1 << 18)
+            except InterruptedError:
+                continue
+            except OSError as e:
+                err = e
+                break
+            if not data:
+                break
+            self._frames(data, perf_counter_ns())
+        # The loop thread closes the socket: every write happens there, so none can meet a
+        # descriptor number the system has handed to another socket meanwhile.
+        if not self._hand(self._release, sock, err):
+            sock.close()
+
+    def _release(self, sock: socket.socket, err: OSError | None) -> None:
+        self._lost(err)
+        sock.close()
+
+    def _hand(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Run fn(*args) on the loop thread, after everything handed before it; False if the loop is gone."""
+        try:
+            self._loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed: nobody is left to tell
+            return False
+        return True
+
+    def _out(self, data: bytes) -> None:
+        """Write from the loop thread without blocking it; the rest waits for the loop's writer."""
+        sock = self._sock
+        if sock is None or self.closed:
+            return
+        if self._wbuf:
+            self._wbuf += data
+            return
+        try:
+            sent = sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            sent = 0
+        except OSError as err:
+            self._lost(err)
+            return
+        if sent < len(data):
+            self._wbuf += data[sent:]
+            self._loop.add_writer(sock.fileno(), self._flush)
+
+    def _flush(self) -> None:
+        sock = self._sock
+        if sock is None or self.closed:
+            return
+        try:
+            sent = sock.send(self._wbuf, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError as err:
+            self._lost(err)
+            return
+        del self._wbuf[:sent]
+        if not self._wbuf:
+            self._loop.remove_writer(sock.fileno())
+
+    def _lost(self, exc: Exception | None) -> None:
+        """The connection died under us (reset, EOF, a failed write): tell the owner once, then shut it."""
+        if not self.closed:
             self.on_end(STATUS_CONNECTION_CLOSED, str(exc or "server closed the HTTP/2 connection"))
+        self._shut()
+
+    def _shut(self) -> None:
+        """Closed for good: stop writing, and shut the socket down, which wakes the reader to close it."""
+        self.closed = True
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        if self._wbuf:
+            self._wbuf.clear()
+            self._loop.remove_writer(sock.fileno())
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # -- sending ----------------------------------------------------------------------------
     def send(self, serialized: bytes) -> None:
@@ -248,6 +340,22 @@ class H2Stream(ReaderSocket):
             self._end(STATUS_CONNECTION_CLOSED, "server sent GOAWAY")
 
 
+async def _connected(loop: asyncio.AbstractEventLoop, host: str, port: int) -> socket.socket:
+    """A TCP socket connected to host:port (every address tried in turn, as create_connection does)."""
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, addr in infos:
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await loop.sock_connect(sock, addr)
+            return sock
+        except OSError as err:
+            sock.close()
+            error = err
+    raise error
+
+
 class H2StreamTransport(StreamTransport):
     """Streamed requests on one hand-written HTTP/2 gRPC stream, replaced when the server breaks it."""
 
@@ -281,7 +389,7 @@ class H2StreamTransport(StreamTransport):
             authority, self.loop, self._on_message, on_end, metadata=self.cfg.headers, compression=self.cfg.compression
         )
         holder.append(h2)
-        h2.start(await connected(self.loop, self.cfg.host, self.cfg.port))
+        h2.start(await _connected(self.loop, self.cfg.host, self.cfg.port))
         self.ledger.connection_opened()
         return h2
 

@@ -132,7 +132,7 @@ def large_tensors(server: LocalServer, rounds: int, seconds: float = 8.0, cases:
                     rows.append({"tool": tool, "case": case, "concurrency": c, "round": r, **fig})
                     print(f"  {tool:13} {case:4} c{c} round {r}: {fig['rps']:8.0f} infer/s, "
                           f"{fig['cpu_us_per_req']:7.1f} us CPU/request", flush=True)  # fmt: skip
-    print("\nlarge tensors, ratios perfkit / perf_analyzer (median over rounds; issue 22's goals: throughput >= 1.1")
+    print("\nlarge tensors, ratios perfkit / perf_analyzer (median over rounds; goals: throughput >= 1.1")
     print("at c4, client CPU per request <= 0.33):")
     for case, _, _ in chosen:
         for c in (1, 4):
@@ -327,7 +327,7 @@ def _spread(rows: list[dict], model: str, c: int, tool: str) -> dict:
 
 def summarize_closed(rows: list[dict]) -> float:
     """Print the ratios; return the HTTP capacity seen (the higher tool's median at c4)."""
-    print("\nratios perfkit / perf_analyzer (median over rounds; issue 22's goals: throughput >= 1.3 at c4,")
+    print("\nratios perfkit / perf_analyzer (median over rounds; goals: throughput >= 1.3 at c4,")
     print("client CPU per request <= 0.33):")
     capacity = 0.0
     for protocol in ("http", "grpc"):

@@ -132,7 +132,8 @@ def large_tensors(server: LocalServer, rounds: int, seconds: float = 8.0, cases:
                     rows.append({"tool": tool, "case": case, "concurrency": c, "round": r, **fig})
                     print(f"  {tool:13} {case:4} c{c} round {r}: {fig['rps']:8.0f} infer/s, "
                           f"{fig['cpu_us_per_req']:7.1f} us CPU/request", flush=True)  # fmt: skip
-    print("\nlarge tensors, ratios perfkit / perf_analyzer (median over rounds; goal: throughput >= 1.0):")
+    print("\nlarge tensors, ratios perfkit / perf_analyzer (median over rounds; goals: throughput >= 1.1")
+    print("at c4, client CPU per request <= 0.33):")
     for case, _, _ in chosen:
         for c in (1, 4):
             pick = [r for r in rows if r["case"] == case and r["concurrency"] == c]
@@ -140,8 +141,10 @@ def large_tensors(server: LocalServer, rounds: int, seconds: float = 8.0, cases:
             pk, pa = (statistics.median(r["rps"] for r in fig[t]) for t in fig)
             pk_cpu, pa_cpu = (statistics.median(r["cpu_us_per_req"] for r in fig[t]) for t in fig)
             ratio, cpu_ratio = pk / max(pa, 1e-9), pk_cpu / max(pa_cpu, 1e-9)
-            print(f"  {case:4} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {ratio:.2f}; "
-                  f"client CPU/request {pk_cpu:6.1f} vs {pa_cpu:6.1f} us = {cpu_ratio:.2f}")  # fmt: skip
+            met = ("met" if ratio >= 1.1 else "NOT met") if c == 4 else "-"
+            print(f"  {case:4} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {ratio:.2f} (goal {met}); "
+                  f"client CPU/request {pk_cpu:6.1f} vs {pa_cpu:6.1f} us = {cpu_ratio:.2f} "
+                  f"(goal {'met' if cpu_ratio <= 1 / 3 else 'NOT met'})")  # fmt: skip
     return rows
 
 
@@ -155,14 +158,15 @@ def open_loop(server: LocalServer, capacity_rps: float) -> list[dict]:
         pa = run_pa(server, "http", ["--request-rate-range", str(rate)], 6, windows=3)
         pa_out, _ = pa.communicate(timeout=180)
         pa_tput = _pa_float(pa_out, r"Throughput: ([0-9.]+) infer/sec")
-        pa_send = _pa_float(pa_out, r"Avg send request rate: ([0-9.]+)")
+        pa_send = _pa_send_rps(pa_out)
         rows.append({"rate": rate, "perfkit_sent_rps": lv.sent_rps, "perfkit_done_rps": lv.completed_rps,
                      "perfkit_lateness_p99_us": lv.send_lateness_p99_us, "perfkit_late": lv.late_count,
                      "perfkit_dropped": lv.dropped_count, "pa_send_rps": pa_send, "pa_throughput": pa_tput,
                      "pa_delayed_warning": "delayed" in pa_out.lower()})  # fmt: skip
         print(f"  rate {rate:.0f}/s: perfkit sent {lv.sent_rps:.1f}/s ({(lv.sent_rps / rate - 1) * 100:+.2f}%), "
               f"done {lv.completed_rps:.1f}/s, send lateness p99 {(lv.send_lateness_p99_us or 0):.0f} us, "
-              f"late {lv.late_count}; perf_analyzer sent {pa_send}/s, throughput {pa_tput}/s", flush=True)  # fmt: skip
+              f"late {lv.late_count}; perf_analyzer {'on schedule' if pa_send is None else f'sent {pa_send}/s'}, "
+              f"throughput {pa_tput}/s", flush=True)  # fmt: skip
     return rows
 
 
@@ -179,19 +183,27 @@ def _perfkit_holds(server: LocalServer, rate: float, seconds: float, workers: in
                   f"dropped {lv.dropped_count}, lateness p99 {(lv.send_lateness_p99_us or 0):.0f} us")  # fmt: skip
 
 
+def _pa_send_rps(out: str) -> float | None:
+    """perf_analyzer's send rate: it prints one ("Avg send request rate", with a "delayed" warning)
+    only when more than 1% of its sends were late (DELAY_PCT_THRESHOLD, src/inference_profiler.cc);
+    None when it printed neither, i.e. it kept its schedule."""
+    return _pa_float(out, r"Avg send request rate: ([0-9.]+)")
+
+
 def _pa_holds(server: LocalServer, rate: float, seconds: float) -> tuple[bool, str]:
-    """perf_analyzer at `rate`: held when its send rate is the target (within 1%), it printed no
-    "delayed" warning, and its throughput kept up."""
+    """perf_analyzer at `rate`: held when it printed no "delayed" warning (at most 1% of its sends
+    late; it reports no lateness figure) and its throughput kept up."""
     # 2 s windows, up to 8: it stops at its 3 stable ones (fewer, shorter windows often never settle)
     pa = run_pa(server, "http", ["--request-rate-range", f"{rate:g}"], 16.0, windows=8)
     out, _ = pa.communicate(timeout=180)
-    send = _pa_float(out, r"Avg send request rate: ([0-9.]+)") or 0.0
+    send = _pa_send_rps(out)
     tput = _pa_float(out, r"Throughput: ([0-9.]+) infer/sec") or 0.0
-    held = send >= 0.99 * rate and tput >= 0.98 * rate and "delayed" not in out.lower()
-    if not send:
+    held = send is None and tput >= 0.98 * rate and "delayed" not in out.lower()
+    if not tput:
         print("    perf_analyzer said:", out.strip().splitlines()[-3:])
     warning = next((line.strip() for line in out.splitlines() if "delayed" in line.lower()), "")
-    return held, f"sent {send:.0f}/s, throughput {tput:.0f}/s{'; ' + warning if warning else ''}"
+    sent = "on schedule" if send is None else f"sent {send:.0f}/s"
+    return held, f"{sent}, throughput {tput:.0f}/s{'; ' + warning if warning else ''}"
 
 
 def client_capacity(server: LocalServer, seconds: float, workers: int) -> list[dict]:
@@ -223,6 +235,9 @@ def client_capacity(server: LocalServer, seconds: float, workers: int) -> list[d
     print("\nhighest open-loop rate held (nothing dropped, send lateness p99 <= 1 ms, server kept up):")
     for row in rows:
         print(f"  {row['tool']:20} {row['held_rps']:8.0f}/s (failed at {row['failed_rps']:.0f}/s)")
+    pa_held = next(r["held_rps"] for r in rows if r["tool"] == "perf_analyzer")
+    pk_held = rows[0]["held_rps"]
+    print(f"  goal (perfkit holds the highest rate perf_analyzer holds): {'met' if pk_held >= pa_held else 'NOT met'}")
     return rows
 
 
@@ -312,7 +327,8 @@ def _spread(rows: list[dict], model: str, c: int, tool: str) -> dict:
 
 def summarize_closed(rows: list[dict]) -> float:
     """Print the ratios; return the HTTP capacity seen (the higher tool's median at c4)."""
-    print("\nratios perfkit / perf_analyzer (median over rounds):")
+    print("\nratios perfkit / perf_analyzer (median over rounds; goals: throughput >= 1.3 at c4,")
+    print("client CPU per request <= 0.33):")
     capacity = 0.0
     for protocol in ("http", "grpc"):
         for c in (1, 4):
@@ -321,9 +337,11 @@ def summarize_closed(rows: list[dict]) -> float:
             pa = statistics.median(r["rps"] for r in pick if r["tool"] == "perf_analyzer")
             pk_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perfkit")
             pa_cpu = statistics.median(r["cpu_us_per_req"] for r in pick if r["tool"] == "perf_analyzer")
-            goal = 1.0 if protocol == "http" else 0.9
-            print(f"  {protocol} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {pk / pa:.2f} (goal >= {goal}); "
-                  f"client CPU/request {pk_cpu:5.1f} vs {pa_cpu:5.1f} us = {pk_cpu / pa_cpu:.2f}")  # fmt: skip
+            met = ("met" if pk / pa >= 1.3 else "NOT met") if c == 4 else "-"
+            cpu_met = "met" if pk_cpu / pa_cpu <= 1 / 3 else "NOT met"
+            print(f"  {protocol} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {pk / pa:.2f} (goal {met}); "
+                  f"client CPU/request {pk_cpu:5.1f} vs {pa_cpu:5.1f} us = {pk_cpu / pa_cpu:.2f} "
+                  f"(goal {cpu_met})")  # fmt: skip
             if protocol == "http":
                 capacity = max(capacity, pk, pa)
     return capacity

@@ -49,7 +49,7 @@ def test_a_plan_sizes_the_fleet_on_the_intervals_low_end_with_headroom():
     assert plan.replicas == 33  # 26,000 / 800 = 32.5
     assert plan.replicas_at_point == 30  # 26,000 / 880 = 29.5
     text = "\n".join(plan.lines())
-    assert "replicas: 33" in text and "95% CI 800.0-960.0" in text and "confirmed in 3 runs" in text
+    assert "replicas: 33" in text and "95% interval 800.0-960.0" in text and "confirmed in 3 runs" in text
     assert plan.to_json()["evidence"]["interval_rps"] == [800.0, 960.0]
     # unconfirmed: the single reading, said so
     evidence, notes = evidence_from_tune(_tune(None))

@@ -74,6 +74,37 @@ def test_a_confirmation_run_lasts_at_least_the_confirm_time_however_short_its_wi
         TuneSettings(model="m", latency_budget_ms=20, trials=1, confirm_time_s=-1.0)
 
 
+def test_the_claimed_interval_is_where_one_re_measurement_reads_and_open_loop_scales_to_the_rate_asked():
+    # Closed loop: a prediction interval (sqrt(1 + 1/n)), twice the width of the mean's for n = 3.
+    closed = summarize_repeats(C8, _repeats([44, 45, 46], tput=100.0), repeats=3, budget_ms=50, percentile=99,
+                               metric="latency")  # fmt: skip
+    assert closed.throughput_infer_per_s == pytest.approx(101.0)
+    t2 = 4.303  # t(0.975, 2)
+    assert closed.throughput_high - 101.0 == pytest.approx(t2 * 1.0 * math.sqrt(4 / 3), rel=0.01)
+    # Open loop at 657 req/s: three Poisson schedules that sent 2% more than asked, all kept up.
+    rate = LoadLevel("request_rate", 657.0, "poisson")
+    levels = [
+        dataclasses.replace(
+            synthetic_level(concurrency=657, latency_ms=100, noise=0.0, open_loop=True),
+            load=rate,
+            sent_rps=sent,
+            completed_rps=sent,
+            throughput_infer_per_s=sent,
+            duration_s=5.1,
+        )  # fmt: skip
+        for sent in (669.4, 670.2, 670.4)
+    ]
+    c = summarize_repeats(rate, levels, repeats=3, budget_ms=150, percentile=99, metric="latency")
+    assert c.held and c.throughput_infer_per_s == pytest.approx(657.0)  # the rate asked, not the draw's luck
+    # A 6 s re-measurement at 657 req/s reads 657 +- ~2% from its own Poisson count: inside.
+    assert c.throughput_low <= 657.0 * 0.97 and c.throughput_high >= 657.0 * 1.03
+    assert c.throughput_high - c.throughput_low < 0.15 * 657.0
+    # A run that could not keep up is not scaled up past what it completed relative to what it sent.
+    behind = [dataclasses.replace(lv, completed_rps=600.0, throughput_infer_per_s=600.0 * 1.02) for lv in levels]
+    assert summarize_repeats(rate, behind, repeats=3, budget_ms=150, percentile=99,
+                             metric="latency").throughput_infer_per_s < 657.0  # fmt: skip
+
+
 def test_repeats_that_disagree_make_no_claim_even_when_each_is_within_budget():
     """40, 45 and 49 ms: each within 50 ms, but a fourth run could read ~60 ms (the prediction bound)."""
     spread = summarize_repeats(C8, _repeats([40, 45, 49]), repeats=3, budget_ms=50, percentile=99, metric="latency")
@@ -108,7 +139,10 @@ def test_a_demoted_pick_is_never_recommended_and_the_claim_is_the_confirmed_figu
     rec = dataclasses.replace(rec, best_trial=2)
     lines = summary(rec, tmp_path).lines
     text = "\n".join(lines)
-    assert "best: trial 2" in text and "confirmed 1060.0 infer/s (95% CI 1028.2-1091.8, 3 runs)" in text
+    assert (
+        "best: trial 2" in text
+        and "confirmed 1060.0 infer/s (a re-measurement within 1028.2-1091.8 at 95%, 3 runs)" in text
+    )
     assert "stepped down from concurrency 8" in text and "the search read 1300.0 infer/s" in text
     assert "demoted (confirmation failed): trial(s) 1" in text
     frame = trials_frame(rec.trials, 99.0)

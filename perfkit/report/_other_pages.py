@@ -55,8 +55,8 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
         c = best.confirmation
         if c is not None and c.held:
             # the claim is the confirmed figure, with its interval
-            sub = (f"trial {best.number}, confirmed in {c.repeats} runs, 95% CI {T.fmt_rate(c.throughput_low)}–"
-                   f"{T.fmt_rate(c.throughput_high)}")  # fmt: skip
+            sub = (f"trial {best.number}, confirmed in {c.repeats} runs, a re-measurement within "
+                   f"{T.fmt_rate(c.throughput_low)}–{T.fmt_rate(c.throughput_high)} at 95%")  # fmt: skip
             page.cards.append(Card("best throughput", T.fmt_rate(c.throughput_infer_per_s), "infer/s", sub, "good"))
         else:
             page.cards.append(

@@ -22,7 +22,7 @@ def plan_page(plan: CapacityPlan, verification: dict[str, Any] | None = None) ->
     page.sentence = plan.lines()[2]
     page.cards += [
         Card("replicas", str(plan.replicas), "", f"{plan.replicas_at_point} at the point estimate", "good"),
-        Card("per replica", f"{e.rate_rps:,.1f}", "req/s", f"95% CI {e.low_rps:,.1f}–{e.high_rps:,.1f}"),
+        Card("per replica", f"{e.rate_rps:,.1f}", "req/s", f"95% interval {e.low_rps:,.1f}–{e.high_rps:,.1f}"),
         Card("target", f"{plan.target_rps:,.0f}", "req/s", f"{plan.per_replica_rps:,.1f} req/s per replica"),
     ]
     for note in plan.notes:

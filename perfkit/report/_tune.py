@@ -80,7 +80,8 @@ def recommendation(tune: TuneRecord) -> str:
     c = best.confirmation
     if c is not None and c.held:
         lat = (
-            f" (confirmed in {c.repeats} runs, 95% CI {fmt_rate(c.throughput_low)}–{fmt_rate(c.throughput_high)}, "
+            f" (confirmed in {c.repeats} runs, a re-measurement within {fmt_rate(c.throughput_low)}–"
+            f"{fmt_rate(c.throughput_high)} at 95%, "
             f"at {c.load.label}, worst {pct} {fmt_ms(c.latency_us / 1000)})"
         )
     sentence = f"Best: {what} gives {fmt_rate(claimed)} infer/s{lat}"
@@ -305,7 +306,7 @@ def trials_table(tune: TuneRecord) -> Table:
             "feasible",
             "reason",
             "duration s",
-            "confirmed (95% CI)",
+            "confirmed (a re-measurement within, 95%)",
         ),
         rows=tuple(rows),
         cell_classes=tuple(classes),

@@ -111,7 +111,8 @@ class CapacityPlan:
         kind = "open loop" if e.open_loop else "closed loop"
         out = [
             f"plan: {self.target_rps:,.0f} req/s at {stat} <= {e.budget_ms:g} ms with {self.headroom:.0%} headroom",
-            f"per replica: {e.rate_rps:,.1f} req/s (95% CI {e.low_rps:,.1f}-{e.high_rps:,.1f}) at {e.load} ({kind}), "
+            f"per replica: {e.rate_rps:,.1f} req/s (95% interval {e.low_rps:,.1f}-{e.high_rps:,.1f}) "
+            f"at {e.load} ({kind}), "
             f"{stat} {e.latency_ms:.2f} ms; from {e.source}",
             f"replicas: {self.replicas} ({self.target_rps * (1 + self.headroom):,.0f} req/s with headroom over "
             f"{e.low_rps:,.1f} req/s each, the interval's low end; {self.replicas_at_point} at the point estimate)",

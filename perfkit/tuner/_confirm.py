@@ -22,7 +22,8 @@ When the search's load fails, the next load down the
 same ladder is confirmed instead (the claim steps down, and says so); when that fails too the
 trial is demoted: it is never recommended, and the trial table says why.
 
-The claimed throughput is the mean over the repeats with a Student-t ~95% interval; the
+The claimed throughput is the mean over the repeats (open loop: each scaled to the rate asked)
+with the ~95% interval an independent re-measurement would read in (summarize_repeats); the
 percentile is reported as the worst repeat and the upper bound above.
 """
 
@@ -130,6 +131,14 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
     return out
 
 
+def _schedule_factor(load: LoadLevel, level: LevelResult) -> float:
+    """Open loop: the rate asked over the rate the run's schedule sent (1 for closed loop, or
+    when nothing was sent)."""
+    if load.mode != "request_rate" or level.sent_rps <= 0:
+        return 1.0
+    return load.value / level.sent_rps
+
+
 def summarize_repeats(
     load: LoadLevel,
     levels: Sequence[LevelResult],
@@ -141,11 +150,25 @@ def summarize_repeats(
     mix_scale: Mapping[str, float] | None = None,
 ) -> Confirmation:
     """The Confirmation of repeated levels at one load (held when all `repeats` ran and each is
-    within the budget)."""
-    tputs = [lv.throughput_infer_per_s for lv in levels]
+    within the budget).
+
+    The throughput interval is where an independent re-measurement would read (a 95% prediction
+    interval, mean +- t(0.975, n-1) * s * sqrt(1 + 1/n)), not the narrower interval of the mean:
+    the claim is checked by one more run, not by the mean of many. Open loop, each run's
+    throughput is scaled to the rate asked (its Poisson schedule sent a few percent more or less
+    than asked, by chance: the same seeds for every candidate would carry one draw's luck into
+    every claim), and a Poisson re-measurement's own count noise is added to the interval."""
+    tputs = [lv.throughput_infer_per_s * _schedule_factor(load, lv) for lv in levels]
     lats = [level_budget_us(lv, percentile, metric, mix_scale) for lv in levels]
     mean = statistics.fmean(tputs) if tputs else 0.0
-    half = t95(len(tputs) - 1) * statistics.stdev(tputs) / math.sqrt(len(tputs)) if len(tputs) > 1 else math.inf
+    half = math.inf
+    if len(tputs) > 1:
+        n = len(tputs)
+        half = t95(n - 1) * statistics.stdev(tputs) * math.sqrt(1 + 1 / n)
+        duration_s = statistics.fmean(lv.duration_s for lv in levels)
+        if load.mode == "request_rate" and load.distribution == "poisson" and duration_s > 0 and load.value > 0:
+            count_half = 1.96 * mean / math.sqrt(load.value * duration_s)  # a Poisson count of rate x duration
+            half = math.hypot(half, count_half)
     worst = max(lats) if lats else math.inf
     ucb = max(
         (lat * (1 + (lv.precision.latency_rel or 0.0)) for lat, lv in zip(lats, levels, strict=True)),
@@ -220,7 +243,8 @@ def describe(c: Confirmation, percentile: float, metric: str) -> str:
         return f"DEMOTED: {c.note or 'not confirmed'}"
     step = f" (stepped down from {c.searched_load.label})" if c.searched_load is not None else ""
     return (
-        f"confirmed {c.throughput_infer_per_s:.1f} infer/s (95% CI {c.throughput_low:.1f}-{c.throughput_high:.1f}, "
+        f"confirmed {c.throughput_infer_per_s:.1f} infer/s (a re-measurement within {c.throughput_low:.1f}-"
+        f"{c.throughput_high:.1f} at 95%, "
         f"{c.repeats} runs) at {c.load.label}{step}, {stat} worst {c.latency_us / 1e3:.2f} ms "
         f"(upper bound {c.latency_ucb_us / 1e3:.2f} ms)"
     )

@@ -225,3 +225,41 @@ def test_the_report_shows_the_confirmed_claim_and_the_demoted_trial():
     table = T.trials_table(rec)
     cells = {row[0]: row[-1] for row in table.rows}
     assert cells[1].startswith("DEMOTED") and "stepped down from concurrency 8" in cells[2]
+
+
+def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from perfkit.gate.synthetic import synthetic_record
+    from perfkit.tuner._confirm import confirm_one
+    from perfkit.tuner._trial import confirmation_reserve_s
+
+    measured: list[float] = []
+
+    def measure(server, spec, *, command=(), record_path=None):  # over the budget above 660 req/s
+        lv = spec.levels[0]
+        measured.append(lv.value)
+        level = dataclasses.replace(
+            synthetic_level(concurrency=lv.value, latency_ms=100.0 if lv.value <= 660 else 200.0, noise=0.0,
+                            open_loop=True),
+            load=lv, sent_rps=lv.value, completed_rps=lv.value, duration_s=5.0,
+        )  # fmt: skip
+        return synthetic_record([level], model=spec.model)
+
+    judge = JudgeSettings(latency_budget_ms=150, load_mode="rate", max_rate_rps=10_000.0)
+    settings = SimpleNamespace(command=(), latency_budget_ms=150.0, percentile=99.0, budget_metric="latency")
+    t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
+    cs = ConfirmSettings(repeats=2, min_windows=1, max_windows=1)
+    start = judge.level(717.0)
+    alone = confirm_one(t, 1, start, cs)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    assert alone.held and alone.load.value < 717.0 and alone.searched_load == start  # stepped down
+    measured.clear()
+    rival = confirm_one(t, 2, start, cs, floor=alone.load.value)  # type: ignore[arg-type]  # as above
+    assert not rival.held and "another pick already holds" in rival.note
+    assert min(measured) > alone.load.value  # never measured at the held pick's load
+    # --max-time leaves room for this: 2 x repeats x (confirm time + warm-up + 1 s)
+    from perfkit.tuner import TuneSettings
+
+    s = TuneSettings(model="m", latency_budget_ms=20, trials=1)
+    assert confirmation_reserve_s(s) == pytest.approx(2 * 3 * (5.0 + s.warmup_s + 1.0))
+    assert confirmation_reserve_s(dataclasses.replace(s, confirm_repeats=0)) == 0.0

@@ -205,8 +205,12 @@ def summarize_repeats(
     )
 
 
-def confirm_one(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> Confirmation:
-    """Confirm one trial (its config already serving) at its load, stepping down once."""
+def confirm_one(
+    t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings, floor: float | None = None
+) -> Confirmation:
+    """Confirm one trial (its config already serving) at its load, stepping down at most
+    MAX_STEPS_DOWN times, and never to a load at or below `floor` (a rival of a pick already
+    confirmed there: at the pick's load it could only tie, by noise)."""
 
     def at(level: LoadLevel) -> Confirmation:
         levels = _measure_repeats(t, number, level, cs)
@@ -225,6 +229,9 @@ def confirm_one(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSetting
         lower = _lower_load(t, level)
         if lower is None:
             break
+        if floor is not None and lower.value <= floor:
+            notes.append(f"not tried at {lower.label} or below, where another pick already holds")
+            break
         level = lower
         current = at(level)
         if current.held:
@@ -232,7 +239,7 @@ def confirm_one(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSetting
             break
         notes.append(f"{level.label}: {current.note}")
     if current is first:
-        return first
+        return first if len(notes) == 1 else dataclasses.replace(first, note="; ".join(notes))
     return dataclasses.replace(current, searched_load=load, note="; ".join(notes))
 
 
@@ -257,6 +264,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
     if cs.repeats <= 0:
         return
     best_held = -math.inf
+    held_at: tuple[float, float] | None = None  # (load value, hardware units) of the best claim held
     candidates = _candidates(study, cs)
     top = _per_unit(candidates[0], float(candidates[0].user_attrs["throughput_infer_per_s"])) if candidates else 0.0
     for i, ft in enumerate(candidates):
@@ -273,13 +281,16 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         t.emit(ConfirmStarted(ft.number, label, load.label, cs.repeats))
         try:
             t.put_candidate(text)  # the runner's own way: one config, or every step of a pipeline
-            conf = confirm_one(t, ft.number, load, cs)
+            units = _per_unit(ft, 1.0)
+            floor = held_at[0] if held_at is not None and held_at[1] == units else None
+            conf = confirm_one(t, ft.number, load, cs, floor)
         except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
             conf = Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
         study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
         t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.percentile, t.s.budget_metric)))
-        if conf.held:
-            best_held = max(best_held, _per_unit(ft, conf.throughput_infer_per_s))
+        if conf.held and _per_unit(ft, conf.throughput_infer_per_s) > best_held:
+            best_held = _per_unit(ft, conf.throughput_infer_per_s)
+            held_at = (conf.load.value, _per_unit(ft, 1.0))
 
 
 def _jsonable(obj: Any) -> Any:

@@ -482,9 +482,23 @@ class TrialRunner:
             return "every point of the grid measured"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated or rejected configs in a row: the search space looks exhausted"
-        if self.s.max_time_s is not None and time.monotonic() - self.started >= self.s.max_time_s:
-            return f"--max-time {self.s.max_time_s:g} s reached"
+        if self.s.max_time_s is not None:
+            # --max-time bounds the whole tune: the search leaves time to confirm the pick (at
+            # most half the time), so the claim is not made after the user's deadline.
+            reserve = min(confirmation_reserve_s(self.s), self.s.max_time_s / 2)
+            if time.monotonic() - self.started >= self.s.max_time_s - reserve:
+                left = f" ({reserve:.0f} s left for confirmation)" if reserve > 0 else ""
+                return f"--max-time {self.s.max_time_s:g} s reached{left}"
         return None
+
+
+def confirmation_reserve_s(s: TuneSettings) -> float:
+    """About how long confirming the pick takes: its repeats, each at least --confirm-time or its
+    minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step down)."""
+    if s.confirm_repeats <= 0:
+        return 0.0
+    repeat_s = max(s.confirm_time_s, 5 * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0  # 5: min windows
+    return 2 * s.confirm_repeats * repeat_s
 
 
 def _finite(x: float) -> float | None:

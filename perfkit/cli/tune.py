@@ -210,7 +210,8 @@ def _echo_event(event: Any) -> None:
     "--max-concurrency",
     type=int,
     default=None,
-    help="With --load concurrency: highest concurrency tried per trial (default 64).",
+    help="Closed loop (--load concurrency; a decoupled model's default): highest concurrency tried per trial"
+    " (default 64).",
 )
 @click.option("--measurement-interval", type=float, default=None, help="Window length in ms (default 800).")
 @click.option("--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these.")

@@ -19,10 +19,11 @@ from tests.test_signals import _background, _finish, _no_leftovers  # noqa: F401
 
 STEPS = ("stage_decode", "stage_infer", "stage_post")
 # A small space: dynamic batching on or off per step (queue delay fixed), one instance, no larger
-# batches. The budget is loose: these tests hold behaviour, not figures, on a busy machine.
+# batches. The budget is loose: these tests hold behaviour, not figures, on a busy machine. Closed
+# loop (not the default): the load mode is not what they test, and it keeps them quick.
 SPACE = ["--max-batch-sizes", "8", "--instance-counts", "1", "--queue-delays-us", "2000",
-         "--preferred-batch-sizes", "none", "--latency-budget", "500ms", "--max-concurrency", "8",
-         "--measurement-interval", "300"]  # fmt: skip
+         "--preferred-batch-sizes", "none", "--latency-budget", "500ms", "--load", "concurrency",
+         "--max-concurrency", "8", "--measurement-interval", "300"]  # fmt: skip
 
 
 def _configs(repo: Path, models: tuple[str, ...]) -> dict[str, bytes]:
@@ -95,7 +96,7 @@ def test_bls_pipeline_is_tuned_through_the_bls_model(tmp_path: Path, capsys) -> 
     rc = main(["tune", "-m", "bls_stages", "--composing-models", "stage_decode,stage_infer",
                "--model-repository", str(repo), "-o", str(out_dir), "--trials", "2", "--no-dynamic-batching",
                "--confirm", "0", "--max-batch-sizes", "8", "--instance-counts", "1,2", "--latency-budget", "500ms",
-               "--max-concurrency", "8", "--measurement-interval", "300"])  # fmt: skip
+               "--load", "concurrency", "--max-concurrency", "8", "--measurement-interval", "300"])  # fmt: skip
     printed = capsys.readouterr().out
     assert rc == 0, printed
     assert _configs(repo, models) == before

@@ -49,7 +49,8 @@ def test_report_from_real_profile_and_tune_run_end_to_end(model_repo: Path, tmp_
 
     tune_dir, tune_html = tmp_path / "tune", tmp_path / "tune.html"
     out = _run("tune", "-m", "batcher", "--model-repository", str(model_repo), "-o", str(tune_dir),
-               "--latency-budget", "25ms", "--max-concurrency", "4", "--measurement-interval", "300",
+               "--latency-budget", "25ms", "--load", "concurrency", "--max-concurrency", "4",
+               "--measurement-interval", "300",
                "--max-batch-sizes", "8", "--instance-counts", "1,2", "--precisions", "fp32",
                "--no-dynamic-batching", "--trials", "3", "--report", str(tune_html))  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr

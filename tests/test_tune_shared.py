@@ -89,7 +89,7 @@ def test_two_workers_share_one_study_without_losing_or_repeating_trials(postgres
         repo = copy_models(tmp_path / worker, ["batcher"])
         cmd = [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "--model-repository", str(repo),
                "-o", str(tmp_path / f"out-{worker}"), "--storage", postgres_url, "--study-name", "shared",
-               "--trials", str(trials), "--latency-budget", "20ms", "--max-concurrency", "2",
+               "--trials", str(trials), "--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "2",
                "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
                "--instance-counts", "1,2,3", "--precisions", "fp32,fp16,int8"]  # fmt: skip
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))

@@ -21,9 +21,9 @@ pytestmark = [pytest.mark.server, pytest.mark.slow]
 FAST = ["--max-concurrency", "4", "--measurement-interval", "300", "--seed", "1"]
 
 
-def _tune(repo: Path, out: Path, model: str, budget: str, trials: int) -> subprocess.CompletedProcess[str]:
+def _tune(repo: Path, out: Path, model: str, budget: str, trials: int, *extra: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "perfkit", "tune", "-m", model, "--model-repository", str(repo), "-o", str(out),
-           "--latency-budget", budget, "--trials", str(trials), *FAST]  # fmt: skip
+           "--latency-budget", budget, "--trials", str(trials), *FAST, *extra]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=400)
 
 
@@ -31,9 +31,11 @@ def test_tune_of_the_streaming_fixture_under_a_ttft_budget(model_repo: Path, tmp
     cfg_path = model_repo / "streamer" / "config.pbtxt"
     original = cfg_path.read_bytes()
     out = tmp_path / "out"
-    proc = _tune(model_repo, out, "streamer", "ttft:300ms", trials=3)
+    proc = _tune(model_repo, out, "streamer", "ttft:300ms", trials=3)  # no --load: the default
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert cfg_path.read_bytes() == original
+    # the default load of a decoupled model is closed loop (TuneSettings.load_for), said up front
+    assert "load: closed loop" in proc.stdout and "(the default; closed loop for a decoupled model)" in proc.stdout
 
     rec = TuneRecord.load(out / "tune.json")
     assert rec.status == "ok" and rec.budget_metric == "ttft" and rec.latency_budget_ms == 300
@@ -42,7 +44,7 @@ def test_tune_of_the_streaming_fixture_under_a_ttft_budget(model_repo: Path, tmp
     for t in measured:
         run = RunRecord.load(out / "runs" / f"trial-{t.number:03d}.json")
         assert run.spec.streaming and run.spec.protocol == "grpc"
-        assert t.load is not None and t.latency_us is not None
+        assert t.load is not None and t.latency_us is not None and t.load.mode == "concurrency"
         level = next(lv for lv in run.levels if lv.load.value == t.load.value)
         assert level.streaming is not None
         # the trial's latency is its run's TTFT p99 at that load, not the end-to-end request latency
@@ -66,7 +68,8 @@ def test_tune_of_a_sequence_model_searches_the_sequence_batcher(model_repo: Path
     original = cfg_path.read_bytes()
     original_cfg = read_config(cfg_path)
     out = tmp_path / "out"
-    proc = _tune(model_repo, out, "accumulator", "50ms", trials=4)
+    # closed loop: this test holds the sequence batcher's search, not the load mode
+    proc = _tune(model_repo, out, "accumulator", "50ms", 4, "--load", "concurrency")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert cfg_path.read_bytes() == original
 

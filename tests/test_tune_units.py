@@ -322,3 +322,37 @@ def test_an_overloaded_level_caps_the_open_loop_search_at_the_capacity_it_comple
 def _kept_up(rec: RunRecord) -> RunRecord:
     lv = rec.levels[0]
     return dataclasses.replace(rec, levels=(dataclasses.replace(lv, completed_rps=lv.sent_rps),))
+
+
+def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(capsys):
+    """TuneSettings.load_for is the one rule: --load given wins; else rate, concurrency for a decoupled model."""
+    from perfkit.cli import main as cli_main
+
+    default = TuneSettings(model="m", latency_budget_ms=20)
+    assert default.load is None  # nothing asked: the rule decides
+    assert default.load_for(decoupled=False) == "rate" and default.load_for(decoupled=True) == "concurrency"
+    judge = default.judge_settings(None)
+    assert judge.load_mode == "rate" and judge.open_loop and judge.distribution == "poisson"
+    assert judge.level(100).mode == "request_rate"
+    assert judge.load_line(default=True).startswith("open loop, poisson arrivals") and "(the default)" in (
+        judge.load_line(default=True)
+    )
+    stream = default.judge_settings(None, streaming=True)
+    assert stream.load_mode == "concurrency" and not stream.open_loop
+    assert "closed loop for a decoupled model" in stream.load_line(default=True)
+    # what is asked is what runs, decoupled or not
+    closed, open_ = (TuneSettings(model="m", latency_budget_ms=20, load="concurrency"),
+                     TuneSettings(model="m", latency_budget_ms=20, load="rate"))  # fmt: skip
+    assert closed.load_for(decoupled=False) == closed.load_for(decoupled=True) == "concurrency"
+    assert open_.load_for(decoupled=False) == open_.load_for(decoupled=True) == "rate"
+    assert "(the default" not in TuneSettings(model="m", latency_budget_ms=20, load="rate").judge_settings(
+        None
+    ).load_line(default=False)
+    # a sweep file's [tune] takes the same default, and its load key as given
+    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).load is None
+    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "load": "concurrency"}).load == "concurrency"
+    with pytest.raises(UsageError, match="--load 'closed'"):
+        TuneSettings.from_mapping("m", {"latency_budget": "20ms", "load": "closed"})
+    assert cli_main(["tune", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "Default: rate (open loop" in help_text and "concurrency for a decoupled model" in help_text

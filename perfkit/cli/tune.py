@@ -184,9 +184,10 @@ def _echo_event(event: Any) -> None:
     "load_mode",
     type=click.Choice(["concurrency", "rate", "trace"]),
     default=None,
-    help="How each trial offers load: concurrency (closed loop, clients in lockstep; the default), rate (open"
-    " loop: the figure is the highest sustainable arrival rate; its claims agree with perf_analyzer's) or trace"
-    " (--trace FILE replayed faster or slower: the highest sustainable mean rate).",
+    help="How each trial offers load. Default: rate (open loop: the figure is the highest sustainable arrival"
+    " rate; its claims agree with an independent re-measurement), but concurrency for a decoupled model (its"
+    " streams outlast an open-loop window). concurrency: closed loop, clients in lockstep. trace: --trace FILE"
+    " replayed faster or slower (the highest sustainable mean rate).",
 )
 @click.option(
     "--trace",
@@ -210,7 +211,13 @@ def _echo_event(event: Any) -> None:
     default=None,
     help="Each confirmation run lasts at least this long, e.g. 5s (default 5s: one perf_analyzer window).",
 )
-@click.option("--max-concurrency", type=int, default=None, help="Highest concurrency tried per trial (default 64).")
+@click.option(
+    "--max-concurrency",
+    type=int,
+    default=None,
+    help="Closed loop (--load concurrency; a decoupled model's default): highest concurrency tried per trial"
+    " (default 64).",
+)
 @click.option("--measurement-interval", type=float, default=None, help="Window length in ms (default 800).")
 @click.option("--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these.")
 @click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=None, help="Default: http.")

@@ -32,10 +32,12 @@ class SearchStarted(TuneEvent):
     dimensions: tuple[str, ...]
     notes: tuple[str, ...]
     budget_metric: str = "latency"
+    load: str = ""  # how trials offer load (JudgeSettings.load_line)
 
     def line(self) -> str:
         stat = budget_label(self.budget_metric, self.percentile)
         lines = [f"perfkit tune: {self.model} ({self.backend}), {stat} <= {self.latency_budget_ms:g} ms"]
+        lines += [f"  load: {self.load}"] if self.load else []
         lines += [f"  search {d}" for d in self.dimensions]
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)

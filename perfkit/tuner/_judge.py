@@ -154,6 +154,18 @@ class JudgeSettings:
     def open_loop(self) -> bool:
         return self.load_mode in ("rate", "trace")
 
+    def load_line(self, *, default: bool = False) -> str:
+        """How trials offer load, for the search's first lines (`default`: no --load was given)."""
+        if self.load_mode == "trace":
+            what = "trace replayed faster or slower: each trial's figure is its highest sustainable mean rate"
+        elif self.open_loop:
+            what = f"open loop, {self.distribution} arrivals: each trial's figure is its highest sustainable rate"
+        else:
+            what = "closed loop, clients in lockstep: each trial's figure is at its highest concurrency within budget"
+        if default:
+            what += " (the default" + ("; closed loop for a decoupled model)" if self.streaming else ")")
+        return what
+
     def level(self, value: float) -> LoadLevel:
         """The load level of one search point: a concurrency, an arrival rate, or a trace's mean rate."""
         if self.load_mode == "trace":

@@ -57,7 +57,7 @@ def run_search(
     s = t.s
     t.emit(SearchStarted(t.title, t.space.backend, s.percentile, s.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
-                         s.budget_metric))  # fmt: skip
+                         s.budget_metric, t.judge.load_line(default=s.load is None)))  # fmt: skip
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)

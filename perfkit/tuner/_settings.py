@@ -78,11 +78,10 @@ class TuneSettings:
     # False: every level from 1 by doubling.
     adaptive_load: bool = True
     command: tuple[str, ...] = ()
-    # Load: closed loop ("concurrency", the default: on batching models its figures depend on how
-    # fast the client turns a response into its next request) or open loop ("rate": the figure is
-    # the highest sustainable arrival rate, Poisson or constant arrivals). See the README on which
-    # to use and why the default has not moved yet.
-    load: Literal["concurrency", "rate", "trace"] = "concurrency"
+    # Load: open loop ("rate": the figure is the highest sustainable arrival rate, Poisson or
+    # constant arrivals), closed loop ("concurrency": N clients in lockstep) or a trace replayed.
+    # None: the default, decided by load_for() alone (see there and the README).
+    load: Literal["concurrency", "rate", "trace"] | None = None
     trace: Path | None = None  # --load trace FILE: a JSONL trace (perfkit profile --trace's format)
     arrival: Literal["poisson", "constant"] = "poisson"
     max_rate_rps: float = 20000.0
@@ -112,7 +111,7 @@ class TuneSettings:
             raise UsageError(f"--sampler {self.sampler!r}: choose auto, grid or random")
         if self.max_concurrency < 1:
             raise UsageError("--max-concurrency must be at least 1")
-        if self.load not in ("concurrency", "rate", "trace"):
+        if self.load is not None and self.load not in ("concurrency", "rate", "trace"):
             raise UsageError(f"--load {self.load!r}: choose concurrency, rate or trace FILE")
         if (self.load == "trace") != (self.trace is not None):
             raise UsageError("--load trace FILE names the trace to replay (and only --load trace takes a file)")
@@ -172,6 +171,17 @@ class TuneSettings:
         kw.update(overrides)
         return cls(model=model, **kw)
 
+    def load_for(self, decoupled: bool) -> str:
+        """The load a trial offers: the one asked for (--load), else the default: open loop
+        ("rate"), whose claimed figures agree with an independent re-measurement (closed-loop
+        figures on a batching model depend on the client's turnaround); closed loop
+        ("concurrency") for a decoupled model, whose streams outlast an open-loop window, so a
+        level cannot tell a growing backlog from streams still in flight (open-loop picks of the
+        streaming fixture were demoted on confirmation, none held)."""
+        if self.load is not None:
+            return self.load
+        return "concurrency" if decoupled else "rate"
+
     def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
         """How each trial is measured; streaming for a decoupled model."""
         return JudgeSettings(
@@ -189,7 +199,7 @@ class TuneSettings:
             collect_metrics=self.max_gpu_memory_bytes is not None,
             metrics_url=metrics_url,
             stop_when_decided=self.adaptive_load,
-            load_mode=self.load,
+            load_mode=self.load_for(streaming),
             goodput_slo_ms=dict(self.goodput_slo_ms),
             trace=str(self.trace) if self.trace is not None else None,
             trace_base_rps=_trace_base(self.trace),

@@ -114,7 +114,7 @@ def _echo_event(event: Any) -> None:
 )
 @click.option("--percentile", type=float, default=99.0, show_default=True, help="Percentile held to the budget.")
 @click.option("--trials", type=int, default=None, help="Trials in the study (default 20; counts resumed ones).")
-@click.option("--max-time", default=None, help="Stop starting trials after this long, e.g. 10m.")
+@click.option("--max-time", default=None, help="Bound the whole tune, e.g. 10m (trials stop in time to confirm).")
 @click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Default: runs/tune-<model>-<timestamp>.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted study (same -o DIR or --storage).")
 @click.option("--storage", help="Optuna storage URL (default sqlite:///DIR/study.db; postgresql://... to share).")

@@ -46,6 +46,7 @@ from perfkit.tuner import _study
 from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
 from perfkit.tuner._judge import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
 from perfkit.tuner._loadplan import ladder, rate_ladder, step_below
+from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner, _default_measure
 
 ATTR_PREFIX = "confirmation:"
@@ -56,8 +57,8 @@ class ConfirmSettings:
     """How picks are confirmed. repeats 0 turns confirmation off."""
 
     repeats: int = 3
-    min_windows: int = 5
-    max_windows: int = 10
+    min_windows: int = CONFIRM_MIN_WINDOWS
+    max_windows: int = 2 * CONFIRM_MIN_WINDOWS
     min_repeat_s: float = 0.0  # each repeat spans at least this long (tune's --confirm-time, 5 s by default)
     rivals_within: float = 0.2  # rivals whose searched figure is within 20% of the pick's
     max_candidates: int = 3

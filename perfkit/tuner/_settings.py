@@ -41,6 +41,9 @@ SETTINGS_KEYS = (
 )
 
 
+CONFIRM_MIN_WINDOWS = 5  # windows of a confirmation run at the least (ConfirmSettings.min_windows)
+
+
 @dataclass(frozen=True)
 class TuneSettings:
     """How to search: budget, objective, bounds, where results and the study go."""

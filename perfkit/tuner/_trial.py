@@ -53,7 +53,7 @@ from perfkit.tuner._events import (
 from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._objective import PER_HARDWARE, hardware_units, objective_value
-from perfkit.tuner._settings import TuneSettings, default_output_dir
+from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
 from perfkit.tuner._space import (
     Dimension,
     ResolvedSpace,
@@ -497,7 +497,7 @@ def confirmation_reserve_s(s: TuneSettings) -> float:
     minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step down)."""
     if s.confirm_repeats <= 0:
         return 0.0
-    repeat_s = max(s.confirm_time_s, 5 * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0  # 5: min windows
+    repeat_s = max(s.confirm_time_s, CONFIRM_MIN_WINDOWS * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0
     return 2 * s.confirm_repeats * repeat_s
 
 

@@ -8,10 +8,9 @@ curse): its figure sits on the budget's edge. Before a figure is claimed it is m
 least `min_repeat_s` long (tune's --confirm-time, 5 s by default: one window of perf_analyzer's
 default --measurement-interval, 5000 ms; a repeat of a couple of short windows read p99 3-8%
 below a 6 s perf_analyzer run at the same rate, since rare slow requests and queue excursions
-need time to show). The
-claim holds when every repeat's percentile is within the budget (and, open loop, every repeat
-is sustainable) and the percentile's upper bound is within it too (the margin: repeats that read
-just under the budget do not make a claim). The bound is the larger of the worst repeat's own
+need time to show). The claim holds when every repeat's percentile is within the budget (and,
+open loop, every repeat is sustainable) and the percentile's upper bound is within it too (the
+margin: repeats that read just under the budget do not make a claim). The bound is the larger of the worst repeat's own
 ~95% interval end and the repeats' upper 95% prediction bound (mean + t(0.95, n-1) * s *
 sqrt(1 + 1/n)): where an independent re-measurement of the same length would read, so the claim
 is one a re-measurement reproduces, not one that holds on perfkit's readings alone. If the true
@@ -265,7 +264,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
     if cs.repeats <= 0:
         return
     best_held = -math.inf
-    held_at: tuple[float, float] | None = None  # (load value, hardware units) of the best claim held
+    held_at: tuple[float, float] | None = None  # (load value, per-unit factor) of the best claim held
     candidates = _candidates(study, cs)
     top = _per_unit(candidates[0], float(candidates[0].user_attrs["throughput_infer_per_s"])) if candidates else 0.0
     for i, ft in enumerate(candidates):
@@ -280,18 +279,18 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         text = str(ft.user_attrs.get("config_pbtxt", ""))
         label = fmt_params(ft.user_attrs.get("params") or {})
         t.emit(ConfirmStarted(ft.number, label, load.label, cs.repeats))
+        per_unit = _per_unit(ft, 1.0)  # 1 / the hardware units this config occupies
+        floor = held_at[0] if held_at is not None and held_at[1] == per_unit else None
         try:
             t.put_candidate(text)  # the runner's own way: one config, or every step of a pipeline
-            units = _per_unit(ft, 1.0)
-            floor = held_at[0] if held_at is not None and held_at[1] == units else None
             conf = confirm_one(t, ft.number, load, cs, floor)
         except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
             conf = Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
         study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
         t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.percentile, t.s.budget_metric)))
-        if conf.held and _per_unit(ft, conf.throughput_infer_per_s) > best_held:
-            best_held = _per_unit(ft, conf.throughput_infer_per_s)
-            held_at = (conf.load.value, _per_unit(ft, 1.0))
+        if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
+            best_held = conf.throughput_infer_per_s * per_unit
+            held_at = (conf.load.value, per_unit)
 
 
 def _jsonable(obj: Any) -> Any:

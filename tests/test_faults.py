@@ -47,9 +47,10 @@ from tests.conftest import copy_models
 from tests.faultproxy import FaultProxy
 
 MODEL = "identity"
-TRANSPORTS = ("http1", "h2", "grpc-aio")
+TRANSPORTS = ("native", "http1", "h2", "grpc-aio")
+HTTP1 = ("native", "http1")  # the compiled sender and the Python one
 DRAIN_S = 5.0  # longer than any stall injected: a request still owed after it is a hang
-HAND_WRITTEN = ("http1", "h2")
+HAND_WRITTEN = ("native", "http1", "h2")
 
 
 def _executed(http_url: str, model: str = MODEL) -> int:
@@ -75,7 +76,7 @@ def _payload(server, protocol: str) -> tuple[bytes, ...]:
 
 
 def _upstream(server, transport: str) -> tuple[str, int]:
-    url = server.endpoints.http_url if transport == "http1" else server.endpoints.grpc_url
+    url = server.endpoints.http_url if transport in HTTP1 else server.endpoints.grpc_url
     host, port = url.rsplit(":", 1)
     return host, int(port)
 
@@ -125,7 +126,7 @@ def _run(
     before_fault: int = 20,
     after_fault: int = 20,
 ) -> Run:
-    protocol = "http" if transport == "http1" else "grpc"
+    protocol = "http" if transport in HTTP1 else "grpc"
     cfg = EngineConfig(protocol, "127.0.0.1", proxy.port, _payload(server, protocol), transport=transport, seed=7)
     return drive_through_fault(cfg, server, MODEL, level, proxy, fault, before_fault, after_fault)
 
@@ -189,7 +190,7 @@ def _cases() -> Iterator[tuple[str, str]]:
 
 @pytest.mark.parametrize(("transport", "mode"), list(_cases()))
 def test_close_after_n_requests(triton, transport, mode):
-    with FaultProxy(_upstream(triton, transport), close_after=7, h2=transport != "http1") as proxy:
+    with FaultProxy(_upstream(triton, transport), close_after=7, h2=transport not in HTTP1) as proxy:
         run = _run(triton, transport, LEVELS[mode], proxy, lambda p: None)
     _check(run)
     assert proxy.closed_by_fault > 0
@@ -202,7 +203,7 @@ def test_idle_connections_reaped_by_a_proxy(triton, transport):
     # The Kubernetes / load-balancer case: connections idle 100 ms are closed; at 8 req/s
     # every request finds its connection gone. Each must still be sent and recorded.
     level = LoadLevel("request_rate", 8, "constant")
-    with FaultProxy(_upstream(triton, transport), idle_close_s=0.1, h2=transport != "http1") as proxy:
+    with FaultProxy(_upstream(triton, transport), idle_close_s=0.1, h2=transport not in HTTP1) as proxy:
         run = _run(triton, transport, level, proxy, lambda p: None, before_fault=4, after_fault=4)
     _check(run)
     assert proxy.closed_by_fault > 0
@@ -211,7 +212,7 @@ def test_idle_connections_reaped_by_a_proxy(triton, transport):
 
 @pytest.mark.parametrize(("transport", "mode"), list(_cases()))
 def test_random_resets(triton, transport, mode):
-    with FaultProxy(_upstream(triton, transport), reset_probability=0.05, h2=transport != "http1", seed=3) as proxy:
+    with FaultProxy(_upstream(triton, transport), reset_probability=0.05, h2=transport not in HTTP1, seed=3) as proxy:
         run = _run(triton, transport, LEVELS[mode], proxy, lambda p: None, after_fault=60)
     _check(run)
     assert proxy.resets > 0
@@ -220,7 +221,7 @@ def test_random_resets(triton, transport, mode):
 
 @pytest.mark.parametrize(("transport", "mode"), list(_cases()))
 def test_two_second_stall(triton, transport, mode):
-    with FaultProxy(_upstream(triton, transport), h2=transport != "http1") as proxy:
+    with FaultProxy(_upstream(triton, transport), h2=transport not in HTTP1) as proxy:
         run = _run(triton, transport, LEVELS[mode], proxy, lambda p: p.stall(2.0))
     _check(run)
     s = run.samples
@@ -228,7 +229,7 @@ def test_two_second_stall(triton, transport, mode):
     assert ((s.status == 0) & (s.done_ns - run.fault_ns > 1.9e9)).any()
 
 
-@pytest.mark.parametrize(("transport", "mode"), [(t, m) for t, m in _cases() if t != "http1"])
+@pytest.mark.parametrize(("transport", "mode"), [(t, m) for t, m in _cases() if t not in HTTP1])
 def test_goaway(triton, transport, mode):
     with FaultProxy(_upstream(triton, transport), h2=True) as proxy:
         run = _run(triton, transport, LEVELS[mode], proxy, lambda p: p.goaway())
@@ -247,7 +248,7 @@ def test_server_away_and_back(triton, transport, mode):
         time.sleep(0.5)  # the length of the outage itself, not a synchronisation
         p.restore()
 
-    with FaultProxy(_upstream(triton, transport), h2=transport != "http1") as proxy:
+    with FaultProxy(_upstream(triton, transport), h2=transport not in HTTP1) as proxy:
         run = _run(triton, transport, LEVELS[mode], proxy, outage)
     _check(run)
     if transport in HAND_WRITTEN:
@@ -264,7 +265,7 @@ def test_server_restarted_mid_level(tmp_path, transport):
     executed_first = 0
     try:
         with FaultProxy(_upstream(first, transport), h2=transport == "h2") as proxy:
-            protocol = "http" if transport == "http1" else "grpc"
+            protocol = "http" if transport in HTTP1 else "grpc"
             cfg = EngineConfig(protocol, "127.0.0.1", proxy.port, _payload(first, protocol), transport=transport)
             parts: list[Samples] = []
             with LoadGenerator(cfg) as gen:

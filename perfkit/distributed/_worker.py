@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from time import perf_counter_ns
 
 from perfkit.distributed._digest import LevelDigest, WindowDigest, level_digest, window_digest
-from perfkit.loadgen import Engine, EngineConfig, sleep_until
+from perfkit.loadgen import EngineConfig, make_engine, sleep_until
 from perfkit.recorder import LevelRecorder
 from perfkit.records import LoadLevel
 
@@ -57,7 +57,7 @@ class LoadWorker:
     def __init__(self, worker: int, units: list[Unit]) -> None:
         self.worker = worker
         self.units = units
-        self._engines = [Engine(u.cfg) for u in units]
+        self._engines = [make_engine(u.cfg) for u in units]
         self._recorders: list[LevelRecorder] = []
         self._active: list[bool] = [False] * len(units)
         self._plan: LevelPlan | None = None

@@ -66,6 +66,7 @@ from perfkit.loadgen._inputdata import (
 )
 from perfkit.loadgen._inputdir import read_sources
 from perfkit.loadgen._loops import PeriodicSpec
+from perfkit.loadgen._native_engine import NativeEngine, make_engine, native_available
 from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
@@ -78,6 +79,7 @@ from perfkit.records import LoadLevel, Samples
 from perfkit.schedule import split_concurrency
 
 __all__ = [
+    "Engine",
     "EngineConfig",
     "ExpectedOutput",
     "FileRequest",
@@ -101,6 +103,8 @@ __all__ = [
     "grpc_payload",
     "http_json_payload",
     "http_payload",
+    "make_engine",
+    "native_available",
     "read_input_data",
     "read_sources",
     "sleep_until",
@@ -120,18 +124,18 @@ class LoadGenerator:
 
     def __init__(self, cfg: EngineConfig | StreamConfig, workers: int = 1) -> None:
         self.workers = max(1, workers)
-        self._engines: list[Engine] | list[ProcessEngine]
+        self._engines: list[Engine | NativeEngine] | list[ProcessEngine]
         self._processes: list[ProcessEngine] = []
         self._switch_interval_s: float | None = None
         if isinstance(cfg, StreamConfig):
             # streamed requests (decoupled models, sequences over a stream): one engine in this
             # process (one stream keeps a sequence's steps in order)
             self.workers = 1
-            self._engines = [Engine(cfg)]
+            self._engines = [make_engine(cfg)]
         elif self.workers == 1:
             self._switch_interval_s = sys.getswitchinterval()
             sys.setswitchinterval(min(SWITCH_INTERVAL_S, self._switch_interval_s))
-            self._engines = [Engine(cfg)]
+            self._engines = [make_engine(cfg)]
         else:
             engines = [ProcessEngine(cfg) for _ in range(self.workers)]
             try:

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 _PR_SET_TIMERSLACK = 29
 SENDER_NICE = -10
-TRANSPORTS = ("auto", "http1", "h2", "grpc-aio")
+TRANSPORTS = ("auto", "native", "http1", "h2", "grpc-aio")
 STREAM_TRANSPORTS = {
     "grpc": H2StreamTransport,
     "grpc.aio": AioStreamTransport,
@@ -53,8 +53,9 @@ STREAM_TRANSPORTS = {
 class EngineConfig:
     """Everything a sender needs; picklable so worker processes can rebuild it.
 
-    transport: "auto" (HTTP/1.1 for http, the hand-written HTTP/2 client for grpc), or one
-    of "http1", "h2", "grpc-aio" explicitly.
+    transport: "auto" (HTTP/1.1 for http: the compiled sender where it is built, see
+    `_native_engine`; the hand-written HTTP/2 client for grpc), or one of "native", "http1"
+    (HTTP/1.1 from Python), "h2", "grpc-aio" explicitly.
     """
 
     protocol: str  # "http" | "grpc"
@@ -98,6 +99,8 @@ def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEvent
         kind = "http1" if cfg.protocol == "http" else "h2"
     if cfg.tls is not None and kind not in ("http1", "h2"):
         raise ValueError(f"transport {kind!r} does not carry TLS; use http1 or h2")
+    if kind == "native":
+        raise ValueError("transport 'native' carries plain-TCP HTTP/1.1 requests of one model (no TLS, no mix)")
     if kind == "http1":
         return Http1Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, tls=cfg.tls)
     if kind == "h2":

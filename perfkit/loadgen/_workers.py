@@ -11,12 +11,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from perfkit.errors import MeasurementError
-from perfkit.loadgen._engine import Engine, EngineConfig
+from perfkit.loadgen._engine import EngineConfig
+from perfkit.loadgen._native_engine import make_engine
 from perfkit.records import LoadLevel, Samples
 
 
 def _worker_main(cfg: EngineConfig, conn: Connection) -> None:
-    engine = Engine(cfg)
+    engine = make_engine(cfg)
     conn.send(("ok", None))  # ready: a level's schedule must not start before its workers can send
     try:
         while True:

@@ -1,0 +1,171 @@
+"""The engine protocol over the compiled HTTP/1.1 sender (`_native.c`).
+
+Same behaviour as `_engine.Engine` with `_http1.Http1Transport` and the `_loops` modes (one
+record per request made due, the same statuses and messages, closed-loop backoff after a
+connection failure, open-loop drops past max outstanding, warm and spare connections in open
+loop), with the send/receive/record loop in C on a thread that never takes the GIL. Python
+keeps what is not per request: the open loop's due times (`perfkit.schedule`, fed to the
+sender in chunks by a feeder thread, so a schedule is the same whichever engine runs it) and
+turning records into `Samples`.
+
+It carries plain-TCP HTTP/1.1 requests of one model; TLS, traffic mixes, streaming and gRPC
+stay on the Python engine (`eligible`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+
+from perfkit.loadgen._engine import Engine, EngineConfig
+from perfkit.loadgen._stream_transport import StreamConfig
+from perfkit.records import (
+    STATUS_CONNECTION_CLOSED,
+    STATUS_CONNECTION_REFUSED,
+    STATUS_DROPPED,
+    STATUS_PROTOCOL,
+    STATUS_UNFINISHED,
+    LoadLevel,
+    Samples,
+)
+from perfkit.schedule import due_times
+
+log = logging.getLogger(__name__)
+_warned = False
+
+try:
+    from perfkit.loadgen import _native  # type: ignore[attr-defined]  # a C extension: mypy sees no stub for it
+except ImportError as err:  # not built (no C compiler at install, or not Linux): the Python engine sends
+    _native = None
+    NATIVE_IMPORT_ERROR = str(err)
+else:
+    NATIVE_IMPORT_ERROR = ""
+
+RECORD = np.dtype([("due", "<i8"), ("sent", "<i8"), ("done", "<i8"), ("status", "<i4"), ("model", "<i4")])
+# The open loop's due times are handed over this many seconds ahead (at least FEED_MIN at a time);
+# the feeder tops them up when fewer than half are left.
+FEED_AHEAD_S = 0.5
+FEED_MIN = 256
+FEED_WAIT_S = 0.5
+
+
+def native_available() -> bool:
+    """Whether the compiled sender was built and imports here."""
+    return _native is not None
+
+
+def eligible(cfg: object) -> bool:
+    """Whether the compiled sender can carry cfg: plain-TCP HTTP/1.1, one model, unary."""
+    return (
+        isinstance(cfg, EngineConfig)
+        and cfg.protocol == "http"
+        and cfg.transport in ("auto", "native")
+        and cfg.tls is None
+        and not cfg.mix_weights
+    )
+
+
+def make_engine(cfg: EngineConfig | StreamConfig) -> Engine | NativeEngine:
+    """The engine for cfg: the compiled sender where it can carry cfg (and PERFKIT_SENDER is not
+    "python"), else the Python engine."""
+    global _warned
+    if eligible(cfg) and os.environ.get("PERFKIT_SENDER") != "python":
+        assert isinstance(cfg, EngineConfig)
+        if _native is not None:
+            return NativeEngine(cfg)
+        if cfg.transport == "native":
+            raise ValueError(f"transport 'native': perfkit's compiled sender is not built ({NATIVE_IMPORT_ERROR})")
+        if not _warned:
+            _warned = True
+            log.warning("perfkit's compiled sender is not built (%s): sending from Python", NATIVE_IMPORT_ERROR)
+    return Engine(cfg)
+
+
+class NativeEngine:
+    """The engine protocol (start, drain, stop, close) on the compiled sender."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        if _native is None:
+            raise RuntimeError(f"perfkit's compiled sender is not built: {NATIVE_IMPORT_ERROR}")
+        self.cfg = cfg
+        statuses = (STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_UNFINISHED,
+                    STATUS_DROPPED)  # fmt: skip
+        self._core = _native.Http1Core(cfg.host, cfg.port, cfg.payloads, statuses)
+        self._feeder: threading.Thread | None = None
+
+    def start(self, level: LoadLevel, t0_ns: int, share: float, worker: int = 0, workers: int = 1) -> None:
+        """Begin a level: `share` is this engine's concurrency; open loops pace from t0_ns."""
+        self._join_feeder()
+        if level.mode == "concurrency":
+            self._core.start_closed(int(share))
+            return
+        rate_rps = level.value / max(workers, 1) if level.mode == "request_rate" else 0.0
+        dues = due_times(level, seed=self.cfg.seed, worker=worker, workers=workers, intervals_ns=self.cfg.intervals_ns)
+        chunk = max(FEED_MIN, int(rate_rps * FEED_AHEAD_S))
+        first, ended = _take(dues, chunk)
+        # as Http1Transport.prepare: connections kept warm and spare ahead of need
+        warm = max(4, int(rate_rps * 0.005) + 2)
+        spare = 4 + int(rate_rps * 0.02)
+        message = f"{self.cfg.max_outstanding} requests already in flight (max outstanding)"
+        realtime = os.environ.get("PERFKIT_NO_REALTIME") != "1"
+        self._core.start_open(t0_ns, first, ended, warm, spare, self.cfg.max_outstanding, realtime, chunk // 2, message)
+        if not ended:
+            self._feeder = threading.Thread(
+                target=self._feed, args=(dues, chunk), name="perfkit-native-feeder", daemon=True
+            )
+            self._feeder.start()
+
+    def _feed(self, dues: Iterator[int], chunk: int) -> None:
+        while True:
+            hungry = self._core.wait_hungry(FEED_WAIT_S)
+            if hungry is False:
+                return
+            if hungry:
+                more, ended = _take(dues, chunk)
+                self._core.feed(more, ended)
+                if ended:
+                    return
+
+    def _join_feeder(self) -> None:
+        if self._feeder is not None:
+            self._feeder.join()
+            self._feeder = None
+
+    def drain(self) -> Samples:
+        """Samples recorded since the last drain."""
+        return _to_samples(*self._core.swap())
+
+    def stop(self, drain_timeout_s: float) -> Samples:
+        """Stop sending, wait up to drain_timeout_s for requests in flight, return the rest
+        (what is still in flight then is recorded as unfinished)."""
+        swapped = self._core.stop(drain_timeout_s, f"still in flight after {drain_timeout_s:g} s")
+        self._join_feeder()
+        return _to_samples(*swapped)
+
+    def close(self) -> None:
+        """Close every connection and end the sender thread; idempotent."""
+        self._core.close()
+        self._join_feeder()
+
+
+def _take(dues: Iterator[int], n: int) -> tuple[bytes, bool]:
+    """The next n due offsets as int64 bytes, and whether the schedule ended."""
+    arr = np.fromiter(itertools.islice(dues, n), dtype=np.int64, count=-1)
+    return arr.tobytes(), len(arr) < n
+
+
+def _to_samples(raw: bytes, examples: dict[int, str], reconnects: int) -> Samples:
+    rec = np.frombuffer(raw, dtype=RECORD)
+    return Samples(
+        rec["due"].copy(),
+        rec["sent"].copy(),
+        rec["done"].copy(),
+        rec["status"].astype(np.int32),
+        examples,
+        reconnects=reconnects,
+    )

@@ -47,10 +47,12 @@ from tests.conftest import copy_models
 from tests.faultproxy import FaultProxy
 
 MODEL = "identity"
-TRANSPORTS = ("native", "http1", "h2", "grpc-aio")
-HTTP1 = ("native", "http1")  # the compiled sender and the Python one
+# senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones
+TRANSPORTS = ("native", "http1", "native-grpc", "h2", "grpc-aio")
+HTTP1 = ("native", "http1")
+H2 = ("native-grpc", "h2")  # hand-written HTTP/2
 DRAIN_S = 5.0  # longer than any stall injected: a request still owed after it is a hang
-HAND_WRITTEN = ("native", "http1", "h2")
+HAND_WRITTEN = HTTP1 + H2
 
 
 def _executed(http_url: str, model: str = MODEL) -> int:
@@ -73,6 +75,16 @@ def _payload(server, protocol: str) -> tuple[bytes, ...]:
     if protocol == "http":
         return (http_payload(io, tensors, server.endpoints.http_url),)
     return (grpc_payload(io, tensors),)
+
+
+def _protocol(transport: str) -> str:
+    return "http" if transport in HTTP1 else "grpc"
+
+
+def _config(transport: str, port: int, payloads: tuple[bytes, ...], seed: int = 0) -> EngineConfig:
+    """The EngineConfig that runs `transport` (one of TRANSPORTS) against 127.0.0.1:port."""
+    kind = transport.removesuffix("-grpc")  # "native-grpc": the compiled sender, gRPC
+    return EngineConfig(_protocol(transport), "127.0.0.1", port, payloads, transport=kind, seed=seed)
 
 
 def _upstream(server, transport: str) -> tuple[str, int]:
@@ -126,8 +138,7 @@ def _run(
     before_fault: int = 20,
     after_fault: int = 20,
 ) -> Run:
-    protocol = "http" if transport in HTTP1 else "grpc"
-    cfg = EngineConfig(protocol, "127.0.0.1", proxy.port, _payload(server, protocol), transport=transport, seed=7)
+    cfg = _config(transport, proxy.port, _payload(server, _protocol(transport)), seed=7)
     return drive_through_fault(cfg, server, MODEL, level, proxy, fault, before_fault, after_fault)
 
 
@@ -235,7 +246,7 @@ def test_goaway(triton, transport, mode):
         run = _run(triton, transport, LEVELS[mode], proxy, lambda p: p.goaway())
     _check(run)
     assert proxy.goaways > 0
-    if transport == "h2":
+    if transport in H2:
         assert run.samples.reconnects > 0  # the connections that went away were replaced
         assert run.failed == 0  # GOAWAY(last stream = all): every request in flight finishes
 
@@ -264,9 +275,8 @@ def test_server_restarted_mid_level(tmp_path, transport):
     second = None
     executed_first = 0
     try:
-        with FaultProxy(_upstream(first, transport), h2=transport == "h2") as proxy:
-            protocol = "http" if transport in HTTP1 else "grpc"
-            cfg = EngineConfig(protocol, "127.0.0.1", proxy.port, _payload(first, protocol), transport=transport)
+        with FaultProxy(_upstream(first, transport), h2=transport in H2) as proxy:
+            cfg = _config(transport, proxy.port, _payload(first, _protocol(transport)))
             parts: list[Samples] = []
             with LoadGenerator(cfg) as gen:
                 gen.start(LEVELS["closed"])
@@ -293,13 +303,14 @@ def test_server_restarted_mid_level(tmp_path, transport):
     assert (s.status == STATUS_CONNECTION_REFUSED).any() or (s.status == STATUS_CONNECTION_CLOSED).any()
 
 
-def test_grpc_error_messages_survive_every_drain(triton):
+@pytest.mark.parametrize("transport", H2)
+def test_grpc_error_messages_survive_every_drain(triton, transport):
     # The server's message must be kept in every window, not only the first one.
     io = ModelIO.from_server(triton.model_metadata(MODEL), triton.model_config(MODEL))
     tensors = synthetic_tensors(io, mode="zero", batch_size=1, shapes={}, string_length=1, seed=0)
     wrong = ModelIO("no_such_model", "", io.max_batch_size, io.inputs, io.outputs)
     host, port = _upstream(triton, "h2")
-    cfg = EngineConfig("grpc", host, port, (grpc_payload(wrong, tensors),))
+    cfg = EngineConfig("grpc", host, port, (grpc_payload(wrong, tensors),), transport=transport.removesuffix("-grpc"))
     with LoadGenerator(cfg) as gen:
         gen.start(LoadLevel("concurrency", 2))
         batches: list[Samples] = []

@@ -69,14 +69,16 @@ def _until(gen: LoadGenerator, parts: list[Samples], done: Callable[[Samples], b
     raise AssertionError(f"load did not progress: {concat(parts).status.tolist()[-20:]}")
 
 
-def test_the_compiled_sender_carries_plain_http_of_one_model(monkeypatch):
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_the_compiled_sender_carries_plain_http_and_grpc_of_one_model(monkeypatch, protocol):
     _need("native")
-    cfg = EngineConfig("http", "127.0.0.1", 1, (b"x",))
-    engine = make_engine(cfg)
-    try:
-        assert isinstance(engine, NativeEngine)
-    finally:
-        engine.close()
+    for transport in ("auto", "native"):
+        engine = make_engine(EngineConfig(protocol, "127.0.0.1", 1, (b"x",), transport=transport))
+        try:
+            assert isinstance(engine, NativeEngine)
+        finally:
+            engine.close()
+    cfg = EngineConfig(protocol, "127.0.0.1", 1, (b"x",))
     monkeypatch.setenv("PERFKIT_SENDER", "python")
     python = make_engine(cfg)
     try:
@@ -85,10 +87,10 @@ def test_the_compiled_sender_carries_plain_http_of_one_model(monkeypatch):
         python.close()
     monkeypatch.delenv("PERFKIT_SENDER")
     others = [
-        EngineConfig("http", "127.0.0.1", 1, (b"x",), transport="http1"),
-        EngineConfig("grpc", "127.0.0.1", 1, (b"x",)),
-        EngineConfig("http", "127.0.0.1", 1, (b"x",), tls=TlsSpec()),
-        EngineConfig("http", "127.0.0.1", 1, (b"x",), mix_payloads=((b"x",), (b"y",)), mix_weights=(1, 1)),
+        EngineConfig(protocol, "127.0.0.1", 1, (b"x",), transport="http1" if protocol == "http" else "h2"),
+        EngineConfig("grpc", "127.0.0.1", 1, (b"x",), transport="grpc-aio"),
+        EngineConfig(protocol, "127.0.0.1", 1, (b"x",), tls=TlsSpec()),
+        EngineConfig(protocol, "127.0.0.1", 1, (b"x",), mix_payloads=((b"x",), (b"y",)), mix_weights=(1, 1)),
     ]
     for other in others:
         engine = make_engine(other)

@@ -100,7 +100,7 @@ def make_transport(cfg: EngineConfig | StreamConfig, loop: asyncio.AbstractEvent
     if cfg.tls is not None and kind not in ("http1", "h2"):
         raise ValueError(f"transport {kind!r} does not carry TLS; use http1 or h2")
     if kind == "native":
-        raise ValueError("transport 'native' carries plain-TCP HTTP/1.1 requests of one model (no TLS, no mix)")
+        raise ValueError("transport 'native' carries plain-TCP HTTP/1.1 or unary gRPC of one model (no TLS, no mix)")
     if kind == "http1":
         return Http1Transport(loop, ledger, cfg.payloads, cfg.host, cfg.port, tls=cfg.tls)
     if kind == "h2":

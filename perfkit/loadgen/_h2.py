@@ -48,7 +48,7 @@ _SETTINGS_HEADER_TABLE, _SETTINGS_INITIAL_WINDOW, _SETTINGS_MAX_FRAME = 0x1, 0x4
 _BIG_WINDOW = 2**31 - 1
 _DEFAULT_WINDOW = 65535  # RFC 9113 initial values, until the server's SETTINGS say otherwise
 _DEFAULT_MAX_FRAME = 16384
-_GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 H2_CONNECTIONS = 2  # HTTP/2 connections per engine (closed loop: at most one per request in flight)
 SETTINGS_WAIT_S = 5.0
 
@@ -425,7 +425,7 @@ class H2Transport(Transport):
         # gRPC over TLS: ALPN "h2"; the context is built in the worker process (it does not pickle)
         self._ssl = None if tls is None else client_context(tls, ("h2",))
         self._sni = None if tls is None else host
-        self.block = header_block(f"{host}:{port}", _GRPC_INFER, compression, https=tls is not None, metadata=metadata)
+        self.block = header_block(f"{host}:{port}", GRPC_INFER, compression, https=tls is not None, metadata=metadata)
         self.conns: list[H2Conn] = []  # usable: open, no GOAWAY
         self.everyone: set[H2Conn] = set()  # every connection not yet lost
         self.pending: collections.deque[int] = collections.deque()  # due times waiting for a connection

@@ -18,128 +18,11 @@
  * out). Status codes and messages are handed in by Python (`perfkit.records`), not defined
  * here.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_native.h"
+#include "_native_hpack.h"
 
-#include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdint.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/syscall.h>
-#include <sys/timerfd.h>
-#include <time.h>
-#include <unistd.h>
 
-#define NEVER INT64_MAX
-#define EXAMPLE_BYTES 300
-#define MAX_EXAMPLES 64
-#define LARGE_SNDBUF_BYTES (4 << 20)
-#define RECONNECT_BACKOFF_NS 50000000LL /* as _loops.RECONNECT_BACKOFF_S */
-#define TAG_WAKE ((void *)1)
-#define TAG_TIMER ((void *)2)
-
-typedef struct {
-    int64_t due, sent, done;
-    int32_t status, model;
-} record_t; /* 32 bytes; Python reads it as a structured numpy array */
-
-enum { CMD_NONE, CMD_START, CMD_STOP, CMD_QUIT };
-enum { MODE_IDLE, MODE_CLOSED, MODE_OPEN };
-
-typedef struct conn {
-    int fd;
-    int connecting; /* nonblocking connect not finished */
-    int ours;       /* closed by us, not by the peer */
-    int dead;
-    int want_out;   /* EPOLLOUT armed */
-    int64_t due, sent; /* sent -1: no request owed */
-    const char *out;
-    size_t out_len, out_off;
-    char *buf;
-    size_t len, cap;
-    ssize_t need;
-    int code;
-    struct conn *next_dead;
-} conn_t;
-
-typedef struct {
-    int32_t status;
-    Py_ssize_t len;
-    char text[EXAMPLE_BYTES];
-} example_t;
-
-typedef struct {
-    PyObject_HEAD
-    /* set at creation, read-only after */
-    struct sockaddr_storage addr;
-    socklen_t addrlen;
-    char **payloads;
-    size_t *payload_lens;
-    Py_ssize_t n_payloads;
-    size_t largest;
-    int32_t st_closed, st_refused, st_protocol, st_unfinished, st_dropped;
-    pthread_t thread;
-    int thread_started;
-    int ep, wake_fd, timer_fd;
-    pthread_mutex_t mu;
-    pthread_cond_t cmd_done, hungry;
-
-    /* everything below: under mu */
-    int cmd;
-    int cmd_busy;
-    int quit;
-    /* command arguments */
-    int arg_mode, arg_share, arg_realtime, arg_warm;
-    int64_t arg_t0, arg_drain_ns;
-    /* records handed to Python by swap */
-    record_t *recs;
-    size_t n_recs, cap_recs;
-    example_t examples[MAX_EXAMPLES];
-    int n_examples;
-    long reconnects, lost_unreplaced, in_flight;
-    /* the level */
-    int mode, active, starting, draining;
-    int64_t t0, drain_deadline;
-    int max_outstanding, spare_target;
-    char drop_message[128];
-    char unfinished_message[128];
-    /* open loop due offsets, fed by Python */
-    int64_t *dues;
-    size_t due_head, due_len, due_cap;
-    int dues_ended, low_water;
-    /* closed-loop retries after a connection failure (times, ns) */
-    int64_t *retries;
-    size_t n_retries, cap_retries;
-    /* connections */
-    conn_t **conns;
-    size_t n_conns, cap_conns;
-    conn_t **idle;
-    size_t n_idle, cap_idle;
-    int opening;
-    int64_t *pending; /* due times of requests waiting for a connection (ring) */
-    size_t pend_head, pend_len, pend_cap;
-    char open_error[160];
-    size_t next_payload;
-    conn_t *graveyard;
-    int64_t armed_at;
-} Core;
-
-static inline int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static int grow(void **ptr, size_t *cap, size_t need, size_t item) {
+int grow(void **ptr, size_t *cap, size_t need, size_t item) {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 16;
     while (n < need) n *= 2;
@@ -151,7 +34,7 @@ static int grow(void **ptr, size_t *cap, size_t need, size_t item) {
 }
 
 /* -- the ledger ------------------------------------------------------------------------------ */
-static void note_example(Core *c, int32_t status, const char *text, size_t len) {
+void note_example(Core *c, int32_t status, const char *text, size_t len) {
     if (!status) return;
     for (int i = 0; i < c->n_examples; i++)
         if (c->examples[i].status == status) return;
@@ -163,7 +46,7 @@ static void note_example(Core *c, int32_t status, const char *text, size_t len) 
     e->len = (Py_ssize_t)len;
 }
 
-static void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status) {
+void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status) {
     if (grow((void **)&c->recs, &c->cap_recs, c->n_recs + 1, sizeof(record_t)) < 0) return; /* out of memory: lost */
     record_t *r = &c->recs[c->n_recs++];
     r->due = due;
@@ -173,10 +56,10 @@ static void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t
     r->model = 0;
 }
 
-static void on_done(Core *c, int32_t status);
+void on_done(Core *c, int32_t status);
 
 /* A request handed over (in_flight counted) ends: its one record, then the loop mode's turn. */
-static void finish(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len) {
+void finish(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len) {
     c->in_flight--;
     add_record(c, due, sent, done, status);
     if (status) note_example(c, status, msg, len);
@@ -184,7 +67,7 @@ static void finish(Core *c, int64_t due, int64_t sent, int64_t done, int32_t sta
 }
 
 /* -- connections ------------------------------------------------------------------------------ */
-static void set_events(Core *c, conn_t *k, int out) {
+void set_events(Core *c, conn_t *k, int out) {
     struct epoll_event ev = {.events = EPOLLIN | (out ? EPOLLOUT : 0), .data.ptr = k};
     epoll_ctl(c->ep, EPOLL_CTL_MOD, k->fd, &ev);
     k->want_out = out;
@@ -198,9 +81,10 @@ static void idle_remove(Core *c, conn_t *k) {
         }
 }
 
-static void conn_drop(Core *c, conn_t *k) {
+void conn_drop(Core *c, conn_t *k) {
     if (k->dead) return;
     k->dead = 1;
+    if (c->h2) h2_dropped(c, k);
     idle_remove(c, k);
     for (size_t i = 0; i < c->n_conns; i++)
         if (c->conns[i] == k) {
@@ -214,7 +98,7 @@ static void conn_drop(Core *c, conn_t *k) {
     c->graveyard = k;
 }
 
-static void conn_close_ours(Core *c, conn_t *k, int abort_it) {
+void conn_close_ours(Core *c, conn_t *k, int abort_it) {
     k->ours = 1;
     if (abort_it) {
         struct linger lg = {1, 0};
@@ -269,7 +153,7 @@ static void conn_write(Core *c, conn_t *k) {
 }
 
 /* Requests waiting for a connection: [pend_head, pend_head + pend_len) of `pending`, FIFO. */
-static void push_pending(Core *c, int64_t due) {
+void push_pending(Core *c, int64_t due) {
     if (c->pend_head + c->pend_len == c->pend_cap && c->pend_head) {
         memmove(c->pending, c->pending + c->pend_head, c->pend_len * sizeof(int64_t));
         c->pend_head = 0;
@@ -278,7 +162,7 @@ static void push_pending(Core *c, int64_t due) {
     c->pending[c->pend_head + c->pend_len++] = due;
 }
 
-static int64_t pop_pending(Core *c) {
+int64_t pop_pending(Core *c) {
     int64_t due = c->pending[c->pend_head++];
     if (--c->pend_len == 0) c->pend_head = 0;
     return due;
@@ -295,12 +179,13 @@ static void free_conn_to_work(Core *c, conn_t *k) {
     }
 }
 
-static void open_conn(Core *c) {
+/* A new nonblocking connection, connecting, in `conns` and the epoll set; NULL (open_error says
+   why) if it cannot even start. */
+conn_t *dial(Core *c) {
     int fd = socket(c->addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         snprintf(c->open_error, sizeof c->open_error, "%s", strerror(errno));
-        refuse_one_pending(c);
-        return;
+        return NULL;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -313,8 +198,7 @@ static void open_conn(Core *c) {
         free(k);
         close(fd);
         snprintf(c->open_error, sizeof c->open_error, "out of memory");
-        refuse_one_pending(c);
-        return;
+        return NULL;
     }
     k->fd = fd;
     k->sent = -1;
@@ -322,17 +206,23 @@ static void open_conn(Core *c) {
     k->need = -1;
     k->connecting = 1;
     c->conns[c->n_conns++] = k;
-    c->opening++;
     struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = k};
     epoll_ctl(c->ep, EPOLL_CTL_ADD, fd, &ev);
     k->want_out = 1;
     if (connect(fd, (struct sockaddr *)&c->addr, c->addrlen) < 0 && errno != EINPROGRESS) {
         snprintf(c->open_error, sizeof c->open_error, "%s", strerror(errno));
-        c->opening--;
         k->ours = 1;
         conn_drop(c, k);
-        refuse_one_pending(c); /* the request this connection was opened for cannot be sent */
+        return NULL;
     }
+    return k;
+}
+
+static void open_conn(Core *c) {
+    if (dial(c))
+        c->opening++;
+    else
+        refuse_one_pending(c); /* the request this connection was opened for cannot be sent */
 }
 
 static void refuse_one_pending(Core *c) {
@@ -363,6 +253,10 @@ static void conn_connected(Core *c, conn_t *k) {
 }
 
 static void submit(Core *c, int64_t due) {
+    if (c->h2) {
+        h2_submit(c, due);
+        return;
+    }
     if (c->n_idle) {
         conn_t *k = c->idle[--c->n_idle];
         conn_send(c, k, due);
@@ -483,9 +377,9 @@ static void issue(Core *c) {
     submit(c, -1);
 }
 
-static void on_done(Core *c, int32_t status) {
+void on_done(Core *c, int32_t status) {
     if (!c->active || c->mode != MODE_CLOSED) return;
-    if (status == c->st_closed || status == c->st_refused) {
+    if (status == c->st_closed || status == c->st_refused || (c->h2 && status == c->st_grpc_base + 14)) {
         if (grow((void **)&c->retries, &c->cap_retries, c->n_retries + 1, sizeof(int64_t)) == 0)
             c->retries[c->n_retries++] = now_ns() + RECONNECT_BACKOFF_NS;
     } else {
@@ -536,6 +430,10 @@ static void run_retries(Core *c) {
 }
 
 static void abort_in_flight(Core *c) {
+    if (c->h2) {
+        h2_abort_in_flight(c);
+        return;
+    }
     int64_t now = now_ns();
     size_t mlen = strlen(c->unfinished_message);
     while (c->pend_len) {
@@ -596,14 +494,21 @@ static void handle_cmd(Core *c) {
         c->mode = c->arg_mode;
         c->t0 = c->arg_t0;
         set_priority(c->arg_realtime);
-        if (c->mode == MODE_CLOSED) {
+        if (c->mode == MODE_CLOSED && c->h2) { /* the first requests wait for the server's SETTINGS */
+            c->spare_target = 0;
+            c->starting = 1;
+            h2_prepare(c, 1, c->arg_share);
+        } else if (c->mode == MODE_CLOSED) {
             c->spare_target = 0;
             c->active = 1;
             for (int i = 0; i < c->arg_share; i++) issue(c);
             complete_cmd(c);
         } else {
             c->starting = 1;
-            for (int i = (int)c->n_idle; i < c->arg_warm; i++) open_conn(c);
+            if (c->h2)
+                h2_prepare(c, 0, 0);
+            else
+                for (int i = (int)c->n_idle; i < c->arg_warm; i++) open_conn(c);
         }
     }
     if (c->cmd == CMD_STOP && !c->draining) {
@@ -620,6 +525,8 @@ static void progress_cmd(Core *c) {
     if (c->starting && c->opening == 0) {
         c->starting = 0;
         c->active = 1;
+        if (c->mode == MODE_CLOSED)
+            for (int i = 0; i < c->arg_share; i++) issue(c);
         complete_cmd(c);
     }
     if (c->draining && (c->in_flight <= 0 || now_ns() >= c->drain_deadline)) {
@@ -638,6 +545,10 @@ static int64_t next_wake(Core *c) {
     for (size_t i = 0; i < c->n_retries; i++)
         if (c->retries[i] < at) at = c->retries[i];
     if (c->draining && c->drain_deadline < at) at = c->drain_deadline;
+    if (c->h2) {
+        int64_t h2_at = h2_next_wake(c);
+        if (h2_at < at) at = h2_at;
+    }
     return at;
 }
 
@@ -657,6 +568,7 @@ static void bury(Core *c) {
     while (c->graveyard) {
         conn_t *k = c->graveyard;
         c->graveyard = k->next_dead;
+        if (k->h2) h2_free(k);
         free(k->buf);
         free(k);
     }
@@ -688,7 +600,11 @@ static void *loop_main(void *arg) {
                 conn_t *k = (conn_t *)tag;
                 if (k->dead) continue;
                 if (k->connecting) {
-                    if (evs[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) conn_connected(c, k);
+                    if (evs[i].events & (EPOLLOUT | EPOLLERR | EPOLLHUP)) (c->h2 ? h2_connected : conn_connected)(c, k);
+                    continue;
+                }
+                if (c->h2) {
+                    h2_event(c, k, evs[i].events);
                     continue;
                 }
                 if (evs[i].events & EPOLLOUT && k->out_off < k->out_len && k->sent >= 0) conn_write(c, k);
@@ -697,6 +613,7 @@ static void *loop_main(void *arg) {
         }
         if (c->quit) break;
         if (c->mode == MODE_OPEN) run_open_loop(c);
+        if (c->h2) h2_tick(c);
         run_retries(c);
         progress_cmd(c);
         bury(c);
@@ -728,13 +645,25 @@ static void run_cmd(Core *c, int cmd) {
 }
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
-    static char *names[] = {"host", "port", "payloads", "statuses", NULL};
+    static char *names[] = {"host", "port", "payloads", "statuses", "grpc_block", "h2_connections", NULL};
     const char *host;
     int port;
     PyObject *payloads, *statuses;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO", names, &host, &port, &payloads, &statuses)) return -1;
-    if (!PyArg_ParseTuple(statuses, "iiiii", &c->st_closed, &c->st_refused, &c->st_protocol, &c->st_unfinished,
-                          &c->st_dropped))
+    Py_buffer block = {0};
+    int h2_connections = 2;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO|y*i", names, &host, &port, &payloads, &statuses, &block,
+                                     &h2_connections))
+        return -1;
+    if (block.buf) { /* gRPC: payloads are gRPC messages, block the request's HPACK header block */
+        int rc = h2_setup(c, block.buf, (size_t)block.len, h2_connections);
+        PyBuffer_Release(&block);
+        if (rc < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    if (!PyArg_ParseTuple(statuses, "iiiii|i", &c->st_closed, &c->st_refused, &c->st_protocol, &c->st_unfinished,
+                          &c->st_dropped, &c->st_grpc_base))
         return -1;
     PyObject *seq = PySequence_Fast(payloads, "payloads must be a sequence of bytes");
     if (!seq) return -1;
@@ -981,6 +910,7 @@ static void Core_dealloc(Core *c) {
     free(c->conns);
     free(c->idle);
     free(c->pending);
+    h2_teardown(c);
     if (c->ep > 0) close(c->ep);
     if (c->wake_fd > 0) close(c->wake_fd);
     if (c->timer_fd > 0) close(c->timer_fd);
@@ -1004,16 +934,18 @@ static PyTypeObject CoreType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "perfkit.loadgen._native.Http1Core",
     .tp_basicsize = sizeof(Core),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "HTTP/1.1 keep-alive sender on a thread of its own (see the module's source)",
+    .tp_doc = "HTTP/1.1 keep-alive (or, with grpc_block, gRPC over HTTP/2) sender on a thread of its own (see the "
+              "module's source)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Core_init,
     .tp_dealloc = (destructor)Core_dealloc,
     .tp_methods = Core_methods,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "perfkit's compiled HTTP/1.1 sender", -1, NULL};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "perfkit's compiled HTTP/1.1 and gRPC sender", -1, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {
+    hpack_setup();
     if (PyType_Ready(&CoreType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;

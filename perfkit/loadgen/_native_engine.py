@@ -1,6 +1,7 @@
-"""The engine protocol over the compiled HTTP/1.1 sender (`_native.c`).
+"""The engine protocol over the compiled sender (`_native.c`: HTTP/1.1; `_native_h2.c`: unary gRPC).
 
-Same behaviour as `_engine.Engine` with `_http1.Http1Transport` and the `_loops` modes (one
+Same behaviour as `_engine.Engine` with `_http1.Http1Transport` (HTTP) or `_h2.H2Transport`
+(gRPC: the same header block, message framing and connections) and the `_loops` modes (one
 record per request made due, the same statuses and messages, closed-loop backoff after a
 connection failure, open-loop drops past max outstanding, warm and spare connections in open
 loop), with the send/receive/record loop in C on a thread that never takes the GIL. Python
@@ -8,8 +9,9 @@ keeps what is not per request: the open loop's due times (`perfkit.schedule`, fe
 sender in chunks by a feeder thread, so a schedule is the same whichever engine runs it) and
 turning records into `Samples`.
 
-It carries plain-TCP HTTP/1.1 requests of one model; TLS, traffic mixes, streaming and gRPC
-stay on the Python engine (`eligible`).
+It carries plain-TCP HTTP/1.1 and unary gRPC requests of one model (gRPC compression and
+metadata included: they are in the header block and the messages); TLS, traffic mixes and
+streaming stay on the Python engine (`eligible`).
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from perfkit.loadgen._engine import Engine, EngineConfig
+from perfkit.loadgen._h2 import GRPC_INFER, H2_CONNECTIONS, grpc_message, header_block
 from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.records import (
+    GRPC_STATUS_BASE,
     STATUS_CONNECTION_CLOSED,
     STATUS_CONNECTION_REFUSED,
     STATUS_DROPPED,
@@ -60,10 +64,10 @@ def native_available() -> bool:
 
 
 def eligible(cfg: object) -> bool:
-    """Whether the compiled sender can carry cfg: plain-TCP HTTP/1.1, one model, unary."""
+    """Whether the compiled sender can carry cfg: plain-TCP HTTP/1.1 or gRPC, one model, unary."""
     return (
         isinstance(cfg, EngineConfig)
-        and cfg.protocol == "http"
+        and cfg.protocol in ("http", "grpc")
         and cfg.transport in ("auto", "native")
         and cfg.tls is None
         and not cfg.mix_weights
@@ -94,8 +98,16 @@ class NativeEngine:
             raise RuntimeError(f"perfkit's compiled sender is not built: {NATIVE_IMPORT_ERROR}")
         self.cfg = cfg
         statuses = (STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_UNFINISHED,
-                    STATUS_DROPPED)  # fmt: skip
-        self._core = _native.Http1Core(cfg.host, cfg.port, cfg.payloads, statuses)
+                    STATUS_DROPPED, GRPC_STATUS_BASE)  # fmt: skip
+        self._grpc = cfg.protocol == "grpc"
+        if self._grpc:  # as H2Transport: messages framed (and compressed) once, one stateless header block
+            messages = tuple(grpc_message(p, cfg.compression) for p in cfg.payloads)
+            block = header_block(f"{cfg.host}:{cfg.port}", GRPC_INFER, cfg.compression, metadata=cfg.metadata)
+            self._core = _native.Http1Core(
+                cfg.host, cfg.port, messages, statuses, grpc_block=block, h2_connections=H2_CONNECTIONS
+            )
+        else:
+            self._core = _native.Http1Core(cfg.host, cfg.port, cfg.payloads, statuses)
         self._feeder: threading.Thread | None = None
 
     def start(self, level: LoadLevel, t0_ns: int, share: float, worker: int = 0, workers: int = 1) -> None:
@@ -108,9 +120,10 @@ class NativeEngine:
         dues = due_times(level, seed=self.cfg.seed, worker=worker, workers=workers, intervals_ns=self.cfg.intervals_ns)
         chunk = max(FEED_MIN, int(rate_rps * FEED_AHEAD_S))
         first, ended = _take(dues, chunk)
-        # as Http1Transport.prepare: connections kept warm and spare ahead of need
-        warm = max(4, int(rate_rps * 0.005) + 2)
-        spare = 4 + int(rate_rps * 0.02)
+        # as Http1Transport.prepare: connections kept warm and spare ahead of need (gRPC: a few
+        # connections carry every stream, opened by the sender)
+        warm = 0 if self._grpc else max(4, int(rate_rps * 0.005) + 2)
+        spare = 0 if self._grpc else 4 + int(rate_rps * 0.02)
         message = f"{self.cfg.max_outstanding} requests already in flight (max outstanding)"
         realtime = os.environ.get("PERFKIT_NO_REALTIME") != "1"
         self._core.start_open(t0_ns, first, ended, warm, spare, self.cfg.max_outstanding, realtime, chunk // 2, message)

@@ -1,9 +1,11 @@
-"""The compiled HTTP/1.1 sender (perfkit/loadgen/_native.c): built by the install, chosen where it
-can carry a run, and holding the same accounting as the Python sender against the real server.
+"""The compiled sender (perfkit/loadgen/_native*.c: HTTP/1.1 and unary gRPC): built by the install,
+chosen where it can carry a run, and holding the same accounting as the Python sender against the
+real server.
 
-Faults (resets, stalls, outages, restarts, idle reaping) are in tests/test_faults.py, which runs
-every case on both senders; here: the choice of engine, drops past max outstanding, HTTP errors
-with the server's message, a response perfkit cannot parse, and several payloads taken in turn.
+Faults (resets, stalls, outages, restarts, idle reaping, GOAWAY) are in tests/test_faults.py, which
+runs every case on both senders; here: the choice of engine, drops past max outstanding, HTTP and
+gRPC errors with the server's message, a response perfkit cannot parse, several payloads taken in
+turn, gRPC requests larger than the server's flow-control windows, and the HPACK decoder.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+import hpack
 import numpy as np
 import pytest
 
@@ -22,36 +25,53 @@ from perfkit.loadgen import (
     EngineConfig,
     LoadGenerator,
     ModelIO,
+    grpc_payload,
     http_payload,
     make_engine,
     native_available,
     synthetic_tensors,
 )
-from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR, NativeEngine
+from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR, NativeEngine, _native
 from perfkit.recorder import concat
-from perfkit.records import STATUS_DROPPED, STATUS_PROTOCOL, LoadLevel, Samples, TlsSpec
+from perfkit.records import GRPC_STATUS_BASE, STATUS_DROPPED, STATUS_PROTOCOL, LoadLevel, Samples, TlsSpec
 from perfkit.schedule import due_times
 from tests.conftest import require
 
+# senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones
 SENDERS = ("native", "http1")
+GRPC_SENDERS = ("native-grpc", "h2")
 
 
 def _need(sender: str) -> None:
-    if sender == "native":
+    if sender.startswith("native"):
         require("perfkit's compiled sender", native_available(), f"pip install -e . with gcc: {NATIVE_IMPORT_ERROR}")
 
 
-def _payload(server, model: str) -> bytes:
+def _protocol(sender: str) -> str:
+    return "grpc" if sender in GRPC_SENDERS else "http"
+
+
+def _config(server, sender: str, payloads: tuple[bytes, ...], **kw) -> EngineConfig:
+    """The EngineConfig that runs `sender` against the server's HTTP or gRPC endpoint."""
+    protocol = _protocol(sender)
+    url = server.endpoints.grpc_url if protocol == "grpc" else server.endpoints.http_url
+    host, port = _hostport(url)
+    return EngineConfig(protocol, host, port, payloads, transport=sender.removesuffix("-grpc"), **kw)
+
+
+def _payload(server, model: str, protocol: str = "http", batch_size: int = 1, name: str = "") -> bytes:
+    """A request for `model` (sent as if for `name`, a model the server may not have)."""
     io = ModelIO.from_server(server.model_metadata(model), server.model_config(model))
-    tensors = synthetic_tensors(io, mode="random", batch_size=1, shapes={}, string_length=1, seed=0)
+    tensors = synthetic_tensors(io, mode="random", batch_size=batch_size, shapes={}, string_length=1, seed=0)
+    if name:
+        io = ModelIO(name, "", io.max_batch_size, io.inputs, io.outputs)
+    if protocol == "grpc":
+        return grpc_payload(io, tensors)
     return http_payload(io, tensors, server.endpoints.http_url)
 
 
-def _wrong_model(server, model: str) -> bytes:
-    io = ModelIO.from_server(server.model_metadata(model), server.model_config(model))
-    tensors = synthetic_tensors(io, mode="zero", batch_size=1, shapes={}, string_length=1, seed=0)
-    wrong = ModelIO("no_such_model", "", io.max_batch_size, io.inputs, io.outputs)
-    return http_payload(wrong, tensors, server.endpoints.http_url)
+def _wrong_model(server, model: str, protocol: str = "http") -> bytes:
+    return _payload(server, model, protocol, name="no_such_model")
 
 
 def _hostport(url: str) -> tuple[str, int]:
@@ -100,13 +120,13 @@ def test_the_compiled_sender_carries_plain_http_and_grpc_of_one_model(monkeypatc
             engine.close()
 
 
-@pytest.mark.parametrize("sender", SENDERS)
+@pytest.mark.parametrize("sender", (*SENDERS, "native-grpc"))
 def test_open_loop_drops_past_max_outstanding(triton, sender):
     _need(sender)
     # sleeper takes 10 ms a batch: at 400 req/s with at most 2 in flight most requests are dropped,
     # each one recorded (unsent, with the reason), and every due time of the schedule has one record.
-    host, port = _hostport(triton.endpoints.http_url)
-    cfg = EngineConfig("http", host, port, (_payload(triton, "sleeper"),), transport=sender, seed=5, max_outstanding=2)
+    payload = _payload(triton, "sleeper", _protocol(sender))
+    cfg = _config(triton, sender, (payload,), seed=5, max_outstanding=2)
     level = LoadLevel("request_rate", 400, "poisson")
     parts: list[Samples] = []
     with LoadGenerator(cfg) as gen:
@@ -124,14 +144,15 @@ def test_open_loop_drops_past_max_outstanding(triton, sender):
     assert (sent >= s.due_ns[~dropped]).all() and (s.done_ns[~dropped] > sent).all()
 
 
-@pytest.mark.parametrize("sender", SENDERS)
+@pytest.mark.parametrize("sender", SENDERS + GRPC_SENDERS)
 def test_payloads_are_taken_in_turn_and_errors_keep_the_servers_message(triton, sender):
     _need(sender)
     # Two payloads, one for a model the server does not have: concurrency 1 takes them in turn,
-    # so the records alternate success and the server's error, whose message is kept.
-    host, port = _hostport(triton.endpoints.http_url)
-    payloads = (_payload(triton, "identity"), _wrong_model(triton, "identity"))
-    cfg = EngineConfig("http", host, port, payloads, transport=sender)
+    # so the records alternate success and the server's error (an HTTP status, or a gRPC status
+    # from the trailers), whose message is kept.
+    protocol = _protocol(sender)
+    payloads = (_payload(triton, "identity", protocol), _wrong_model(triton, "identity", protocol))
+    cfg = _config(triton, sender, payloads)
     parts: list[Samples] = []
     with LoadGenerator(cfg) as gen:
         gen.start(LoadLevel("concurrency", 1))
@@ -142,7 +163,8 @@ def test_payloads_are_taken_in_turn_and_errors_keep_the_servers_message(triton, 
     status = s.status[order]
     assert (status[0::2] == 0).all(), status[:10]
     errors = status[1::2]
-    assert len(errors) and (errors == errors[0]).all() and 400 <= int(errors[0]) < 500
+    low, high = (GRPC_STATUS_BASE + 1, GRPC_STATUS_BASE + 17) if protocol == "grpc" else (400, 500)
+    assert len(errors) and (errors == errors[0]).all() and low <= int(errors[0]) < high, errors[:10]
     assert "no_such_model" in s.error_examples[int(errors[0])]
     assert (s.due_ns == -1).all()
 
@@ -197,3 +219,79 @@ def test_an_unframed_response_is_a_protocol_error(no_length_server, sender):
     s = concat(parts)
     assert "HTTP/1.1 200 OK" in s.error_examples[STATUS_PROTOCOL]
     assert s.reconnects == 0  # perfkit closed those connections itself: not the peer's doing
+
+
+@pytest.mark.parametrize("sender", GRPC_SENDERS)
+def test_grpc_requests_larger_than_the_servers_windows_complete(triton, sender):
+    _need(sender)
+    # The image fixture at batch 8 is a 4.8 MB request; the server's initial stream and connection
+    # windows are 4 MiB (Triton's SETTINGS): each request waits for WINDOW_UPDATEs between its
+    # pieces, two in flight share the connection window, and every one completes.
+    payload = _payload(triton, "image", "grpc", batch_size=8)
+    assert len(payload) > 4 << 20
+    cfg = _config(triton, sender, (payload,))
+    parts: list[Samples] = []
+    with LoadGenerator(cfg) as gen:
+        gen.start(LoadLevel("concurrency", 2))
+        _until(gen, parts, lambda s: int((s.status == 0).sum()) >= 12)
+        parts.append(gen.stop(10.0))
+    s = concat(parts)
+    assert (s.status == 0).all(), s.error_examples
+    assert (s.done_ns > s.sent_ns).all()
+
+
+def _fields(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode(), v.encode()) for k, v in headers]
+
+
+def test_the_hpack_decoder_keeps_the_servers_table_in_step():
+    _need("native")
+    # Header blocks from an independent encoder (the hpack library), decoded in order by one of our
+    # decoders: Huffman and plain strings, literals inserted into the dynamic table and then
+    # referenced by index, a table shrunk by a size update (evicting), entries evicted by newer
+    # ones, never-indexed fields. The first list is RFC 7541 C.6.1's, whose bytes are checked too.
+    rfc = [
+        (":status", "302"),
+        ("cache-control", "private"),
+        ("date", "Mon, 21 Oct 2013 20:13:21 GMT"),
+        ("location", "https://www.example.com"),
+    ]
+    lists = [
+        rfc,
+        [(":status", "307"), *rfc[1:]],
+        [(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "0")],
+        [(":status", "200"), ("grpc-status", "5"), ("grpc-message", "Request for unknown model: 'x' is not found")],
+        [("grpc-status", "5"), ("grpc-message", "Request for unknown model: 'x' is not found")],
+        *[[(f"x-filler-{i}", "v" * (i * 7 % 90)), ("grpc-status", "0")] for i in range(40)],
+        [("grpc-status", "14"), ("grpc-message", "\u00e9t\u00e9 %C3%A9t%C3%A9")],
+    ]
+    encoder = hpack.Encoder()
+    encoder.header_table_size = 256  # a size update in the first block: a small table, many evictions
+    blocks = [encoder.encode(fields, huffman=i % 3 != 1) for i, fields in enumerate(lists)]
+    rfc_block = (  # RFC 7541 C.6.1, field by field
+        "48826402"  # :status 302
+        "5885aec3771a4b"  # cache-control: private
+        "6196d07abe941054d444a8200595040b8166e082a62d1bff"  # date
+        "6e919d29ad171863c78f0b97c8e9ae82ae43d3"  # location
+    )
+    assert blocks[0].hex().endswith(rfc_block)
+    secret = hpack.Encoder().encode([hpack.NeverIndexedHeaderTuple("authorization", "s3cret")])
+    assert secret[0] & 0xF0 == 0x10  # "never indexed" (RFC 7541 6.2.3)
+    assert _native.hpack_decode(blocks) == [_fields(fields) for fields in lists]
+    assert _native.hpack_decode([secret]) == [[(b"authorization", b"s3cret")]]
+
+
+@pytest.mark.parametrize(
+    ("block", "why"),
+    [
+        (b"\xbe", "invalid index"),  # index 62: the dynamic table is empty
+        (b"\x80", "invalid index"),  # index 0
+        (b"\x3f\xe2\x1f", "table size update"),  # 4099 > the 4096 bytes perfkit allows
+        (b"\x40\x81\xff\x00", "Huffman"),  # a name of one Huffman byte that is all padding (8 bits)
+        (b"\x40\x05ab", "truncated"),  # a 5-byte name with 2 bytes left
+    ],
+)
+def test_the_hpack_decoder_rejects_what_would_put_it_out_of_step(block, why):
+    _need("native")
+    with pytest.raises(ValueError, match=why):
+        _native.hpack_decode([block])

@@ -942,7 +942,14 @@ static PyTypeObject CoreType = {
     .tp_methods = Core_methods,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "perfkit's compiled HTTP/1.1 and gRPC sender", -1, NULL};
+static PyMethodDef module_functions[] = {
+    {"hpack_decode", h2_hpack_decode_py, METH_VARARGS,
+     "hpack_decode(blocks) -> the fields of each header block, decoded in order by one HPACK decoder"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "perfkit's compiled HTTP/1.1 and gRPC sender", -1,
+                                    module_functions};
 
 PyMODINIT_FUNC PyInit__native(void) {
     hpack_setup();

@@ -152,5 +152,6 @@ void h2_free(conn_t *k);
 void h2_abort_in_flight(Core *c);
 void h2_tick(Core *c);
 int64_t h2_next_wake(Core *c);
+PyObject *h2_hpack_decode_py(PyObject *module, PyObject *args);
 
 #endif

@@ -594,7 +594,7 @@ static void headers_complete(Core *c, conn_t *k, uint32_t sid, const uint8_t *bl
     hpack_result_t fresh;
     if (!res) {
         char err[120];
-        if (hpack_decode(&h->hp, block, n, &fresh, err, sizeof err) < 0) {
+        if (hpack_decode(&h->hp, block, n, &fresh, err, sizeof err, NULL, NULL) < 0) {
             h2_failed(c, k, err);
             return;
         }
@@ -870,4 +870,46 @@ int64_t h2_next_wake(Core *c) {
         if (k->h2 && !k->h2->settled && k->h2->settle_deadline < at) at = k->h2->settle_deadline;
     }
     return at;
+}
+
+/* -- for tests: the HPACK decoder on its own -------------------------------------------------- */
+static void append_field(void *ctx, const char *name, size_t nl, const char *value, size_t vl) {
+    PyObject *pair = Py_BuildValue("(y#y#)", name, (Py_ssize_t)nl, value, (Py_ssize_t)vl);
+    if (pair) PyList_Append((PyObject *)ctx, pair);
+    Py_XDECREF(pair);
+}
+
+/* hpack_decode(blocks) -> [[(name, value), ...] per block]: the blocks decoded in order with one
+   decoder (one connection's dynamic table); ValueError on a block the decoder rejects. */
+PyObject *h2_hpack_decode_py(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *blocks;
+    if (!PyArg_ParseTuple(args, "O", &blocks)) return NULL;
+    PyObject *seq = PySequence_Fast(blocks, "blocks must be a sequence of bytes");
+    if (!seq) return NULL;
+    hpack_t hp;
+    hpack_init(&hp);
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < PySequence_Fast_GET_SIZE(seq); i++) {
+        char *data;
+        Py_ssize_t len;
+        PyObject *fields = PyList_New(0);
+        if (!fields || PyBytes_AsStringAndSize(PySequence_Fast_GET_ITEM(seq, i), &data, &len) < 0) {
+            Py_XDECREF(fields);
+            Py_CLEAR(out);
+            break;
+        }
+        hpack_result_t res;
+        char err[120];
+        if (hpack_decode(&hp, (const uint8_t *)data, (size_t)len, &res, err, sizeof err, append_field, fields) < 0) {
+            PyErr_Format(PyExc_ValueError, "block %zd: %s", i, err);
+            Py_DECREF(fields);
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_Append(out, fields);
+        Py_DECREF(fields);
+    }
+    hpack_free(&hp);
+    Py_DECREF(seq);
+    return out;
 }

@@ -213,7 +213,8 @@ static void note_field(hpack_result_t *out, const char *name, size_t nl, const c
     }
 }
 
-int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, char *err, size_t err_len) {
+int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, char *err, size_t err_len,
+                 hpack_each_fn each, void *ctx) {
     const uint8_t *end = p + n;
     const char *why = "out of memory";
     out->http_status = out->grpc_status = -1;
@@ -230,6 +231,7 @@ int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, ch
                 goto fail;
             }
             note_field(out, name, nl, value, vl);
+            if (each) each(ctx, name, nl, value, vl);
             continue;
         }
         if ((b & 0xe0) == 0x20) { /* 6.3 dynamic table size update */
@@ -265,6 +267,7 @@ int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, ch
         name = h->scratch + name_at;
         value = h->scratch + value_at;
         note_field(out, name, nl, value, vl);
+        if (each) each(ctx, name, nl, value, vl);
         if (indexing && insert(h, name, nl, value, vl) < 0) goto fail;
     }
     return 0;

@@ -35,8 +35,12 @@ typedef struct {
 void hpack_setup(void); /* once, before any decoding: builds the Huffman decoding tree */
 void hpack_init(hpack_t *h);
 void hpack_free(hpack_t *h);
+/* Called with every field decoded, in order (tests look at them all). */
+typedef void (*hpack_each_fn)(void *ctx, const char *name, size_t name_len, const char *value, size_t value_len);
+
 /* Decode one complete header block; 0, or -1 with a reason in err (the connection is then
-   unusable: the tables are out of step). */
-int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, char *err, size_t err_len);
+   unusable: the tables are out of step). `each` may be NULL. */
+int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, char *err, size_t err_len,
+                 hpack_each_fn each, void *ctx);
 
 #endif

@@ -11,6 +11,7 @@ turn, gRPC requests larger than the server's flow-control windows, and the HPACK
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -36,6 +37,7 @@ from perfkit.recorder import concat
 from perfkit.records import GRPC_STATUS_BASE, STATUS_DROPPED, STATUS_PROTOCOL, LoadLevel, Samples, TlsSpec
 from perfkit.schedule import due_times
 from tests.conftest import require
+from tests.faultproxy import FaultProxy
 
 # senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones
 SENDERS = ("native", "http1")
@@ -295,3 +297,24 @@ def test_the_hpack_decoder_rejects_what_would_put_it_out_of_step(block, why):
     _need("native")
     with pytest.raises(ValueError, match=why):
         _native.hpack_decode([block])
+
+
+def test_grpc_compression_and_metadata_go_out_in_the_header_block(triton):
+    _need("native")
+    # perf_analyzer's --grpc-compression-algorithm and -H on unary gRPC: the messages gzip-compressed
+    # (flag 1, gzip's magic), the encoding and the metadata in the header block; Triton accepts them.
+    host, port = _hostport(triton.endpoints.grpc_url)
+    payload = _payload(triton, "identity", "grpc")
+    with FaultProxy((host, port), h2=True, record_bytes=1 << 16) as proxy:
+        cfg = EngineConfig("grpc", "127.0.0.1", proxy.port, (payload,), transport="native", compression="gzip",
+                           metadata=(("X-Perfkit-Test", "abc123"),))  # fmt: skip
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", 2))
+            _until(gen, parts, lambda s: int((s.status == 0).sum()) >= 10)
+            parts.append(gen.stop(5.0))
+        sent = bytes(proxy.client_bytes)
+    s = concat(parts)
+    assert (s.status == 0).all(), s.error_examples
+    assert b"grpc-encoding\x04gzip" in sent and b"x-perfkit-test\x06abc123" in sent
+    assert re.search(rb"\x01.{4}\x1f\x8b", sent, re.S)

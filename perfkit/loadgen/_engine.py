@@ -53,9 +53,9 @@ STREAM_TRANSPORTS = {
 class EngineConfig:
     """Everything a sender needs; picklable so worker processes can rebuild it.
 
-    transport: "auto" (HTTP/1.1 for http: the compiled sender where it is built, see
-    `_native_engine`; the hand-written HTTP/2 client for grpc), or one of "native", "http1"
-    (HTTP/1.1 from Python), "h2", "grpc-aio" explicitly.
+    transport: "auto" (the compiled sender where it is built and can carry cfg, see
+    `_native_engine`; else HTTP/1.1 for http, the hand-written HTTP/2 client for grpc), or one
+    of "native", "http1" (HTTP/1.1 from Python), "h2" (gRPC from Python), "grpc-aio" explicitly.
     """
 
     protocol: str  # "http" | "grpc"

@@ -7,6 +7,10 @@
  * the Python sender (benchmarks/client_profile.py) put ~45% of its CPU per request in the
  * interpreter; here a request costs its system calls and nothing else.
  *
+ * gRPC: a Core made with `grpc_block` carries unary gRPC calls over a few HTTP/2 connections
+ * instead (_native_h2.c, hooked in where connections are opened, read, written and given up:
+ * submit, the event loop, abort_in_flight, conn_drop); the loop modes and the ledger are shared.
+ *
  * Threads: Python calls (start, feed, swap, stop, close) take `mu`, set a command and
  * wake the loop through an eventfd; the loop thread holds `mu` while it handles a batch of
  * events, so everything below is touched under `mu` only. Python waits for a command with
@@ -948,8 +952,9 @@ static PyMethodDef module_functions[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", "perfkit's compiled HTTP/1.1 and gRPC sender", -1,
-                                    module_functions};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "_native",
+                                    .m_doc = "perfkit's compiled HTTP/1.1 and gRPC sender", .m_size = -1,
+                                    .m_methods = module_functions};
 
 PyMODINIT_FUNC PyInit__native(void) {
     hpack_setup();

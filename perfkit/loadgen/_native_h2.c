@@ -652,8 +652,8 @@ static void on_settings(Core *c, conn_t *k, const uint8_t *p, size_t n) {
             h->stream_window = value;
             for (size_t j = 0; j < h->blk_len; j++) /* RFC 9113 6.9.2: open streams' windows move by the change */
                 if (h->blocked[h->blk_head + j].sid) h->blocked[h->blk_head + j].window += delta;
-        } else if (ident == SET_MAX_FRAME) {
-            h->max_frame = value;
+        } else if (ident == SET_MAX_FRAME && value >= DEFAULT_MAX_FRAME && value < (1u << 24)) {
+            h->max_frame = value; /* RFC 9113 6.5.2's range; anything else is ignored */
         }
         /* SET_HEADER_TABLE bounds the server's decoder (our encoder: stateless), not our table */
     }

@@ -34,7 +34,15 @@ from perfkit.loadgen import (
 )
 from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR, NativeEngine, _native
 from perfkit.recorder import concat
-from perfkit.records import GRPC_STATUS_BASE, STATUS_DROPPED, STATUS_PROTOCOL, LoadLevel, Samples, TlsSpec
+from perfkit.records import (
+    GRPC_STATUS_BASE,
+    STATUS_CONNECTION_CLOSED,
+    STATUS_DROPPED,
+    STATUS_PROTOCOL,
+    LoadLevel,
+    Samples,
+    TlsSpec,
+)
 from perfkit.schedule import due_times
 from tests.conftest import require
 from tests.faultproxy import FaultProxy
@@ -318,3 +326,144 @@ def test_grpc_compression_and_metadata_go_out_in_the_header_block(triton):
     assert (s.status == 0).all(), s.error_examples
     assert b"grpc-encoding\x04gzip" in sent and b"x-perfkit-test\x06abc123" in sent
     assert re.search(rb"\x01.{4}\x1f\x8b", sent, re.S)
+
+
+def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
+
+
+class _ScriptedH2Server:
+    """An HTTP/2 peer answering gRPC calls by a script, for what Triton never does on its own: the
+    RFC's default windows and frame size (65,535 and 16,384 bytes: a 100 KB request goes out in
+    pieces, as WINDOW_UPDATEs arrive), a PING before each answer, trailers continued in a
+    CONTINUATION frame, and on each connection every 4th call (from the 2nd) reset with RST_STREAM
+    and every 4th (from the 4th) failed with grpc-status 3 and a message; or, with `bad_hpack`, every
+    answer a header block no decoder can read (an index into an empty dynamic table). It records the
+    sizes of the DATA frames it got, each call's bytes and the PING ACKs."""
+
+    def __init__(self, bad_hpack: bool = False) -> None:
+        self.bad_hpack = bad_hpack
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.data_frames: list[int] = []
+        self.call_bytes: list[int] = []
+        self.pings = self.ping_acks = 0
+        self._lock = threading.Lock()
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        encoder = hpack.Encoder()
+        calls = 0
+        received: dict[int, int] = {}
+        with conn, contextlib.suppress(OSError):
+            reader = conn.makefile("rb")
+            reader.read(24)  # the preface
+            conn.sendall(_frame(4, 0, 0))  # SETTINGS: every value the RFC's default
+            while head := reader.read(9):
+                length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+                sid = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
+                reader.read(length)
+                if ftype == 4 and not flags & 1:
+                    conn.sendall(_frame(4, 1, 0))
+                elif ftype == 6 and flags & 1:
+                    with self._lock:
+                        self.ping_acks += 1
+                elif ftype == 0:
+                    received[sid] = received.get(sid, 0) + length
+                    with self._lock:
+                        self.data_frames.append(length)
+                    # the client may send as much again: windows topped up by what arrived
+                    update = length.to_bytes(4, "big")
+                    conn.sendall(_frame(8, 0, 0, update) + _frame(8, 0, sid, update))
+                    if flags & 1:
+                        calls += 1
+                        with self._lock:
+                            self.call_bytes.append(received.pop(sid))
+                        conn.sendall(self._reply(encoder, sid, calls))
+
+    def _reply(self, encoder: hpack.Encoder, sid: int, call: int) -> bytes:
+        if self.bad_hpack:
+            return _frame(1, 0x5, sid, b"\xbe")
+        if call % 4 == 2:
+            return _frame(3, 0, sid, (8).to_bytes(4, "big"))  # RST_STREAM CANCEL
+        if call % 4 == 0:  # trailers only
+            block = encoder.encode([(":status", "200"), ("grpc-status", "3"), ("grpc-message", "bad input")])
+            return _frame(1, 0x5, sid, block)
+        with self._lock:
+            self.pings += 1
+        headers = encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+        trailers = encoder.encode([("grpc-status", "0"), ("grpc-message", "")])  # encoded in the order sent
+        return b"".join((
+            _frame(6, 0, 0, b"12345678"),
+            _frame(1, 0x4, sid, headers),
+            _frame(0, 0, sid, b"\x00\x00\x00\x00\x00"),
+            _frame(1, 0x1, sid, trailers[:1]),  # HEADERS without END_HEADERS ...
+            _frame(9, 0x4, sid, trailers[1:]),  # ... the rest of the block in CONTINUATION
+        ))  # fmt: skip
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join(2)
+        self.sock.close()
+
+
+@pytest.fixture
+def scripted_h2_server() -> Iterator[_ScriptedH2Server]:
+    server = _ScriptedH2Server()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("sender", GRPC_SENDERS)
+def test_grpc_frames_the_server_scripts(scripted_h2_server, sender):
+    _need(sender)
+    server = scripted_h2_server
+    message = bytes(range(256)) * 400  # 102,400 bytes: more than the 65,535-byte windows
+    cfg = EngineConfig("grpc", "127.0.0.1", server.port, (message,), transport=sender.removesuffix("-grpc"))
+    parts: list[Samples] = []
+    with LoadGenerator(cfg) as gen:
+        gen.start(LoadLevel("concurrency", 2))
+        _until(gen, parts, lambda s: int((s.status == 0).sum()) >= 10)
+        parts.append(gen.stop(5.0))
+    s = concat(parts)
+    reset, failed = STATUS_CONNECTION_CLOSED, GRPC_STATUS_BASE + 3
+    assert set(np.unique(s.status).tolist()) == {0, reset, failed}, s.error_examples
+    assert s.error_examples[reset] == "stream reset by the server (HTTP/2 error 8)"
+    assert s.error_examples[failed] == "bad input"
+    with server._lock:
+        assert max(server.data_frames) <= 16384
+        assert set(server.call_bytes) == {5 + len(message)}  # every call's message whole, in pieces
+        assert server.ping_acks >= server.pings - 2  # each PING answered (the last may be in flight)
+    assert s.reconnects == 0
+
+
+@pytest.mark.parametrize("sender", GRPC_SENDERS)
+def test_a_header_block_that_cannot_be_decoded_is_a_protocol_error(sender):
+    _need(sender)
+    # The decoder's table would be out of step with the server's: the connection is given up, what it
+    # carried ends as a protocol error, and a new connection replaces it (a reconnect).
+    server = _ScriptedH2Server(bad_hpack=True)
+    try:
+        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", 2))
+            _until(gen, parts, lambda s: len(s) >= 6)
+            parts.append(gen.stop(5.0))
+    finally:
+        server.close()
+    s = concat(parts)
+    assert (s.status == STATUS_PROTOCOL).all(), s.error_examples
+    assert s.error_examples[STATUS_PROTOCOL].startswith("HPACK")
+    assert s.reconnects > 0

@@ -27,6 +27,7 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -791,7 +792,14 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     pthread_cond_init(&c->hungry, NULL);
     c->armed_at = -1;
     c->max_outstanding = 1000;
-    if (pthread_create(&c->thread, NULL, loop_main, c) != 0) {
+    /* The sender thread blocks every signal (it inherits this mask): a Ctrl-C or SIGTERM sent to the
+       process is then taken by a Python thread, whose handler runs the interpreter's own. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int started = pthread_create(&c->thread, NULL, loop_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (started != 0) {
         PyErr_SetString(PyExc_OSError, "cannot start the sender thread");
         return -1;
     }

@@ -195,3 +195,28 @@ def test_an_unframed_response_is_a_protocol_error(no_length_server, sender):
     s = concat(parts)
     assert "HTTP/1.1 200 OK" in s.error_examples[STATUS_PROTOCOL]
     assert s.reconnects == 0  # perfkit closed those connections itself: not the peer's doing
+
+
+@pytest.mark.parametrize("sender", SENDERS)
+def test_image_sized_requests_complete(triton, sender):
+    # 600 KB a request (the compiled sender splices requests this large from the payload's pages):
+    # every one is answered and the server ran exactly those.
+    _need(sender)
+    host, port = _hostport(triton.endpoints.http_url)
+    payload = _payload(triton, "image")
+    assert len(payload) > 600_000
+    cfg = EngineConfig("http", host, port, (payload,), transport=sender)
+    before = _executed(triton, "image")
+    parts: list[Samples] = []
+    with LoadGenerator(cfg) as gen:
+        gen.start(LoadLevel("concurrency", 3))
+        _until(gen, parts, lambda s: len(s) >= 30)
+        parts.append(gen.stop(5.0))
+    s = concat(parts)
+    assert (s.status == 0).all(), s.error_examples
+    assert _executed(triton, "image") - before == len(s)
+
+
+def _executed(server, model: str) -> int:
+    stats = server.model_stats(model)["model_stats"][0]["inference_stats"]
+    return int(stats["success"]["count"]) + int(stats["fail"]["count"])

@@ -535,7 +535,11 @@ static void conn_readable(Core *c, conn_t *k) {
             c->in_flight--;
             add_record(c, due, sent, done, status);
             if (status) note_example(c, status, msg, mlen);
-            free_conn_to_work(c, k);
+            if (k->out_off < k->out_len || k->piped)
+                conn_close_ours(c, k, 1); /* answered before its request was written whole (an early
+                                             error): what is left of it would be read as a request */
+            else
+                free_conn_to_work(c, k);
             on_done(c, status);
             if (k->dead || k->sent < 0) break; /* idle (or gone): nothing more to read now */
         }

@@ -13,7 +13,7 @@ setup(
             "perfkit.loadgen._native",
             ["perfkit/loadgen/_native.c", "perfkit/loadgen/_native_h2.c", "perfkit/loadgen/_native_hpack.c"],
             depends=["perfkit/loadgen/_native.h", "perfkit/loadgen/_native_hpack.h", "perfkit/loadgen/_native_hpack_tables.h"],
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
             optional=True,
         )
     ]

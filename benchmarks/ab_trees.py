@@ -29,6 +29,8 @@ CASES = {  # name: (model, protocol, level and options)
     "http-c4": ("identity", "http", ("--concurrency-range", "4")),
     "grpc-c1": ("identity", "grpc", ("--concurrency-range", "1")),
     "grpc-c4": ("identity", "grpc", ("--concurrency-range", "4")),
+    "large-http-c1": ("image", "http", ("--concurrency-range", "1")),
+    "large-http-c4": ("image", "http", ("--concurrency-range", "4")),
     "large-grpc-c4": ("image", "grpc", ("--concurrency-range", "4")),
 }
 

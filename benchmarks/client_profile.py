@@ -3,7 +3,8 @@
 For each case (HTTP/1.1, HTTP/2 gRPC, system shared memory, gRPC streaming; c1/c4 and open
 loop) a `perfkit profile` process runs against the bundled server; over a steady-state span
 `perf record` samples the process (all threads, user and kernel stacks) and the samples are
-split into: the Python interpreter, syscalls and the network stack, scheduler wake-ups
+split into: the Python interpreter, perfkit's compiled HTTP/1.1 sender (its own code, not the
+system calls it makes), syscalls and the network stack, scheduler wake-ups
 (futex/epoll waits, context switches), memory copies, numpy and other extension code. The
 client CPU per request and the voluntary context switches per request (wake-ups) are read
 from /proc over the same span.
@@ -65,6 +66,7 @@ CATEGORIES = (
                             r"enqueue_task|dequeue_task|hrtimer|timerfd|do_nanosleep|select|poll_schedule|idle")),
     ("syscalls+net", re.compile(r"\[kernel|tcp_|ip_|sock|skb|sys_|entry_SYSCALL|syscall|__x64|net_|inet_|"
                                 r"loopback|__dev_|napi|unix_|lock_sock|do_syscall")),
+    ("compiled sender", re.compile(r"_native\.cpython")),  # perfkit/loadgen/_native.c (HTTP/1.1)
     ("interpreter", re.compile(r"libpython|python3|_PyEval|_Py|Py[A-Z]")),
     ("numpy", re.compile(r"numpy|_multiarray|openblas")),
 )  # fmt: skip
@@ -159,7 +161,8 @@ def main() -> None:
     rows = []
     with launch_local(LocalLaunch(repo)) as server:
         print(f"Triton {server.version()}; perf samples at 1999 Hz over {args.span:g} s per case (self time)")
-        names = ("interpreter", "syscalls+net", "wake-ups", "copies", "numpy", "other (libc, extensions)")
+        names = ("interpreter", "compiled sender", "syscalls+net", "wake-ups", "copies", "numpy",
+                 "other (libc, extensions)")  # fmt: skip
         head = "  ".join(f"{n:>11.11}" for n in names)
         print(f"{'case':14} {'req/s':>8} {'CPU us/resp':>11} {'wakeups/resp':>12}  {head}")
         for case in chosen:

@@ -240,6 +240,7 @@ def test_grpc_requests_larger_than_the_servers_windows_complete(triton, sender):
     payload = _payload(triton, "image", "grpc", batch_size=8)
     assert len(payload) > 4 << 20
     cfg = _config(triton, sender, (payload,))
+    before = _executed(triton, "image")
     parts: list[Samples] = []
     with LoadGenerator(cfg) as gen:
         gen.start(LoadLevel("concurrency", 2))
@@ -248,6 +249,7 @@ def test_grpc_requests_larger_than_the_servers_windows_complete(triton, sender):
     s = concat(parts)
     assert (s.status == 0).all(), s.error_examples
     assert (s.done_ns > s.sent_ns).all()
+    assert _executed(triton, "image") - before == len(s)
 
 
 def _fields(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -467,3 +469,28 @@ def test_a_header_block_that_cannot_be_decoded_is_a_protocol_error(sender):
     assert (s.status == STATUS_PROTOCOL).all(), s.error_examples
     assert s.error_examples[STATUS_PROTOCOL].startswith("HPACK")
     assert s.reconnects > 0
+
+
+@pytest.mark.parametrize("sender", SENDERS)
+def test_image_sized_requests_complete(triton, sender):
+    # 600 KB a request (the compiled sender splices requests this large from the payload's pages):
+    # every one is answered and the server ran exactly those.
+    _need(sender)
+    host, port = _hostport(triton.endpoints.http_url)
+    payload = _payload(triton, "image")
+    assert len(payload) > 600_000
+    cfg = EngineConfig("http", host, port, (payload,), transport=sender)
+    before = _executed(triton, "image")
+    parts: list[Samples] = []
+    with LoadGenerator(cfg) as gen:
+        gen.start(LoadLevel("concurrency", 3))
+        _until(gen, parts, lambda s: len(s) >= 30)
+        parts.append(gen.stop(5.0))
+    s = concat(parts)
+    assert (s.status == 0).all(), s.error_examples
+    assert _executed(triton, "image") - before == len(s)
+
+
+def _executed(server, model: str) -> int:
+    stats = server.model_stats(model)["model_stats"][0]["inference_stats"]
+    return int(stats["success"]["count"]) + int(stats["fail"]["count"])

@@ -25,7 +25,6 @@
 #include "_native.h"
 #include "_native_hpack.h"
 
-
 int grow(void **ptr, size_t *cap, size_t need, size_t item) {
     if (need <= *cap) return 0;
     size_t n = *cap ? *cap : 16;
@@ -98,6 +97,11 @@ void conn_drop(Core *c, conn_t *k) {
     epoll_ctl(c->ep, EPOLL_CTL_DEL, k->fd, NULL);
     close(k->fd);
     k->fd = -1;
+    if (k->pipe_r >= 0) {
+        close(k->pipe_r);
+        close(k->pipe_w);
+        k->pipe_r = k->pipe_w = -1;
+    }
     k->next_dead = c->graveyard; /* freed after the batch of events that may still name it */
     c->graveyard = k;
 }
@@ -120,6 +124,7 @@ static void conn_send(Core *c, conn_t *k, int64_t due) {
     k->out = c->payloads[i];
     k->out_len = c->payload_lens[i];
     k->out_off = 0;
+    k->piped = 0;
     k->sent = now_ns();
     conn_write(c, k);
 }
@@ -138,7 +143,56 @@ static void conn_lost(Core *c, conn_t *k, int err) {
     }
 }
 
+static int open_pipe(conn_t *k) {
+    int fds[2];
+    if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0) return -1;
+    fcntl(fds[1], F_SETPIPE_SZ, PIPE_BYTES); /* best effort: a smaller pipe takes the request in parts */
+    k->pipe_r = fds[0];
+    k->pipe_w = fds[1];
+    return 0;
+}
+
+/* Write the request through the pipe; returns 0 when it is written or waits for the socket (or the
+   connection was lost), -1 when splicing is not possible here (the caller then send()s the rest). */
+static int splice_write(Core *c, conn_t *k) {
+    for (;;) {
+        if (k->piped) {
+            int more = k->out_off < k->out_len ? SPLICE_F_MORE : 0;
+            ssize_t n = splice(k->pipe_r, NULL, k->fd, NULL, k->piped, SPLICE_F_NONBLOCK | more);
+            if (n > 0) {
+                k->piped -= (size_t)n;
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                if (!k->want_out) set_events(c, k, 1);
+                return 0;
+            }
+            conn_lost(c, k, n < 0 ? errno : 0);
+            return 0;
+        }
+        if (k->out_off == k->out_len) break;
+        struct iovec iov = {(void *)(k->out + k->out_off), k->out_len - k->out_off};
+        ssize_t n = vmsplice(k->pipe_w, &iov, 1, SPLICE_F_NONBLOCK);
+        if (n > 0) {
+            k->out_off += (size_t)n;
+            k->piped += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        return -1; /* the pipe is empty here, so this is not "full": splicing does not work */
+    }
+    if (k->want_out) set_events(c, k, 0);
+    return 0;
+}
+
 static void conn_write(Core *c, conn_t *k) {
+    if (k->out_len >= SPLICE_MIN_BYTES && (k->pipe_r >= 0 || (k->pipe_r == -1 && open_pipe(k) == 0))) {
+        if (splice_write(c, k) == 0) return;
+        close(k->pipe_r); /* this connection sends from user space from now on */
+        close(k->pipe_w);
+        k->pipe_r = k->pipe_w = -2;
+    }
     while (k->out_off < k->out_len) {
         ssize_t n = send(k->fd, k->out + k->out_off, k->out_len - k->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
@@ -205,6 +259,7 @@ conn_t *dial(Core *c) {
         return NULL;
     }
     k->fd = fd;
+    k->pipe_r = k->pipe_w = -1;
     k->sent = -1;
     k->due = -1;
     k->need = -1;
@@ -366,7 +421,11 @@ static void conn_readable(Core *c, conn_t *k) {
             c->in_flight--;
             add_record(c, due, sent, done, status);
             if (status) note_example(c, status, msg, mlen);
-            free_conn_to_work(c, k);
+            if (k->out_off < k->out_len || k->piped)
+                conn_close_ours(c, k, 1); /* answered before its request was written whole (an early
+                                             error): what is left of it would be read as a request */
+            else
+                free_conn_to_work(c, k);
             on_done(c, status);
             if (k->dead || k->sent < 0) break; /* idle (or gone): nothing more to read now */
         }
@@ -611,7 +670,7 @@ static void *loop_main(void *arg) {
                     h2_event(c, k, evs[i].events);
                     continue;
                 }
-                if (evs[i].events & EPOLLOUT && k->out_off < k->out_len && k->sent >= 0) conn_write(c, k);
+                if (evs[i].events & EPOLLOUT && (k->out_off < k->out_len || k->piped) && k->sent >= 0) conn_write(c, k);
                 if (!k->dead && evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) conn_readable(c, k);
             }
         }
@@ -724,7 +783,14 @@ static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     pthread_cond_init(&c->hungry, NULL);
     c->armed_at = -1;
     c->max_outstanding = 1000;
-    if (pthread_create(&c->thread, NULL, loop_main, c) != 0) {
+    /* The sender thread blocks every signal (it inherits this mask): a Ctrl-C or SIGTERM sent to the
+       process is then taken by a Python thread, whose handler runs the interpreter's own. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int started = pthread_create(&c->thread, NULL, loop_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (started != 0) {
         PyErr_SetString(PyExc_OSError, "cannot start the sender thread");
         return -1;
     }

@@ -24,15 +24,11 @@
  * one included; so a write error only marks the connection broken (its epoll event then ends
  * it), and owed requests are taken off a connection before they are recorded.
  */
-#include <errno.h>
+#include "_native.h" /* first: Python.h and _GNU_SOURCE come before any system header */
+
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/epoll.h>
-#include <sys/socket.h>
-#include <sys/uio.h>
 
-#include "_native.h"
 #include "_native_hpack.h"
 
 enum { F_DATA = 0, F_HEADERS = 1, F_RST = 3, F_SETTINGS = 4, F_PING = 6, F_GOAWAY = 7, F_WINDOW = 8, F_CONT = 9 };

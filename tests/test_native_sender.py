@@ -46,6 +46,7 @@ from perfkit.records import (
 from perfkit.schedule import due_times
 from tests.conftest import require
 from tests.faultproxy import FaultProxy
+from tests.test_faults import _check, drive_through_fault
 
 # senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones
 SENDERS = ("native", "http1")
@@ -494,3 +495,20 @@ def test_image_sized_requests_complete(triton, sender):
 def _executed(server, model: str) -> int:
     stats = server.model_stats(model)["model_stats"][0]["inference_stats"]
     return int(stats["success"]["count"]) + int(stats["fail"]["count"])
+
+
+@pytest.mark.parametrize("sender", ("native", "native-grpc"))
+def test_image_sized_requests_through_random_resets(triton, sender):
+    # Requests this large leave through a pipe (vmsplice + splice): a connection reset while one is
+    # in the pipe still ends every request as one record, the server's count reconciles, and the
+    # load goes on over new connections.
+    _need(sender)
+    protocol = _protocol(sender)
+    url = triton.endpoints.grpc_url if protocol == "grpc" else triton.endpoints.http_url
+    with FaultProxy(_hostport(url), reset_probability=0.05, h2=protocol == "grpc", seed=3) as proxy:
+        cfg = EngineConfig(protocol, "127.0.0.1", proxy.port, (_payload(triton, "image", protocol),),
+                           transport="native", seed=7)  # fmt: skip
+        run = drive_through_fault(cfg, triton, "image", LoadLevel("concurrency", 2), proxy, lambda p: None, 10, 30)
+    _check(run)
+    assert proxy.resets > 0 and run.failed > 0
+    assert run.samples.reconnects > 0

@@ -150,6 +150,7 @@ void conn_close_ours(Core *c, conn_t *k, int abort_it);
 void push_pending(Core *c, int64_t due);
 int64_t pop_pending(Core *c);
 conn_t *dial(Core *c);
+int open_pipe(conn_t *k);
 
 /* -- in _native_h2.c: gRPC over HTTP/2 -- */
 int h2_setup(Core *c, const char *block, size_t block_len, int connections);

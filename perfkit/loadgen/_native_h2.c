@@ -48,6 +48,7 @@ enum { F_DATA = 0, F_HEADERS = 1, F_RST = 3, F_SETTINGS = 4, F_PING = 6, F_GOAWA
 #define CACHE_ENTRIES 8
 #define CACHE_KEY_BYTES 64
 #define IOV_BATCH 1024 /* Linux's IOV_MAX */
+#define VMSPLICE_MIN_BYTES 4096 /* parts smaller than a page are written into the pipe (copied) */
 #define MSG_GOAWAY "server sent GOAWAY; request not processed"
 
 typedef struct {
@@ -75,6 +76,7 @@ typedef struct { /* one buffer of a write: a 9-byte frame head (kept in `heads`)
 
 typedef struct h2conn {
     int settled, goaway, broken; /* broken: errno of a failed write */
+    int no_vmsplice;             /* vmsplice failed here once: the pipe is not used again */
     int in_rotation;
     int64_t settle_deadline;
     uint32_t next_sid;
@@ -241,8 +243,67 @@ static void keep_rest(Core *c, conn_t *k, struct iovec *iov, size_t n) {
     if (!k->want_out) set_events(c, k, 1);
 }
 
+/* Hand the pipe's bytes to the socket; 0 when it is empty, -1 when the socket is full (EPOLLOUT
+   armed) or broken. */
+static int drain_pipe(Core *c, conn_t *k, int more) {
+    while (k->piped) {
+        ssize_t n = splice(k->pipe_r, NULL, k->fd, NULL, k->piped, SPLICE_F_NONBLOCK | (more ? SPLICE_F_MORE : 0));
+        if (n > 0) {
+            k->piped -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!k->want_out) set_events(c, k, 1);
+            return -1;
+        }
+        k->h2->broken = n < 0 ? errno : EPIPE;
+        return -1;
+    }
+    return 0;
+}
+
+/* A large write through the connection's pipe (as _native.c's splice_write): vmsplice hands the
+   payload's pages to the pipe (the tensor is never copied; payloads do not change while the Core
+   lives), frame heads and the header block are written into it, and splice moves it all on to the
+   socket. Returns how many of the n parts went into the pipe; what is left in the pipe when the
+   socket is full goes first on EPOLLOUT. */
+static size_t splice_parts(Core *c, conn_t *k, struct iovec *iov, size_t n) {
+    h2conn_t *h = k->h2;
+    size_t i = 0;
+    while (i < n && !h->broken) {
+        while (i < n) {
+            size_t run = i; /* small parts in a row (frame heads, the header block) go in one writev */
+            while (run < n && run - i < IOV_BATCH && (iov[run].iov_len < VMSPLICE_MIN_BYTES || h->no_vmsplice)) run++;
+            int copy = run > i;
+            ssize_t w = copy ? writev(k->pipe_w, iov + i, (int)(run - i))
+                             : vmsplice(k->pipe_w, &iov[i], 1, SPLICE_F_NONBLOCK);
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0 && errno == EAGAIN) break; /* the pipe is full: drain it first */
+            if (w < 0) {
+                if (copy) {
+                    h->broken = errno;
+                    return n;
+                }
+                h->no_vmsplice = 1; /* not here: the rest is copied into the pipe */
+                continue;
+            }
+            k->piped += (size_t)w;
+            size_t left = (size_t)w;
+            while (i < n && left >= iov[i].iov_len) left -= iov[i++].iov_len;
+            if (left) {
+                iov[i].iov_base = (char *)iov[i].iov_base + left;
+                iov[i].iov_len -= left;
+            }
+        }
+        if (drain_pipe(c, k, i < n) < 0) break;
+    }
+    return i;
+}
+
 /* Write the parts gathered (in one sendmsg where the kernel takes them: the payload's bytes are
-   not copied); what it does not take is kept in wbuf and sent on EPOLLOUT, in order. */
+   not copied to user space; large writes through the pipe, not copied at all); what the kernel
+   does not take is kept in wbuf and sent on EPOLLOUT, in order. */
 static void flush_parts(Core *c, conn_t *k) {
     h2conn_t *h = k->h2;
     size_t n = h->n_parts;
@@ -259,8 +320,18 @@ static void flush_parts(Core *c, conn_t *k) {
         iov[i].iov_base = (void *)(p->ptr ? p->ptr : h->heads + p->head);
         iov[i].iov_len = p->len;
     }
-    size_t i = 0;
-    if (h->wlen == h->woff) {
+    size_t i = 0, total = 0;
+    for (size_t j = 0; j < n; j++) total += iov[j].iov_len;
+    int idle = h->wlen == h->woff && !k->piped;
+    if (idle && total >= SPLICE_MIN_BYTES && !h->no_vmsplice && k->pipe_r < 0 && open_pipe(k) < 0)
+        h->no_vmsplice = 1; /* no pipe: sendmsg */
+    if (idle && total >= SPLICE_MIN_BYTES && !h->no_vmsplice) {
+        i = splice_parts(c, k, iov, n);
+        if (h->broken) {
+            if (!k->want_out) set_events(c, k, 1); /* its event ends it, outside this call */
+            return;
+        }
+    } else if (idle) {
         while (i < n) {
             size_t m = n - i < IOV_BATCH ? n - i : IOV_BATCH, total = 0;
             for (size_t j = i; j < i + m; j++) total += iov[j].iov_len;
@@ -292,6 +363,7 @@ static void send_bytes(Core *c, conn_t *k, const void *p, size_t n) {
 
 static void writable(Core *c, conn_t *k) {
     h2conn_t *h = k->h2;
+    if (drain_pipe(c, k, h->woff < h->wlen) < 0) return; /* the pipe's bytes go before wbuf's */
     while (h->woff < h->wlen) {
         ssize_t n = send(k->fd, h->wbuf + h->woff, h->wlen - h->woff, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
@@ -809,7 +881,7 @@ static void readable(Core *c, conn_t *k) {
 
 void h2_event(Core *c, conn_t *k, uint32_t events) {
     h2conn_t *h = k->h2;
-    if (events & EPOLLOUT && h->wlen > h->woff) writable(c, k);
+    if (events & EPOLLOUT && (h->wlen > h->woff || k->piped)) writable(c, k);
     if (!h->broken && events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c, k);
     if (!k->dead && h->broken) h2_lost(c, k, h->broken);
 }

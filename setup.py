@@ -11,8 +11,18 @@ setup(
     ext_modules=[
         Extension(
             "perfkit.loadgen._native",
-            ["perfkit/loadgen/_native.c", "perfkit/loadgen/_native_h2.c", "perfkit/loadgen/_native_hpack.c"],
-            depends=["perfkit/loadgen/_native.h", "perfkit/loadgen/_native_hpack.h", "perfkit/loadgen/_native_hpack_tables.h"],
+            [
+                "perfkit/loadgen/_native.c",  # the loop, the Python type, HTTP/1.1
+                "perfkit/loadgen/_native_h2.c",  # unary gRPC over HTTP/2: connections, streams, frames in
+                "perfkit/loadgen/_native_h2_write.c",  # its frames out
+                "perfkit/loadgen/_native_hpack.c",  # HPACK decoding of the server's header blocks
+            ],
+            depends=[
+                "perfkit/loadgen/_native.h",
+                "perfkit/loadgen/_native_h2.h",
+                "perfkit/loadgen/_native_hpack.h",
+                "perfkit/loadgen/_native_hpack_tables.h",
+            ],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
             optional=True,
         )

@@ -31,6 +31,7 @@ CASES = {  # name: (model, protocol, level and options)
     "grpc-c4": ("identity", "grpc", ("--concurrency-range", "4")),
     "large-http-c1": ("image", "http", ("--concurrency-range", "1")),
     "large-http-c4": ("image", "http", ("--concurrency-range", "4")),
+    "large-grpc-c1": ("image", "grpc", ("--concurrency-range", "1")),
     "large-grpc-c4": ("image", "grpc", ("--concurrency-range", "4")),
 }
 

@@ -11,6 +11,7 @@ turn, gRPC requests larger than the server's flow-control windows, and the HPACK
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import socket
 import threading
@@ -512,3 +513,24 @@ def test_image_sized_requests_through_random_resets(triton, sender):
     _check(run)
     assert proxy.resets > 0 and run.failed > 0
     assert run.samples.reconnects > 0
+
+
+def test_grpc_connections_wind_down_before_their_stream_ids_run_out(triton, monkeypatch):
+    _need("native")
+    # Stream ids are 31 bits: a connection near the last one leaves the rotation (its calls finish,
+    # then it closes) and a new one takes over, without a failed request or a "lost" connection.
+    # Connections here start a few ids short of the limit, so each carries only a few calls.
+    near_the_end = functools.partial(_native.Http1Core, h2_first_sid=_native.H2_LAST_SID - 8)
+    monkeypatch.setattr(_native, "Http1Core", near_the_end)  # the module NativeEngine makes its Core from
+    with FaultProxy(_hostport(triton.endpoints.grpc_url), h2=True) as proxy:
+        cfg = EngineConfig("grpc", "127.0.0.1", proxy.port, (_payload(triton, "identity", "grpc"),), transport="native")
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", 2))
+            _until(gen, parts, lambda s: len(s) >= 40)
+            parts.append(gen.stop(5.0))
+        accepted = proxy.accepted
+    s = concat(parts)
+    assert (s.status == 0).all(), s.error_examples
+    assert s.reconnects == 0
+    assert accepted >= len(s) // 5  # at most 5 calls a connection

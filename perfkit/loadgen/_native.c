@@ -708,17 +708,19 @@ static void run_cmd(Core *c, int cmd) {
 }
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
-    static char *names[] = {"host", "port", "payloads", "statuses", "grpc_block", "h2_connections", NULL};
+    static char *names[] = {"host", "port", "payloads", "statuses", "grpc_block", "h2_connections", "h2_first_sid",
+                            NULL};
     const char *host;
     int port;
     PyObject *payloads, *statuses;
     Py_buffer block = {0};
     int h2_connections = 2;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO|y*i", names, &host, &port, &payloads, &statuses, &block,
-                                     &h2_connections))
+    unsigned int h2_first_sid = 1; /* tests start near the last stream id */
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO|y*iI", names, &host, &port, &payloads, &statuses, &block,
+                                     &h2_connections, &h2_first_sid))
         return -1;
     if (block.buf) { /* gRPC: payloads are gRPC messages, block the request's HPACK header block */
-        int rc = h2_setup(c, block.buf, (size_t)block.len, h2_connections);
+        int rc = h2_setup(c, block.buf, (size_t)block.len, h2_connections, h2_first_sid | 1);
         PyBuffer_Release(&block);
         if (rc < 0) {
             PyErr_NoMemory();
@@ -1034,5 +1036,6 @@ PyMODINIT_FUNC PyInit__native(void) {
         return NULL;
     }
     PyModule_AddIntConstant(m, "RECORD_BYTES", (long)sizeof(record_t));
+    PyModule_AddIntConstant(m, "H2_LAST_SID", (long)H2_LAST_SID);
     return m;
 }

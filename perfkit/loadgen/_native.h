@@ -153,7 +153,8 @@ conn_t *dial(Core *c);
 int open_pipe(conn_t *k);
 
 /* -- in _native_h2.c: gRPC over HTTP/2 -- */
-int h2_setup(Core *c, const char *block, size_t block_len, int connections);
+#define H2_LAST_SID (0x7fffffffu - (1u << 20)) /* past this a gRPC connection winds down (ids are 31 bits) */
+int h2_setup(Core *c, const char *block, size_t block_len, int connections, uint32_t first_sid);
 void h2_teardown(Core *c);
 void h2_submit(Core *c, int64_t due);
 void h2_prepare(Core *c, int closed_loop, int share);

@@ -3,8 +3,9 @@
  * A few connections (`connections`, as _h2.H2_CONNECTIONS), each carrying many streams, requests
  * round-robin over those in rotation. Per call: one HEADERS frame with the prebuilt stateless
  * header block Python hands in (`_h2.header_block`: compression and metadata are in it), then the
- * gRPC message (framed by Python, `_h2.grpc_message`) in DATA frames, all in one sendmsg; only
- * frame headers are parsed on the way back, plus the trailers' grpc-status/grpc-message
+ * gRPC message (framed by Python, `_h2.grpc_message`) in DATA frames, all in one write
+ * (_native_h2_write.c: sendmsg, or vmsplice + splice from 64 KB); only frame headers are parsed on
+ * the way back, plus the trailers' grpc-status/grpc-message
  * (_native_hpack.c keeps the server's dynamic table in step; a block made of indexed fields only
  * changes no table state, so its meaning is cached).
  *
@@ -24,123 +25,13 @@
  * one included; so a write error only marks the connection broken (its epoll event then ends
  * it), and owed requests are taken off a connection before they are recorded.
  */
-#include "_native.h" /* first: Python.h and _GNU_SOURCE come before any system header */
+#include "_native_h2.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "_native_hpack.h"
-
-enum { F_DATA = 0, F_HEADERS = 1, F_RST = 3, F_SETTINGS = 4, F_PING = 6, F_GOAWAY = 7, F_WINDOW = 8, F_CONT = 9 };
-#define FL_END_STREAM 0x1
-#define FL_ACK 0x1
-#define FL_END_HEADERS 0x4
-#define FL_PADDED 0x8
-#define FL_PRIORITY 0x20
-#define SET_HEADER_TABLE 0x1
-#define SET_INITIAL_WINDOW 0x4
-#define SET_MAX_FRAME 0x5
-#define BIG_WINDOW 0x7fffffffLL
-#define DEFAULT_WINDOW 65535 /* RFC 9113's initial values, until the server's SETTINGS say otherwise */
-#define DEFAULT_MAX_FRAME 16384
-#define SETTINGS_WAIT_NS 5000000000LL /* _h2.SETTINGS_WAIT_S */
-#define RECEIVED_TOP_UP (1ULL << 30)
-#define CACHE_ENTRIES 8
-#define CACHE_KEY_BYTES 64
-#define IOV_BATCH 1024 /* Linux's IOV_MAX */
-#define VMSPLICE_MIN_BYTES 4096 /* parts smaller than a page are written into the pipe (copied) */
-#define MSG_GOAWAY "server sent GOAWAY; request not processed"
-
-typedef struct {
-    uint32_t sid;
-    int64_t due, sent;
-} stream_t;
-
-typedef struct { /* a request waiting for flow-control window; sid 0 until its HEADERS are written */
-    size_t payload, offset;
-    int64_t due, window;
-    uint32_t sid;
-} blocked_t;
-
-typedef struct {
-    size_t len;
-    uint8_t key[CACHE_KEY_BYTES];
-    hpack_result_t res;
-} cached_t;
-
-typedef struct { /* one buffer of a write: a 9-byte frame head (kept in `heads`) or bytes elsewhere */
-    const char *ptr;
-    size_t len;
-    size_t head; /* offset in heads when ptr is NULL */
-} part_t;
-
-typedef struct h2conn {
-    int settled, goaway, broken; /* broken: errno of a failed write */
-    int no_vmsplice;             /* vmsplice failed here once: the pipe is not used again */
-    int in_rotation;
-    int64_t settle_deadline;
-    uint32_t next_sid;
-    int64_t send_window, stream_window;
-    uint32_t max_frame;
-    uint64_t received;
-    stream_t *streams; /* in the order they were opened */
-    size_t n_streams, cap_streams;
-    blocked_t *blocked; /* FIFO [blk_head, blk_head + blk_len) */
-    size_t blk_head, blk_len, blk_cap;
-    uint32_t cont_sid; /* a header block continued in CONTINUATION frames */
-    int cont_end;
-    char *cont;
-    size_t cont_len, cont_cap;
-    char *wbuf; /* bytes the kernel did not take yet, sent in order before anything else */
-    size_t wlen, woff, wcap;
-    part_t *parts;
-    size_t n_parts, cap_parts;
-    char *heads;
-    size_t n_heads, cap_heads;
-    struct iovec *iov;
-    size_t cap_iov;
-    hpack_t hp;
-    cached_t cache[CACHE_ENTRIES];
-    int n_cache, next_cache;
-} h2conn_t;
-
-typedef struct h2core {
-    char *block; /* the request header block */
-    size_t block_len;
-    char intro[64]; /* preface, our SETTINGS, the connection window's top-up */
-    size_t intro_len;
-    int connections, want;
-    conn_t **usable; /* in rotation: settled, no GOAWAY */
-    size_t n_usable, cap_usable;
-    size_t rr;
-} h2core_t;
-
-static void put24(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 16);
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static uint32_t get32(const uint8_t *p) {
-    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
-}
-
-static void frame_head(uint8_t *p, size_t len, int type, int flags, uint32_t sid) {
-    put24(p, (uint32_t)len);
-    p[3] = (uint8_t)type;
-    p[4] = (uint8_t)flags;
-    put32(p + 5, sid);
-}
-
 /* -- setup ------------------------------------------------------------------------------------ */
-int h2_setup(Core *c, const char *block, size_t block_len, int connections) {
+int h2_setup(Core *c, const char *block, size_t block_len, int connections, uint32_t first_sid) {
     h2core_t *g = calloc(1, sizeof(h2core_t));
     if (!g) return -1;
     g->block = malloc(block_len ? block_len : 1);
@@ -151,6 +42,7 @@ int h2_setup(Core *c, const char *block, size_t block_len, int connections) {
     memcpy(g->block, block, block_len);
     g->block_len = block_len;
     g->connections = g->want = connections > 0 ? connections : 1;
+    g->first_sid = first_sid;
     /* as H2Conn.connection_made: no push, a huge initial stream window, the connection's topped up */
     uint8_t *p = (uint8_t *)g->intro;
     static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -194,191 +86,6 @@ void h2_free(conn_t *k) {
     k->h2 = NULL;
 }
 
-/* -- output ----------------------------------------------------------------------------------- */
-static void add_head(h2conn_t *h, size_t len, int type, int flags, uint32_t sid) {
-    if (grow((void **)&h->heads, &h->cap_heads, h->n_heads + 9, 1) < 0 ||
-        grow((void **)&h->parts, &h->cap_parts, h->n_parts + 1, sizeof(part_t)) < 0) {
-        h->broken = ENOMEM;
-        return;
-    }
-    frame_head((uint8_t *)h->heads + h->n_heads, len, type, flags, sid);
-    h->parts[h->n_parts++] = (part_t){NULL, 9, h->n_heads};
-    h->n_heads += 9;
-}
-
-static void add_ref(h2conn_t *h, const char *ptr, size_t len) {
-    if (!len) return;
-    if (grow((void **)&h->parts, &h->cap_parts, h->n_parts + 1, sizeof(part_t)) < 0) {
-        h->broken = ENOMEM;
-        return;
-    }
-    h->parts[h->n_parts++] = (part_t){ptr, len, 0};
-}
-
-/* DATA frames for [ptr, ptr+n) in pieces of at most the server's max frame size. */
-static void add_data(h2conn_t *h, uint32_t sid, const char *ptr, size_t n, int last) {
-    size_t step = h->max_frame;
-    size_t at = 0;
-    do {
-        size_t piece = n - at < step ? n - at : step;
-        add_head(h, piece, F_DATA, last && at + piece == n ? FL_END_STREAM : 0, sid);
-        add_ref(h, ptr + at, piece);
-        at += piece;
-    } while (at < n);
-}
-
-static void keep_rest(Core *c, conn_t *k, struct iovec *iov, size_t n) {
-    h2conn_t *h = k->h2;
-    size_t more = 0;
-    for (size_t i = 0; i < n; i++) more += iov[i].iov_len;
-    if (!more) return;
-    if (grow((void **)&h->wbuf, &h->wcap, h->wlen + more, 1) < 0) {
-        h->broken = ENOMEM;
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        memcpy(h->wbuf + h->wlen, iov[i].iov_base, iov[i].iov_len);
-        h->wlen += iov[i].iov_len;
-    }
-    if (!k->want_out) set_events(c, k, 1);
-}
-
-/* Hand the pipe's bytes to the socket; 0 when it is empty, -1 when the socket is full (EPOLLOUT
-   armed) or broken. */
-static int drain_pipe(Core *c, conn_t *k, int more) {
-    while (k->piped) {
-        ssize_t n = splice(k->pipe_r, NULL, k->fd, NULL, k->piped, SPLICE_F_NONBLOCK | (more ? SPLICE_F_MORE : 0));
-        if (n > 0) {
-            k->piped -= (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!k->want_out) set_events(c, k, 1);
-            return -1;
-        }
-        k->h2->broken = n < 0 ? errno : EPIPE;
-        return -1;
-    }
-    return 0;
-}
-
-/* A large write through the connection's pipe (as _native.c's splice_write): vmsplice hands the
-   payload's pages to the pipe (the tensor is never copied; payloads do not change while the Core
-   lives), frame heads and the header block are written into it, and splice moves it all on to the
-   socket. Returns how many of the n parts went into the pipe; what is left in the pipe when the
-   socket is full goes first on EPOLLOUT. */
-static size_t splice_parts(Core *c, conn_t *k, struct iovec *iov, size_t n) {
-    h2conn_t *h = k->h2;
-    size_t i = 0;
-    while (i < n && !h->broken) {
-        while (i < n) {
-            size_t run = i; /* small parts in a row (frame heads, the header block) go in one writev */
-            while (run < n && run - i < IOV_BATCH && (iov[run].iov_len < VMSPLICE_MIN_BYTES || h->no_vmsplice)) run++;
-            int copy = run > i;
-            ssize_t w = copy ? writev(k->pipe_w, iov + i, (int)(run - i))
-                             : vmsplice(k->pipe_w, &iov[i], 1, SPLICE_F_NONBLOCK);
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0 && errno == EAGAIN) break; /* the pipe is full: drain it first */
-            if (w < 0) {
-                if (copy) {
-                    h->broken = errno;
-                    return n;
-                }
-                h->no_vmsplice = 1; /* not here: the rest is copied into the pipe */
-                continue;
-            }
-            k->piped += (size_t)w;
-            size_t left = (size_t)w;
-            while (i < n && left >= iov[i].iov_len) left -= iov[i++].iov_len;
-            if (left) {
-                iov[i].iov_base = (char *)iov[i].iov_base + left;
-                iov[i].iov_len -= left;
-            }
-        }
-        if (drain_pipe(c, k, i < n) < 0) break;
-    }
-    return i;
-}
-
-/* Write the parts gathered (in one sendmsg where the kernel takes them: the payload's bytes are
-   not copied to user space; large writes through the pipe, not copied at all); what the kernel
-   does not take is kept in wbuf and sent on EPOLLOUT, in order. */
-static void flush_parts(Core *c, conn_t *k) {
-    h2conn_t *h = k->h2;
-    size_t n = h->n_parts;
-    h->n_parts = 0;
-    h->n_heads = 0;
-    if (!n || h->broken || k->dead) return;
-    if (grow((void **)&h->iov, &h->cap_iov, n, sizeof(struct iovec)) < 0) {
-        h->broken = ENOMEM;
-        return;
-    }
-    struct iovec *iov = h->iov;
-    for (size_t i = 0; i < n; i++) {
-        part_t *p = &h->parts[i];
-        iov[i].iov_base = (void *)(p->ptr ? p->ptr : h->heads + p->head);
-        iov[i].iov_len = p->len;
-    }
-    size_t i = 0, total = 0;
-    for (size_t j = 0; j < n; j++) total += iov[j].iov_len;
-    int idle = h->wlen == h->woff && !k->piped;
-    if (idle && total >= SPLICE_MIN_BYTES && !h->no_vmsplice && k->pipe_r < 0 && open_pipe(k) < 0)
-        h->no_vmsplice = 1; /* no pipe: sendmsg */
-    if (idle && total >= SPLICE_MIN_BYTES && !h->no_vmsplice) {
-        i = splice_parts(c, k, iov, n);
-        if (h->broken) {
-            if (!k->want_out) set_events(c, k, 1); /* its event ends it, outside this call */
-            return;
-        }
-    } else if (idle) {
-        while (i < n) {
-            size_t m = n - i < IOV_BATCH ? n - i : IOV_BATCH, total = 0;
-            for (size_t j = i; j < i + m; j++) total += iov[j].iov_len;
-            struct msghdr mh = {.msg_iov = iov + i, .msg_iovlen = m};
-            ssize_t w = sendmsg(k->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-            if (w < 0) {
-                h->broken = errno;
-                if (!k->want_out) set_events(c, k, 1); /* its event ends it, outside this call */
-                return;
-            }
-            size_t left = (size_t)w;
-            while (i < n && left >= iov[i].iov_len) left -= iov[i++].iov_len;
-            if (left) {
-                iov[i].iov_base = (char *)iov[i].iov_base + left;
-                iov[i].iov_len -= left;
-            }
-            if ((size_t)w < total) break; /* the socket buffer is full */
-        }
-    }
-    keep_rest(c, k, iov + i, n - i);
-}
-
-static void send_bytes(Core *c, conn_t *k, const void *p, size_t n) {
-    add_ref(k->h2, p, n);
-    flush_parts(c, k);
-}
-
-static void writable(Core *c, conn_t *k) {
-    h2conn_t *h = k->h2;
-    if (drain_pipe(c, k, h->woff < h->wlen) < 0) return; /* the pipe's bytes go before wbuf's */
-    while (h->woff < h->wlen) {
-        ssize_t n = send(k->fd, h->wbuf + h->woff, h->wlen - h->woff, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            h->woff += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        h->broken = n < 0 ? errno : EPIPE;
-        return;
-    }
-    h->woff = h->wlen = 0;
-    if (k->want_out) set_events(c, k, 0);
-}
-
 /* -- streams ---------------------------------------------------------------------------------- */
 static void add_stream(h2conn_t *h, uint32_t sid, int64_t due, int64_t sent) {
     if (grow((void **)&h->streams, &h->cap_streams, h->n_streams + 1, sizeof(stream_t)) < 0) {
@@ -419,15 +126,15 @@ static void pump(Core *c, conn_t *k) {
             h->next_sid += 2;
             b->window = h->stream_window;
             add_stream(h, b->sid, b->due, now_ns());
-            add_head(h, g->block_len, F_HEADERS, FL_END_HEADERS, b->sid);
-            add_ref(h, g->block, g->block_len);
+            out_head(h, g->block_len, F_HEADERS, FL_END_HEADERS, b->sid);
+            out_ref(h, g->block, g->block_len);
         }
         int64_t n = (int64_t)(size - b->offset);
         if (h->send_window < n) n = h->send_window;
         if (b->window < n) n = b->window;
         if (n <= 0 && size > 0) break;
         int last = b->offset + (size_t)n == size;
-        add_data(h, b->sid, c->payloads[b->payload] + b->offset, (size_t)n, last);
+        out_data(h, b->sid, c->payloads[b->payload] + b->offset, (size_t)n, last);
         b->offset += (size_t)n;
         h->send_window -= n;
         b->window -= n;
@@ -435,7 +142,7 @@ static void pump(Core *c, conn_t *k) {
         h->blk_head++;
         if (--h->blk_len == 0) h->blk_head = 0;
     }
-    flush_parts(c, k);
+    out_flush(c, k);
 }
 
 /* Start one call on k (H2Conn.send). */
@@ -460,10 +167,10 @@ static void h2_send(Core *c, conn_t *k, size_t payload, int64_t due) {
     h->next_sid += 2;
     h->send_window -= (int64_t)size;
     add_stream(h, sid, due, now_ns());
-    add_head(h, c->h2->block_len, F_HEADERS, FL_END_HEADERS, sid);
-    add_ref(h, c->h2->block, c->h2->block_len);
-    add_data(h, sid, c->payloads[payload], size, 1);
-    flush_parts(c, k);
+    out_head(h, c->h2->block_len, F_HEADERS, FL_END_HEADERS, sid);
+    out_ref(h, c->h2->block, c->h2->block_len);
+    out_data(h, sid, c->payloads[payload], size, 1);
+    out_flush(c, k);
 }
 
 /* -- connections ------------------------------------------------------------------------------ */
@@ -497,7 +204,7 @@ static void h2_open(Core *c) {
         return;
     }
     hpack_init(&h->hp);
-    h->next_sid = 1;
+    h->next_sid = c->h2->first_sid;
     h->send_window = h->stream_window = DEFAULT_WINDOW;
     h->max_frame = DEFAULT_MAX_FRAME;
     h->settle_deadline = now_ns() + SETTINGS_WAIT_NS;
@@ -527,7 +234,7 @@ void h2_connected(Core *c, conn_t *k) {
         return;
     }
     set_events(c, k, 0);
-    send_bytes(c, k, c->h2->intro, c->h2->intro_len);
+    out_bytes(c, k, c->h2->intro, c->h2->intro_len);
 }
 
 /* The server's first SETTINGS: the connection joins the rotation and takes what was waiting. */
@@ -727,7 +434,7 @@ static void on_settings(Core *c, conn_t *k, const uint8_t *p, size_t n) {
     }
     uint8_t ack[9];
     frame_head(ack, 0, F_SETTINGS, FL_ACK, 0);
-    send_bytes(c, k, ack, sizeof ack);
+    out_bytes(c, k, ack, sizeof ack);
     if (!h->settled) settle(c, k);
     if (!k->dead) pump(c, k);
 }
@@ -793,7 +500,7 @@ static void on_frame(Core *c, conn_t *k, int type, int flags, uint32_t sid, cons
             uint8_t pong[17];
             frame_head(pong, 8, F_PING, FL_ACK, 0);
             memcpy(pong + 9, p, 8);
-            send_bytes(c, k, pong, sizeof pong);
+            out_bytes(c, k, pong, sizeof pong);
         }
         break;
     case F_WINDOW:
@@ -875,22 +582,38 @@ static void readable(Core *c, conn_t *k) {
         frame_head(up, 4, F_WINDOW, 0, 0);
         put32(up + 9, (uint32_t)h->received);
         h->received = 0;
-        send_bytes(c, k, up, sizeof up);
+        out_bytes(c, k, up, sizeof up);
     }
 }
 
 void h2_event(Core *c, conn_t *k, uint32_t events) {
     h2conn_t *h = k->h2;
-    if (events & EPOLLOUT && (h->wlen > h->woff || k->piped)) writable(c, k);
+    if (events & EPOLLOUT && (h->wlen > h->woff || k->piped)) out_writable(c, k);
     if (!h->broken && events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c, k);
     if (!k->dead && h->broken) h2_lost(c, k, h->broken);
 }
 
 /* -- requests --------------------------------------------------------------------------------- */
+/* A connection whose stream ids run out leaves the rotation as if the server had sent GOAWAY
+   (its calls finish, then it closes), not counted as lost; a replacement opens. */
+static void wind_down(Core *c, conn_t *k) {
+    h2core_t *g = c->h2;
+    k->h2->goaway = 1;
+    k->h2->in_rotation = 0;
+    usable_remove(g, k);
+    if (c->opening == 0 && (int)g->n_usable < g->want) h2_open(c);
+    close_if_gone_away(c, k);
+}
+
 void h2_submit(Core *c, int64_t due) {
     h2core_t *g = c->h2;
     if (g->n_usable) {
         conn_t *k = g->usable[g->rr++ % g->n_usable];
+        if (k->h2->next_sid > H2_LAST_SID) {
+            wind_down(c, k);
+            h2_submit(c, due);
+            return;
+        }
         h2_send(c, k, take_payload(c), due);
         return;
     }

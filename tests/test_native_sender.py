@@ -500,9 +500,9 @@ def _executed(server, model: str) -> int:
 
 @pytest.mark.parametrize("sender", ("native", "native-grpc"))
 def test_image_sized_requests_through_random_resets(triton, sender):
-    # Requests this large leave through a pipe (vmsplice + splice): a connection reset while one is
-    # in the pipe still ends every request as one record, the server's count reconciles, and the
-    # load goes on over new connections.
+    # A connection reset while a 600 KB request is on its way out (HTTP: in the pipe, vmsplice +
+    # splice; gRPC: partly in the kernel, the rest waiting in the sender) still ends every request as
+    # one record, the server's count reconciles, and the load goes on over new connections.
     _need(sender)
     protocol = _protocol(sender)
     url = triton.endpoints.grpc_url if protocol == "grpc" else triton.endpoints.http_url

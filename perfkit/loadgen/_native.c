@@ -143,7 +143,7 @@ static void conn_lost(Core *c, conn_t *k, int err) {
     }
 }
 
-int open_pipe(conn_t *k) {
+static int open_pipe(conn_t *k) {
     int fds[2];
     if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0) return -1;
     fcntl(fds[1], F_SETPIPE_SZ, PIPE_BYTES); /* best effort: a smaller pipe takes the request in parts */

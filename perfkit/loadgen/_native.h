@@ -150,7 +150,6 @@ void conn_close_ours(Core *c, conn_t *k, int abort_it);
 void push_pending(Core *c, int64_t due);
 int64_t pop_pending(Core *c);
 conn_t *dial(Core *c);
-int open_pipe(conn_t *k);
 
 /* -- in _native_h2.c: gRPC over HTTP/2 -- */
 #define H2_LAST_SID (0x7fffffffu - (1u << 20)) /* past this a gRPC connection winds down (ids are 31 bits) */

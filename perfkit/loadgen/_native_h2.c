@@ -3,9 +3,8 @@
  * A few connections (`connections`, as _h2.H2_CONNECTIONS), each carrying many streams, requests
  * round-robin over those in rotation. Per call: one HEADERS frame with the prebuilt stateless
  * header block Python hands in (`_h2.header_block`: compression and metadata are in it), then the
- * gRPC message (framed by Python, `_h2.grpc_message`) in DATA frames, all in one write
- * (_native_h2_write.c: sendmsg, or vmsplice + splice from 64 KB); only frame headers are parsed on
- * the way back, plus the trailers' grpc-status/grpc-message
+ * gRPC message (framed by Python, `_h2.grpc_message`) in DATA frames, all in one sendmsg
+ * (_native_h2_write.c); only frame headers are parsed on the way back, plus the trailers' grpc-status/grpc-message
  * (_native_hpack.c keeps the server's dynamic table in step; a block made of indexed fields only
  * changes no table state, so its meaning is cached).
  *
@@ -588,7 +587,7 @@ static void readable(Core *c, conn_t *k) {
 
 void h2_event(Core *c, conn_t *k, uint32_t events) {
     h2conn_t *h = k->h2;
-    if (events & EPOLLOUT && (h->wlen > h->woff || k->piped)) out_writable(c, k);
+    if (events & EPOLLOUT && h->wlen > h->woff) out_writable(c, k);
     if (!h->broken && events & (EPOLLIN | EPOLLERR | EPOLLHUP)) readable(c, k);
     if (!k->dead && h->broken) h2_lost(c, k, h->broken);
 }

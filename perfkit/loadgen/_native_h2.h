@@ -24,7 +24,6 @@ enum { F_DATA = 0, F_HEADERS = 1, F_RST = 3, F_SETTINGS = 4, F_PING = 6, F_GOAWA
 #define CACHE_ENTRIES 8
 #define CACHE_KEY_BYTES 64
 #define IOV_BATCH 1024 /* Linux's IOV_MAX */
-#define VMSPLICE_MIN_BYTES 4096 /* parts smaller than a page are written into the pipe (copied) */
 #define MSG_GOAWAY "server sent GOAWAY; request not processed"
 
 typedef struct {
@@ -52,7 +51,6 @@ typedef struct { /* one buffer of a write: a 9-byte frame head (kept in `heads`)
 
 typedef struct h2conn {
     int settled, goaway, broken; /* broken: errno of a failed write */
-    int no_vmsplice;             /* vmsplice failed here once: the pipe is not used again */
     int in_rotation;
     int64_t settle_deadline;
     uint32_t next_sid;

@@ -4,6 +4,7 @@ file and line, stable hashing, atomic writes, and the guard that always restores
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -265,32 +266,112 @@ def test_guard_does_not_reload_when_nothing_changed(tmp_path: Path):
     assert server.loaded == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_guard_restores_on_signal_in_a_real_process(tmp_path: Path, sig: int):
-    path = tmp_path / "config.pbtxt"
-    original = b'name: "m"  # keep me\n'
-    path.write_bytes(original)
-    script = textwrap.dedent(
-        f"""
-        import sys, time
+def _guarded_child(path: Path, body: str) -> subprocess.Popen[bytes]:
+    """A real Python process that enters ConfigGuard(path), rewrites the file, prints "changed",
+    runs body (inside the guard) and then waits to be signalled."""
+    script = (
+        textwrap.dedent(
+            f"""
+        import signal, time
         from pathlib import Path
         from perfkit.server.modelconfig import ConfigGuard, write_config
         p = Path({str(path)!r})
         with ConfigGuard(p):
             write_config(p, 'name: "changed"\\n')
-            print("changed", flush=True)
-            for _ in range(600):  # short sleeps: a signal the kernel hands to another thread (a BLAS
-                time.sleep(0.1)   # pool's) runs its handler only when the main thread wakes
         """
+        )
+        + textwrap.indent(textwrap.dedent(body), "    ")
+        + textwrap.indent(
+            # Short sleeps, not one long one: when the kernel hands the signal to another thread (the
+            # process has OpenBLAS threads), the main thread runs the handler only when it next wakes.
+            "for _ in range(600):\n    time.sleep(0.1)\n",
+            "    ",
+        )
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_or_explain(proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> int:
+    """The child's exit status; if it is still running after timeout_s, fail with what it was
+    doing with signals (blocked, ignored, pending, per thread) and what it printed."""
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        states = []
+        for task in sorted(Path(f"/proc/{proc.pid}/task").glob("*")):
+            with contextlib.suppress(OSError):
+                lines = task.joinpath("status").read_text().splitlines()
+                states.append(
+                    f"  thread {task.name}: "
+                    + " ".join(ln for ln in lines if ln.startswith(("State", "Sig", "ShdPnd")))
+                )
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(
+            f"the child did not exit {timeout_s} s after the signal:\n"
+            + "\n".join(states)
+            + f"\nstderr:\n{err.decode(errors='replace')}"
+        )
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_guard_restores_on_signal_in_a_real_process(tmp_path: Path, sig: int):
+    path = tmp_path / "config.pbtxt"
+    original = b'name: "m"  # keep me\n'
+    path.write_bytes(original)
+    proc = _guarded_child(path, 'print("changed", flush=True)\n')
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == b"changed"
     assert path.read_bytes() != original
     proc.send_signal(sig)
-    proc.wait(timeout=20)
-    assert proc.returncode != 0
+    assert _wait_or_explain(proc) != 0
     assert path.read_bytes() == original
+
+
+def test_guard_restores_when_a_second_signal_follows_the_first(tmp_path: Path):
+    # SIGTERM and Ctrl-C reach the process together (a supervisor stops it as the user presses
+    # Ctrl-C; or Ctrl-C twice): the second handler runs as the block unwinds from the first,
+    # before or during the guard's exit, and must not cut the restore short. The child holds both
+    # signals blocked until both are pending, so both handlers run back to back, every time.
+    path = tmp_path / "config.pbtxt"
+    original = b'name: "m"  # keep me\n'
+    path.write_bytes(original)
+    body = """
+        both = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, both)
+        print("changed", flush=True)
+        while signal.sigpending() != both:
+            time.sleep(0.01)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, both)
+    """
+    proc = _guarded_child(path, body)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"changed"
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGINT)
+    assert _wait_or_explain(proc) != 0
+    assert path.read_bytes() == original
+
+
+def test_blocking_signals_puts_the_mask_back_when_a_pending_handler_raises(monkeypatch: pytest.MonkeyPatch):
+    # signal.pthread_sigmask runs the handlers of signals already received once it has changed
+    # the mask; one that raises must not leave SIGINT/SIGTERM blocked for the rest of the process.
+    from perfkit.server import _interrupts
+
+    real = signal.pthread_sigmask
+    before = real(signal.SIG_BLOCK, ())
+
+    def mask_then_run_a_raising_handler(how: int, sigs: object) -> set[signal.Signals]:
+        old = real(how, sigs)  # type: ignore[arg-type]  # passed through as the caller gave them
+        if how == signal.SIG_BLOCK and sigs:
+            raise KeyboardInterrupt("a signal received before the block")
+        return old
+
+    monkeypatch.setattr(_interrupts.signal, "pthread_sigmask", mask_then_run_a_raising_handler)
+    with pytest.raises(KeyboardInterrupt), _interrupts.signals_blocked():
+        pass
+    monkeypatch.undo()
+    assert real(signal.SIG_BLOCK, ()) == before
 
 
 class _nullcontext:

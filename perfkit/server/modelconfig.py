@@ -12,18 +12,16 @@ import hashlib
 import json
 import logging
 import os
-import signal
 import tempfile
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from google.protobuf import json_format, text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelNotFoundError, PerfkitError
+from perfkit.server._interrupts import Interrupts, holds_signals, signals_blocked
 from perfkit.server._render import RenderError, render_edits
 from perfkit.server.base import Server
 
@@ -31,6 +29,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ConfigGuard",
+    "holds_signals",
     "ModelConfig",
     "apply_config",
     "applied_differences",
@@ -229,17 +228,16 @@ def apply_config(server: Server, model: str, config_path: Path, candidate: str |
     return applied
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 class ConfigGuard:
     """Snapshots a model's config.pbtxt and puts it back byte for byte on leaving the block,
     whatever ends it (normal end, exception, Ctrl-C, SIGTERM), then reloads the model.
 
     While active on the main thread it turns SIGTERM into KeyboardInterrupt (unless a
-    handler is already installed), so a plain `kill` also restores. The restore itself
-    runs with SIGINT/SIGTERM blocked so a second Ctrl-C cannot leave a half-written file.
+    handler is already installed), so a plain `kill` also restores, and it takes Python's
+    default Ctrl-C handler: the first signal ends the block, and a signal that follows it
+    (Ctrl-C twice, SIGTERM and Ctrl-C together) waits until the file is back instead of
+    cutting the restore short (see _interrupts). The write itself runs with SIGINT/SIGTERM
+    blocked, whoever handles them, so no signal can leave a half-written file.
     """
 
     def __init__(self, config_path: Path, server: Server | None = None, model: str | None = None) -> None:
@@ -248,18 +246,16 @@ class ConfigGuard:
         self.model = model
         self.original: bytes = b""
         self.restore_error: str | None = None
-        self._old_sigterm: Any = None
+        self._interrupts: Interrupts | None = None
 
     def __enter__(self) -> ConfigGuard:
         try:
             self.original = self.path.read_bytes()
         except OSError as err:
             raise ConfigError(f"{self.path}: cannot read model config: {err.strerror}") from None
-        if threading.current_thread() is threading.main_thread():
-            current = signal.getsignal(signal.SIGTERM)
-            if current in (signal.SIG_DFL, None):
-                self._old_sigterm = current
-                signal.signal(signal.SIGTERM, _raise_interrupt)
+        interrupts = Interrupts()
+        if interrupts.install():
+            self._interrupts = interrupts
         return self
 
     def apply(self, candidate: str | ModelConfig) -> ModelConfig:
@@ -282,7 +278,7 @@ class ConfigGuard:
 
     def restore_file(self) -> bool:
         """Put the snapshot back if the file differs; returns whether it wrote."""
-        with _signals_blocked():
+        with signals_blocked():
             if not self.changed():
                 return False
             write_bytes_atomic(self.path, self.original)
@@ -301,6 +297,7 @@ class ConfigGuard:
             except KeyboardInterrupt:
                 self.restore_error = "interrupted while reloading the original config"
 
+    @holds_signals
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
@@ -315,19 +312,6 @@ class ConfigGuard:
                     if self.restore_error:
                         log.warning("%s restored, reload failed: %s", self.path, self.restore_error)
         finally:
-            if self._old_sigterm is not None:
-                signal.signal(signal.SIGTERM, self._old_sigterm)
-                self._old_sigterm = None
-
-
-@contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    sigs = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+            interrupts, self._interrupts = self._interrupts, None
+            if interrupts is not None:
+                interrupts.uninstall()  # raises KeyboardInterrupt for a signal held while restoring

@@ -23,7 +23,7 @@ from types import TracebackType
 
 from perfkit.errors import ConfigError, PerfkitError
 from perfkit.server.base import Server
-from perfkit.server.modelconfig import ConfigGuard, ModelConfig, parse_config, write_bytes_atomic
+from perfkit.server.modelconfig import ConfigGuard, ModelConfig, holds_signals, parse_config, write_bytes_atomic
 
 log = logging.getLogger(__name__)
 ENSEMBLE_UTILS = "triton-inference-server/core src/ensemble_scheduler/ensemble_utils.cc"
@@ -188,6 +188,7 @@ class RepoGuard:
             except KeyboardInterrupt:
                 self.restore_errors[model] = "interrupted while reloading the original config"
 
+    @holds_signals
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:

@@ -1,5 +1,7 @@
 /* HPACK's constant tables (RFC 7541), transcribed: the static table of Appendix A and the
- * Huffman code of Appendix B (code, length in bits) for symbols 0-255 and EOS (256). */
+ * Huffman code of Appendix B (code, length in bits) for symbols 0-255 and EOS (256). Written out
+ * from the hpack package's copies of them (hpack 4.2.0: table.py, huffman_constants.py);
+ * tests/test_native_sender.py decodes RFC 7541 C.6.1's bytes and hpack's encoder's output with them. */
 #ifndef PERFKIT_NATIVE_HPACK_TABLES_H
 #define PERFKIT_NATIVE_HPACK_TABLES_H
 

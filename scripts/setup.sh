@@ -10,7 +10,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.perfkit-installed
 # setup.py and the C source: the compiled sender (perfkit/loadgen/_native.c) is built in place by the install
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] || [ perfkit/loadgen/_native.c -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
+  || [ -n "$(find perfkit/loadgen -name '_native*.[ch]' -newer "$stamp")" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   .venv/bin/python -m pip install -q -e ".[server,dev]"
   touch "$stamp"

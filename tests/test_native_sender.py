@@ -181,9 +181,9 @@ def test_payloads_are_taken_in_turn_and_errors_keep_the_servers_message(triton, 
     assert (s.due_ns == -1).all()
 
 
-class _NoLengthServer:
-    """A peer that answers every request with a status line and no Content-Length (not HTTP a
-    client can frame), to show such a response ends as a protocol error, not a hang."""
+class _ScriptedPeer:
+    """A loopback TCP peer that answers each connection on a thread of its own (`_answer`); the
+    scripted misbehaviour a test needs, which Triton never shows, is in the subclass."""
 
     def __init__(self) -> None:
         self.sock = socket.create_server(("127.0.0.1", 0))
@@ -202,14 +202,22 @@ class _NoLengthServer:
             threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
 
     def _answer(self, conn: socket.socket) -> None:
-        with conn, contextlib.suppress(OSError):  # the client resets a connection it cannot use
-            while conn.recv(65536):
-                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Other: 1\r\n\r\n")
+        raise NotImplementedError
 
     def close(self) -> None:
         self._stop = True
         self._thread.join(2)
         self.sock.close()
+
+
+class _NoLengthServer(_ScriptedPeer):
+    """A peer that answers every request with a status line and no Content-Length (not HTTP a
+    client can frame), to show such a response ends as a protocol error, not a hang."""
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):  # the client resets a connection it cannot use
+            while conn.recv(65536):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nX-Other: 1\r\n\r\n")
 
 
 @pytest.fixture
@@ -336,7 +344,7 @@ def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
 
 
-class _ScriptedH2Server:
+class _ScriptedH2Server(_ScriptedPeer):
     """An HTTP/2 peer answering gRPC calls by a script, for what Triton never does on its own: the
     RFC's default windows and frame size (65,535 and 16,384 bytes: a 100 KB request goes out in
     pieces, as WINDOW_UPDATEs arrive), a PING before each answer, trailers continued in a
@@ -347,24 +355,11 @@ class _ScriptedH2Server:
 
     def __init__(self, bad_hpack: bool = False) -> None:
         self.bad_hpack = bad_hpack
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.port = self.sock.getsockname()[1]
         self.data_frames: list[int] = []
         self.call_bytes: list[int] = []
         self.pings = self.ping_acks = 0
         self._lock = threading.Lock()
-        self._stop = False
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        self.sock.settimeout(0.2)
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+        super().__init__()
 
     def _answer(self, conn: socket.socket) -> None:
         encoder = hpack.Encoder()
@@ -415,11 +410,6 @@ class _ScriptedH2Server:
             _frame(1, 0x1, sid, trailers[:1]),  # HEADERS without END_HEADERS ...
             _frame(9, 0x4, sid, trailers[1:]),  # ... the rest of the block in CONTINUATION
         ))  # fmt: skip
-
-    def close(self) -> None:
-        self._stop = True
-        self._thread.join(2)
-        self.sock.close()
 
 
 @pytest.fixture

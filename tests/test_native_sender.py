@@ -15,8 +15,7 @@ import functools
 import re
 import socket
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import hpack
 import numpy as np
@@ -47,7 +46,7 @@ from perfkit.records import (
 from perfkit.schedule import due_times
 from tests.conftest import require
 from tests.faultproxy import FaultProxy
-from tests.test_faults import _check, drive_through_fault
+from tests.test_faults import _check, _collect, drive_through_fault
 
 # senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones
 SENDERS = ("native", "http1")
@@ -91,14 +90,7 @@ def _hostport(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _until(gen: LoadGenerator, parts: list[Samples], done: Callable[[Samples], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        parts.append(gen.drain())
-        if done(concat(parts)):
-            return
-        time.sleep(0.02)  # polling the engine's records between drains
-    raise AssertionError(f"load did not progress: {concat(parts).status.tolist()[-20:]}")
+_until = functools.partial(_collect, timeout_s=30)  # load until a condition holds on what was recorded
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

@@ -49,7 +49,7 @@ void note_example(Core *c, int32_t status, const char *text, size_t len) {
     e->len = (Py_ssize_t)len;
 }
 
-void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status) {
+static void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status) {
     if (grow((void **)&c->recs, &c->cap_recs, c->n_recs + 1, sizeof(record_t)) < 0) return; /* out of memory: lost */
     record_t *r = &c->recs[c->n_recs++];
     r->due = due;
@@ -61,11 +61,16 @@ void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status
 
 void on_done(Core *c, int32_t status);
 
-/* A request handed over (in_flight counted) ends: its one record, then the loop mode's turn. */
-void finish(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len) {
+/* A request handed over (in_flight counted) ends: its one record, and the message kept for its status. */
+void record_end(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len) {
     c->in_flight--;
     add_record(c, due, sent, done, status);
     if (status) note_example(c, status, msg, len);
+}
+
+/* record_end, then the loop mode's turn. */
+void finish(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len) {
+    record_end(c, due, sent, done, status, msg, len);
     on_done(c, status);
 }
 
@@ -391,7 +396,6 @@ static void conn_readable(Core *c, conn_t *k) {
                     size_t show = head < 200 ? head : 200;
                     char msg[200];
                     memcpy(msg, k->buf, show);
-                    k->ours = 1;
                     conn_close_ours(c, k, 1); /* the stream position is lost: the connection is unusable */
                     if (sent >= 0) finish(c, due, sent, now_ns(), c->st_protocol, msg, show);
                     return;
@@ -418,9 +422,7 @@ static void conn_readable(Core *c, conn_t *k) {
                 return;
             }
             k->sent = -1;
-            c->in_flight--;
-            add_record(c, due, sent, done, status);
-            if (status) note_example(c, status, msg, mlen);
+            record_end(c, due, sent, done, status, msg, mlen);
             if (k->out_off < k->out_len || k->piped)
                 conn_close_ours(c, k, 1); /* answered before its request was written whole (an early
                                              error): what is left of it would be read as a request */
@@ -492,25 +494,24 @@ static void run_retries(Core *c) {
     for (int i = 0; i < due_count && c->active; i++) issue(c);
 }
 
+/* At a stop's end: the requests still waiting for a connection end unfinished. */
+void unfinish_pending(Core *c, int64_t now) {
+    while (c->pend_len)
+        record_end(c, pop_pending(c), -1, now, c->st_unfinished, c->unfinished_message, strlen(c->unfinished_message));
+}
+
 static void abort_in_flight(Core *c) {
     if (c->h2) {
         h2_abort_in_flight(c);
         return;
     }
     int64_t now = now_ns();
-    size_t mlen = strlen(c->unfinished_message);
-    while (c->pend_len) {
-        int64_t due = pop_pending(c);
-        c->in_flight--;
-        add_record(c, due, -1, now, c->st_unfinished);
-        note_example(c, c->st_unfinished, c->unfinished_message, mlen);
-    }
+    unfinish_pending(c, now);
     for (size_t i = c->n_conns; i-- > 0;) {
         conn_t *k = c->conns[i];
         if (k->sent >= 0) {
-            c->in_flight--;
-            add_record(c, k->due, k->sent, now, c->st_unfinished);
-            note_example(c, c->st_unfinished, c->unfinished_message, mlen);
+            record_end(c, k->due, k->sent, now, c->st_unfinished, c->unfinished_message,
+                       strlen(c->unfinished_message));
             k->sent = -1;
             conn_close_ours(c, k, 1);
         }
@@ -950,13 +951,6 @@ static PyObject *Core_stop(Core *c, PyObject *args) {
     return Core_swap(c, NULL);
 }
 
-static PyObject *Core_in_flight(Core *c, PyObject *Py_UNUSED(ignored)) {
-    pthread_mutex_lock(&c->mu);
-    long n = c->in_flight;
-    pthread_mutex_unlock(&c->mu);
-    return PyLong_FromLong(n);
-}
-
 static void shutdown_core(Core *c) {
     if (!c->thread_started) return;
     run_cmd(c, CMD_QUIT);
@@ -997,7 +991,6 @@ static PyMethodDef Core_methods[] = {
      "wait_hungry(timeout_s): True when the open loop wants more dues, False when it stopped, None on timeout"},
     {"swap", (PyCFunction)Core_swap, METH_NOARGS, "swap() -> (records bytes, examples, reconnects) since the last swap"},
     {"stop", (PyCFunction)Core_stop, METH_VARARGS, "stop(drain_s, unfinished_message) -> swap() after the drain"},
-    {"in_flight", (PyCFunction)Core_in_flight, METH_NOARGS, "requests handed over and not yet recorded"},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close every connection and end the sender thread"},
     {NULL, NULL, 0, NULL},
 };

@@ -141,8 +141,9 @@ static inline int64_t now_ns(void) {
 /* -- in _native.c, for the protocol files -- */
 int grow(void **ptr, size_t *cap, size_t need, size_t item);
 void note_example(Core *c, int32_t status, const char *text, size_t len);
-void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status);
+void record_end(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len);
 void finish(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len);
+void unfinish_pending(Core *c, int64_t now);
 void on_done(Core *c, int32_t status);
 void set_events(Core *c, conn_t *k, int out);
 void conn_drop(Core *c, conn_t *k);

@@ -42,6 +42,9 @@ from perfkit.schedule import due_times
 log = logging.getLogger(__name__)
 _warned = False
 
+# One record per request as the C sender writes it (its record_t)
+RECORD = np.dtype([("due", "<i8"), ("sent", "<i8"), ("done", "<i8"), ("status", "<i4"), ("model", "<i4")])
+
 try:
     from perfkit.loadgen import _native  # type: ignore[attr-defined]  # a C extension: mypy sees no stub for it
 except ImportError as err:  # not built (no C compiler at install, or not Linux): the Python engine sends
@@ -49,8 +52,11 @@ except ImportError as err:  # not built (no C compiler at install, or not Linux)
     NATIVE_IMPORT_ERROR = str(err)
 else:
     NATIVE_IMPORT_ERROR = ""
+    if RECORD.itemsize != _native.RECORD_BYTES:  # a stale build: its records would be misread
+        NATIVE_IMPORT_ERROR = f"its records are {_native.RECORD_BYTES} bytes, perfkit reads {RECORD.itemsize}: rebuild"
+        _native = None
 
-RECORD = np.dtype([("due", "<i8"), ("sent", "<i8"), ("done", "<i8"), ("status", "<i4"), ("model", "<i4")])
+
 # The open loop's due times are handed over this many seconds ahead (at least FEED_MIN at a time);
 # the feeder tops them up when fewer than half are left.
 FEED_AHEAD_S = 0.5

@@ -621,13 +621,7 @@ void h2_submit(Core *c, int64_t due) {
 }
 
 void h2_abort_in_flight(Core *c) {
-    int64_t now = now_ns();
-    size_t mlen = strlen(c->unfinished_message);
-    while (c->pend_len) {
-        c->in_flight--;
-        add_record(c, pop_pending(c), -1, now, c->st_unfinished);
-        note_example(c, c->st_unfinished, c->unfinished_message, mlen);
-    }
+    unfinish_pending(c, now_ns());
     for (size_t i = c->n_conns; i-- > 0;) {
         if (i >= c->n_conns) continue;
         conn_t *k = c->conns[i];

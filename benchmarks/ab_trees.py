@@ -33,6 +33,9 @@ CASES = {  # name: (model, protocol, level and options)
     "large-http-c4": ("image", "http", ("--concurrency-range", "4")),
     "large-grpc-c1": ("image", "grpc", ("--concurrency-range", "1")),
     "large-grpc-c4": ("image", "grpc", ("--concurrency-range", "4")),
+    # 640 KB responses (vardims doubles its input) to 640 KB requests
+    "large-out-http-c1": ("vardims", "http", ("--concurrency-range", "1", "--shape", "INPUT0:40000,4")),
+    "large-out-http-c4": ("vardims", "http", ("--concurrency-range", "4", "--shape", "INPUT0:40000,4")),
 }
 
 

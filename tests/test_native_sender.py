@@ -233,6 +233,76 @@ def test_an_unframed_response_is_a_protocol_error(no_length_server, sender):
     assert s.reconnects == 0  # perfkit closed those connections itself: not the peer's doing
 
 
+class _LargeBodyServer(_ScriptedPeer):
+    """A peer whose 200 responses carry BODY_BYTES of body, written in pieces; every third response
+    stops halfway and the connection closes. The compiled sender drops large bodies unread (recv
+    MSG_TRUNC): the next response must still be framed right, and a body cut short must end its
+    request as closed, not as a success or a hang."""
+
+    BODY_BYTES = 300_000
+
+    def _answer(self, conn: socket.socket) -> None:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
+        body = bytes(range(256)) * (self.BODY_BYTES // 256 + 1)
+        answered = 0
+        with conn, contextlib.suppress(OSError):
+            pending = b""
+            while True:
+                got = conn.recv(65536)
+                if not got:
+                    return
+                pending += got
+                while b"\r\n\r\n" in pending:
+                    pending = pending.split(b"\r\n\r\n", 1)[1]
+                    answered += 1
+                    conn.sendall(head % self.BODY_BYTES)
+                    cut = self.BODY_BYTES // 2 if answered % 3 == 0 else self.BODY_BYTES
+                    for at in range(0, cut, 40_000):
+                        conn.sendall(body[at : min(at + 40_000, cut)])
+                    if cut < self.BODY_BYTES:
+                        return
+
+
+@pytest.mark.parametrize("sender", SENDERS)
+def test_large_response_bodies_keep_the_framing_and_a_cut_body_ends_closed(sender):
+    _need(sender)
+    server = _LargeBodyServer()
+    try:
+        cfg = EngineConfig("http", "127.0.0.1", server.port, (b"POST / HTTP/1.1\r\n\r\n",), transport=sender)
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", 2))
+            _until(gen, parts, lambda s: int((s.status == STATUS_CONNECTION_CLOSED).sum()) >= 4)
+            parts.append(gen.stop(5.0))
+    finally:
+        server.close()
+    s = concat(parts)
+    ok, closed = int((s.status == 0).sum()), int((s.status == STATUS_CONNECTION_CLOSED).sum())
+    assert ok + closed == len(s), s.error_examples  # no protocol error: every response framed where it ends
+    # each connection answers two whole responses before it cuts the third short
+    assert ok >= 2 * closed - 2 and closed >= 4, (ok, closed)
+
+
+def test_large_outputs_of_a_real_model_complete(triton):
+    # vardims answers INPUT0 x 2: 40,000 rows of 4 floats is a 640 KB output, dropped unread by the
+    # compiled sender; every request succeeds and the server ran exactly those.
+    _need("native")
+    host, port = _hostport(triton.endpoints.http_url)
+    io = ModelIO.from_server(triton.model_metadata("vardims"), triton.model_config("vardims"))
+    shapes = {"INPUT0": (40_000, 4)}
+    tensors = synthetic_tensors(io, mode="random", batch_size=1, shapes=shapes, string_length=1, seed=0)
+    cfg = EngineConfig("http", host, port, (http_payload(io, tensors, triton.endpoints.http_url),), transport="native")
+    before = _executed(triton, "vardims")
+    parts: list[Samples] = []
+    with LoadGenerator(cfg) as gen:
+        gen.start(LoadLevel("concurrency", 2))
+        _until(gen, parts, lambda s: len(s) >= 20)
+        parts.append(gen.stop(5.0))
+    s = concat(parts)
+    assert (s.status == 0).all(), s.error_examples
+    assert _executed(triton, "vardims") - before == len(s)
+
+
 @pytest.mark.parametrize("sender", GRPC_SENDERS)
 def test_grpc_requests_larger_than_the_servers_windows_complete(triton, sender):
     _need(sender)

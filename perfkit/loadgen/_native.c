@@ -364,16 +364,79 @@ static ssize_t content_length(const char *p, size_t n) {
     return -1;
 }
 
-static void conn_readable(Core *c, conn_t *k) {
-    for (;;) {
-        size_t want = k->need > 0 && (size_t)k->need > k->len ? (size_t)k->need - k->len : 65536;
-        if (want < 65536) want = 65536;
-        if (grow((void **)&k->buf, &k->cap, k->len + want, 1) < 0) {
-            conn_lost(c, k, ENOMEM);
+/* The responses whole in k->buf, each recorded and its connection put back to work. A 200 response
+   whose body goes DISCARD_MIN_BYTES past what is buffered leaves the rest to conn_readable's discard
+   (k->skip): its body is never read, so the kernel need not copy it out. */
+static void take_responses(Core *c, conn_t *k) {
+    while (!k->dead) {
+        if (k->need < 0) {
+            const char *end = find_crlf2(k->buf, k->len);
+            if (!end) return;
+            size_t head = (size_t)(end - k->buf);
+            ssize_t body = content_length(k->buf, head);
+            if (body < 0 || head < 12) {
+                int64_t due = k->due, sent = k->sent;
+                size_t show = head < 200 ? head : 200;
+                char msg[200];
+                memcpy(msg, k->buf, show);
+                conn_close_ours(c, k, 1); /* the stream position is lost: the connection is unusable */
+                if (sent >= 0) finish(c, due, sent, now_ns(), c->st_protocol, msg, show);
+                return;
+            }
+            k->need = (ssize_t)(head + 4) + body;
+            k->code = (k->buf[9] - '0') * 100 + (k->buf[10] - '0') * 10 + (k->buf[11] - '0');
+            if (k->code == 200 && k->sent >= 0 && (size_t)k->need >= k->len + DISCARD_MIN_BYTES) {
+                k->skip = (size_t)k->need - k->len; /* one request per connection: all of it is this body */
+                k->need = (ssize_t)k->len;
+            }
+        }
+        if (k->len < (size_t)k->need || k->skip) return;
+        int64_t done = now_ns();
+        size_t need = (size_t)k->need;
+        int32_t status = k->code == 200 ? 0 : k->code;
+        char msg[EXAMPLE_BYTES];
+        size_t mlen = 0;
+        if (status) {
+            mlen = need < EXAMPLE_BYTES ? need : EXAMPLE_BYTES;
+            memcpy(msg, k->buf + need - mlen, mlen);
+        }
+        k->len -= need;
+        if (k->len) memmove(k->buf, k->buf + need, k->len);
+        k->need = -1;
+        int64_t due = k->due, sent = k->sent;
+        if (sent < 0) { /* a response nobody asked for: the stream is out of step */
+            conn_close_ours(c, k, 1);
             return;
         }
-        size_t avail = k->cap - k->len;
-        ssize_t n = recv(k->fd, k->buf + k->len, avail, MSG_DONTWAIT);
+        k->sent = -1;
+        record_end(c, due, sent, done, status, msg, mlen);
+        if (k->out_off < k->out_len || k->piped)
+            conn_close_ours(c, k, 1); /* answered before its request was written whole (an early
+                                         error): what is left of it would be read as a request */
+        else
+            free_conn_to_work(c, k);
+        on_done(c, status);
+        if (k->dead || k->sent < 0) return; /* idle (or gone): nothing more to read now */
+    }
+}
+
+static void conn_readable(Core *c, conn_t *k) {
+    for (;;) {
+        size_t avail;
+        ssize_t n;
+        if (k->skip) { /* MSG_TRUNC: TCP drops these bytes without copying them to user space */
+            avail = k->skip;
+            n = recv(k->fd, NULL, avail, MSG_DONTWAIT | MSG_TRUNC);
+        } else {
+            size_t want = k->need > 0 && (size_t)k->need > k->len ? (size_t)k->need - k->len : 65536;
+            if (want < 65536) want = 65536;
+            if (grow((void **)&k->buf, &k->cap, k->len + want, 1) < 0) {
+                conn_lost(c, k, ENOMEM);
+                return;
+            }
+            avail = k->cap - k->len;
+            n = recv(k->fd, k->buf + k->len, avail, MSG_DONTWAIT);
+        }
         if (n == 0) {
             conn_lost(c, k, 0);
             return;
@@ -384,53 +447,11 @@ static void conn_readable(Core *c, conn_t *k) {
             conn_lost(c, k, errno);
             return;
         }
-        k->len += (size_t)n;
-        while (!k->dead) {
-            if (k->need < 0) {
-                const char *end = find_crlf2(k->buf, k->len);
-                if (!end) break;
-                size_t head = (size_t)(end - k->buf);
-                ssize_t body = content_length(k->buf, head);
-                if (body < 0 || head < 12) {
-                    int64_t due = k->due, sent = k->sent;
-                    size_t show = head < 200 ? head : 200;
-                    char msg[200];
-                    memcpy(msg, k->buf, show);
-                    conn_close_ours(c, k, 1); /* the stream position is lost: the connection is unusable */
-                    if (sent >= 0) finish(c, due, sent, now_ns(), c->st_protocol, msg, show);
-                    return;
-                }
-                k->need = (ssize_t)(head + 4) + body;
-                k->code = (k->buf[9] - '0') * 100 + (k->buf[10] - '0') * 10 + (k->buf[11] - '0');
-            }
-            if (k->len < (size_t)k->need) break;
-            int64_t done = now_ns();
-            size_t need = (size_t)k->need;
-            int32_t status = k->code == 200 ? 0 : k->code;
-            char msg[EXAMPLE_BYTES];
-            size_t mlen = 0;
-            if (status) {
-                mlen = need < EXAMPLE_BYTES ? need : EXAMPLE_BYTES;
-                memcpy(msg, k->buf + need - mlen, mlen);
-            }
-            k->len -= need;
-            if (k->len) memmove(k->buf, k->buf + need, k->len);
-            k->need = -1;
-            int64_t due = k->due, sent = k->sent;
-            if (sent < 0) { /* a response nobody asked for: the stream is out of step */
-                conn_close_ours(c, k, 1);
-                return;
-            }
-            k->sent = -1;
-            record_end(c, due, sent, done, status, msg, mlen);
-            if (k->out_off < k->out_len || k->piped)
-                conn_close_ours(c, k, 1); /* answered before its request was written whole (an early
-                                             error): what is left of it would be read as a request */
-            else
-                free_conn_to_work(c, k);
-            on_done(c, status);
-            if (k->dead || k->sent < 0) break; /* idle (or gone): nothing more to read now */
-        }
+        if (k->skip)
+            k->skip -= (size_t)n;
+        else
+            k->len += (size_t)n;
+        take_responses(c, k);
         if (k->dead) return;
         if ((size_t)n < avail) return; /* the socket is drained */
     }

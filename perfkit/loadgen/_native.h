@@ -37,6 +37,10 @@
    tensor's copy was a third of the sender's CPU per request); smaller ones are one send(). */
 #define SPLICE_MIN_BYTES 65536
 #define PIPE_BYTES (1 << 20)
+/* A successful HTTP response's body this far past what one read brought is dropped by the kernel
+   (recv MSG_TRUNC) instead of copied out: perfkit records a response's status and time, never its
+   outputs, on this path. */
+#define DISCARD_MIN_BYTES 65536
 #define RECONNECT_BACKOFF_NS 50000000LL /* as _loops.RECONNECT_BACKOFF_S */
 #define TAG_WAKE ((void *)1)
 #define TAG_TIMER ((void *)2)
@@ -63,6 +67,7 @@ typedef struct conn {
     char *buf;
     size_t len, cap;
     ssize_t need;
+    size_t skip; /* bytes of a response body still to drop (MSG_TRUNC), unread */
     int code;
     struct conn *next_dead;
     struct h2conn *h2; /* gRPC: the HTTP/2 state (_native_h2.c); NULL for HTTP/1.1 */

@@ -39,19 +39,42 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime, all threads
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds of every live process in process group pgid (the server and its model processes)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[2]) == pgid:
+            total += (int(fields[11]) + int(fields[12])) / TICK
+    return total
+
+
 def successes(server: LocalServer, model: str) -> int:
+    return _server_state(server, model)[0]
+
+
+def _server_state(server: LocalServer, model: str) -> tuple[int, int]:
+    """(successful requests, ns the model's instances spent computing them) from the server's statistics."""
     stats = server.model_stats(model)["model_stats"][0]["inference_stats"]
-    return int(stats["success"]["count"])
+    busy = sum(int(stats[k]["ns"]) for k in ("compute_input", "compute_infer", "compute_output"))
+    return int(stats["success"]["count"]), busy
 
 
 def steady(server: LocalServer, model: str, proc: subprocess.Popen[str], warm_s: float, span_s: float) -> dict:
-    """Throughput and client CPU/request over [warm, warm+span] of a running tool."""
+    """Throughput, client CPU/request, the server's CPU/request (tritonserver and its model
+    processes: its process group) and how busy the model's instances were (compute time per
+    second: 1.0 is one instance computing all the time) over [warm, warm+span] of a running tool."""
     time.sleep(warm_s)
-    n0, c0, t0 = successes(server, model), cpu_s(proc.pid), time.monotonic()
+    (n0, b0), c0, s0, t0 = _server_state(server, model), cpu_s(proc.pid), group_cpu_s(server.pid), time.monotonic()
     time.sleep(span_s)
-    n1, c1, t1 = successes(server, model), cpu_s(proc.pid), time.monotonic()
+    (n1, b1), c1, s1, t1 = _server_state(server, model), cpu_s(proc.pid), group_cpu_s(server.pid), time.monotonic()
     n = n1 - n0
-    return {"rps": n / (t1 - t0), "cpu_us_per_req": (c1 - c0) / max(n, 1) * 1e6}
+    return {"rps": n / (t1 - t0), "cpu_us_per_req": (c1 - c0) / max(n, 1) * 1e6,
+            "server_cpu_us_per_req": (s1 - s0) / max(n, 1) * 1e6,
+            "instance_busy": (b1 - b0) / 1e9 / (t1 - t0)}  # fmt: skip
 
 
 def run_perfkit(
@@ -105,7 +128,8 @@ def closed_loop(server: LocalServer, rounds: int) -> list[dict]:
                     proc.wait(60)
                     rows.append({"tool": tool, "protocol": protocol, "concurrency": c, "round": r, **fig})
                     print(f"  {tool:13} {protocol} c{c} round {r}: {fig['rps']:8.0f} infer/s, "
-                          f"{fig['cpu_us_per_req']:6.1f} us CPU/request", flush=True)  # fmt: skip
+                          f"{fig['cpu_us_per_req']:6.1f} us CPU/request, server "
+                          f"{fig['server_cpu_us_per_req']:6.1f} us/request", flush=True)  # fmt: skip
     return rows
 
 
@@ -342,9 +366,25 @@ def summarize_closed(rows: list[dict]) -> float:
             print(f"  {protocol} c{c}: throughput {pk:7.0f} vs {pa:7.0f} = {pk / pa:.2f} (goal {met}); "
                   f"client CPU/request {pk_cpu:5.1f} vs {pa_cpu:5.1f} us = {pk_cpu / pa_cpu:.2f} "
                   f"(goal {cpu_met})")  # fmt: skip
+            if c == 4:
+                _ceiling(pick)
             if protocol == "http":
                 capacity = max(capacity, pk, pa)
     return capacity
+
+
+def _ceiling(pick: list[dict]) -> None:
+    """Where the server stands at c4: its CPU per request under each tool, and how busy the model's one
+    instance was (compute time per second). An instance computing nearly all the time is the wall: a
+    client can raise throughput further only by leaving the server's threads more CPU."""
+    fig = {t: [r for r in pick if r["tool"] == t] for t in ("perfkit", "perf_analyzer")}
+    server_us = {t: statistics.median(r["server_cpu_us_per_req"] for r in rs) for t, rs in fig.items()}
+    busy = {t: statistics.median(r["instance_busy"] for r in rs) for t, rs in fig.items()}
+    pk_us, pa_us = server_us["perfkit"], server_us["perf_analyzer"]
+    print(
+        f"       server CPU/request {pk_us:5.1f} us with perfkit, {pa_us:5.1f} us with perf_analyzer; "
+        f"model instance busy {busy['perfkit'] * 100:.0f}% / {busy['perf_analyzer'] * 100:.0f}% of the time"
+    )
 
 
 def main() -> None:

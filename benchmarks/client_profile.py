@@ -53,7 +53,9 @@ CASES = (
     Case("http-open", "identity", "http", ("--request-rate-range", "1000")),
     Case("grpc-open", "identity", "grpc", ("--request-rate-range", "1000")),
     Case("shm-c4", "identity", "http", ("--concurrency-range", "4", "--shared-memory", "system")),
+    Case("large-http-c1", "image", "http", ("--concurrency-range", "1")),
     Case("large-http-c4", "image", "http", ("--concurrency-range", "4")),
+    Case("large-grpc-c1", "image", "grpc", ("--concurrency-range", "1")),
     Case("large-grpc-c4", "image", "grpc", ("--concurrency-range", "4")),
     Case("stream-c4", "streamer", "grpc", ("--concurrency-range", "4", "--streaming"), per_request=16),
 )

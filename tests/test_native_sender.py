@@ -37,8 +37,10 @@ from perfkit.recorder import concat
 from perfkit.records import (
     GRPC_STATUS_BASE,
     STATUS_CONNECTION_CLOSED,
+    STATUS_CONNECTION_REFUSED,
     STATUS_DROPPED,
     STATUS_PROTOCOL,
+    STATUS_UNFINISHED,
     LoadLevel,
     Samples,
     TlsSpec,
@@ -523,6 +525,108 @@ def test_a_header_block_that_cannot_be_decoded_is_a_protocol_error(sender):
     assert (s.status == STATUS_PROTOCOL).all(), s.error_examples
     assert s.error_examples[STATUS_PROTOCOL].startswith("HPACK")
     assert s.reconnects > 0
+
+
+class _PartialGoawayServer(_ScriptedPeer):
+    """An HTTP/2 peer that, once two calls wait on a connection, sends GOAWAY naming the lower one as
+    the last stream it processes, answers that one (OK) and never the other, nor any stream opened
+    after: a server shutting down gracefully with work in flight (RFC 9113 6.8). It records the
+    stream ids it answered and the ones it gave up."""
+
+    def __init__(self) -> None:
+        self.answered: list[int] = []
+        self.given_up: list[int] = []
+        self._lock = threading.Lock()
+        super().__init__()
+
+    def _answer(self, conn: socket.socket) -> None:
+        encoder = hpack.Encoder()
+        waiting: list[int] = []
+        with conn, contextlib.suppress(OSError):
+            reader = conn.makefile("rb")
+            reader.read(24)
+            conn.sendall(_frame(4, 0, 0))
+            while head := reader.read(9):
+                length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+                sid = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
+                reader.read(length)
+                if ftype == 4 and not flags & 1:
+                    conn.sendall(_frame(4, 1, 0))
+                elif ftype == 0 and flags & 1 and len(waiting) >= 2:  # sent before the client saw the GOAWAY
+                    with self._lock:
+                        self.given_up.append(sid)
+                elif ftype == 0 and flags & 1:
+                    waiting.append(sid)
+                    if len(waiting) == 2:
+                        last, other = sorted(waiting)
+                        headers = encoder.encode([(":status", "200"), ("content-type", "application/grpc")])
+                        trailers = encoder.encode([("grpc-status", "0")])
+                        conn.sendall(b"".join((
+                            _frame(7, 0, 0, last.to_bytes(4, "big") + (0).to_bytes(4, "big")),  # GOAWAY NO_ERROR
+                            _frame(1, 0x4, last, headers),
+                            _frame(0, 0, last, b"\x00\x00\x00\x00\x00"),
+                            _frame(1, 0x5, last, trailers),
+                        )))  # fmt: skip
+                        with self._lock:
+                            self.answered.append(last)
+                            self.given_up.append(other)
+
+
+@pytest.mark.parametrize("sender", GRPC_SENDERS)
+def test_a_goaway_below_the_last_stream_ends_only_the_streams_above_it(sender):
+    # Streams up to GOAWAY's last-stream-id are still answered on the old connection; those above it
+    # end as not processed, and the load goes on over new connections.
+    _need(sender)
+    server = _PartialGoawayServer()
+    try:
+        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", 4))
+            _until(gen, parts, lambda s: int((s.status == 0).sum()) >= 4 and int((s.status != 0).sum()) >= 4)
+            parts.append(gen.stop(1.0))
+        with server._lock:
+            answered, given_up = len(server.answered), len(server.given_up)
+    finally:
+        server.close()
+    s = concat(parts)
+    ok = int((s.status == 0).sum())
+    away = s.status == STATUS_CONNECTION_CLOSED
+    assert s.error_examples[STATUS_CONNECTION_CLOSED] == "server sent GOAWAY; request not processed"
+    assert set(np.unique(s.status[~away]).tolist()) <= {0, STATUS_UNFINISHED}, s.error_examples
+    # every answer was recorded a success, every stream above a GOAWAY a failure, nothing else failed so
+    assert ok == answered and int(away.sum()) == given_up, (ok, answered, int(away.sum()), given_up)
+
+
+class _SilentPeer(_ScriptedPeer):
+    """A peer that takes every byte and never answers: no HTTP/2 SETTINGS ever come."""
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn, contextlib.suppress(OSError):
+            while conn.recv(65536):
+                pass
+
+
+@pytest.mark.parametrize("sender", GRPC_SENDERS)
+def test_a_server_that_never_sends_settings_refuses_the_request_after_the_wait(sender):
+    # The connection is given up after SETTINGS_WAIT_S (5 s) and the request it was opened for is
+    # refused with the reason, not left waiting for ever.
+    _need(sender)
+    server = _SilentPeer()
+    try:
+        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", 1))
+            _until(gen, parts, lambda s: len(s) >= 1)
+            parts.append(gen.stop(1.0))
+    finally:
+        server.close()
+    s = concat(parts)
+    assert int((s.status == STATUS_CONNECTION_REFUSED).sum()) >= 1, s.error_examples
+    assert s.error_examples[STATUS_CONNECTION_REFUSED] == "no HTTP/2 SETTINGS from the server in 5 s"
+    refused = s.status == STATUS_CONNECTION_REFUSED
+    assert (s.sent_ns[refused] == -1).all()  # never sent: no connection could carry it
 
 
 @pytest.mark.parametrize("sender", SENDERS)

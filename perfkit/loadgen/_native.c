@@ -50,7 +50,14 @@ void note_example(Core *c, int32_t status, const char *text, size_t len) {
 }
 
 static void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status) {
-    if (grow((void **)&c->recs, &c->cap_recs, c->n_recs + 1, sizeof(record_t)) < 0) return; /* out of memory: lost */
+    uint32_t count = c->next_count; /* streaming: its responses' times, the last `count` of resp_ns */
+    c->next_count = 0;
+    if (grow((void **)&c->recs, &c->cap_recs, c->n_recs + 1, sizeof(record_t)) < 0 ||
+        (c->streaming && grow((void **)&c->resp_counts, &c->cap_counts, c->n_recs + 1, sizeof(uint32_t)) < 0)) {
+        c->n_resp_ns -= count; /* out of memory: lost */
+        return;
+    }
+    if (c->streaming) c->resp_counts[c->n_recs] = count;
     record_t *r = &c->recs[c->n_recs++];
     r->due = due;
     r->sent = sent;
@@ -551,6 +558,8 @@ static void handle_cmd(Core *c) {
     }
     if (c->cmd == CMD_START && !c->starting) {
         c->n_recs = 0;
+        c->n_resp_ns = 0;
+        c->next_count = 0;
         c->n_examples = 0;
         c->reconnects = 0;
         c->in_flight = 0;
@@ -710,26 +719,36 @@ static void run_cmd(Core *c, int cmd) {
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     static char *names[] = {"host", "port", "payloads", "statuses", "grpc_block", "h2_connections", "h2_first_sid",
-                            NULL};
+                            "stream_suffix", NULL};
     const char *host;
     int port;
     PyObject *payloads, *statuses;
     Py_buffer block = {0};
     int h2_connections = 2;
     unsigned int h2_first_sid = 1; /* tests start near the last stream id */
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO|y*iI", names, &host, &port, &payloads, &statuses, &block,
-                                     &h2_connections, &h2_first_sid))
+    Py_buffer suffix = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO|y*iIy*", names, &host, &port, &payloads, &statuses, &block,
+                                     &h2_connections, &h2_first_sid, &suffix))
         return -1;
-    if (block.buf) { /* gRPC: payloads are gRPC messages, block the request's HPACK header block */
-        int rc = h2_setup(c, block.buf, (size_t)block.len, h2_connections, h2_first_sid | 1);
+    if (suffix.buf && (!block.buf || suffix.len > 200)) {
         PyBuffer_Release(&block);
+        PyBuffer_Release(&suffix);
+        PyErr_SetString(PyExc_ValueError, "stream_suffix goes with grpc_block, at most 200 bytes");
+        return -1;
+    }
+    if (block.buf) { /* gRPC: payloads are gRPC messages, block the request's HPACK header block;
+                        streaming (stream_suffix): payloads are ModelInferRequests, framed per request */
+        int rc = h2_setup(c, block.buf, (size_t)block.len, h2_connections, h2_first_sid | 1, suffix.buf,
+                          (size_t)suffix.len);
+        PyBuffer_Release(&block);
+        PyBuffer_Release(&suffix);
         if (rc < 0) {
             PyErr_NoMemory();
             return -1;
         }
     }
-    if (!PyArg_ParseTuple(statuses, "iiiii|i", &c->st_closed, &c->st_refused, &c->st_protocol, &c->st_unfinished,
-                          &c->st_dropped, &c->st_grpc_base))
+    if (!PyArg_ParseTuple(statuses, "iiiii|ii", &c->st_closed, &c->st_refused, &c->st_protocol, &c->st_unfinished,
+                          &c->st_dropped, &c->st_grpc_base, &c->st_stream_error))
         return -1;
     PyObject *seq = PySequence_Fast(payloads, "payloads must be a sequence of bytes");
     if (!seq) return -1;
@@ -918,14 +937,23 @@ static PyObject *take(Core *c) {
         Py_XDECREF(val);
     }
     long reconnects = c->reconnects;
+    PyObject *counts = NULL, *times = NULL;
+    if (c->streaming) {
+        counts = PyBytes_FromStringAndSize((const char *)c->resp_counts, (Py_ssize_t)(c->n_recs * sizeof(uint32_t)));
+        times = PyBytes_FromStringAndSize((const char *)c->resp_ns, (Py_ssize_t)(c->n_resp_ns * sizeof(int64_t)));
+    }
     c->n_recs = 0;
+    c->n_resp_ns = 0;
     c->n_examples = 0;
     c->reconnects = 0;
-    if (!recs || !examples) {
+    if (!recs || !examples || (c->streaming && (!counts || !times))) {
         Py_XDECREF(recs);
         Py_XDECREF(examples);
+        Py_XDECREF(counts);
+        Py_XDECREF(times);
         return NULL;
     }
+    if (c->streaming) return Py_BuildValue("(NNlNN)", recs, examples, reconnects, counts, times);
     return Py_BuildValue("(NNl)", recs, examples, reconnects);
 }
 
@@ -971,6 +999,8 @@ static void Core_dealloc(Core *c) {
     free(c->payloads);
     free(c->payload_lens);
     free(c->recs);
+    free(c->resp_counts);
+    free(c->resp_ns);
     free(c->dues);
     free(c->retries);
     free(c->conns);

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -31,6 +32,7 @@ import numpy as np
 from perfkit.loadgen._engine import Engine, EngineConfig
 from perfkit.loadgen._h2 import GRPC_INFER, H2_CONNECTIONS, grpc_message, header_block
 from perfkit.loadgen._stream_grpc import STREAM_INFER
+from perfkit.loadgen._stream_h2 import stream_open_error
 from perfkit.loadgen._stream_parts import request_suffix
 from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.records import (
@@ -143,10 +145,19 @@ class NativeEngine:
         else:
             self._core = _native.Http1Core(cfg.host, cfg.port, cfg.payloads, statuses)
         self._feeder: threading.Thread | None = None
+        self._reached = False
 
     def start(self, level: LoadLevel, t0_ns: int, share: float, worker: int = 0, workers: int = 1) -> None:
         """Begin a level: `share` is this engine's concurrency; open loops pace from t0_ns."""
         self._join_feeder()
+        if isinstance(self.cfg, StreamConfig) and not self._reached:
+            # as H2StreamTransport before its first level: an unreachable server is an error, not
+            # a level of refused requests
+            try:
+                socket.create_connection((self.cfg.host, self.cfg.port), timeout=10).close()
+            except OSError as err:
+                raise stream_open_error(self.cfg, err) from None
+            self._reached = True
         if level.mode == "concurrency":
             self._core.start_closed(int(share))
             return

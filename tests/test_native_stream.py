@@ -132,7 +132,7 @@ class _StreamPeer(_ScriptedPeer):
     anywhere). `end`: every request answered with three tokens, but after its 3rd request a
     connection's stream ends ("trailers", "rst" or "goaway") with that request unanswered;
     `silent`: nothing is answered. It records each request's id and bytes, the header blocks, and
-    the connections opened and closed."""
+    the HTTP/2 connections opened and closed."""
 
     def __init__(self, payload: bytes, end: str = "", silent: bool = False) -> None:
         self.payload, self.end, self.silent = payload, end, silent
@@ -143,12 +143,13 @@ class _StreamPeer(_ScriptedPeer):
         super().__init__()
 
     def _answer(self, conn: socket.socket) -> None:
-        with self._lock:
-            self.opened += 1
         buf, count = b"", 0
         with conn, contextlib.suppress(OSError):
             reader = conn.makefile("rb")
-            reader.read(24)  # the preface
+            if len(reader.read(24)) < 24:  # no preface: perfkit's check that the server is reachable
+                return
+            with self._lock:
+                self.opened += 1
             conn.sendall(_frame(4, 0, 0))  # SETTINGS: the RFC's defaults
             while head := reader.read(9):
                 length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]

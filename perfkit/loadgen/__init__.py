@@ -44,8 +44,10 @@ How it is built (each piece a small private module):
         stop(drain_timeout_s) -> Samples   after it, every request of the level has its record
         close() -> None
   - `_native_engine.NativeEngine`: the same protocol over the compiled sender (`_native*.c`,
-    a thread that never takes the GIL) for plain-TCP HTTP/1.1 and unary gRPC of one model;
-    `make_engine` picks it where it can carry a config (`PERFKIT_SENDER=python`: never).
+    a thread that never takes the GIL) for plain-TCP HTTP/1.1 and unary gRPC of one model,
+    and for streamed gRPC requests to decoupled models (no sequences, trace, token count,
+    compression or periodic concurrency); `make_engine` picks it where it can carry a config
+    (`PERFKIT_SENDER=python`: never).
 """
 
 from __future__ import annotations

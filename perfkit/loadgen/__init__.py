@@ -179,7 +179,9 @@ class LoadGenerator:
     def start_periodic(self, spec: PeriodicSpec) -> int:
         """Begin perf_analyzer's periodic concurrency (streaming: one engine); returns its start (ns)."""
         if not isinstance(self._engines[0], Engine) or self.workers != 1:
-            raise RuntimeError("periodic concurrency runs on one streaming engine in this process")
+            raise RuntimeError(
+                "periodic concurrency runs on one Python streaming engine in this process (StreamConfig.periodic)"
+            )
         self._active = [0]
         return self._engines[0].start_periodic(spec)
 

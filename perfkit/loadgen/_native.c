@@ -10,6 +10,9 @@
  * gRPC: a Core made with `grpc_block` carries unary gRPC calls over a few HTTP/2 connections
  * instead (_native_h2.c, hooked in where connections are opened, read, written and given up:
  * submit, the event loop, abort_in_flight, conn_drop); the loop modes and the ledger are shared.
+ * With `stream_suffix` too it carries streamed requests on one ModelStreamInfer stream instead
+ * (_native_h2_stream.c, on _native_h2.c's connections and frames); each record then comes with
+ * its responses' arrival times (`resp_counts`, `resp_ns`, handed over by swap with the records).
  *
  * Threads: Python calls (start, feed, swap, stop, close) take `mu`, set a command and
  * wake the loop through an eventfd; the loop thread holds `mu` while it handles a batch of
@@ -1020,7 +1023,8 @@ static PyMethodDef Core_methods[] = {
     {"feed", (PyCFunction)Core_feed, METH_VARARGS, "feed(dues, ended): more due offsets (int64 ns) for the open loop"},
     {"wait_hungry", (PyCFunction)Core_wait_hungry, METH_VARARGS,
      "wait_hungry(timeout_s): True when the open loop wants more dues, False when it stopped, None on timeout"},
-    {"swap", (PyCFunction)Core_swap, METH_NOARGS, "swap() -> (records bytes, examples, reconnects) since the last swap"},
+    {"swap", (PyCFunction)Core_swap, METH_NOARGS, "swap() -> (records bytes, examples, reconnects[, uint32 response counts per record, int64 "
+     "response times]) since the last swap"},
     {"stop", (PyCFunction)Core_stop, METH_VARARGS, "stop(drain_s, unfinished_message) -> swap() after the drain"},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close every connection and end the sender thread"},
     {NULL, NULL, 0, NULL},

@@ -20,6 +20,10 @@
  * (perfkit did not close it) it counts as lost and a replacement opens; the replacement counts as
  * a reconnect once settled.
  *
+ * Streaming (`h2core_t.stream`, _native_h2_stream.c): one connection whose one stream carries
+ * every request; DATA on it goes to sx_data, and its end (trailers, RST_STREAM, GOAWAY, the
+ * connection lost) fails what was written to it (h2_ended, fail_owed).
+ *
  * Reentrancy: finishing a request may start the next one (closed loop) on any connection, this
  * one included; so a write error only marks the connection broken (its epoll event then ends
  * it), and owed requests are taken off a connection before they are recorded.

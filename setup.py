@@ -15,6 +15,7 @@ setup(
                 "perfkit/loadgen/_native.c",  # the loop, the Python type, HTTP/1.1
                 "perfkit/loadgen/_native_h2.c",  # unary gRPC over HTTP/2: connections, streams, frames in
                 "perfkit/loadgen/_native_h2_write.c",  # its frames out
+                "perfkit/loadgen/_native_h2_stream.c",  # streamed gRPC requests (ModelStreamInfer)
                 "perfkit/loadgen/_native_hpack.c",  # HPACK decoding of the server's header blocks
             ],
             depends=[

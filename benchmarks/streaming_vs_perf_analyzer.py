@@ -8,7 +8,9 @@ timestamps, the data genai-perf computes its LLM metrics from), both as p50 over
 same kind of samples (TTFT per request, ITL per response gap). Client CPU per response
 is /proc/<pid>/stat of each tool's process over a steady interval, divided by the
 responses the server sent in it (requests from the server's statistics x tokens per
-request). Prints figures and ratios perfkit / perf_analyzer.
+request); beside it the same from the threads' /proc/<pid>/task/*/schedstat (nanoseconds,
+where /proc/<pid>/stat counts 10 ms ticks: a few ticks a second at these rates). Prints
+figures and ratios perfkit / perf_analyzer.
 
 Run: .venv/bin/python benchmarks/streaming_vs_perf_analyzer.py [--rounds 3] [--smoke]
 """
@@ -45,18 +47,35 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def thread_cpu_ns(pid: int) -> dict[str, int]:
+    """Each live thread's CPU time (ns) from /proc/<pid>/task/*/schedstat: nanosecond resolution,
+    where /proc/<pid>/stat counts 10 ms ticks (a few ticks per second at these rates)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[task.name] = int((task / "schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):  # the thread ended meanwhile
+            pass
+    return out
+
+
 def requests_done(server: LocalServer) -> int:
     stats = server.model_stats(MODEL)["model_stats"][0]["inference_stats"]
     return int(stats["success"]["count"])
 
 
-def steady_cpu(server: LocalServer, proc: subprocess.Popen[str], warm_s: float, span_s: float, tokens: int) -> float:
-    """Client CPU (us) per response over [warm, warm + span] of a running tool."""
+def steady_cpu(
+    server: LocalServer, proc: subprocess.Popen[str], warm_s: float, span_s: float, tokens: int
+) -> tuple[float, float]:
+    """Client CPU (us) per response over [warm, warm + span] of a running tool: from the process's
+    ticks, and from its threads' schedstat (threads that end within the span are not counted)."""
     time.sleep(warm_s)
-    n0, c0 = requests_done(server), cpu_s(proc.pid)
+    n0, c0, t0 = requests_done(server), cpu_s(proc.pid), thread_cpu_ns(proc.pid)
     time.sleep(span_s)
-    n1, c1 = requests_done(server), cpu_s(proc.pid)
-    return (c1 - c0) / max((n1 - n0) * tokens, 1) * 1e6
+    n1, c1, t1 = requests_done(server), cpu_s(proc.pid), thread_cpu_ns(proc.pid)
+    responses = max((n1 - n0) * tokens, 1)
+    threads_ns = sum(ns - t0.get(tid, 0) for tid, ns in t1.items())
+    return (c1 - c0) / responses * 1e6, threads_ns / responses / 1e3
 
 
 def run_perfkit(server: LocalServer, data: Path, c: int, seconds: int) -> tuple[subprocess.Popen[str], Path]:
@@ -127,19 +146,21 @@ def main() -> None:
                 for tool in ("perfkit", "perf_analyzer") if r % 2 == 0 else ("perf_analyzer", "perfkit"):
                     runner = run_perfkit if tool == "perfkit" else run_pa
                     proc, out = runner(server, data, c, args.seconds)
-                    cpu = steady_cpu(server, proc, 2.0, max(1.0, args.seconds - 2.0), args.tokens)
+                    cpu, cpu_ns = steady_cpu(server, proc, 2.0, max(1.0, args.seconds - 2.0), args.tokens)
                     stdout, _ = proc.communicate(timeout=120)
                     if proc.returncode != 0:
                         raise SystemExit(f"{tool} failed ({proc.returncode}):\n{stdout[-3000:]}")
                     figs = perfkit_figures(out) if tool == "perfkit" else pa_figures(out, args.tokens)
-                    rows.append({"tool": tool, "c": c, "round": r, "cpu_us_per_response": cpu, **figs})
+                    rows.append({"tool": tool, "c": c, "round": r, "cpu_us_per_response": cpu,
+                                 "cpu_ns_us_per_response": cpu_ns, **figs})  # fmt: skip
                     print(f"  {tool:13} c{c} round {r}: TTFT p50 {figs['ttft_p50_ms']:.2f} ms, ITL p50 "
-                          f"{figs['itl_p50_ms']:.2f} ms, {cpu:.1f} us CPU/response", flush=True)  # fmt: skip
+                          f"{figs['itl_p50_ms']:.2f} ms, {cpu:.1f} us CPU/response "
+                          f"({cpu_ns:.1f} by schedstat)", flush=True)  # fmt: skip
     print("\nmedians over rounds; fixture truth excludes the server's own overhead:")
     for c in levels:
         med = {
             tool: {k: statistics.median(r[k] for r in rows if r["tool"] == tool and r["c"] == c)
-                   for k in ("ttft_p50_ms", "itl_p50_ms", "cpu_us_per_response")}
+                   for k in ("ttft_p50_ms", "itl_p50_ms", "cpu_us_per_response", "cpu_ns_us_per_response")}
             for tool in ("perfkit", "perf_analyzer")
         }  # fmt: skip
         pk, pa = med["perfkit"], med["perf_analyzer"]
@@ -151,7 +172,9 @@ def main() -> None:
               f"CPU {pa['cpu_us_per_response']:.1f} us")  # fmt: skip
         print(f"       ratios perfkit/perf_analyzer: TTFT {pk['ttft_p50_ms'] / pa['ttft_p50_ms']:.3f}, "
               f"ITL {pk['itl_p50_ms'] / pa['itl_p50_ms']:.3f}, "
-              f"CPU/response {pk['cpu_us_per_response'] / max(pa['cpu_us_per_response'], 1e-9):.2f}")  # fmt: skip
+              f"CPU/response {pk['cpu_us_per_response'] / max(pa['cpu_us_per_response'], 1e-9):.2f} "
+              f"(schedstat: {pk['cpu_ns_us_per_response']:.1f} / {pa['cpu_ns_us_per_response']:.1f} us, "
+              f"{pk['cpu_ns_us_per_response'] / max(pa['cpu_ns_us_per_response'], 1e-9):.2f})")  # fmt: skip
 
 
 if __name__ == "__main__":

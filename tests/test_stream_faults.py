@@ -13,24 +13,31 @@ The model is the (non-decoupled) identity fixture, on ModelStreamInfer and on
 generate_stream: Triton 2.51 (this test environment's server) segfaults when gRPC streams
 are cut again and again while a decoupled model is still sending responses on them, which
 would take the session's shared server down with it.
+
+"native-grpc" runs a case on the compiled sender's stream (perfkit/loadgen/_native_h2_stream.c,
+the default for gRPC streams), "grpc" on the Python one (`_stream_h2`, PERFKIT_SENDER=python).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
+from unittest import mock
 
 import numpy as np
 import pytest
 
-from perfkit.loadgen import ModelIO, StreamConfig, grpc_payload, sse_payload, synthetic_tensors
+from perfkit.loadgen import ModelIO, StreamConfig, grpc_payload, native_available, sse_payload, synthetic_tensors
+from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR
 from perfkit.records import LoadLevel
+from tests.conftest import require
 from tests.faultproxy import FaultProxy
 from tests.test_faults import LEVELS, Run, _check, drive_through_fault
 
 MODEL = "identity"
 RESPONSES = 1  # per request: identity answers once, then the (empty) final response
-STREAM_TRANSPORTS = ("grpc", "grpc.aio", "sse")
+STREAM_TRANSPORTS = ("native-grpc", "grpc", "grpc.aio", "sse")
 
 
 def _payload(server, transport: str, host: str) -> tuple[bytes, ...]:
@@ -42,6 +49,7 @@ def _payload(server, transport: str, host: str) -> tuple[bytes, ...]:
 
 
 def _upstream(server, transport: str) -> tuple[str, int]:
+    transport = transport.removeprefix("native-")
     url = server.endpoints.http_url if transport == "sse" else server.endpoints.grpc_url
     host, port = url.rsplit(":", 1)
     return host, int(port)
@@ -57,8 +65,14 @@ def _run(
     after_fault: int = 20,
 ) -> Run:
     payloads = _payload(server, transport, f"127.0.0.1:{proxy.port}")
-    cfg = StreamConfig("127.0.0.1", proxy.port, payloads, transport=transport, seed=7)
-    return drive_through_fault(cfg, server, MODEL, level, proxy, fault, before_fault, after_fault)
+    cfg = StreamConfig("127.0.0.1", proxy.port, payloads, transport=transport.removeprefix("native-"), seed=7)
+    if transport.startswith("native"):
+        require("perfkit's compiled sender", native_available(), f"pip install -e . with gcc: {NATIVE_IMPORT_ERROR}")
+        sender = {k: v for k, v in os.environ.items() if k != "PERFKIT_SENDER"}
+    else:
+        sender = {**os.environ, "PERFKIT_SENDER": "python"}
+    with mock.patch.dict(os.environ, sender, clear=True):
+        return drive_through_fault(cfg, server, MODEL, level, proxy, fault, before_fault, after_fault)
 
 
 def _check_stream(run: Run) -> None:
@@ -80,7 +94,7 @@ def test_stream_closed_after_n_requests_is_replaced(triton, transport, mode):
     assert run.samples.reconnects > 0
 
 
-@pytest.mark.parametrize("transport", ("grpc", "grpc.aio"))
+@pytest.mark.parametrize("transport", ("native-grpc", "grpc", "grpc.aio"))
 @pytest.mark.parametrize("mode", list(LEVELS))
 def test_stream_random_resets(triton, transport, mode):
     with FaultProxy(_upstream(triton, transport), reset_probability=0.05, h2=True, seed=3) as proxy:
@@ -91,7 +105,7 @@ def test_stream_random_resets(triton, transport, mode):
     assert run.samples.reconnects > 0
 
 
-@pytest.mark.parametrize("transport", ("grpc", "sse"))
+@pytest.mark.parametrize("transport", ("native-grpc", "grpc", "sse"))
 def test_stream_server_away_and_back(triton, transport):
     # All connections drop and new ones are refused for 0.5 s, then the server is back.
     def outage(p: FaultProxy) -> None:

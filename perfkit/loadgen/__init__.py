@@ -44,8 +44,10 @@ How it is built (each piece a small private module):
         stop(drain_timeout_s) -> Samples   after it, every request of the level has its record
         close() -> None
   - `_native_engine.NativeEngine`: the same protocol over the compiled sender (`_native*.c`,
-    a thread that never takes the GIL) for plain-TCP HTTP/1.1 and unary gRPC of one model;
-    `make_engine` picks it where it can carry a config (`PERFKIT_SENDER=python`: never).
+    a thread that never takes the GIL) for plain-TCP HTTP/1.1 and unary gRPC of one model,
+    and for streamed gRPC requests to decoupled models (no sequences, trace, token count,
+    compression or periodic concurrency); `make_engine` picks it where it can carry a config
+    (`PERFKIT_SENDER=python`: never).
 """
 
 from __future__ import annotations
@@ -177,7 +179,9 @@ class LoadGenerator:
     def start_periodic(self, spec: PeriodicSpec) -> int:
         """Begin perf_analyzer's periodic concurrency (streaming: one engine); returns its start (ns)."""
         if not isinstance(self._engines[0], Engine) or self.workers != 1:
-            raise RuntimeError("periodic concurrency runs on one streaming engine in this process")
+            raise RuntimeError(
+                "periodic concurrency runs on one Python streaming engine in this process (StreamConfig.periodic)"
+            )
         self._active = [0]
         return self._engines[0].start_periodic(spec)
 

@@ -10,6 +10,9 @@
  * gRPC: a Core made with `grpc_block` carries unary gRPC calls over a few HTTP/2 connections
  * instead (_native_h2.c, hooked in where connections are opened, read, written and given up:
  * submit, the event loop, abort_in_flight, conn_drop); the loop modes and the ledger are shared.
+ * With `stream_suffix` too it carries streamed requests on one ModelStreamInfer stream instead
+ * (_native_h2_stream.c, on _native_h2.c's connections and frames); each record then comes with
+ * its responses' arrival times (`resp_counts`, `resp_ns`, handed over by swap with the records).
  *
  * Threads: Python calls (start, feed, swap, stop, close) take `mu`, set a command and
  * wake the loop through an eventfd; the loop thread holds `mu` while it handles a batch of
@@ -50,7 +53,14 @@ void note_example(Core *c, int32_t status, const char *text, size_t len) {
 }
 
 static void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status) {
-    if (grow((void **)&c->recs, &c->cap_recs, c->n_recs + 1, sizeof(record_t)) < 0) return; /* out of memory: lost */
+    uint32_t count = c->next_count; /* streaming: its responses' times, the last `count` of resp_ns */
+    c->next_count = 0;
+    if (grow((void **)&c->recs, &c->cap_recs, c->n_recs + 1, sizeof(record_t)) < 0 ||
+        (c->streaming && grow((void **)&c->resp_counts, &c->cap_counts, c->n_recs + 1, sizeof(uint32_t)) < 0)) {
+        c->n_resp_ns -= count; /* out of memory: lost */
+        return;
+    }
+    if (c->streaming) c->resp_counts[c->n_recs] = count;
     record_t *r = &c->recs[c->n_recs++];
     r->due = due;
     r->sent = sent;
@@ -572,6 +582,8 @@ static void handle_cmd(Core *c) {
     }
     if (c->cmd == CMD_START && !c->starting) {
         c->n_recs = 0;
+        c->n_resp_ns = 0;
+        c->next_count = 0;
         c->n_examples = 0;
         c->reconnects = 0;
         c->in_flight = 0;
@@ -663,6 +675,7 @@ static void *loop_main(void *arg) {
     Core *c = (Core *)arg;
     struct epoll_event evs[256];
     prctl(PR_SET_TIMERSLACK, 1000, 0, 0, 0); /* 1 us: Linux coalesces timer wake-ups by 50 us by default */
+    prctl(PR_SET_NAME, "perfkit-sender", 0, 0, 0); /* its CPU, by name, in top -H and /proc/PID/task */
     pthread_mutex_lock(&c->mu);
     for (;;) {
         arm(c, next_wake(c));
@@ -731,26 +744,36 @@ static void run_cmd(Core *c, int cmd) {
 
 static int Core_init(Core *c, PyObject *args, PyObject *kw) {
     static char *names[] = {"host", "port", "payloads", "statuses", "grpc_block", "h2_connections", "h2_first_sid",
-                            NULL};
+                            "stream_suffix", NULL};
     const char *host;
     int port;
     PyObject *payloads, *statuses;
     Py_buffer block = {0};
     int h2_connections = 2;
     unsigned int h2_first_sid = 1; /* tests start near the last stream id */
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO|y*iI", names, &host, &port, &payloads, &statuses, &block,
-                                     &h2_connections, &h2_first_sid))
+    Py_buffer suffix = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "siOO|y*iIy*", names, &host, &port, &payloads, &statuses, &block,
+                                     &h2_connections, &h2_first_sid, &suffix))
         return -1;
-    if (block.buf) { /* gRPC: payloads are gRPC messages, block the request's HPACK header block */
-        int rc = h2_setup(c, block.buf, (size_t)block.len, h2_connections, h2_first_sid | 1);
+    if (suffix.buf && (!block.buf || suffix.len > 200)) {
         PyBuffer_Release(&block);
+        PyBuffer_Release(&suffix);
+        PyErr_SetString(PyExc_ValueError, "stream_suffix goes with grpc_block, at most 200 bytes");
+        return -1;
+    }
+    if (block.buf) { /* gRPC: payloads are gRPC messages, block the request's HPACK header block;
+                        streaming (stream_suffix): payloads are ModelInferRequests, framed per request */
+        int rc = h2_setup(c, block.buf, (size_t)block.len, h2_connections, h2_first_sid | 1, suffix.buf,
+                          (size_t)suffix.len);
+        PyBuffer_Release(&block);
+        PyBuffer_Release(&suffix);
         if (rc < 0) {
             PyErr_NoMemory();
             return -1;
         }
     }
-    if (!PyArg_ParseTuple(statuses, "iiiii|i", &c->st_closed, &c->st_refused, &c->st_protocol, &c->st_unfinished,
-                          &c->st_dropped, &c->st_grpc_base))
+    if (!PyArg_ParseTuple(statuses, "iiiii|ii", &c->st_closed, &c->st_refused, &c->st_protocol, &c->st_unfinished,
+                          &c->st_dropped, &c->st_grpc_base, &c->st_stream_error))
         return -1;
     PyObject *seq = PySequence_Fast(payloads, "payloads must be a sequence of bytes");
     if (!seq) return -1;
@@ -939,14 +962,23 @@ static PyObject *take(Core *c) {
         Py_XDECREF(val);
     }
     long reconnects = c->reconnects;
+    PyObject *counts = NULL, *times = NULL;
+    if (c->streaming) {
+        counts = PyBytes_FromStringAndSize((const char *)c->resp_counts, (Py_ssize_t)(c->n_recs * sizeof(uint32_t)));
+        times = PyBytes_FromStringAndSize((const char *)c->resp_ns, (Py_ssize_t)(c->n_resp_ns * sizeof(int64_t)));
+    }
     c->n_recs = 0;
+    c->n_resp_ns = 0;
     c->n_examples = 0;
     c->reconnects = 0;
-    if (!recs || !examples) {
+    if (!recs || !examples || (c->streaming && (!counts || !times))) {
         Py_XDECREF(recs);
         Py_XDECREF(examples);
+        Py_XDECREF(counts);
+        Py_XDECREF(times);
         return NULL;
     }
+    if (c->streaming) return Py_BuildValue("(NNlNN)", recs, examples, reconnects, counts, times);
     return Py_BuildValue("(NNl)", recs, examples, reconnects);
 }
 
@@ -992,6 +1024,8 @@ static void Core_dealloc(Core *c) {
     free(c->payloads);
     free(c->payload_lens);
     free(c->recs);
+    free(c->resp_counts);
+    free(c->resp_ns);
     free(c->dues);
     free(c->retries);
     free(c->conns);
@@ -1010,7 +1044,8 @@ static PyMethodDef Core_methods[] = {
     {"feed", (PyCFunction)Core_feed, METH_VARARGS, "feed(dues, ended): more due offsets (int64 ns) for the open loop"},
     {"wait_hungry", (PyCFunction)Core_wait_hungry, METH_VARARGS,
      "wait_hungry(timeout_s): True when the open loop wants more dues, False when it stopped, None on timeout"},
-    {"swap", (PyCFunction)Core_swap, METH_NOARGS, "swap() -> (records bytes, examples, reconnects) since the last swap"},
+    {"swap", (PyCFunction)Core_swap, METH_NOARGS, "swap() -> (records bytes, examples, reconnects[, uint32 response counts per record, int64 "
+     "response times]) since the last swap"},
     {"stop", (PyCFunction)Core_stop, METH_VARARGS, "stop(drain_s, unfinished_message) -> swap() after the drain"},
     {"close", (PyCFunction)Core_close, METH_NOARGS, "close every connection and end the sender thread"},
     {NULL, NULL, 0, NULL},

@@ -90,6 +90,8 @@ typedef struct {
     size_t largest;
     int32_t st_closed, st_refused, st_protocol, st_unfinished, st_dropped;
     int32_t st_grpc_base; /* GRPC_STATUS_BASE: a gRPC status code is recorded as this + code */
+    int32_t st_stream_error; /* STATUS_STREAM_ERROR: a streamed request answered with an error message */
+    int streaming;           /* ModelStreamInfer (_native_h2_stream.c): records carry response times */
     struct h2core *h2;    /* gRPC over HTTP/2 (_native_h2.c); NULL: HTTP/1.1 */
     pthread_t thread;
     int thread_started;
@@ -107,6 +109,12 @@ typedef struct {
     /* records handed to Python by swap */
     record_t *recs;
     size_t n_recs, cap_recs;
+    /* streaming: per record its count of timed responses, and their arrival times, flat, in order */
+    uint32_t *resp_counts;
+    size_t cap_counts;
+    int64_t *resp_ns;
+    size_t n_resp_ns, cap_resp_ns;
+    uint32_t next_count; /* the times the next record takes: the last next_count of resp_ns */
     example_t examples[MAX_EXAMPLES];
     int n_examples;
     long reconnects, lost_unreplaced, in_flight;
@@ -159,7 +167,8 @@ conn_t *dial(Core *c);
 
 /* -- in _native_h2.c: gRPC over HTTP/2 -- */
 #define H2_LAST_SID (0x7fffffffu - (1u << 20)) /* past this a gRPC connection winds down (ids are 31 bits) */
-int h2_setup(Core *c, const char *block, size_t block_len, int connections, uint32_t first_sid);
+int h2_setup(Core *c, const char *block, size_t block_len, int connections, uint32_t first_sid,
+             const char *suffix, size_t suffix_len);
 void h2_teardown(Core *c);
 void h2_submit(Core *c, int64_t due);
 void h2_prepare(Core *c, int closed_loop, int share);

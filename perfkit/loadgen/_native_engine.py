@@ -1,4 +1,5 @@
-"""The engine protocol over the compiled sender (`_native.c`: HTTP/1.1; `_native_h2.c`: unary gRPC).
+"""The engine protocol over the compiled sender (`_native.c`: HTTP/1.1; `_native_h2.c`: unary gRPC;
+`_native_h2_stream.c`: streamed gRPC requests on one ModelStreamInfer stream).
 
 Same behaviour as `_engine.Engine` with `_http1.Http1Transport` (HTTP) or `_h2.H2Transport`
 (gRPC: the same header block, message framing and connections) and the `_loops` modes (one
@@ -10,8 +11,11 @@ sender in chunks by a feeder thread, so a schedule is the same whichever engine 
 turning records into `Samples`.
 
 It carries plain-TCP HTTP/1.1 and unary gRPC requests of one model (gRPC compression and
-metadata included: they are in the header block and the messages); TLS, traffic mixes and
-streaming stay on the Python engine (`eligible`).
+metadata included: they are in the header block and the messages), and streamed requests to
+decoupled models over gRPC (`_stream_h2.H2StreamTransport`'s stream: the same header block,
+metadata included, and request bytes; each record comes with its responses' arrival times).
+TLS, traffic mixes, sequences, trace replay, token counting, compressed streams and periodic
+concurrency stay on the Python engine (`eligible`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -26,6 +31,9 @@ import numpy as np
 
 from perfkit.loadgen._engine import Engine, EngineConfig
 from perfkit.loadgen._h2 import GRPC_INFER, H2_CONNECTIONS, grpc_message, header_block
+from perfkit.loadgen._stream_grpc import STREAM_INFER
+from perfkit.loadgen._stream_h2 import stream_open_error
+from perfkit.loadgen._stream_parts import request_suffix
 from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.records import (
     GRPC_STATUS_BASE,
@@ -33,6 +41,7 @@ from perfkit.records import (
     STATUS_CONNECTION_REFUSED,
     STATUS_DROPPED,
     STATUS_PROTOCOL,
+    STATUS_STREAM_ERROR,
     STATUS_UNFINISHED,
     LoadLevel,
     Samples,
@@ -70,7 +79,18 @@ def native_available() -> bool:
 
 
 def eligible(cfg: object) -> bool:
-    """Whether the compiled sender can carry cfg: plain-TCP HTTP/1.1 or gRPC, one model, unary."""
+    """Whether the compiled sender can carry cfg: plain-TCP HTTP/1.1 or gRPC, one model, unary; or
+    streamed gRPC requests (a decoupled model) with no sequences, trace, token count, compression
+    or periodic concurrency."""
+    if isinstance(cfg, StreamConfig):
+        return (
+            cfg.transport == "grpc"
+            and cfg.sequences is None
+            and not cfg.schedule_ns
+            and not cfg.token_output
+            and not cfg.compression
+            and not cfg.periodic
+        )
     return (
         isinstance(cfg, EngineConfig)
         and cfg.protocol in ("http", "grpc")
@@ -85,10 +105,9 @@ def make_engine(cfg: EngineConfig | StreamConfig) -> Engine | NativeEngine:
     "python"), else the Python engine."""
     global _warned
     if eligible(cfg) and os.environ.get("PERFKIT_SENDER") != "python":
-        assert isinstance(cfg, EngineConfig)
         if _native is not None:
             return NativeEngine(cfg)
-        if cfg.transport == "native":
+        if isinstance(cfg, EngineConfig) and cfg.transport == "native":
             raise ValueError(f"transport 'native': perfkit's compiled sender is not built ({NATIVE_IMPORT_ERROR})")
         if not _warned:
             _warned = True
@@ -99,14 +118,25 @@ def make_engine(cfg: EngineConfig | StreamConfig) -> Engine | NativeEngine:
 class NativeEngine:
     """The engine protocol (start, drain, stop, close) on the compiled sender."""
 
-    def __init__(self, cfg: EngineConfig) -> None:
+    def __init__(self, cfg: EngineConfig | StreamConfig) -> None:
         if _native is None:
             raise RuntimeError(f"perfkit's compiled sender is not built: {NATIVE_IMPORT_ERROR}")
         self.cfg = cfg
         statuses = (STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_UNFINISHED,
-                    STATUS_DROPPED, GRPC_STATUS_BASE)  # fmt: skip
-        self._grpc = cfg.protocol == "grpc"
-        if self._grpc:  # as H2Transport: messages framed (and compressed) once, one stateless header block
+                    STATUS_DROPPED, GRPC_STATUS_BASE, STATUS_STREAM_ERROR)  # fmt: skip
+        self._streaming = isinstance(cfg, StreamConfig)
+        self._grpc = isinstance(cfg, StreamConfig) or cfg.protocol == "grpc"
+        if isinstance(cfg, StreamConfig):
+            # as H2StreamTransport: one connection, one stream, the same header block (metadata
+            # included); payloads are ModelInferRequests, each sent with the id and final-response
+            # flag the sender appends (request_suffix: field 3, then what follows it)
+            block = header_block(f"{cfg.host}:{cfg.port}", STREAM_INFER, metadata=cfg.headers)
+            self._core = _native.Http1Core(
+                cfg.host, cfg.port, cfg.payloads, statuses, grpc_block=block, h2_connections=1,
+                stream_suffix=request_suffix("")[2:],
+            )  # fmt: skip
+        elif cfg.protocol == "grpc":
+            # as H2Transport: messages framed (and compressed) once, one stateless header block
             messages = tuple(grpc_message(p, cfg.compression) for p in cfg.payloads)
             block = header_block(f"{cfg.host}:{cfg.port}", GRPC_INFER, cfg.compression, metadata=cfg.metadata)
             self._core = _native.Http1Core(
@@ -115,10 +145,19 @@ class NativeEngine:
         else:
             self._core = _native.Http1Core(cfg.host, cfg.port, cfg.payloads, statuses)
         self._feeder: threading.Thread | None = None
+        self._reached = False
 
     def start(self, level: LoadLevel, t0_ns: int, share: float, worker: int = 0, workers: int = 1) -> None:
         """Begin a level: `share` is this engine's concurrency; open loops pace from t0_ns."""
         self._join_feeder()
+        if isinstance(self.cfg, StreamConfig) and not self._reached:
+            # as H2StreamTransport before its first level: an unreachable server is an error, not
+            # a level of refused requests
+            try:
+                socket.create_connection((self.cfg.host, self.cfg.port), timeout=10).close()
+            except OSError as err:
+                raise stream_open_error(self.cfg, err) from None
+            self._reached = True
         if level.mode == "concurrency":
             self._core.start_closed(int(share))
             return
@@ -131,7 +170,8 @@ class NativeEngine:
         warm = 0 if self._grpc else max(4, int(rate_rps * 0.005) + 2)
         spare = 0 if self._grpc else 4 + int(rate_rps * 0.02)
         message = f"{self.cfg.max_outstanding} requests already in flight (max outstanding)"
-        realtime = os.environ.get("PERFKIT_NO_REALTIME") != "1"
+        # a streaming open loop reads responses all the time: no real-time thread there (as Engine)
+        realtime = os.environ.get("PERFKIT_NO_REALTIME") != "1" and not self._streaming
         self._core.start_open(t0_ns, first, ended, warm, spare, self.cfg.max_outstanding, realtime, chunk // 2, message)
         if not ended:
             self._feeder = threading.Thread(
@@ -178,13 +218,28 @@ def _take(dues: Iterator[int], n: int) -> tuple[bytes, bool]:
     return arr.tobytes(), len(arr) < n
 
 
-def _to_samples(raw: bytes, examples: dict[int, str], reconnects: int) -> Samples:
+def _to_samples(
+    raw: bytes, examples: dict[int, str], reconnects: int, counts: bytes | None = None, times: bytes | None = None
+) -> Samples:
+    """Samples of the records; streaming (counts and times given): with each request's responses'
+    arrival times, as `_stream_parts.stream_samples` makes them."""
     rec = np.frombuffer(raw, dtype=RECORD)
+    response_ns = None
+    if counts is not None and times is not None:
+        per_record = np.frombuffer(counts, dtype=np.uint32)
+        flat = np.frombuffer(times, dtype=np.int64)
+        if len(per_record) != len(rec) or int(per_record.sum()) != len(flat):
+            raise RuntimeError("the compiled sender's response times do not match its records")
+        response_ns = np.empty(len(rec), dtype=object)
+        bounds = np.cumsum(per_record, dtype=np.int64)
+        for i, part in enumerate(np.split(flat, bounds[:-1]) if len(rec) else ()):
+            response_ns[i] = part.copy()
     return Samples(
         rec["due"].copy(),
         rec["sent"].copy(),
         rec["done"].copy(),
         rec["status"].astype(np.int32),
         examples,
+        response_ns=response_ns,
         reconnects=reconnects,
     )

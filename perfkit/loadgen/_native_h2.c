@@ -20,6 +20,10 @@
  * (perfkit did not close it) it counts as lost and a replacement opens; the replacement counts as
  * a reconnect once settled.
  *
+ * Streaming (`h2core_t.stream`, _native_h2_stream.c): one connection whose one stream carries
+ * every request; DATA on it goes to sx_data, and its end (trailers, RST_STREAM, GOAWAY, the
+ * connection lost) fails what was written to it (h2_ended, fail_owed).
+ *
  * Reentrancy: finishing a request may start the next one (closed loop) on any connection, this
  * one included; so a write error only marks the connection broken (its epoll event then ends
  * it), and owed requests are taken off a connection before they are recorded.
@@ -30,9 +34,22 @@
 #include <stdlib.h>
 
 /* -- setup ------------------------------------------------------------------------------------ */
-int h2_setup(Core *c, const char *block, size_t block_len, int connections, uint32_t first_sid) {
+int h2_setup(Core *c, const char *block, size_t block_len, int connections, uint32_t first_sid,
+             const char *suffix, size_t suffix_len) {
     h2core_t *g = calloc(1, sizeof(h2core_t));
     if (!g) return -1;
+    if (suffix) { /* streaming: one connection, one stream on it; the suffix's id (empty) is cut off */
+        g->stream = 1;
+        connections = 1;
+        g->suffix = malloc(suffix_len + 1);
+        if (!g->suffix) {
+            free(g);
+            return -1;
+        }
+        memcpy(g->suffix, suffix, suffix_len);
+        g->suffix_len = suffix_len;
+        c->streaming = 1;
+    }
     g->block = malloc(block_len ? block_len : 1);
     if (!g->block) {
         free(g);
@@ -67,6 +84,7 @@ void h2_teardown(Core *c) {
     if (!g) return;
     free(g->block);
     free(g->usable);
+    sx_teardown(g);
     free(g);
     c->h2 = NULL;
 }
@@ -81,6 +99,7 @@ void h2_free(conn_t *k) {
     free(h->parts);
     free(h->heads);
     free(h->iov);
+    sx_conn_free(h);
     free(h);
     k->h2 = NULL;
 }
@@ -105,7 +124,7 @@ static int take_stream(h2conn_t *h, uint32_t sid, stream_t *out) {
     return 0;
 }
 
-static size_t take_payload(Core *c) {
+size_t take_payload(Core *c) {
     size_t i = c->next_payload;
     c->next_payload = (i + 1) % (size_t)c->n_payloads;
     return i;
@@ -186,10 +205,14 @@ static void usable_remove(h2core_t *g, conn_t *k) {
 static void open_failed(Core *c) {
     if (c->opening > 0) return;
     size_t len = strlen(c->open_error);
+    if (c->h2->stream) {
+        sx_fail(c, SX_WAITING, c->st_refused, c->open_error, len);
+        return;
+    }
     while (c->pend_len) finish(c, pop_pending(c), -1, now_ns(), c->st_refused, c->open_error, len);
 }
 
-static void h2_open(Core *c) {
+void h2_open(Core *c) {
     conn_t *k = dial(c);
     if (!k) {
         open_failed(c);
@@ -207,6 +230,7 @@ static void h2_open(Core *c) {
     h->send_window = h->stream_window = DEFAULT_WINDOW;
     h->max_frame = DEFAULT_MAX_FRAME;
     h->settle_deadline = now_ns() + SETTINGS_WAIT_NS;
+    h->gen = ++c->h2->gen_next;
     k->h2 = h;
     c->opening++;
 }
@@ -214,6 +238,7 @@ static void h2_open(Core *c) {
 void h2_prepare(Core *c, int closed_loop, int share) {
     h2core_t *g = c->h2;
     g->want = closed_loop ? (share < g->connections ? (share > 1 ? share : 1) : g->connections) : g->connections;
+    if (g->stream) g->want = 1;
     while ((int)g->n_usable + c->opening < g->want) {
         int before = c->opening;
         h2_open(c);
@@ -250,12 +275,16 @@ static void settle(Core *c, conn_t *k) {
     if (grow((void **)&g->usable, &g->cap_usable, g->n_usable + 1, sizeof(conn_t *)) < 0) return;
     g->usable[g->n_usable++] = k;
     h->in_rotation = 1;
+    if (g->stream) {
+        sx_settled(c, k);
+        return;
+    }
     while (c->pend_len && !k->dead) h2_send(c, k, take_payload(c), pop_pending(c));
 }
 
 /* Out of rotation (GOAWAY, lost, unusable): a connection perfkit did not close counts as lost and
    a replacement opens (H2Transport.retire). */
-static void retire(Core *c, conn_t *k) {
+void retire(Core *c, conn_t *k) {
     h2conn_t *h = k->h2;
     h2core_t *g = c->h2;
     if (!h->in_rotation) return;
@@ -283,6 +312,10 @@ void h2_dropped(Core *c, conn_t *k) {
    taking them off k: recording may start new requests. */
 static void fail_owed(Core *c, conn_t *k, int32_t status, const char *msg) {
     h2conn_t *h = k->h2;
+    if (c->h2->stream) { /* what was written to its stream */
+        sx_fail(c, h->gen, status, msg, strlen(msg));
+        return;
+    }
     stream_t *streams = h->streams;
     size_t n_streams = h->n_streams;
     blocked_t *blocked = h->blocked + h->blk_head;
@@ -322,12 +355,17 @@ static void h2_lost(Core *c, conn_t *k, int err) {
     if (!settled) open_failed(c);
 }
 
-/* A protocol error (HPACK): the connection is unusable; what it owed ends as a protocol error. */
-static void h2_failed(Core *c, conn_t *k, const char *msg) {
-    note_example(c, c->st_protocol, msg, strlen(msg));
+/* The connection is unusable (a protocol error; streaming: its stream ended): what it owed ends with
+   `status`; one perfkit did not close counts as lost, a replacement opens. */
+void h2_ended(Core *c, conn_t *k, int32_t status, const char *msg) {
+    if (status == c->st_protocol) note_example(c, status, msg, strlen(msg));
     retire(c, k);
     conn_close_ours(c, k, 1);
-    fail_owed(c, k, c->st_protocol, msg);
+    fail_owed(c, k, status, msg);
+}
+
+static void h2_failed(Core *c, conn_t *k, const char *msg) {
+    h2_ended(c, k, c->st_protocol, msg);
 }
 
 static void close_if_gone_away(Core *c, conn_t *k) {
@@ -338,6 +376,25 @@ static void close_if_gone_away(Core *c, conn_t *k) {
 /* -- receiving -------------------------------------------------------------------------------- */
 static void stream_done(Core *c, conn_t *k, uint32_t sid, const hpack_result_t *res) {
     stream_t s;
+    if (c->h2->stream) { /* the server ended the ModelStreamInfer stream (as _stream_h2.H2Stream._end) */
+        if (sid != k->h2->sx_sid) return;
+        int32_t status = c->st_closed;
+        if (res && res->http_status >= 0 && res->http_status != 200)
+            status = res->http_status;
+        else if (res && res->grpc_status > 0)
+            status = c->st_grpc_base + res->grpc_status;
+        if (res && (res->http_status == -2 || res->grpc_status == -2)) status = c->st_protocol;
+        char msg[EXAMPLE_BYTES + 1];
+        size_t len = res && res->has_message && res->message_len ? res->message_len : 0;
+        if (len > EXAMPLE_BYTES) len = EXAMPLE_BYTES;
+        if (len)
+            memcpy(msg, res->message, len);
+        else
+            len = (size_t)snprintf(msg, sizeof msg, "%s", res ? "stream ended" : "the server ended the stream");
+        msg[len] = 0;
+        h2_ended(c, k, status, msg);
+        return;
+    }
     if (!take_stream(k->h2, sid, &s)) return;
     int64_t done = now_ns();
     int32_t status = 0;
@@ -424,6 +481,7 @@ static void on_settings(Core *c, conn_t *k, const uint8_t *p, size_t n) {
         if (ident == SET_INITIAL_WINDOW) {
             int64_t delta = (int64_t)value - h->stream_window;
             h->stream_window = value;
+            if (h->sx_sid) h->sx_window += delta;
             for (size_t j = 0; j < h->blk_len; j++) /* RFC 9113 6.9.2: open streams' windows move by the change */
                 if (h->blocked[h->blk_head + j].sid) h->blocked[h->blk_head + j].window += delta;
         } else if (ident == SET_MAX_FRAME && value >= DEFAULT_MAX_FRAME && value < (1u << 24)) {
@@ -435,11 +493,15 @@ static void on_settings(Core *c, conn_t *k, const uint8_t *p, size_t n) {
     frame_head(ack, 0, F_SETTINGS, FL_ACK, 0);
     out_bytes(c, k, ack, sizeof ack);
     if (!h->settled) settle(c, k);
-    if (!k->dead) pump(c, k);
+    if (!k->dead) (c->h2->stream ? sx_pump : pump)(c, k);
 }
 
 static void on_goaway(Core *c, conn_t *k, const uint8_t *p, size_t n) {
     h2conn_t *h = k->h2;
+    if (c->h2->stream) { /* as _stream_h2.H2Stream: the stream ends */
+        h2_ended(c, k, c->st_closed, "server sent GOAWAY");
+        return;
+    }
     uint32_t last = n >= 4 ? get32(p) & 0x7fffffff : 0;
     h->goaway = 1;
     retire(c, k);
@@ -475,6 +537,10 @@ static void on_frame(Core *c, conn_t *k, int type, int flags, uint32_t sid, cons
     switch (type) {
     case F_DATA:
         h->received += n;
+        if (c->h2->stream && sid == h->sx_sid && sid) {
+            sx_data(c, k, flags, p, n);
+            if (k->dead) break;
+        }
         if (flags & FL_END_STREAM) stream_done(c, k, sid, NULL);
         break;
     case F_HEADERS:
@@ -507,14 +573,23 @@ static void on_frame(Core *c, conn_t *k, int type, int flags, uint32_t sid, cons
             int64_t inc = get32(p) & 0x7fffffff;
             if (sid == 0)
                 h->send_window += inc;
+            else if (c->h2->stream && sid == h->sx_sid)
+                h->sx_window += inc;
             else if (h->blk_len && h->blocked[h->blk_head].sid == sid)
                 h->blocked[h->blk_head].window += inc;
-            pump(c, k);
+            (c->h2->stream ? sx_pump : pump)(c, k);
         }
         break;
     case F_RST: {
         uint32_t code = n >= 4 ? get32(p) : 0;
         stream_t s;
+        if (c->h2->stream) {
+            if (sid != h->sx_sid) break;
+            char msg[80];
+            snprintf(msg, sizeof msg, "stream reset by the server (HTTP/2 error %u)", code);
+            h2_ended(c, k, c->st_closed, msg);
+            break;
+        }
         if (!take_stream(h, sid, &s)) break;
         if (h->blk_len && h->blocked[h->blk_head].sid == sid) {
             h->blk_head++;
@@ -576,12 +651,14 @@ static void readable(Core *c, conn_t *k) {
         if (k->len && pos) memmove(k->buf, k->buf + pos, k->len);
         if ((size_t)n < avail) break; /* the socket is drained */
     }
-    if (h->received > RECEIVED_TOP_UP) {
-        uint8_t up[13];
+    if (h->received > RECEIVED_TOP_UP) { /* streaming: the one long-lived stream's window too */
+        uint8_t up[26];
         frame_head(up, 4, F_WINDOW, 0, 0);
         put32(up + 9, (uint32_t)h->received);
+        frame_head(up + 13, 4, F_WINDOW, 0, h->sx_sid);
+        put32(up + 22, (uint32_t)h->received);
         h->received = 0;
-        out_bytes(c, k, up, sizeof up);
+        out_bytes(c, k, up, h->sx_sid ? sizeof up : 13);
     }
 }
 
@@ -606,6 +683,10 @@ static void wind_down(Core *c, conn_t *k) {
 
 void h2_submit(Core *c, int64_t due) {
     h2core_t *g = c->h2;
+    if (g->stream) {
+        sx_submit(c, due);
+        return;
+    }
     if (g->n_usable) {
         conn_t *k = g->usable[g->rr++ % g->n_usable];
         if (k->h2->next_sid > H2_LAST_SID) {
@@ -621,6 +702,10 @@ void h2_submit(Core *c, int64_t due) {
 }
 
 void h2_abort_in_flight(Core *c) {
+    if (c->h2->stream) {
+        sx_abort(c);
+        return;
+    }
     unfinish_pending(c, now_ns());
     for (size_t i = c->n_conns; i-- > 0;) {
         if (i >= c->n_conns) continue;

@@ -76,7 +76,24 @@ typedef struct h2conn {
     hpack_t hp;
     cached_t cache[CACHE_ENTRIES];
     int n_cache, next_cache;
+    /* streaming (_native_h2_stream.c): the connection's one ModelStreamInfer stream */
+    uint64_t gen;      /* which connection this is: requests written to it carry it */
+    uint32_t sx_sid;   /* 0 until its HEADERS went out */
+    int64_t sx_window; /* the stream's send window */
+    char *mbuf;        /* a response message cut across DATA frames, so far */
+    size_t mlen, mcap;
+    char *qbuf; /* request bytes waiting for flow-control window: [qoff, qlen) */
+    size_t qlen, qoff, qcap;
 } h2conn_t;
+
+typedef struct { /* a streamed request, in the ring by its id */
+    int64_t due, sent;
+    uint64_t gen; /* the connection it was written to; 0: waiting for one */
+    size_t payload;
+    int live;
+    int64_t *resp; /* arrival times of its responses with outputs (the buffer stays with the slot) */
+    uint32_t n_resp, cap_resp;
+} sreq_t;
 
 typedef struct h2core {
     char *block; /* the request header block */
@@ -88,6 +105,14 @@ typedef struct h2core {
     conn_t **usable; /* in rotation: settled, no GOAWAY */
     size_t n_usable, cap_usable;
     size_t rr;
+    /* streaming (_native_h2_stream.c) */
+    int stream;
+    uint64_t gen_next;
+    char *suffix; /* what follows a request's id: the final-response flag (_stream_parts.request_suffix) */
+    size_t suffix_len;
+    sreq_t *ring; /* requests by id: ids [base, next) at [id & (rcap - 1)]; ring[base] is live */
+    size_t rcap;
+    uint64_t base, next;
 } h2core_t;
 
 static inline void put24(uint8_t *p, uint32_t v) {
@@ -113,6 +138,24 @@ static inline void frame_head(uint8_t *p, size_t len, int type, int flags, uint3
     p[4] = (uint8_t)flags;
     put32(p + 5, sid);
 }
+
+/* -- in _native_h2.c, for the streaming file -- */
+void h2_open(Core *c);
+void retire(Core *c, conn_t *k);
+void h2_ended(Core *c, conn_t *k, int32_t status, const char *msg);
+size_t take_payload(Core *c);
+
+/* -- in _native_h2_stream.c: one ModelStreamInfer stream per connection -- */
+void sx_submit(Core *c, int64_t due);
+void sx_settled(Core *c, conn_t *k);
+void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n);
+void sx_pump(Core *c, conn_t *k);
+void sx_fail(Core *c, uint64_t gen, int32_t status, const char *msg, size_t len);
+void sx_abort(Core *c);
+void sx_teardown(h2core_t *g);
+void sx_conn_free(h2conn_t *h);
+#define SX_WAITING 0
+#define SX_ANY UINT64_MAX
 
 /* -- in _native_h2_write.c: frames out -- */
 /* Gather a write: a frame head, bytes that stay put until out_flush (a payload, the header block,

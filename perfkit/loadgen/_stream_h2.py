@@ -356,6 +356,14 @@ async def _connected(loop: asyncio.AbstractEventLoop, host: str, port: int) -> s
     raise error
 
 
+def stream_open_error(cfg: StreamConfig, err: OSError) -> ServerError:
+    """The error of a gRPC stream that cannot be opened before a level (the server unreachable)."""
+    return ServerError(
+        f"cannot open a gRPC stream to {cfg.host}:{cfg.port}: {err.strerror or err}",
+        hint="is the server's gRPC port right (-u HOST:GRPC_PORT with -i grpc)?",
+    )
+
+
 class H2StreamTransport(StreamTransport):
     """Streamed requests on one hand-written HTTP/2 gRPC stream, replaced when the server breaks it."""
 
@@ -371,10 +379,7 @@ class H2StreamTransport(StreamTransport):
         try:
             self._h2 = await self._connect()
         except OSError as err:
-            raise ServerError(
-                f"cannot open a gRPC stream to {self.cfg.host}:{self.cfg.port}: {err.strerror or err}",
-                hint="is the server's gRPC port right (-u HOST:GRPC_PORT with -i grpc)?",
-            ) from None
+            raise stream_open_error(self.cfg, err) from None
 
     async def _connect(self) -> H2Stream:
         authority = f"{self.cfg.host}:{self.cfg.port}"

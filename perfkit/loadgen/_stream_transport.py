@@ -71,6 +71,9 @@ class StreamConfig:
     # src/client_backend/triton/triton_client_backend.cc), on HTTP requests as headers
     headers: tuple[tuple[str, str], ...] = ()
     compression: str = ""  # perf_analyzer's --grpc-compression-algorithm on the gRPC stream's messages
+    # perf_analyzer's --periodic-concurrency-range with --request-period: the run counts each
+    # request's responses as they come (`_loops.PeriodicLoop`), on the Python transports
+    periodic: bool = False
 
 
 class StreamTransport(Transport):

@@ -139,6 +139,7 @@ def stream_config(
     return StreamConfig(
         host, port, payloads, intervals_ns, seed=spec.seed, max_outstanding=spec.max_outstanding, sequences=seq,
         token_output=token_output, headers=spec.http_headers, compression=spec.grpc_compression,
+        periodic=spec.periodic_concurrency is not None,
     )  # fmt: skip
 
 

@@ -33,6 +33,7 @@ from perfkit.loadgen import (
     synthetic_tensors,
 )
 from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR, NativeEngine, _native
+from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.recorder import concat
 from perfkit.records import (
     GRPC_STATUS_BASE,
@@ -95,35 +96,37 @@ def _hostport(url: str) -> tuple[str, int]:
 _until = functools.partial(_collect, timeout_s=30)  # load until a condition holds on what was recorded
 
 
+def engine_choice(native: EngineConfig | StreamConfig, others: list, monkeypatch) -> None:
+    """make_engine picks the compiled sender for `native`, unless PERFKIT_SENDER=python (where
+    `native` does not name the compiled sender itself), and the Python engine for each of `others`."""
+    for cfg, cls in [(native, NativeEngine), *((other, Engine) for other in others)]:
+        engine = make_engine(cfg)
+        try:
+            assert isinstance(engine, cls), cfg
+        finally:
+            engine.close()
+    if native.transport == "native":
+        return
+    monkeypatch.setenv("PERFKIT_SENDER", "python")
+    engine = make_engine(native)
+    try:
+        assert isinstance(engine, Engine)
+    finally:
+        engine.close()
+    monkeypatch.delenv("PERFKIT_SENDER")
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_the_compiled_sender_carries_plain_http_and_grpc_of_one_model(monkeypatch, protocol):
     _need("native")
-    for transport in ("auto", "native"):
-        engine = make_engine(EngineConfig(protocol, "127.0.0.1", 1, (b"x",), transport=transport))
-        try:
-            assert isinstance(engine, NativeEngine)
-        finally:
-            engine.close()
-    cfg = EngineConfig(protocol, "127.0.0.1", 1, (b"x",))
-    monkeypatch.setenv("PERFKIT_SENDER", "python")
-    python = make_engine(cfg)
-    try:
-        assert isinstance(python, Engine)
-    finally:
-        python.close()
-    monkeypatch.delenv("PERFKIT_SENDER")
     others = [
         EngineConfig(protocol, "127.0.0.1", 1, (b"x",), transport="http1" if protocol == "http" else "h2"),
         EngineConfig("grpc", "127.0.0.1", 1, (b"x",), transport="grpc-aio"),
         EngineConfig(protocol, "127.0.0.1", 1, (b"x",), tls=TlsSpec()),
         EngineConfig(protocol, "127.0.0.1", 1, (b"x",), mix_payloads=((b"x",), (b"y",)), mix_weights=(1, 1)),
     ]
-    for other in others:
-        engine = make_engine(other)
-        try:
-            assert isinstance(engine, Engine), other
-        finally:
-            engine.close()
+    for transport in ("auto", "native"):
+        engine_choice(EngineConfig(protocol, "127.0.0.1", 1, (b"x",), transport=transport), others, monkeypatch)
 
 
 @pytest.mark.parametrize("sender", (*SENDERS, "native-grpc"))
@@ -506,22 +509,27 @@ def test_grpc_frames_the_server_scripts(scripted_h2_server, sender):
     assert s.reconnects == 0
 
 
+def _grpc_against(server: _ScriptedPeer, sender: str, concurrency: int, until, drain_s: float = 5.0) -> Samples:
+    """Closed-loop gRPC calls of 100-byte messages to a scripted peer until `until` holds on what was
+    recorded; the peer is closed afterwards."""
+    try:
+        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", concurrency))
+            _until(gen, parts, until)
+            parts.append(gen.stop(drain_s))
+    finally:
+        server.close()
+    return concat(parts)
+
+
 @pytest.mark.parametrize("sender", GRPC_SENDERS)
 def test_a_header_block_that_cannot_be_decoded_is_a_protocol_error(sender):
     _need(sender)
     # The decoder's table would be out of step with the server's: the connection is given up, what it
     # carried ends as a protocol error, and a new connection replaces it (a reconnect).
-    server = _ScriptedH2Server(bad_hpack=True)
-    try:
-        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
-        parts: list[Samples] = []
-        with LoadGenerator(cfg) as gen:
-            gen.start(LoadLevel("concurrency", 2))
-            _until(gen, parts, lambda s: len(s) >= 6)
-            parts.append(gen.stop(5.0))
-    finally:
-        server.close()
-    s = concat(parts)
+    s = _grpc_against(_ScriptedH2Server(bad_hpack=True), sender, 2, lambda s: len(s) >= 6)
     assert (s.status == STATUS_PROTOCOL).all(), s.error_examples
     assert s.error_examples[STATUS_PROTOCOL].startswith("HPACK")
     assert s.reconnects > 0
@@ -578,18 +586,11 @@ def test_a_goaway_below_the_last_stream_ends_only_the_streams_above_it(sender):
     # end as not processed, and the load goes on over new connections.
     _need(sender)
     server = _PartialGoawayServer()
-    try:
-        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
-        parts: list[Samples] = []
-        with LoadGenerator(cfg) as gen:
-            gen.start(LoadLevel("concurrency", 4))
-            _until(gen, parts, lambda s: int((s.status == 0).sum()) >= 4 and int((s.status != 0).sum()) >= 4)
-            parts.append(gen.stop(1.0))
-        with server._lock:
-            answered, given_up = len(server.answered), len(server.given_up)
-    finally:
-        server.close()
-    s = concat(parts)
+    s = _grpc_against(
+        server, sender, 4, lambda s: int((s.status == 0).sum()) >= 4 and int((s.status != 0).sum()) >= 4, 1.0
+    )
+    with server._lock:
+        answered, given_up = len(server.answered), len(server.given_up)
     ok = int((s.status == 0).sum())
     away = s.status == STATUS_CONNECTION_CLOSED
     assert s.error_examples[STATUS_CONNECTION_CLOSED] == "server sent GOAWAY; request not processed"
@@ -612,17 +613,7 @@ def test_a_server_that_never_sends_settings_refuses_the_request_after_the_wait(s
     # The connection is given up after SETTINGS_WAIT_S (5 s) and the request it was opened for is
     # refused with the reason, not left waiting for ever.
     _need(sender)
-    server = _SilentPeer()
-    try:
-        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
-        parts: list[Samples] = []
-        with LoadGenerator(cfg) as gen:
-            gen.start(LoadLevel("concurrency", 1))
-            _until(gen, parts, lambda s: len(s) >= 1)
-            parts.append(gen.stop(1.0))
-    finally:
-        server.close()
-    s = concat(parts)
+    s = _grpc_against(_SilentPeer(), sender, 1, lambda s: len(s) >= 1, 1.0)
     assert int((s.status == STATUS_CONNECTION_REFUSED).sum()) >= 1, s.error_examples
     assert s.error_examples[STATUS_CONNECTION_REFUSED] == "no HTTP/2 SETTINGS from the server in 5 s"
     refused = s.status == STATUS_CONNECTION_REFUSED

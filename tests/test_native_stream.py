@@ -21,7 +21,7 @@ import hpack
 import numpy as np
 import pytest
 
-from perfkit.loadgen import Engine, LoadGenerator, ModelIO, StreamConfig, grpc_payload, make_engine
+from perfkit.loadgen import LoadGenerator, ModelIO, StreamConfig, grpc_payload
 from perfkit.loadgen._native_engine import NativeEngine
 from perfkit.loadgen._requests import Tensor, to_wire
 from perfkit.loadgen._sequences import SequenceSpec
@@ -38,26 +38,13 @@ from perfkit.records import (
 )
 from perfkit.schedule import due_times
 from tests.conftest import wait_until
-from tests.test_native_sender import _frame, _need, _ScriptedPeer, _until
+from tests.test_native_sender import _frame, _need, _ScriptedPeer, _until, engine_choice
 
 METADATA = (("X-Perfkit-Test", "abc123"),)
 
 
 def test_make_engine_picks_the_compiled_sender_for_plain_grpc_streams(monkeypatch):
     _need("native")
-    plain = StreamConfig("127.0.0.1", 1, (b"x",), headers=METADATA)
-    engine = make_engine(plain)
-    try:
-        assert isinstance(engine, NativeEngine)
-    finally:
-        engine.close()
-    monkeypatch.setenv("PERFKIT_SENDER", "python")
-    python = make_engine(plain)
-    try:
-        assert isinstance(python, Engine)
-    finally:
-        python.close()
-    monkeypatch.delenv("PERFKIT_SENDER")
     others = [
         StreamConfig("127.0.0.1", 1, (b"x",), transport="grpc.aio"),
         StreamConfig("127.0.0.1", 1, (b"x",), sequences=SequenceSpec(length=2)),
@@ -66,12 +53,7 @@ def test_make_engine_picks_the_compiled_sender_for_plain_grpc_streams(monkeypatc
         StreamConfig("127.0.0.1", 1, (b"x",), compression="gzip"),
         StreamConfig("127.0.0.1", 1, (b"x",), periodic=True),
     ]
-    for other in others:
-        engine = make_engine(other)
-        try:
-            assert isinstance(engine, Engine), other
-        finally:
-            engine.close()
+    engine_choice(StreamConfig("127.0.0.1", 1, (b"x",), headers=METADATA), others, monkeypatch)
 
 
 def _streamer_payload(server, tokens: int) -> bytes:

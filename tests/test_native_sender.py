@@ -73,10 +73,12 @@ def _config(server, sender: str, payloads: tuple[bytes, ...], **kw) -> EngineCon
     return EngineConfig(protocol, host, port, payloads, transport=sender.removesuffix("-grpc"), **kw)
 
 
-def _payload(server, model: str, protocol: str = "http", batch_size: int = 1, name: str = "") -> bytes:
+def _payload(
+    server, model: str, protocol: str = "http", batch_size: int = 1, name: str = "", shapes: dict | None = None
+) -> bytes:
     """A request for `model` (sent as if for `name`, a model the server may not have)."""
     io = ModelIO.from_server(server.model_metadata(model), server.model_config(model))
-    tensors = synthetic_tensors(io, mode="random", batch_size=batch_size, shapes={}, string_length=1, seed=0)
+    tensors = synthetic_tensors(io, mode="random", batch_size=batch_size, shapes=shapes or {}, string_length=1, seed=0)
     if name:
         io = ModelIO(name, "", io.max_batch_size, io.inputs, io.outputs)
     if protocol == "grpc":
@@ -224,16 +226,28 @@ def no_length_server() -> Iterator[_NoLengthServer]:
     server.close()
 
 
+def _scripted_run(server: _ScriptedPeer, sender: str, concurrency: int, until, drain_s: float = 5.0) -> Samples:
+    """Closed-loop calls to a scripted peer (HTTP: a bare POST; gRPC senders: 100-byte messages)
+    until `until` holds on what was recorded; the peer is closed afterwards."""
+    if sender in GRPC_SENDERS:
+        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
+    else:
+        cfg = EngineConfig("http", "127.0.0.1", server.port, (b"POST / HTTP/1.1\r\n\r\n",), transport=sender)
+    try:
+        parts: list[Samples] = []
+        with LoadGenerator(cfg) as gen:
+            gen.start(LoadLevel("concurrency", concurrency))
+            _until(gen, parts, until)
+            parts.append(gen.stop(drain_s))
+    finally:
+        server.close()
+    return concat(parts)
+
+
 @pytest.mark.parametrize("sender", SENDERS)
 def test_an_unframed_response_is_a_protocol_error(no_length_server, sender):
     _need(sender)
-    cfg = EngineConfig("http", "127.0.0.1", no_length_server.port, (b"POST / HTTP/1.1\r\n\r\n",), transport=sender)
-    parts: list[Samples] = []
-    with LoadGenerator(cfg) as gen:
-        gen.start(LoadLevel("concurrency", 2))
-        _until(gen, parts, lambda s: int((s.status == STATUS_PROTOCOL).sum()) >= 4)
-        parts.append(gen.stop(5.0))
-    s = concat(parts)
+    s = _scripted_run(no_length_server, sender, 2, lambda s: int((s.status == STATUS_PROTOCOL).sum()) >= 4)
     assert "HTTP/1.1 200 OK" in s.error_examples[STATUS_PROTOCOL]
     assert s.reconnects == 0  # perfkit closed those connections itself: not the peer's doing
 
@@ -271,41 +285,11 @@ class _LargeBodyServer(_ScriptedPeer):
 @pytest.mark.parametrize("sender", SENDERS)
 def test_large_response_bodies_keep_the_framing_and_a_cut_body_ends_closed(sender):
     _need(sender)
-    server = _LargeBodyServer()
-    try:
-        cfg = EngineConfig("http", "127.0.0.1", server.port, (b"POST / HTTP/1.1\r\n\r\n",), transport=sender)
-        parts: list[Samples] = []
-        with LoadGenerator(cfg) as gen:
-            gen.start(LoadLevel("concurrency", 2))
-            _until(gen, parts, lambda s: int((s.status == STATUS_CONNECTION_CLOSED).sum()) >= 4)
-            parts.append(gen.stop(5.0))
-    finally:
-        server.close()
-    s = concat(parts)
+    s = _scripted_run(_LargeBodyServer(), sender, 2, lambda s: int((s.status == STATUS_CONNECTION_CLOSED).sum()) >= 4)
     ok, closed = int((s.status == 0).sum()), int((s.status == STATUS_CONNECTION_CLOSED).sum())
     assert ok + closed == len(s), s.error_examples  # no protocol error: every response framed where it ends
     # each connection answers two whole responses before it cuts the third short
     assert ok >= 2 * closed - 2 and closed >= 4, (ok, closed)
-
-
-def test_large_outputs_of_a_real_model_complete(triton):
-    # vardims answers INPUT0 x 2: 40,000 rows of 4 floats is a 640 KB output, dropped unread by the
-    # compiled sender; every request succeeds and the server ran exactly those.
-    _need("native")
-    host, port = _hostport(triton.endpoints.http_url)
-    io = ModelIO.from_server(triton.model_metadata("vardims"), triton.model_config("vardims"))
-    shapes = {"INPUT0": (40_000, 4)}
-    tensors = synthetic_tensors(io, mode="random", batch_size=1, shapes=shapes, string_length=1, seed=0)
-    cfg = EngineConfig("http", host, port, (http_payload(io, tensors, triton.endpoints.http_url),), transport="native")
-    before = _executed(triton, "vardims")
-    parts: list[Samples] = []
-    with LoadGenerator(cfg) as gen:
-        gen.start(LoadLevel("concurrency", 2))
-        _until(gen, parts, lambda s: len(s) >= 20)
-        parts.append(gen.stop(5.0))
-    s = concat(parts)
-    assert (s.status == 0).all(), s.error_examples
-    assert _executed(triton, "vardims") - before == len(s)
 
 
 @pytest.mark.parametrize("sender", GRPC_SENDERS)
@@ -411,6 +395,24 @@ def _frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
     return len(payload).to_bytes(3, "big") + bytes((ftype, flags)) + sid.to_bytes(4, "big") + payload
 
 
+def h2_frames(conn: socket.socket) -> Iterator[tuple[int, int, int, bytes]]:
+    """A scripted HTTP/2 peer's side of a connection: after the client's preface it sends its SETTINGS
+    (every value the RFC's default), acknowledges the client's, and yields every other frame as
+    (type, flags, stream id, payload). Nothing when no preface comes."""
+    reader = conn.makefile("rb")
+    if len(reader.read(24)) < 24:
+        return
+    conn.sendall(_frame(4, 0, 0))
+    while head := reader.read(9):
+        length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+        sid = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
+        body = reader.read(length)
+        if ftype == 4 and not flags & 1:
+            conn.sendall(_frame(4, 1, 0))
+        else:
+            yield ftype, flags, sid, body
+
+
 class _ScriptedH2Server(_ScriptedPeer):
     """An HTTP/2 peer answering gRPC calls by a script, for what Triton never does on its own: the
     RFC's default windows and frame size (65,535 and 16,384 bytes: a 100 KB request goes out in
@@ -433,16 +435,9 @@ class _ScriptedH2Server(_ScriptedPeer):
         calls = 0
         received: dict[int, int] = {}
         with conn, contextlib.suppress(OSError):
-            reader = conn.makefile("rb")
-            reader.read(24)  # the preface
-            conn.sendall(_frame(4, 0, 0))  # SETTINGS: every value the RFC's default
-            while head := reader.read(9):
-                length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
-                sid = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
-                reader.read(length)
-                if ftype == 4 and not flags & 1:
-                    conn.sendall(_frame(4, 1, 0))
-                elif ftype == 6 and flags & 1:
+            for ftype, flags, sid, body in h2_frames(conn):
+                length = len(body)
+                if ftype == 6 and flags & 1:
                     with self._lock:
                         self.ping_acks += 1
                 elif ftype == 0:
@@ -509,27 +504,12 @@ def test_grpc_frames_the_server_scripts(scripted_h2_server, sender):
     assert s.reconnects == 0
 
 
-def _grpc_against(server: _ScriptedPeer, sender: str, concurrency: int, until, drain_s: float = 5.0) -> Samples:
-    """Closed-loop gRPC calls of 100-byte messages to a scripted peer until `until` holds on what was
-    recorded; the peer is closed afterwards."""
-    try:
-        cfg = EngineConfig("grpc", "127.0.0.1", server.port, (b"x" * 100,), transport=sender.removesuffix("-grpc"))
-        parts: list[Samples] = []
-        with LoadGenerator(cfg) as gen:
-            gen.start(LoadLevel("concurrency", concurrency))
-            _until(gen, parts, until)
-            parts.append(gen.stop(drain_s))
-    finally:
-        server.close()
-    return concat(parts)
-
-
 @pytest.mark.parametrize("sender", GRPC_SENDERS)
 def test_a_header_block_that_cannot_be_decoded_is_a_protocol_error(sender):
     _need(sender)
     # The decoder's table would be out of step with the server's: the connection is given up, what it
     # carried ends as a protocol error, and a new connection replaces it (a reconnect).
-    s = _grpc_against(_ScriptedH2Server(bad_hpack=True), sender, 2, lambda s: len(s) >= 6)
+    s = _scripted_run(_ScriptedH2Server(bad_hpack=True), sender, 2, lambda s: len(s) >= 6)
     assert (s.status == STATUS_PROTOCOL).all(), s.error_examples
     assert s.error_examples[STATUS_PROTOCOL].startswith("HPACK")
     assert s.reconnects > 0
@@ -551,16 +531,8 @@ class _PartialGoawayServer(_ScriptedPeer):
         encoder = hpack.Encoder()
         waiting: list[int] = []
         with conn, contextlib.suppress(OSError):
-            reader = conn.makefile("rb")
-            reader.read(24)
-            conn.sendall(_frame(4, 0, 0))
-            while head := reader.read(9):
-                length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
-                sid = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
-                reader.read(length)
-                if ftype == 4 and not flags & 1:
-                    conn.sendall(_frame(4, 1, 0))
-                elif ftype == 0 and flags & 1 and len(waiting) >= 2:  # sent before the client saw the GOAWAY
+            for ftype, flags, sid, _ in h2_frames(conn):
+                if ftype == 0 and flags & 1 and len(waiting) >= 2:  # sent before the client saw the GOAWAY
                     with self._lock:
                         self.given_up.append(sid)
                 elif ftype == 0 and flags & 1:
@@ -586,7 +558,7 @@ def test_a_goaway_below_the_last_stream_ends_only_the_streams_above_it(sender):
     # end as not processed, and the load goes on over new connections.
     _need(sender)
     server = _PartialGoawayServer()
-    s = _grpc_against(
+    s = _scripted_run(
         server, sender, 4, lambda s: int((s.status == 0).sum()) >= 4 and int((s.status != 0).sum()) >= 4, 1.0
     )
     with server._lock:
@@ -613,7 +585,7 @@ def test_a_server_that_never_sends_settings_refuses_the_request_after_the_wait(s
     # The connection is given up after SETTINGS_WAIT_S (5 s) and the request it was opened for is
     # refused with the reason, not left waiting for ever.
     _need(sender)
-    s = _grpc_against(_SilentPeer(), sender, 1, lambda s: len(s) >= 1, 1.0)
+    s = _scripted_run(_SilentPeer(), sender, 1, lambda s: len(s) >= 1, 1.0)
     assert int((s.status == STATUS_CONNECTION_REFUSED).sum()) >= 1, s.error_examples
     assert s.error_examples[STATUS_CONNECTION_REFUSED] == "no HTTP/2 SETTINGS from the server in 5 s"
     refused = s.status == STATUS_CONNECTION_REFUSED
@@ -621,15 +593,17 @@ def test_a_server_that_never_sends_settings_refuses_the_request_after_the_wait(s
 
 
 @pytest.mark.parametrize("sender", SENDERS)
-def test_image_sized_requests_complete(triton, sender):
-    # 600 KB a request (the compiled sender splices requests this large from the payload's pages):
-    # every one is answered and the server ran exactly those.
+@pytest.mark.parametrize(("model", "shapes"), [("image", {}), ("vardims", {"INPUT0": (40_000, 4)})])
+def test_large_requests_and_outputs_complete(triton, sender, model, shapes):
+    # 600 KB a request (image; the compiled sender splices requests this large from the payload's
+    # pages), or 640 KB requests answered with 640 KB outputs (vardims doubles its input; the
+    # compiled sender drops those bodies unread): every one is answered and the server ran exactly those.
     _need(sender)
     host, port = _hostport(triton.endpoints.http_url)
-    payload = _payload(triton, "image")
+    payload = _payload(triton, model, shapes=shapes)
     assert len(payload) > 600_000
     cfg = EngineConfig("http", host, port, (payload,), transport=sender)
-    before = _executed(triton, "image")
+    before = _executed(triton, model)
     parts: list[Samples] = []
     with LoadGenerator(cfg) as gen:
         gen.start(LoadLevel("concurrency", 3))
@@ -637,7 +611,7 @@ def test_image_sized_requests_complete(triton, sender):
         parts.append(gen.stop(5.0))
     s = concat(parts)
     assert (s.status == 0).all(), s.error_examples
-    assert _executed(triton, "image") - before == len(s)
+    assert _executed(triton, model) - before == len(s)
 
 
 def _executed(server, model: str) -> int:

@@ -38,7 +38,7 @@ from perfkit.records import (
 )
 from perfkit.schedule import due_times
 from tests.conftest import wait_until
-from tests.test_native_sender import _frame, _need, _ScriptedPeer, _until, engine_choice
+from tests.test_native_sender import _frame, _need, _ScriptedPeer, _until, engine_choice, h2_frames
 
 METADATA = (("X-Perfkit-Test", "abc123"),)
 
@@ -125,21 +125,16 @@ class _StreamPeer(_ScriptedPeer):
         super().__init__()
 
     def _answer(self, conn: socket.socket) -> None:
-        buf, count = b"", 0
+        buf, count, opened = b"", 0, False
         with conn, contextlib.suppress(OSError):
-            reader = conn.makefile("rb")
-            if len(reader.read(24)) < 24:  # no preface: perfkit's check that the server is reachable
-                return
-            with self._lock:
-                self.opened += 1
-            conn.sendall(_frame(4, 0, 0))  # SETTINGS: the RFC's defaults
-            while head := reader.read(9):
-                length, ftype, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
-                sid = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
-                body = reader.read(length)
-                if ftype == 4 and not flags & 1:
-                    conn.sendall(_frame(4, 1, 0))
-                elif ftype == 1:
+            # no preface, no frames: perfkit's check that the server is reachable is no connection
+            for ftype, _, sid, body in h2_frames(conn):
+                length = len(body)
+                if not opened:
+                    opened = True
+                    with self._lock:
+                        self.opened += 1
+                if ftype == 1:
                     with self._lock:
                         self.blocks.append(body)
                 elif ftype == 0:
@@ -159,8 +154,9 @@ class _StreamPeer(_ScriptedPeer):
                         if not self.silent:
                             reply = self._reply(rid.decode())
                             conn.sendall(b"".join(_frame(0, 0, sid, reply[i : i + 7]) for i in range(0, len(reply), 7)))
-        with self._lock:
-            self.closed += 1
+        if opened:
+            with self._lock:
+                self.closed += 1
 
     def _ending(self, sid: int) -> bytes:
         if self.end == "rst":

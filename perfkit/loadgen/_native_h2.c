@@ -374,16 +374,22 @@ static void close_if_gone_away(Core *c, conn_t *k) {
 }
 
 /* -- receiving -------------------------------------------------------------------------------- */
+/* The status a stream's end gives its call: from the trailers (res; NULL when a DATA frame ended
+   the stream), else `ok`: a non-200 HTTP status as is, a gRPC status as st_grpc_base + code, a
+   status that is not a number a protocol error. */
+static int32_t call_status(Core *c, const hpack_result_t *res, int32_t ok) {
+    if (!res) return ok;
+    if (res->http_status == -2 || res->grpc_status == -2) return c->st_protocol; /* not a number */
+    if (res->http_status >= 0 && res->http_status != 200) return res->http_status;
+    if (res->grpc_status > 0) return c->st_grpc_base + res->grpc_status;
+    return ok;
+}
+
 static void stream_done(Core *c, conn_t *k, uint32_t sid, const hpack_result_t *res) {
     stream_t s;
     if (c->h2->stream) { /* the server ended the ModelStreamInfer stream (as _stream_h2.H2Stream._end) */
         if (sid != k->h2->sx_sid) return;
-        int32_t status = c->st_closed;
-        if (res && res->http_status >= 0 && res->http_status != 200)
-            status = res->http_status;
-        else if (res && res->grpc_status > 0)
-            status = c->st_grpc_base + res->grpc_status;
-        if (res && (res->http_status == -2 || res->grpc_status == -2)) status = c->st_protocol;
+        int32_t status = call_status(c, res, c->st_closed);
         char msg[EXAMPLE_BYTES + 1];
         size_t len = res && res->has_message && res->message_len ? res->message_len : 0;
         if (len > EXAMPLE_BYTES) len = EXAMPLE_BYTES;
@@ -397,12 +403,7 @@ static void stream_done(Core *c, conn_t *k, uint32_t sid, const hpack_result_t *
     }
     if (!take_stream(k->h2, sid, &s)) return;
     int64_t done = now_ns();
-    int32_t status = 0;
-    if (res && res->http_status >= 0 && res->http_status != 200)
-        status = res->http_status;
-    else if (res && res->grpc_status > 0)
-        status = c->st_grpc_base + res->grpc_status;
-    if (res && (res->http_status == -2 || res->grpc_status == -2)) status = c->st_protocol; /* not a number */
+    int32_t status = call_status(c, res, 0);
     if (!status) {
         finish(c, s.due, s.sent, done, 0, NULL, 0);
     } else if (res->has_message && res->message_len) {

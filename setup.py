@@ -12,14 +12,18 @@ setup(
         Extension(
             "perfkit.loadgen._native",
             [
-                "perfkit/loadgen/_native.c",  # the loop, the Python type, HTTP/1.1
-                "perfkit/loadgen/_native_h2.c",  # unary gRPC over HTTP/2: connections, streams, frames in
-                "perfkit/loadgen/_native_h2_write.c",  # its frames out
-                "perfkit/loadgen/_native_h2_stream.c",  # streamed gRPC requests (ModelStreamInfer)
+                "perfkit/loadgen/_native.c",  # the CPython type: picks the protocol, drives the core
+                "perfkit/loadgen/_native_core.c",  # the loop, connections, ledger, loop modes
+                "perfkit/loadgen/_native_http1.c",  # protocol: HTTP/1.1
+                "perfkit/loadgen/_native_h2.c",  # HTTP/2 connections and frames in, for the two below
+                "perfkit/loadgen/_native_h2_write.c",  # HTTP/2 frames out
+                "perfkit/loadgen/_native_h2_unary.c",  # protocol: unary gRPC
+                "perfkit/loadgen/_native_h2_stream.c",  # protocol: streamed gRPC requests (ModelStreamInfer)
                 "perfkit/loadgen/_native_hpack.c",  # HPACK decoding of the server's header blocks
             ],
             depends=[
-                "perfkit/loadgen/_native.h",
+                "perfkit/loadgen/_native_core.h",
+                "perfkit/loadgen/_native_protocols.h",
                 "perfkit/loadgen/_native_h2.h",
                 "perfkit/loadgen/_native_hpack.h",
                 "perfkit/loadgen/_native_hpack_tables.h",

@@ -1,4 +1,5 @@
-"""The engine protocol over the compiled sender (`_native.c`: HTTP/1.1; `_native_h2.c`: unary gRPC;
+"""The engine protocol over the compiled sender (`_native.c`, the Python type over the core in
+`_native_core.c`; its protocols `_native_http1.c`: HTTP/1.1; `_native_h2_unary.c`: unary gRPC;
 `_native_h2_stream.c`: streamed gRPC requests on one ModelStreamInfer stream).
 
 Same behaviour as `_engine.Engine` with `_http1.Http1Transport` (HTTP) or `_h2.H2Transport`

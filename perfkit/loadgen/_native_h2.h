@@ -1,10 +1,12 @@
-/* The compiled gRPC sender's HTTP/2 state, shared by _native_h2.c (connections, streams, frames
- * in) and _native_h2_write.c (frames out). */
+/* HTTP/2 connections and frames for the compiled sender's two gRPC protocols (_native_h2_unary.c,
+ * _native_h2_stream.c): opening, settling and retiring connections, frames in (one at a time, for
+ * the protocol to act on) and out, SETTINGS, PING, header blocks and their HPACK meaning. It calls
+ * the core's services and never a protocol: where a protocol must act (a connection settled, could
+ * not open, was lost), these functions say so in what they return. */
 #ifndef PERFKIT_NATIVE_H2_H
 #define PERFKIT_NATIVE_H2_H
 
-#include "_native.h" /* first: Python.h and _GNU_SOURCE come before any system header */
-
+#include "_native_core.h"
 #include "_native_hpack.h"
 
 enum { F_DATA = 0, F_HEADERS = 1, F_RST = 3, F_SETTINGS = 4, F_PING = 6, F_GOAWAY = 7, F_WINDOW = 8, F_CONT = 9 };
@@ -24,18 +26,6 @@ enum { F_DATA = 0, F_HEADERS = 1, F_RST = 3, F_SETTINGS = 4, F_PING = 6, F_GOAWA
 #define CACHE_ENTRIES 8
 #define CACHE_KEY_BYTES 64
 #define IOV_BATCH 1024 /* Linux's IOV_MAX */
-#define MSG_GOAWAY "server sent GOAWAY; request not processed"
-
-typedef struct {
-    uint32_t sid;
-    int64_t due, sent;
-} stream_t;
-
-typedef struct { /* a request waiting for flow-control window; sid 0 until its HEADERS are written */
-    size_t payload, offset;
-    int64_t due, window;
-    uint32_t sid;
-} blocked_t;
 
 typedef struct {
     size_t len;
@@ -49,7 +39,10 @@ typedef struct { /* one buffer of a write: a 9-byte frame head (kept in `heads`)
     size_t head; /* offset in heads when ptr is NULL */
 } part_t;
 
+/* An HTTP/2 connection; a protocol's connection begins with one (conn_bytes). */
 typedef struct h2conn {
+    conn_t k;
+    uint64_t gen; /* which connection this is (1, 2, ...); 0: dial failed before it was set up */
     int settled, goaway, broken; /* broken: errno of a failed write */
     int in_rotation;
     int64_t settle_deadline;
@@ -57,10 +50,9 @@ typedef struct h2conn {
     int64_t send_window, stream_window;
     uint32_t max_frame;
     uint64_t received;
-    stream_t *streams; /* in the order they were opened */
-    size_t n_streams, cap_streams;
-    blocked_t *blocked; /* FIFO [blk_head, blk_head + blk_len) */
-    size_t blk_head, blk_len, blk_cap;
+    uint32_t long_sid; /* a long-lived stream whose window is topped up with the connection's; 0: none */
+    size_t rpos;       /* frames in: k.buf[0, rpos) taken */
+    int reading, more; /* reading: a read's bytes are being taken; more: that read filled the buffer */
     uint32_t cont_sid; /* a header block continued in CONTINUATION frames */
     int cont_end;
     char *cont;
@@ -76,25 +68,13 @@ typedef struct h2conn {
     hpack_t hp;
     cached_t cache[CACHE_ENTRIES];
     int n_cache, next_cache;
-    /* streaming (_native_h2_stream.c): the connection's one ModelStreamInfer stream */
-    uint64_t gen;      /* which connection this is: requests written to it carry it */
-    uint32_t sx_sid;   /* 0 until its HEADERS went out */
-    int64_t sx_window; /* the stream's send window */
-    char *mbuf;        /* a response message cut across DATA frames, so far */
-    size_t mlen, mcap;
-    char *qbuf; /* request bytes waiting for flow-control window: [qoff, qlen) */
-    size_t qlen, qoff, qcap;
 } h2conn_t;
 
-typedef struct { /* a streamed request, in the ring by its id */
-    int64_t due, sent;
-    uint64_t gen; /* the connection it was written to; 0: waiting for one */
-    size_t payload;
-    int live;
-    int64_t *resp; /* arrival times of its responses with outputs (the buffer stays with the slot) */
-    uint32_t n_resp, cap_resp;
-} sreq_t;
+static inline h2conn_t *H2(conn_t *k) {
+    return (h2conn_t *)k;
+}
 
+/* What every HTTP/2 protocol keeps: `c->proto` points at a struct that begins with one. */
 typedef struct h2core {
     char *block; /* the request header block */
     size_t block_len;
@@ -102,18 +82,22 @@ typedef struct h2core {
     size_t intro_len;
     int connections, want;
     uint32_t first_sid; /* 1; tests start near H2_LAST_SID */
-    conn_t **usable; /* in rotation: settled, no GOAWAY */
+    conn_t **usable;    /* in rotation: settled, no GOAWAY */
     size_t n_usable, cap_usable;
     size_t rr;
-    /* streaming (_native_h2_stream.c) */
-    int stream;
     uint64_t gen_next;
-    char *suffix; /* what follows a request's id: the final-response flag (_stream_parts.request_suffix) */
-    size_t suffix_len;
-    sreq_t *ring; /* requests by id: ids [base, next) at [id & (rcap - 1)]; ring[base] is live */
-    size_t rcap;
-    uint64_t base, next;
 } h2core_t;
+
+static inline h2core_t *H2CORE(Core *c) {
+    return (h2core_t *)c->proto;
+}
+
+typedef struct {
+    int type, flags;
+    uint32_t sid;
+    const uint8_t *p; /* the payload, in the connection's buffer until the next frame is asked for */
+    size_t n;
+} h2frame_t;
 
 static inline void put24(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)(v >> 16);
@@ -139,25 +123,48 @@ static inline void frame_head(uint8_t *p, size_t len, int type, int flags, uint3
     put32(p + 5, sid);
 }
 
-/* -- in _native_h2.c, for the streaming file -- */
-void h2_open(Core *c);
-void retire(Core *c, conn_t *k);
-void h2_ended(Core *c, conn_t *k, int32_t status, const char *msg);
-size_t take_payload(Core *c);
+/* -- connections (_native_h2.c) -- */
+int h2_core_init(h2core_t *g, const char *block, size_t block_len, int connections, uint32_t first_sid);
+void h2_core_free(h2core_t *g);
+void h2_conn_free(conn_t *k);
+/* A new connection, dialled and set up, counted in c->opening; NULL when it cannot even start
+   (c->open_error says why): the protocol then refuses what waits for it. */
+conn_t *h2_open(Core *c);
+/* The connect ended: 0 (the preface is written), -1 (it failed and is closed; open_error says why). */
+int h2_connected(Core *c, conn_t *k);
+/* The server's first SETTINGS: 1 when k joined the rotation (the protocol then sends what waits). */
+int h2_settle(Core *c, conn_t *k);
+/* Out of rotation (GOAWAY, lost, unusable): one perfkit did not close counts as lost and a
+   replacement opens; -1 when that replacement could not even start. */
+int h2_retire(Core *c, conn_t *k);
+void h2_usable_remove(h2core_t *g, conn_t *k);
+void h2_dropped(Core *c, conn_t *k); /* the protocols' ops->dropped */
+/* Lost (the peer closed, a read or write failed), after h2_retire: dropped, `msg` says why (and
+   open_error, when it had not settled). */
+void h2_lose(Core *c, conn_t *k, int err, char *msg, size_t msg_size);
+/* Connections whose SETTINGS did not come in time are given up: how many were. */
+int h2_expire(Core *c);
+int64_t h2_next_wake(Core *c); /* the protocols' ops->next_wake */
 
-/* -- in _native_h2_stream.c: one ModelStreamInfer stream per connection -- */
-void sx_submit(Core *c, int64_t due);
-void sx_settled(Core *c, conn_t *k);
-void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n);
-void sx_pump(Core *c, conn_t *k);
-void sx_fail(Core *c, uint64_t gen, int32_t status, const char *msg, size_t len);
-void sx_abort(Core *c);
-void sx_teardown(h2core_t *g);
-void sx_conn_free(h2conn_t *h);
-#define SX_WAITING 0
-#define SX_ANY UINT64_MAX
+/* -- frames in (_native_h2.c) -- */
+/* The next whole frame read off k: 1 (*f set), 0 (the socket is drained; the windows are topped up
+   if due), -1 (lost: *err is the errno, 0 when the peer closed). */
+int h2_next_frame(Core *c, conn_t *k, h2frame_t *f, int *err);
+/* SETTINGS (not an ACK): applied and acknowledged; the change of the initial stream window. */
+int64_t h2_settings(Core *c, conn_t *k, const uint8_t *p, size_t n);
+void h2_ping(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n);
+/* HEADERS or CONTINUATION: 1 when a header block is whole (*block, *n, *sid, *end_stream set). */
+int h2_header_block(conn_t *k, const h2frame_t *f, const uint8_t **block, size_t *n, uint32_t *sid, int *end_stream);
+/* What a whole header block says (cached while the dynamic table cannot have moved); NULL when
+   it cannot be decoded (err says why: the connection is then unusable). */
+const hpack_result_t *h2_block_meaning(conn_t *k, const uint8_t *block, size_t n, hpack_result_t *fresh, char *err,
+                                       size_t err_size);
+/* The status a stream's end gives its call: from the trailers (res; NULL when a DATA frame ended
+   the stream), else `ok`: a non-200 HTTP status as is, a gRPC status as st_grpc_base + code, a
+   status that is not a number a protocol error. */
+int32_t h2_call_status(Core *c, const hpack_result_t *res, int32_t ok);
 
-/* -- in _native_h2_write.c: frames out -- */
+/* -- frames out (_native_h2_write.c) -- */
 /* Gather a write: a frame head, bytes that stay put until out_flush (a payload, the header block,
    a caller's buffer), a message's DATA frames; out_flush writes what was gathered, in order. */
 void out_head(h2conn_t *h, size_t len, int type, int flags, uint32_t sid);

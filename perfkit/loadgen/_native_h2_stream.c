@@ -1,5 +1,5 @@
 /* Streamed gRPC requests (decoupled models) for the compiled sender: `_stream_h2.H2StreamTransport`
- * in C, on the connections, frames and flow control of _native_h2.c.
+ * in C, behind the core's `proto_ops_t`, on the connections and frames of _native_h2.c.
  *
  * One connection (`connections` 1) carries one ModelStreamInfer stream, opened (HEADERS with the
  * prebuilt header block, no END_STREAM) by the first request written to it. A request is one gRPC
@@ -21,12 +21,48 @@
  * and a fresh one opens; requests waiting for it are written once it settles.
  */
 #include "_native_h2.h"
-
-#include <stdio.h>
-#include <stdlib.h>
+#include "_native_protocols.h"
 
 #define MAX_MESSAGE_BYTES (1u << 30) /* a length past this is no message of ours: the stream is out of step */
 #define SUFFIX_ROOM 256
+#define SX_WAITING 0
+#define SX_ANY UINT64_MAX
+
+typedef struct { /* a streamed request, in the ring by its id */
+    int64_t due, sent;
+    uint64_t gen; /* the connection it was written to; 0: waiting for one */
+    size_t payload;
+    int live;
+    int64_t *resp; /* arrival times of its responses with outputs (the buffer stays with the slot) */
+    uint32_t n_resp, cap_resp;
+} sreq_t;
+
+typedef struct {
+    h2core_t g;
+    char *suffix; /* what follows a request's id: the final-response flag (_stream_parts.request_suffix) */
+    size_t suffix_len;
+    sreq_t *ring; /* requests by id: ids [base, next) at [id & (rcap - 1)]; ring[base] is live */
+    size_t rcap;
+    uint64_t base, next;
+} score_t;
+
+/* A connection: its one stream is h.long_sid (0 until its HEADERS went out). */
+typedef struct {
+    h2conn_t h;
+    int64_t sx_window; /* the stream's send window */
+    char *mbuf;        /* a response message cut across DATA frames, so far */
+    size_t mlen, mcap;
+    char *qbuf; /* request bytes waiting for flow-control window: [qoff, qlen) */
+    size_t qlen, qoff, qcap;
+} sconn_t;
+
+static inline sconn_t *S(conn_t *k) {
+    return (sconn_t *)k;
+}
+
+static inline score_t *SCORE(Core *c) {
+    return (score_t *)c->proto;
+}
 
 typedef struct {
     const char *err; /* error_message, when not empty */
@@ -36,16 +72,20 @@ typedef struct {
     int outputs, final;
 } scan_t;
 
-static inline sreq_t *slot_of(h2core_t *g, uint64_t id) {
+static void open_one(Core *c);
+static void retire(Core *c, conn_t *k);
+static void ended(Core *c, conn_t *k, int32_t status, const char *msg);
+
+static inline sreq_t *slot_of(score_t *g, uint64_t id) {
     return &g->ring[id & (g->rcap - 1)];
 }
 
-static int is_live(h2core_t *g, uint64_t id) {
+static int is_live(score_t *g, uint64_t id) {
     return id >= g->base && id < g->next && slot_of(g, id)->live;
 }
 
 /* Room for one more id in the ring (it doubles, the live window keeping its places by id). */
-static int ring_room(h2core_t *g) {
+static int ring_room(score_t *g) {
     if (g->next - g->base < g->rcap) return 0;
     size_t cap = g->rcap ? g->rcap * 2 : 64;
     sreq_t *ring = calloc(cap, sizeof(sreq_t));
@@ -57,20 +97,9 @@ static int ring_room(h2core_t *g) {
     return 0;
 }
 
-void sx_teardown(h2core_t *g) {
-    for (size_t i = 0; i < g->rcap; i++) free(g->ring[i].resp);
-    free(g->ring);
-    free(g->suffix);
-}
-
-void sx_conn_free(h2conn_t *h) {
-    free(h->mbuf);
-    free(h->qbuf);
-}
-
 /* -- sending ---------------------------------------------------------------------------------- */
 /* The request's fields after the payload: its id (field 3, decimal) and the suffix. */
-static size_t put_suffix(h2core_t *g, uint64_t id, uint8_t *out) {
+static size_t put_suffix(score_t *g, uint64_t id, uint8_t *out) {
     char digits[24];
     int nd = snprintf(digits, sizeof digits, "%llu", (unsigned long long)id);
     out[0] = 0x1a;
@@ -80,35 +109,37 @@ static size_t put_suffix(h2core_t *g, uint64_t id, uint8_t *out) {
     return 2 + (size_t)nd + g->suffix_len;
 }
 
-void sx_pump(Core *c, conn_t *k) {
-    h2conn_t *h = k->h2;
-    while (h->qoff < h->qlen && !h->broken) {
-        int64_t n = (int64_t)(h->qlen - h->qoff);
+static void pump(Core *c, conn_t *k) {
+    sconn_t *x = S(k);
+    h2conn_t *h = &x->h;
+    while (x->qoff < x->qlen && !h->broken) {
+        int64_t n = (int64_t)(x->qlen - x->qoff);
         if (h->send_window < n) n = h->send_window;
-        if (h->sx_window < n) n = h->sx_window;
+        if (x->sx_window < n) n = x->sx_window;
         if (n > (int64_t)h->max_frame) n = h->max_frame;
         if (n <= 0) break;
-        out_head(h, (size_t)n, F_DATA, 0, h->sx_sid);
-        out_ref(h, h->qbuf + h->qoff, (size_t)n);
-        h->qoff += (size_t)n;
+        out_head(h, (size_t)n, F_DATA, 0, h->long_sid);
+        out_ref(h, x->qbuf + x->qoff, (size_t)n);
+        x->qoff += (size_t)n;
         h->send_window -= n;
-        h->sx_window -= n;
+        x->sx_window -= n;
     }
     out_flush(c, k); /* what the kernel does not take is copied: qbuf may move on */
-    if (h->qoff == h->qlen) h->qoff = h->qlen = 0;
+    if (x->qoff == x->qlen) x->qoff = x->qlen = 0;
 }
 
 static void write_request(Core *c, conn_t *k, uint64_t id) {
-    h2core_t *g = c->h2;
-    h2conn_t *h = k->h2;
+    score_t *g = SCORE(c);
+    sconn_t *x = S(k);
+    h2conn_t *h = &x->h;
     sreq_t *r = slot_of(g, id);
     r->gen = h->gen;
-    if (!h->sx_sid) { /* the stream opens with its first request */
-        h->sx_sid = h->next_sid;
+    if (!h->long_sid) { /* the stream opens with its first request */
+        h->long_sid = h->next_sid;
         h->next_sid += 2;
-        h->sx_window = h->stream_window;
-        out_head(h, g->block_len, F_HEADERS, FL_END_HEADERS, h->sx_sid);
-        out_ref(h, g->block, g->block_len);
+        x->sx_window = h->stream_window;
+        out_head(h, g->g.block_len, F_HEADERS, FL_END_HEADERS, h->long_sid);
+        out_ref(h, g->g.block, g->g.block_len);
     }
     uint8_t head[5], sfx[SUFFIX_ROOM];
     size_t slen = put_suffix(g, id, sfx);
@@ -117,36 +148,36 @@ static void write_request(Core *c, conn_t *k, uint64_t id) {
     size_t total = 5 + plen + slen;
     head[0] = 0;
     put32(head + 1, (uint32_t)(plen + slen));
-    if (h->qlen == h->qoff && (int64_t)total <= h->send_window && (int64_t)total <= h->sx_window &&
+    if (x->qlen == x->qoff && (int64_t)total <= h->send_window && (int64_t)total <= x->sx_window &&
         total <= h->max_frame) { /* the common case: one DATA frame, one sendmsg, nothing copied */
-        out_head(h, total, F_DATA, 0, h->sx_sid);
+        out_head(h, total, F_DATA, 0, h->long_sid);
         out_ref(h, (const char *)head, 5);
         out_ref(h, payload, plen);
         out_ref(h, (const char *)sfx, slen);
         h->send_window -= (int64_t)total;
-        h->sx_window -= (int64_t)total;
+        x->sx_window -= (int64_t)total;
         out_flush(c, k);
         return;
     }
-    if (h->qoff) { /* no gathered part points into qbuf here: pump flushed what it gathered */
-        memmove(h->qbuf, h->qbuf + h->qoff, h->qlen - h->qoff);
-        h->qlen -= h->qoff;
-        h->qoff = 0;
+    if (x->qoff) { /* no gathered part points into qbuf here: pump flushed what it gathered */
+        memmove(x->qbuf, x->qbuf + x->qoff, x->qlen - x->qoff);
+        x->qlen -= x->qoff;
+        x->qoff = 0;
     }
-    if (grow((void **)&h->qbuf, &h->qcap, h->qlen + total, 1) < 0) {
+    if (grow((void **)&x->qbuf, &x->qcap, x->qlen + total, 1) < 0) {
         h->broken = ENOMEM; /* it fails with the connection */
         out_flush(c, k);
         return;
     }
-    memcpy(h->qbuf + h->qlen, head, 5);
-    memcpy(h->qbuf + h->qlen + 5, payload, plen);
-    memcpy(h->qbuf + h->qlen + 5 + plen, sfx, slen);
-    h->qlen += total;
-    sx_pump(c, k);
+    memcpy(x->qbuf + x->qlen, head, 5);
+    memcpy(x->qbuf + x->qlen + 5, payload, plen);
+    memcpy(x->qbuf + x->qlen + 5 + plen, sfx, slen);
+    x->qlen += total;
+    pump(c, k);
 }
 
-void sx_submit(Core *c, int64_t due) {
-    h2core_t *g = c->h2;
+static void sx_submit(Core *c, int64_t due) {
+    score_t *g = SCORE(c);
     if (ring_room(g) < 0) {
         static const char oom[] = "out of memory";
         finish(c, due, -1, now_ns(), c->st_refused, oom, sizeof oom - 1);
@@ -160,16 +191,16 @@ void sx_submit(Core *c, int64_t due) {
     r->payload = take_payload(c);
     r->live = 1;
     r->n_resp = 0;
-    if (g->n_usable) {
-        write_request(c, g->usable[0], id);
+    if (g->g.n_usable) {
+        write_request(c, g->g.usable[0], id);
         return;
     }
-    if (c->opening == 0) h2_open(c); /* it refuses what waits if it cannot even start */
+    if (c->opening == 0) open_one(c); /* it refuses what waits if it cannot even start */
 }
 
 /* A connection settled: the requests waiting for a stream go out on it, in order. */
-void sx_settled(Core *c, conn_t *k) {
-    h2core_t *g = c->h2;
+static void sx_settled(Core *c, conn_t *k) {
+    score_t *g = SCORE(c);
     for (uint64_t id = g->base; id < g->next && !k->dead; id++) {
         sreq_t *r = slot_of(g, id);
         if (r->live && r->gen == SX_WAITING) write_request(c, k, id);
@@ -179,7 +210,7 @@ void sx_settled(Core *c, conn_t *k) {
 /* -- ending requests -------------------------------------------------------------------------- */
 /* Request id's one record, with its responses' times (the record takes them: next_count). */
 static void end_request(Core *c, uint64_t id, int64_t done, int32_t status, const char *msg, size_t len) {
-    h2core_t *g = c->h2;
+    score_t *g = SCORE(c);
     sreq_t *r = slot_of(g, id);
     int64_t due = r->due, sent = r->sent;
     uint32_t n = r->n_resp;
@@ -196,8 +227,8 @@ static void end_request(Core *c, uint64_t id, int64_t done, int32_t status, cons
 
 /* Every live request written to connection `gen` (SX_WAITING: those waiting for one; SX_ANY: all)
    ends with `status`. */
-void sx_fail(Core *c, uint64_t gen, int32_t status, const char *msg, size_t len) {
-    h2core_t *g = c->h2;
+static void sx_fail(Core *c, uint64_t gen, int32_t status, const char *msg, size_t len) {
+    score_t *g = SCORE(c);
     int64_t now = now_ns();
     for (uint64_t id = g->base; id < g->next; id++) {
         sreq_t *r = slot_of(g, id);
@@ -207,7 +238,7 @@ void sx_fail(Core *c, uint64_t gen, int32_t status, const char *msg, size_t len)
 
 /* A level's end with requests still in flight: they end unfinished and the stream is replaced
    (perfkit closes its connection), so that late responses cannot answer into the next level. */
-void sx_abort(Core *c) {
+static void sx_abort(Core *c) {
     for (size_t i = c->n_conns; i-- > 0;) {
         if (i >= c->n_conns) continue;
         conn_t *k = c->conns[i];
@@ -316,7 +347,7 @@ static int scan(const uint8_t *m, size_t n, scan_t *s) {
 }
 
 static void on_message(Core *c, int compressed, const uint8_t *m, size_t n, int64_t now) {
-    h2core_t *g = c->h2;
+    score_t *g = SCORE(c);
     scan_t s;
     if (compressed || scan(m, n, &s) < 0) {
         if (g->base < g->next) {
@@ -348,8 +379,8 @@ static void on_message(Core *c, int compressed, const uint8_t *m, size_t n, int6
 }
 
 /* A DATA frame of the stream: the gRPC messages it completes (a message may span frames). */
-void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n) {
-    h2conn_t *h = k->h2;
+static void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n) {
+    sconn_t *h = S(k);
     if (flags & FL_PADDED) {
         if (n < 1 || p[0] > n - 1) return;
         n -= 1 + (size_t)p[0];
@@ -360,7 +391,7 @@ void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n) {
     size_t len = n;
     if (h->mlen) { /* a message begun in an earlier frame */
         if (grow((void **)&h->mbuf, &h->mcap, h->mlen + n, 1) < 0) {
-            h2_ended(c, k, c->st_protocol, "out of memory");
+            ended(c, k, c->st_protocol, "out of memory");
             return;
         }
         memcpy(h->mbuf + h->mlen, p, n);
@@ -372,7 +403,7 @@ void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n) {
     while (len - pos >= 5) {
         uint32_t m = get32(b + pos + 1);
         if (m > MAX_MESSAGE_BYTES) {
-            h2_ended(c, k, c->st_protocol, "a gRPC message length past 1 GiB: the stream is out of step");
+            ended(c, k, c->st_protocol, "a gRPC message length past 1 GiB: the stream is out of step");
             return;
         }
         if (len - pos - 5 < m) break;
@@ -385,10 +416,211 @@ void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n) {
         h->mlen = rest;
     } else if (rest) {
         if (grow((void **)&h->mbuf, &h->mcap, rest, 1) < 0) {
-            h2_ended(c, k, c->st_protocol, "out of memory");
+            ended(c, k, c->st_protocol, "out of memory");
             return;
         }
         memcpy(h->mbuf, b + pos, rest);
         h->mlen = rest;
     }
+}
+
+/* -- the connection --------------------------------------------------------------------------- */
+/* What waits for a stream is refused when no connection attempt is left to carry it. */
+static void open_failed(Core *c) {
+    if (c->opening > 0) return;
+    sx_fail(c, SX_WAITING, c->st_refused, c->open_error, strlen(c->open_error));
+}
+
+static void open_one(Core *c) {
+    if (!h2_open(c)) open_failed(c);
+}
+
+static void retire(Core *c, conn_t *k) {
+    if (h2_retire(c, k) < 0) open_failed(c);
+}
+
+static int sx_prepare(Core *c) {
+    h2core_t *g = H2CORE(c);
+    g->want = 1;
+    while ((int)g->n_usable + c->opening < g->want) {
+        int before = c->opening;
+        open_one(c);
+        if (c->opening == before) break; /* it could not even start */
+    }
+    return 1; /* the first requests wait for the server's SETTINGS */
+}
+
+static void sx_connected(Core *c, conn_t *k) {
+    if (h2_connected(c, k) < 0) open_failed(c);
+}
+
+/* The connection is unusable (its stream ended, a protocol error): what was written to it ends
+   with `status`; one perfkit did not close counts as lost, a replacement opens. */
+static void ended(Core *c, conn_t *k, int32_t status, const char *msg) {
+    if (status == c->st_protocol) note_example(c, status, msg, strlen(msg));
+    retire(c, k);
+    conn_close_ours(c, k, 1);
+    sx_fail(c, H2(k)->gen, status, msg, strlen(msg));
+}
+
+/* The peer closed, the socket failed or a write did: what was written to it ends closed. */
+static void lost(Core *c, conn_t *k, int err) {
+    int settled = H2(k)->settled;
+    retire(c, k);
+    char msg[160];
+    h2_lose(c, k, err, msg, sizeof msg);
+    sx_fail(c, H2(k)->gen, c->st_closed, msg, strlen(msg));
+    if (!settled) open_failed(c);
+}
+
+/* The server ended the ModelStreamInfer stream (as _stream_h2.H2Stream._end). */
+static void stream_done(Core *c, conn_t *k, uint32_t sid, const hpack_result_t *res) {
+    if (sid != H2(k)->long_sid) return;
+    int32_t status = h2_call_status(c, res, c->st_closed);
+    char msg[EXAMPLE_BYTES + 1];
+    size_t len = res && res->has_message && res->message_len ? res->message_len : 0;
+    if (len > EXAMPLE_BYTES) len = EXAMPLE_BYTES;
+    if (len)
+        memcpy(msg, res->message, len);
+    else
+        len = (size_t)snprintf(msg, sizeof msg, "%s", res ? "stream ended" : "the server ended the stream");
+    msg[len] = 0;
+    ended(c, k, status, msg);
+}
+
+static void on_frame(Core *c, conn_t *k, const h2frame_t *f) {
+    sconn_t *x = S(k);
+    h2conn_t *h = &x->h;
+    switch (f->type) {
+    case F_DATA:
+        h->received += f->n;
+        if (f->sid == h->long_sid && f->sid) {
+            sx_data(c, k, f->flags, f->p, f->n);
+            if (k->dead) break;
+        }
+        if (f->flags & FL_END_STREAM) stream_done(c, k, f->sid, NULL);
+        break;
+    case F_HEADERS:
+    case F_CONT: {
+        const uint8_t *block;
+        size_t n;
+        uint32_t sid;
+        int end;
+        if (!h2_header_block(k, f, &block, &n, &sid, &end)) break;
+        hpack_result_t fresh;
+        char err[120];
+        const hpack_result_t *res = h2_block_meaning(k, block, n, &fresh, err, sizeof err);
+        if (!res)
+            ended(c, k, c->st_protocol, err);
+        else if (end)
+            stream_done(c, k, sid, res);
+        break;
+    }
+    case F_SETTINGS:
+        if (!(f->flags & FL_ACK)) {
+            int64_t delta = h2_settings(c, k, f->p, f->n);
+            if (h->long_sid) x->sx_window += delta; /* RFC 9113 6.9.2: the open stream's window moves */
+            if (!h->settled && h2_settle(c, k)) sx_settled(c, k);
+            if (!k->dead) pump(c, k);
+        }
+        break;
+    case F_PING:
+        h2_ping(c, k, f->flags, f->p, f->n);
+        break;
+    case F_WINDOW:
+        if (f->n >= 4) {
+            int64_t inc = get32(f->p) & 0x7fffffff;
+            if (f->sid == 0)
+                h->send_window += inc;
+            else if (f->sid == h->long_sid)
+                x->sx_window += inc;
+            pump(c, k);
+        }
+        break;
+    case F_RST: {
+        uint32_t code = f->n >= 4 ? get32(f->p) : 0;
+        if (f->sid != h->long_sid) break;
+        char msg[80];
+        snprintf(msg, sizeof msg, "stream reset by the server (HTTP/2 error %u)", code);
+        ended(c, k, c->st_closed, msg);
+        break;
+    }
+    case F_GOAWAY: /* as _stream_h2.H2Stream: the stream ends */
+        ended(c, k, c->st_closed, "server sent GOAWAY");
+        break;
+    default: /* PRIORITY, PUSH_PROMISE (disabled), unknown types: nothing to do */
+        break;
+    }
+}
+
+static void sx_event(Core *c, conn_t *k, uint32_t events) {
+    h2conn_t *h = H2(k);
+    if (events & EPOLLOUT && h->wlen > h->woff) out_writable(c, k);
+    if (!h->broken && events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+        h2frame_t f;
+        int r, err = 0;
+        while ((r = h2_next_frame(c, k, &f, &err)) > 0) {
+            on_frame(c, k, &f);
+            if (k->dead) return;
+        }
+        if (r < 0) {
+            lost(c, k, err);
+            return;
+        }
+    }
+    if (!k->dead && h->broken) lost(c, k, h->broken);
+}
+
+static void sx_tick(Core *c) {
+    if (h2_expire(c)) open_failed(c);
+}
+
+static void sx_conn_free(conn_t *k) {
+    free(S(k)->mbuf);
+    free(S(k)->qbuf);
+    h2_conn_free(k);
+}
+
+static void sx_teardown(Core *c) {
+    score_t *g = SCORE(c);
+    if (!g) return;
+    for (size_t i = 0; i < g->rcap; i++) free(g->ring[i].resp);
+    free(g->ring);
+    free(g->suffix);
+    h2_core_free(&g->g);
+    free(g);
+    c->proto = NULL;
+}
+
+static const proto_ops_t stream_ops = {
+    .conn_bytes = sizeof(sconn_t),
+    .unavailable_retries = 1,
+    .submit = sx_submit,
+    .prepare = sx_prepare,
+    .connected = sx_connected,
+    .event = sx_event,
+    .dropped = h2_dropped,
+    .conn_free = sx_conn_free,
+    .abort_in_flight = sx_abort,
+    .tick = sx_tick,
+    .next_wake = h2_next_wake,
+    .teardown = sx_teardown,
+};
+
+int h2_stream_setup(Core *c, const char *block, size_t block_len, uint32_t first_sid, const char *suffix,
+                    size_t suffix_len) {
+    score_t *g = calloc(1, sizeof(score_t));
+    if (!g) return -1;
+    g->suffix = malloc(suffix_len + 1);
+    if (!g->suffix || h2_core_init(&g->g, block, block_len, 1, first_sid) < 0) {
+        free(g->suffix);
+        free(g);
+        return -1;
+    }
+    memcpy(g->suffix, suffix, suffix_len);
+    g->suffix_len = suffix_len;
+    c->streaming = 1;
+    c->ops = &stream_ops;
+    c->proto = g;
+    return 0;
 }

@@ -1,9 +1,6 @@
-/* Frames out for the compiled gRPC sender (see _native_h2.c): a call's frames gathered as buffers
+/* Frames out for the compiled gRPC sender (see _native_h2.h): a call's frames gathered as buffers
  * and written with one sendmsg; what the kernel does not take waits in wbuf, in order. */
 #include "_native_h2.h"
-
-#include <stdio.h>
-#include <stdlib.h>
 
 void out_head(h2conn_t *h, size_t len, int type, int flags, uint32_t sid) {
     if (grow((void **)&h->heads, &h->cap_heads, h->n_heads + 9, 1) < 0 ||
@@ -38,7 +35,7 @@ void out_data(h2conn_t *h, uint32_t sid, const char *ptr, size_t n, int last) {
 }
 
 static void keep_rest(Core *c, conn_t *k, struct iovec *iov, size_t n) {
-    h2conn_t *h = k->h2;
+    h2conn_t *h = H2(k);
     size_t more = 0;
     for (size_t i = 0; i < n; i++) more += iov[i].iov_len;
     if (!more) return;
@@ -58,7 +55,7 @@ static void keep_rest(Core *c, conn_t *k, struct iovec *iov, size_t n) {
    in order. (vmsplice + splice through a pipe, as the HTTP/1.1 path does from 64 KB, measured
    x1.46 / x1.64 the client CPU of this for 600 KB gRPC requests at c1 / c4: not used here.) */
 void out_flush(Core *c, conn_t *k) {
-    h2conn_t *h = k->h2;
+    h2conn_t *h = H2(k);
     size_t n = h->n_parts;
     h->n_parts = 0;
     h->n_heads = 0;
@@ -100,12 +97,12 @@ void out_flush(Core *c, conn_t *k) {
 }
 
 void out_bytes(Core *c, conn_t *k, const void *p, size_t n) {
-    out_ref(k->h2, p, n);
+    out_ref(H2(k), p, n);
     out_flush(c, k);
 }
 
 void out_writable(Core *c, conn_t *k) {
-    h2conn_t *h = k->h2;
+    h2conn_t *h = H2(k);
     while (h->woff < h->wlen) {
         ssize_t n = send(k->fd, h->wbuf + h->woff, h->wlen - h->woff, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {

@@ -6,7 +6,7 @@
 Writes, under docs/images/:
 
 - report-profile.png: the HTML report of a `perfkit profile` run of the `batcher` fixture
-  (closed loop, concurrency 1 to 8);
+  (closed loop, concurrency 1 to 4);
 - report-tune.png: the HTML report of a short `perfkit tune` of `batcher` (on a copy of the
   fixture models: the checkout is never touched);
 - dashboard.png: the panels of dashboards/perfkit-triton.json, laid out on the dashboard's own
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def profile_with_prometheus(work: Path) -> tuple[Path, PrometheusServer, float, 
     _run(
         [
             *PERFKIT, "profile", "-m", MODEL, "--model-repository", str(ROOT / "fixtures" / "models"),
-            "--concurrency-range", "1:8:1", "-p", "1000", "-o", str(record),
+            "--concurrency-range", "1:4:1", "-p", "1000", "-r", "10", "-o", str(record),
             "--metrics-port", str(metrics_port), "--server-metrics-port", str(triton_metrics_port),
             "--metrics-linger", "3",
         ],
@@ -113,6 +114,7 @@ def _panel_svg(panel: dict[str, Any], prom: PrometheusServer, start: float, end:
             legend = target.get("legendFormat", "")
             for k, v in series["metric"].items():
                 legend = legend.replace("{{" + k + "}}", v)
+            legend = re.sub(r"\s*\{\{\w+\}\}", "", legend).replace("concurrency ", "c")
             ax.plot(xs, ys, linewidth=1.4, label=legend or None)
             drew = True
     ax.set_title(panel["title"], color="#d8d9da", fontsize=10, loc="left")
@@ -126,7 +128,15 @@ def _panel_svg(panel: dict[str, Any], prom: PrometheusServer, start: float, end:
     if drew:
         handles, labels = ax.get_legend_handles_labels()
         if any(labels):
-            ax.legend(fontsize=7, facecolor="#181b1f", edgecolor="#2c3235", labelcolor="#d8d9da", loc="upper left")
+            ax.legend(
+                fontsize=7,
+                facecolor="#181b1f",
+                edgecolor="#2c3235",
+                labelcolor="#d8d9da",
+                loc="upper left",
+                bbox_to_anchor=(1.01, 1.0),
+                ncol=2 if len(labels) > 8 else 1,
+            )
     else:
         ax.text(0.5, 0.5, "no data (no GPU on this server)", color="#8e8e8e", ha="center", transform=ax.transAxes)
     fig.tight_layout()

@@ -81,7 +81,9 @@ def test_every_getting_started_command_runs(tmp_path: Path) -> None:
     assert RunRecord.load(tmp_path / "runs" / "sleeper.json").levels
     assert (tmp_path / "reports" / "sleeper.html").stat().st_size > 10_000
     tune = TuneRecord.load(tmp_path / "runs" / "tune-batcher" / "tune.json")
-    assert tune.trials and (tmp_path / "runs" / "tune-batcher" / "best.diff").exists()
+    assert tune.trials and (tmp_path / "runs" / "tune-batcher" / "trials.csv").exists()
+    if tune.best_trial is not None:  # a machine too loaded for any config to hold 20 ms recommends none
+        assert (tmp_path / "runs" / "tune-batcher" / "best" / "config.pbtxt").exists()
     assert (tmp_path / "reports" / "tune-batcher.html").exists()
     assert "<testsuite" in (tmp_path / "runs" / "gate.xml").read_text()
     # the tune restored the config it searched, byte for byte, as the page says

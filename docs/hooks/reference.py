@@ -9,6 +9,9 @@ table rendered from the code it documents, so the site cannot disagree with the 
 - ``run-record`` / ``tune-record``: the run and tune record schemas, one table per dataclass
   (``perfkit/records.py``: fields, types, defaults and the comment beside each field).
 
+The command reference is mkdocs-click's (a ``::: mkdocs-click`` block in reference/cli.md); this
+hook only blanks its rendering of "no default".
+
 Registered in ``mkdocs.yml`` under ``hooks:``. ``tests/test_docs_reference.py`` renders every
 marker the same way.
 """
@@ -147,3 +150,11 @@ def expand(markdown: str) -> str:
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """MkDocs event: expand the markers of every page."""
     return expand(markdown)
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """MkDocs event: an option without a default shows an empty cell, not click's internal marker.
+
+    (click 8.2+ marks "no default" with a sentinel object that mkdocs-click prints as is.)
+    """
+    return html.replace("<td><code>Sentinel.UNSET</code></td>", "<td></td>")

@@ -11,7 +11,7 @@ import enum
 class ExitCode(enum.IntEnum):
     """Documented process exit codes (pinned by tests; see README "Exit codes")."""
 
-    OK = 0
+    OK = 0  # success
     INTERNAL = 1  # a bug: unexpected exception
     USAGE = 2  # bad command line (click's own code for usage errors)
     INPUT = 3  # bad input file, model config, data file, unknown model

@@ -16,7 +16,7 @@ from perfkit.errors import ExitCode
 from perfkit.gate import DEFAULT_THRESHOLDS, GateOptions, parse_thresholds
 from perfkit.records import DEFAULT_TAIL_PERCENTILES, LoadLevel, ProfileSpec, RunRecord
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+API_PAGE = Path(__file__).resolve().parent.parent / "docs" / "reference" / "python-api.md"
 
 
 def _cli_spec(monkeypatch: pytest.MonkeyPatch, *args: str) -> ProfileSpec:
@@ -27,11 +27,11 @@ def _cli_spec(monkeypatch: pytest.MonkeyPatch, *args: str) -> ProfileSpec:
 
 
 def _readme_api_spec() -> ProfileSpec:
-    text = README.read_text(encoding="utf-8")
-    block = re.search(r"### Python API.*?```python\n(.*?)```", text, flags=re.S)
-    assert block, "README has no Python API example"
+    text = API_PAGE.read_text(encoding="utf-8")
+    block = re.search(r"# Python API.*?```python\n(.*?)```", text, flags=re.S)
+    assert block, "the Python API page has no example"
     call = re.search(r"ProfileSpec\((.*?)\)\)", block.group(1))
-    assert call, "the README's API example builds no ProfileSpec"
+    assert call, "the Python API page's example builds no ProfileSpec"
     return eval(f"ProfileSpec({call.group(1)}))", {"ProfileSpec": ProfileSpec, "LoadLevel": LoadLevel})  # noqa: S307
 
 

@@ -1,7 +1,7 @@
 """Every perf_analyzer flag, with what `perfkit profile` does with it: the one table.
 
 The argv normaliser (`_pa_compat.normalize_argv`) rewrites, drops or refuses perf_analyzer's
-flags by this table, and the README's "perf_analyzer flags" table is rendered from it
+flags by this table, and the documentation's "perf_analyzer flags" page is rendered from it
 (`render_markdown`); a test checks both against perf_analyzer's own option list.
 
 Status:
@@ -255,7 +255,7 @@ BY_SPELLING: dict[str, PaFlag] = {s: f for f in PA_FLAGS for s in f.spellings}
 
 
 def render_markdown() -> str:
-    """The README table of perf_analyzer's flags and perfkit's handling (generated: do not edit by hand)."""
+    """The table of perf_analyzer's flags and perfkit's handling, for docs/reference/perf-analyzer-flags.md."""
     lines = ["| perf_analyzer flag | perfkit | what perfkit does |", "|---|---|---|"]
     for f in PA_FLAGS:
         names = " ".join(f"`{s}`" for s in f.spellings)

@@ -121,7 +121,7 @@ _D = spec_defaults()
     help="Stored baselines: how much one job's figure moves job to job with nothing changed (relative sd), "
     "repeatable: p99:5%, throughput:1%, all:0%. A change within two jobs' noise passes (with a note). Default: "
     + ", ".join(f"{m} {v:g}%" for m, v in DEFAULT_JOB_NOISE_PCT.items() if m in ("throughput", "p50", "p99"))
-    + " (and the rest: README). A/B needs none.",
+    + " (and the rest: docs/guides/ci-gates.md). A/B needs none.",
 )
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=_G.confidence, show_default=True,
               help="Confidence of the intervals; a change is significant when its interval excludes zero.")  # fmt: skip

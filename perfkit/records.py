@@ -150,6 +150,24 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class Drift:
+    """The level's own figures moved across its windows (a change point or a trend): the machine or
+    server changed under the load, so more windows could not make the level more precise."""
+
+    metric: str  # "throughput", "mean" or a percentile ("p99")
+    at_window: int  # the first window after the change (0-based)
+    before: float  # the metric's mean over the windows before the change
+    after: float  # ... and after it
+    p_value: float  # the test's (the split's or the slope's)
+    kind: str = "shift"  # "shift": a change point at at_window; "trend": a steady slope (before/after: fitted ends)
+
+    @property
+    def rel_change(self) -> float:
+        """after / before - 1."""
+        return self.after / self.before - 1.0 if self.before else 0.0
+
+
+@dataclass(frozen=True)
 class StreamWindow:
     """Streaming figures of one measurement window (requests attributed by completion time)."""
 
@@ -225,6 +243,7 @@ class LevelResult:
     # A traffic mix (ProfileSpec.mix): each model's own figures, its requests only; the level's
     # own figures are the whole mix's (its counts are their sums)
     models: tuple[MixShare, ...] = ()
+    drift: Drift | None = None  # the level ended early: its windows moved (a change point), all kept
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""
@@ -763,7 +782,9 @@ class ProfileSpec:
     the chosen percentile are within stability_percentage (relative), after at least
     min_windows windows, and every percentile in tail_percentiles has enough samples beyond
     it to be certified (by default those the gate judges by default); or after max_trials
-    windows, flagged unstable.
+    windows, flagged unstable; or, after min_windows and at least 5 windows, as soon as the
+    windows drift (a change point larger than the precision asked: LevelResult.drift); or
+    once level_budget_s is spent and tail_percentiles have their samples, flagged unstable.
 
     These field defaults are perfkit's defaults: the CLI's flags and sweep files read them.
     """
@@ -786,6 +807,10 @@ class ProfileSpec:
     stability_percentage: float = 10.0
     max_trials: int = 30  # max windows per level
     min_windows: int = DEFAULT_MIN_WINDOWS
+    # Seconds of windows after which a level not yet precise ends (unstable) once its tail
+    # percentiles have their samples; None: 10 windows' worth, perf_analyzer's worst case at
+    # the same interval (its --max-trials 10); 0: none (windows until max_trials)
+    level_budget_s: float | None = None
     percentile: float | None = None  # None: stability and thresholds on the average latency
     latency_threshold_ms: float | None = None  # stop the sweep past this latency
     # End a level as soon as its latency is clearly over the threshold, or clearly under it once

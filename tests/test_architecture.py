@@ -20,6 +20,7 @@ PKG = Path(perfkit.__file__).parent
 LAYERS: list[set[str]] = [
     {"errors"},
     {"records"},
+    {"changepoints"},  # e-divisive over a series: the level loop's windows, the gate, history
     {"server"},
     {"schedule"},
     {"recorder"},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import time
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -11,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from perfkit.changepoints import DRIFT_MIN_WINDOWS, describe_drift, latency_metric, window_drift
 from perfkit.errors import ServerError
 from perfkit.loadgen import LoadGenerator, sleep_until
 from perfkit.measure import _server_stats
@@ -21,6 +23,7 @@ from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
     STATUS_OK,
+    Drift,
     LevelResult,
     LoadLevel,
     ProfileSpec,
@@ -28,6 +31,8 @@ from perfkit.records import (
     status_name,
 )
 from perfkit.server.base import Server
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -81,6 +86,12 @@ def measure_level(
     died = False
     error = ""
     precision = None
+    drift: Drift | None = None
+    # windows of a steady process are exchangeable; a change point among them (a shift or a trend
+    # larger than the precision asked) means the process itself moved: more windows cannot make
+    # the level more precise, so it ends there, flagged, with every window kept
+    drift_rel = {"throughput": tgt_tput, latency_metric(spec.percentile): tgt_lat}
+    budget_windows = _budget_windows(spec)
     count_windows = spec.measurement_mode == "count_windows" and not spec.request_count
     for k in range(1, 0 if spec.request_count else spec.max_trials + 1):
         if count_windows:
@@ -122,6 +133,12 @@ def measure_level(
         if k >= spec.min_windows and throughput_ok and latency_ok and tail_ok:
             stable = True
             break
+        if k >= max(spec.min_windows, DRIFT_MIN_WINDOWS):
+            drift = window_drift(windows, drift_rel)
+            if drift is not None:
+                break
+        if k >= max(spec.min_windows, budget_windows) and tail_ok:
+            break  # the time given is spent and the samples are there: more windows only refine
     end_ns = rec.window_end(len(windows))
     if spec.request_count:
         died, error = _until_count(server, gen, rec, spec.request_count, level)
@@ -136,6 +153,8 @@ def measure_level(
         rec, end_ns = _count_window(rec, spec.request_count)
         windows, window_ns, stable = rec.windows(1), rec.window_ns, not died
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
+    if drift is not None:
+        result = _with_drift(result, drift, early=len(windows) < spec.max_trials)
     if spec.mix:
         result = _with_shares(result, rec, spec, level, len(windows), end_ns, before, after, t0, died)
     export = None
@@ -258,6 +277,33 @@ def _within(value: float | None, target: float) -> bool:
 def _keeps_up(rec: LevelRecorder, end_ns: int, tolerance: float) -> bool:
     c = rec.counts(end_ns)
     return c.sent_rps > 0 and c.completed_rps >= c.sent_rps * (1 - tolerance)
+
+
+DEFAULT_BUDGET_TRIALS = 10  # perf_analyzer's default --max-trials: its worst case per level
+
+
+def _budget_windows(spec: ProfileSpec) -> int:
+    """How many windows the level's time budget holds (max_trials when there is none)."""
+    if spec.level_budget_s == 0:
+        return spec.max_trials
+    if spec.level_budget_s is None:
+        return DEFAULT_BUDGET_TRIALS
+    return max(1, int(spec.level_budget_s * 1000.0 / spec.measurement_interval_ms + 1e-9))
+
+
+def _with_drift(result: LevelResult, drift: Drift, *, early: bool) -> LevelResult:
+    """The level marked as ended by drift, with the one line saying so in its note (and logged)."""
+    p = result.precision
+    line = (
+        f"{'ended early, ' if early else ''}the windows drifted: {describe_drift(drift, len(result.windows))}; "
+        f"precision reached ±{_pct(p.latency_rel)} latency, ±{_pct(p.throughput_rel)} throughput"
+    )
+    _log.warning("%s: %s", result.load.label, line)
+    return dataclasses.replace(result, drift=drift, note=(line + "; " + result.note).strip("; "))
+
+
+def _pct(rel: float | None) -> str:
+    return "?" if rel is None else f"{rel:.1%}"
 
 
 def _with_shares(

@@ -74,8 +74,7 @@ def sweep_perfkit(server: LocalServer, model: str, levels: str) -> dict:
     return {
         "wall_s": wall,
         "levels": [
-            {"windows": len(lv.windows), "stable": lv.stable, "drift": lv.drift is not None, "s": lv.duration_s}
-            for lv in rec.levels
+            {"windows": len(lv.windows), "stable": lv.stable, "drift": lv.drift is not None} for lv in rec.levels
         ],
     }
 
@@ -87,16 +86,19 @@ def sweep_pa(server: LocalServer, model: str, levels: str) -> dict:
                          "grpc", "--concurrency-range", levels, "-p", "1000", "-v"], stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, env={**os.environ, **env}, timeout=300)  # fmt: skip
     wall = time.monotonic() - t0
+    # an unstable level ends perf_analyzer's sweep: the levels after it are not measured
     parts = re.split(r"Request concurrency: \d+", pa.stdout)[1:]
     lv = []
     for part in parts:
         passes = len(re.findall(r"Pass \[\d+\] throughput", part))
-        lv.append({"windows": passes, "stable": "failed to obtain stable" not in part.lower(), "drift": False,
-                   "s": float(passes)})  # fmt: skip
+        lv.append({"windows": passes, "stable": "failed to obtain stable" not in part.lower(), "drift": False})
     return {"wall_s": wall, "levels": lv}
 
 
 def time_to_result(server: LocalServer, model: str, levels: str, reps: int) -> None:
+    parts = [int(x) for x in levels.split(":")]
+    end = parts[1] if len(parts) > 1 else parts[0]
+    n_levels = len(range(parts[0], end + 1, parts[2] if len(parts) > 2 else 1))
     print(f"1. time to a result: {model}, gRPC, --concurrency-range {levels}, -p 1000, each tool's defaults")
     for loaded in (False, True):
         rows: dict[str, list[dict]] = {"perfkit": [], "perf_analyzer": []}
@@ -108,14 +110,22 @@ def time_to_result(server: LocalServer, model: str, levels: str, reps: int) -> N
         for tool, runs in rows.items():
             walls = sorted(x["wall_s"] for x in runs)
             per_level = [[lv["windows"] for lv in x["levels"]] for x in runs]
+            measured = sum(len(x["levels"]) for x in runs)
             unstable = sum(not lv["stable"] for x in runs for lv in x["levels"])
             drifts = sum(lv["drift"] for x in runs for lv in x["levels"])
             print(f"   {'loaded' if loaded else 'quiet ':6} {tool:13}: sweep median {walls[len(walls) // 2]:5.1f} s "
-                  f"(runs {', '.join(f'{w:.1f}' for w in walls)}); windows per level {per_level}; "
-                  f"unstable levels {unstable}, ended by drift {drifts}")  # fmt: skip
-        pk = sorted(x["wall_s"] for x in rows["perfkit"])[reps // 2]
-        pa = sorted(x["wall_s"] for x in rows["perf_analyzer"])[reps // 2]
-        print(f"   => {'loaded' if loaded else 'quiet'}: perfkit / perf_analyzer sweep time {pk / pa:.2f}")
+                  f"(runs {', '.join(f'{w:.1f}' for w in walls)}); windows per level measured {per_level}; "
+                  f"{measured} of {len(runs) * n_levels} levels measured, {unstable} unstable, "
+                  f"{drifts} ended by drift")  # fmt: skip
+        med = {tool: _per_level_windows(runs) for tool, runs in rows.items()}
+        print(f"   => {'loaded' if loaded else 'quiet'}: windows per measured level, median: perfkit "
+              f"{med['perfkit']:.1f}, perf_analyzer {med['perf_analyzer']:.1f} (ratio "
+              f"{med['perfkit'] / med['perf_analyzer']:.2f}); whole process per sweep: see above")  # fmt: skip
+
+
+def _per_level_windows(runs: list[dict]) -> float:
+    counts = sorted(lv["windows"] for x in runs for lv in x["levels"])
+    return float(counts[len(counts) // 2]) if counts else math.nan
 
 
 # -- 2. coverage of the stated precision -------------------------------------------------------

@@ -83,28 +83,39 @@ def test_a_steady_level_runs_until_precise(monkeypatch):
 
 
 def test_a_level_whose_latency_shifts_ends_early_with_its_reason(monkeypatch):
-    # the machine gets busier 4 s in: latency x2.5; a precision of +-1% would take far more windows
-    r = _run(monkeypatch, lambda t: 1500.0 if t < 4.0 else 3750.0, percentile=99.0, stability_percentage=1.0,
-             max_trials=30)  # fmt: skip
+    # the machine gets busier 3 s in: latency x2.5; a precision of +-1% would take far more windows
+    r = _run(monkeypatch, lambda t: 1500.0 if t < 3.0 else 3750.0, percentile=99.0, stability_percentage=1.0,
+             max_trials=30, min_windows=5)  # fmt: skip
     assert not r.stable
-    assert r.drift is not None and r.drift.metric in ("p99", "throughput")
-    assert 5 <= len(r.windows) < 30  # ended at the first window the change point could be certified
-    assert r.drift.at_window == 4  # the first window after the change
+    assert r.drift is not None and r.drift.metric in ("p99", "throughput") and r.drift.kind == "shift"
+    assert len(r.windows) == 5  # ended at the first window the change point could be certified
+    assert r.drift.at_window == 3  # the first window after the change
     assert r.drift.after / r.drift.before > 2.0 if r.drift.metric == "p99" else r.drift.after < r.drift.before
     assert r.note.startswith("ended early, the windows drifted: ")
-    assert "precision reached" in r.note and f"from window 5 of {len(r.windows)}" in r.note
+    assert "precision reached" in r.note and "from window 4 of 5" in r.note
     assert [w.start_s for w in r.windows] == [float(i) for i in range(len(r.windows))]  # every window kept
 
 
 def test_a_trend_ends_early_too(monkeypatch):
     r = _run(monkeypatch, lambda t: 1000.0 * (1 + 0.25 * t), percentile=99.0, stability_percentage=1.0,
-             max_trials=30)  # fmt: skip
-    assert r.drift is not None and r.drift.kind == "trend" and not r.stable and len(r.windows) < 10
-    assert "steadily over" in r.note
+             max_trials=30, min_windows=5)  # fmt: skip
+    assert r.drift is not None and r.drift.kind == "trend" and not r.stable and len(r.windows) == 5
+    assert "steadily over 5 windows" in r.note
+
+
+def test_a_steady_level_that_cannot_get_precise_in_its_budget_ends_early_saying_so(monkeypatch):
+    # +-0.5% on p99 would take hundreds of windows of 400 requests: nothing moves, but more windows
+    # in the time given cannot make it precise
+    r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, max_trials=30)
+    assert not r.stable and r.drift is None and len(r.windows) == 4
+    assert r.note.startswith("ended early: the precision asked would take about ")
+    assert "past the level's budget of 10" in r.note and "precision reached" in r.note
+    r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, min_windows=7)
+    assert len(r.windows) == 7  # never before min_windows
 
 
 def test_an_imprecise_steady_level_ends_at_its_time_budget(monkeypatch):
-    # +-0.5% on p99 is out of reach in 10 windows of 400 requests, but nothing moves: no drift
+    monkeypatch.setattr(_level, "FUTILITY_FACTOR", math.inf)  # the budget alone
     r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, max_trials=30)
     assert not r.stable and r.drift is None and len(r.windows) == 10  # 10 windows' worth by default
     r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, max_trials=30,
@@ -116,6 +127,7 @@ def test_an_imprecise_steady_level_ends_at_its_time_budget(monkeypatch):
 
 
 def test_the_budget_waits_for_the_tail_samples(monkeypatch):
+    monkeypatch.setattr(_level, "FUTILITY_FACTOR", math.inf)
     # 400 requests a window: p99.9 needs 10,000 (10 beyond it), reached after 25 windows
     r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, max_trials=30,
              tail_percentiles=(99.9,))  # fmt: skip
@@ -130,7 +142,9 @@ def test_drift_never_ends_a_level_before_min_windows(monkeypatch):
 
 
 def test_the_drift_field_round_trips_and_old_records_load(monkeypatch):
-    r = _run(monkeypatch, lambda t: 1500.0 if t < 4.0 else 3750.0, percentile=99.0, stability_percentage=1.0)
+    r = _run(monkeypatch, lambda t: 1500.0 if t < 3.0 else 3750.0, percentile=99.0, stability_percentage=1.0,
+             min_windows=5)  # fmt: skip
+    assert r.drift is not None
     from perfkit.records import LevelResult, from_dict, to_dict
 
     data = to_dict(r)

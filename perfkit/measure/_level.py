@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 import time
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -26,6 +27,7 @@ from perfkit.records import (
     Drift,
     LevelResult,
     LoadLevel,
+    Precision,
     ProfileSpec,
     Window,
     status_name,
@@ -87,11 +89,13 @@ def measure_level(
     error = ""
     precision = None
     drift: Drift | None = None
+    futile: int | None = None  # ended because the precision asked would take this many windows
     # windows of a steady process are exchangeable; a change point among them (a shift or a trend
     # larger than the precision asked) means the process itself moved: more windows cannot make
     # the level more precise, so it ends there, flagged, with every window kept
     drift_rel = {"throughput": tgt_tput, latency_metric(spec.percentile): tgt_lat}
     budget_windows = _budget_windows(spec)
+    decided_only = spec.stop_when_decided and spec.latency_threshold_ms is not None
     count_windows = spec.measurement_mode == "count_windows" and not spec.request_count
     for k in range(1, 0 if spec.request_count else spec.max_trials + 1):
         if count_windows:
@@ -139,6 +143,12 @@ def measure_level(
                 break
         if k >= max(spec.min_windows, budget_windows) and tail_ok:
             break  # the time given is spent and the samples are there: more windows only refine
+        # (not for a level that only has to decide a side of a threshold: the tuner's search)
+        if k >= max(spec.min_windows, FUTILITY_MIN_WINDOWS) and tail_ok and k < budget_windows and not decided_only:
+            needed = _windows_needed(k, precision, tgt_tput if closed else None, None if latency_ok else tgt_lat)
+            if needed is not None and needed > FUTILITY_FACTOR * budget_windows:
+                futile = needed
+                break
     end_ns = rec.window_end(len(windows))
     if spec.request_count:
         died, error = _until_count(server, gen, rec, spec.request_count, level)
@@ -155,6 +165,14 @@ def measure_level(
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
     if drift is not None:
         result = _with_drift(result, drift, early=len(windows) < spec.max_trials)
+    elif futile is not None:
+        line = (
+            f"ended early: the precision asked would take about {futile} windows, past the level's budget of "
+            f"{budget_windows}; precision reached ±{_pct(result.precision.latency_rel)} latency, "
+            f"±{_pct(result.precision.throughput_rel)} throughput"
+        )
+        _log.info("%s: %s", level.label, line)
+        result = dataclasses.replace(result, note=(line + "; " + result.note).strip("; "))
     if spec.mix:
         result = _with_shares(result, rec, spec, level, len(windows), end_ns, before, after, t0, died)
     export = None
@@ -280,6 +298,21 @@ def _keeps_up(rec: LevelRecorder, end_ns: int, tolerance: float) -> bool:
 
 
 DEFAULT_BUDGET_TRIALS = 10  # perf_analyzer's default --max-trials: its worst case per level
+# A level whose precision, shrinking as 1/sqrt(windows) from here, would need more than this many
+# times its budget of windows ends now: more windows in the time given cannot make it precise
+# (the factor leaves room for the error of a precision estimated from a few windows)
+FUTILITY_FACTOR = 1.5
+FUTILITY_MIN_WINDOWS = 4
+
+
+def _windows_needed(k: int, precision: Precision, tgt_tput: float | None, tgt_lat: float | None) -> int | None:
+    """About how many windows the precision asked would take if it keeps shrinking as 1/sqrt(n)
+    (the larger of throughput's and latency's; a target None is not asked or already met)."""
+    needed = []
+    for rel, tgt in ((precision.throughput_rel, tgt_tput), (precision.latency_rel, tgt_lat)):
+        if tgt is not None and rel is not None and rel > tgt > 0:
+            needed.append(math.ceil(k * (rel / tgt) ** 2))
+    return max(needed) if needed else None
 
 
 def _budget_windows(spec: ProfileSpec) -> int:

@@ -302,7 +302,7 @@ DEFAULT_BUDGET_TRIALS = 10  # perf_analyzer's default --max-trials: its worst ca
 # times its budget of windows ends now: more windows in the time given cannot make it precise
 # (the factor leaves room for the error of a precision estimated from a few windows)
 FUTILITY_FACTOR = 1.5
-FUTILITY_MIN_WINDOWS = 4
+FUTILITY_MIN_WINDOWS = 5  # a precision (and the autocorrelation in it) estimated from fewer is too rough to give up on
 
 
 def _windows_needed(k: int, precision: Precision, tgt_tput: float | None, tgt_lat: float | None) -> int | None:

@@ -21,6 +21,7 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"objectives"},  # the objective registry: records rank a tune's trials with it
     {"records"},
+    {"changepoints"},  # e-divisive over a series: the level loop's windows, the gate, history
     {"server"},
     {"schedule"},
     {"recorder"},

@@ -143,6 +143,7 @@ def build_spec(
         stability_percentage=kw["stability_percentage"],
         max_trials=kw["max_trials"],
         min_windows=kw["min_windows"],
+        level_budget_s=kw["level_budget_s"],
         percentile=kw["percentile"],
         latency_threshold_ms=kw["latency_threshold"],
         binary_search=kw["binary_search"],
@@ -244,6 +245,16 @@ _OPTIONS: list[Callable[[Any], Any]] = [
         help="Max windows per level (a precise level stops earlier; perf_analyzer's default is 10 of 5 s).",
     ),
     click.option("--min-windows", type=int, default=_D["min_windows"], show_default=True),
+    click.option(
+        "--level-budget",
+        "level_budget_s",
+        type=float,
+        default=_D["level_budget_s"],
+        metavar="SECONDS",
+        help="Seconds of windows after which a level not yet precise ends, flagged unstable, once its tail"
+        " percentiles have their samples. Default: 10 windows' worth (perf_analyzer's worst case at the same -p);"
+        " 0: windows until -r.",
+    ),
     click.option("--percentile", type=float, default=None, help="Latency percentile for stability and thresholds."),
     click.option(
         "--tail-percentiles",

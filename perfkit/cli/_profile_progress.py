@@ -43,3 +43,6 @@ class ProfileProgress:
                 f" {'stable' if r.stable else 'UNSTABLE'} after {len(r.windows)} windows",
                 err=True,
             )
+            if r.note.startswith(("ended early", "the windows drifted")):  # why the level ended where it did
+                end = r.note.find("; ", r.note.find("precision reached"))
+                click.echo(f"  {r.note if end < 0 else r.note[:end]}", err=True)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from perfkit.errors import InputError
+from perfkit.gate._machine import machine_checked
 from perfkit.gate._mix import mix_views, threshold_scope
 from perfkit.gate._pairing import (
     config_changes,
@@ -317,7 +318,7 @@ def _compare_level(
             out.append(_finding(base, None, None, "invalid", "; ".join(invalid)))
             continue
         out.append(_decide(base, thr, b_win, c_win, opts, job_sd(thr.metric)))
-    return out
+    return [machine_checked(f, b, c) for f in out] if comparison == "stored" else out
 
 
 def _compare_stream_metric(

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from perfkit.errors import InputError
 from perfkit.records._level import (
+    Drift,
     LatencySummary,
     LevelResult,
     MetricSample,
@@ -80,6 +81,7 @@ def load_record(path: Path) -> RunRecord | TuneRecord:
 
 
 __all__ = [
+    "Drift",
     "DEFAULT_GATE_THRESHOLDS",
     "DEFAULT_MIN_WINDOWS",
     "DEFAULT_TAIL_PERCENTILES",

@@ -103,6 +103,24 @@ class Precision:
 
 
 @dataclass(frozen=True)
+class Drift:
+    """The level's own figures moved across its windows (a change point or a trend): the machine or
+    server changed under the load, so more windows could not make the level more precise."""
+
+    metric: str  # "throughput", "mean" or a percentile ("p99")
+    at_window: int  # the first window after the change (0-based)
+    before: float  # the metric's mean over the windows before the change
+    after: float  # ... and after it
+    p_value: float  # the test's (the split's or the slope's)
+    kind: str = "shift"  # "shift": a change point at at_window; "trend": a steady slope (before/after: fitted ends)
+
+    @property
+    def rel_change(self) -> float:
+        """after / before - 1."""
+        return self.after / self.before - 1.0 if self.before else 0.0
+
+
+@dataclass(frozen=True)
 class StreamWindow:
     """Streaming figures of one measurement window (requests attributed by completion time)."""
 
@@ -178,6 +196,7 @@ class LevelResult:
     # A traffic mix (ProfileSpec.mix): each model's own figures, its requests only; the level's
     # own figures are the whole mix's (its counts are their sums)
     models: tuple[MixShare, ...] = ()
+    drift: Drift | None = None  # the level ended early: its windows moved (a change point), all kept
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""

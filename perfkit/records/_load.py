@@ -62,7 +62,10 @@ class ProfileSpec:
     the chosen percentile are within stability_percentage (relative), after at least
     min_windows windows, and every percentile in tail_percentiles has enough samples beyond
     it to be certified (by default those the gate judges by default); or after max_trials
-    windows, flagged unstable.
+    windows, flagged unstable; or, after min_windows and at least 5 windows, as soon as the
+    windows drift (a change point larger than the precision asked: LevelResult.drift); or
+    once level_budget_s is spent, or the precision asked is out of its reach, and
+    tail_percentiles have their samples, flagged unstable.
 
     These field defaults are perfkit's defaults: the CLI's flags and sweep files read them.
     """
@@ -85,6 +88,10 @@ class ProfileSpec:
     stability_percentage: float = 10.0
     max_trials: int = 30  # max windows per level
     min_windows: int = DEFAULT_MIN_WINDOWS
+    # Seconds of windows after which a level not yet precise ends (unstable) once its tail
+    # percentiles have their samples; None: 10 windows' worth, perf_analyzer's worst case at
+    # the same interval (its --max-trials 10); 0: none (windows until max_trials)
+    level_budget_s: float | None = None
     percentile: float | None = None  # None: stability and thresholds on the average latency
     latency_threshold_ms: float | None = None  # stop the sweep past this latency
     # End a level as soon as its latency is clearly over the threshold, or clearly under it once

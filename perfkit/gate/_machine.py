@@ -1,0 +1,106 @@
+"""Whether a stored-baseline comparison shows the machine moving, and how large a change that explains.
+
+A stored baseline compares two jobs; the gate allows their speeds a small difference (the job
+noise) and calls anything past it, if significant, a regression. On a shared machine the jobs'
+speeds differ by far more, and two signals in the records themselves say so:
+
+- within-run drift: a job's own windows moved (a change point or a trend in throughput or a
+  latency percentile, perfkit.changepoints). A machine whose speed moved by X within one job
+  can differ by as much between two jobs; the model does not change during a job.
+- time outside the server: the client's mean latency less the server's own request time
+  (queue + compute, Triton's statistics). A slower model moves the server's request time and
+  leaves the time outside it (client, HTTP/gRPC frontend, network) as it was; a busier machine
+  slows the client and the frontend too.
+
+Neither can tell a busier machine from a slower model when the change is larger than the
+machine's own movement: a change up to EXPLAINED_FACTOR times the largest movement seen (log
+ratios; the factor is slack for the figures' own noise) is inconclusive, with the advice to
+measure A/B; a larger one is still judged a regression. A competing load started mid-run moves
+the run's figures by less than its windows moved, so it is not called a regression; a 30%
+slowdown is caught while the machine moves by less than about 21%.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+from perfkit.changepoints import describe_drift, window_drift
+from perfkit.gate._results import Finding
+from perfkit.records import Drift, LevelResult
+
+# the least movement that counts as evidence: within-run drift past these (relative), and time outside
+# the server moving by this share of the latency
+EXPLAINED_FACTOR = 1.25
+DRIFT_FLOOR = {"throughput": 0.03, "p50": 0.05, "p90": 0.08, "p95": 0.10, "p99": 0.15}
+OUTSIDE_FLOOR = 0.03
+
+
+@dataclass(frozen=True)
+class MachineMove:
+    """The machine's movement seen in a pair of levels: its size (|log ratio|) and what showed it."""
+
+    size: float
+    reason: str
+
+    def explains(self, baseline: float, current: float) -> bool:
+        """Whether a change from baseline to current is within what this movement can explain."""
+        if baseline <= 0 or current <= 0:
+            return False
+        return abs(math.log(current / baseline)) <= EXPLAINED_FACTOR * self.size
+
+
+def _drift_of(level: LevelResult) -> Drift | None:
+    found = window_drift(level.windows, DRIFT_FLOOR)
+    recorded = level.drift
+    if recorded is None:
+        return found
+    if found is None or abs(math.log1p(recorded.rel_change)) >= abs(math.log1p(found.rel_change)):
+        return recorded
+    return found
+
+
+def _outside_us(level: LevelResult) -> float | None:
+    if level.server is None or level.server.request_count <= 0 or level.service.count <= 0:
+        return None
+    return level.service.mean_us - level.server.request_avg_us
+
+
+def machine_move(baseline: LevelResult, current: LevelResult) -> MachineMove | None:
+    """The largest machine movement the two levels show (see the module's docstring), or None."""
+    moves: list[MachineMove] = []
+    for side, level in (("baseline", baseline), ("current", current)):
+        drift = _drift_of(level)
+        if drift is not None and drift.before > 0 and drift.after > 0:
+            text = f"the {side} run's own windows drifted: {describe_drift(drift, len(level.windows))}"
+            moves.append(MachineMove(abs(math.log(drift.after / drift.before)), text))
+    b_out, c_out = _outside_us(baseline), _outside_us(current)
+    if b_out is not None and c_out is not None and baseline.service.mean_us > 0:
+        share = (c_out - b_out) / baseline.service.mean_us
+        if abs(share) >= OUTSIDE_FLOOR:
+            text = (
+                f"the time outside the server's own request time (client, frontend, network) went "
+                f"{b_out / 1e3:.3g} -> {c_out / 1e3:.3g} ms per request ({share:+.0%} of the latency)"
+                " while a slower model would move the server's time"
+            )
+            moves.append(MachineMove(abs(math.log1p(share)) if share > -1 else math.inf, text))
+    return max(moves, key=lambda m: m.size) if moves else None
+
+
+def machine_checked(f: Finding, baseline: LevelResult, current: LevelResult) -> Finding:
+    """A stored baseline's regression within what the machine's own movement explains: inconclusive,
+    with the reason and the advice to measure A/B (an inconclusive one gets them too, in place of
+    "more windows"); any other finding as it is."""
+    judged = f.verdict == "regression" or (f.verdict == "inconclusive" and f.past_threshold)
+    if not judged or f.baseline is None or f.current is None:
+        return f
+    move = machine_move(baseline, current)
+    if move is None or not move.explains(f.baseline, f.current):
+        return f
+    head = f.reason if f.verdict == "regression" else f.reason.split("; about ")[0]
+    reason = (
+        f"{head}; but the machine moved ({move.reason}): a stored baseline cannot tell a busier machine "
+        "from a slower model at this size, nor can more windows; measure with perfkit gate --ab (both in one job)"
+    )
+    return dataclasses.replace(f, verdict="inconclusive", reason=reason, more_windows=None)

@@ -1,6 +1,7 @@
 """Run every case of qa_cases.json with the real perf_analyzer or perfkit's, and record the outcome.
 
     python -m tests.pa_compat.record_qa perf_analyzer   # the tritonclient 2.41.0 binary (benchmarks/_anchor.py)
+    python -m tests.pa_compat.record_qa perf_analyzer_2.60   # perf_analyzer 2.60.0 (the perf-analyzer wheel)
     python -m tests.pa_compat.record_qa perfkit         # perfkit's `perf_analyzer` command
     python -m tests.pa_compat.record_qa summary         # how the command lines ended under each
 
@@ -135,11 +136,12 @@ def main() -> int:
         print(summary(json.loads(CASES.read_text())["cases"]))
         return 0
     only = set(sys.argv[2:])
-    if tool == "perf_analyzer":
+    if tool.startswith("perf_analyzer"):
+        # "perf_analyzer" is the 2.41.0 binary the cases were first recorded with; "perf_analyzer_2.60" the newest
         sys.path.insert(0, str(ROOT))
         from benchmarks._anchor import perf_analyzer
 
-        path, env = perf_analyzer()
+        path, env = perf_analyzer(tool.partition("_2.")[2] and "2." + tool.partition("_2.")[2] or "2.41")
         binary = [str(path)]
     else:
         binary, env = [str(Path(sys.executable).parent / "perf_analyzer")], {}

@@ -145,3 +145,20 @@ def _cuda_libs() -> Path:
         if not link.exists():
             link.symlink_to(next(pylibs.glob(pattern)))
     return libs
+
+
+def add_version_flag(ap: object) -> None:
+    """Give a benchmark's argparse parser --pa-version (2.60 or 2.41; default PERFKIT_PA_VERSION, else 2.60.0)."""
+    ap.add_argument(  # type: ignore[attr-defined]  # an argparse.ArgumentParser (kept untyped: benchmarks import this early)
+        "--pa-version",
+        default=None,
+        choices=[*VERSIONS, *(v.rsplit(".", 1)[0] for v in VERSIONS)],
+        help=f"the perf_analyzer release to measure against (default: ${VERSION_ENV}, else {DEFAULT_VERSION})",
+    )
+
+
+def use_version(version: str | None) -> str:
+    """Make `version` (or the default) the release perf_analyzer() returns in this process; the release, to print."""
+    v = anchor_version(version)
+    os.environ[VERSION_ENV] = v
+    return v

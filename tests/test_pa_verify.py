@@ -27,10 +27,15 @@ from perfkit.server.local import LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
+_PCT = "Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100)."
+_TRACE_LEVEL = (
+    "Failed to parse --trace-level. Unsupported type provided: 'foo'."
+    " The available options are 'OFF', 'TIMESTAMPS', or 'TENSORS'."
+)
 REFUSED = [
-    (["--percentile", "225"], "Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100)."),
-    (["--percentile", "0"], "Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100)."),
-    (["--percentile", "abc"], "Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100)."),
+    (["--percentile", "225"], _PCT),
+    (["--percentile", "0"], _PCT),
+    (["--percentile", "abc"], _PCT),
     (["-l", "-1"], "Failed to parse --latency-threshold (-l). The value must be >= 0 msecs."),
     (["-l", "abc"], "Failed to parse -l. Invalid value provided: abc"),
     (["-s", "-1"], "Failed to parse --stability-percentage (-s). The value must be >= 0.0."),
@@ -44,10 +49,13 @@ REFUSED = [
     (["--streaming"], "Streaming is only allowed with gRPC protocol and Triton C API."),
     (["--metrics-url", "x:1/metrics"], "Must specify --collect-metrics when using the --metrics-url option."),
     (["--metrics-interval", "100"], "Must specify --collect-metrics when using the --metrics-interval option."),
-    (["--collect-metrics", "--metrics-interval", "0"], "Failed to parse --metrics-interval. The value must be > 0 msecs."),
-    (["--request-parameter", "a:1:int"], "The --request-parameter option is currently only supported by gRPC protocol."),
-    (["-i", "grpc", "--request-parameter", "a:1"], "Failed to parse --request-parameter. The value does not match <name:value:type>."),
-    (["--trace-level", "foo"], "Failed to parse --trace-level. Unsupported type provided: 'foo'. The available options are 'OFF', 'TIMESTAMPS', or 'TENSORS'."),
+    (["--collect-metrics", "--metrics-interval", "0"],
+     "Failed to parse --metrics-interval. The value must be > 0 msecs."),
+    (["--request-parameter", "a:1:int"],
+     "The --request-parameter option is currently only supported by gRPC protocol."),
+    (["-i", "grpc", "--request-parameter", "a:1"],
+     "Failed to parse --request-parameter. The value does not match <name:value:type>."),
+    (["--trace-level", "foo"], _TRACE_LEVEL),
     (["--trace-count", "-2"], "Failed to parse --trace-count. The value must be >= 0 or set to -1 (default)."),
     (["--log-frequency", "-1"], "Failed to parse --log-frequency. The value must be >= 0."),
 ]  # fmt: skip
@@ -110,8 +118,8 @@ def test_trace_options_set_the_servers_trace_settings(
 ) -> None:
     """As perf_analyzer 2.60 did against this server: `--trace-rate 7 --trace-count 5 --log-frequency 3` left
     trace_rate "7", trace_count "5", log_frequency "3" set and measured; over gRPC the same (perfkit sets them
-    over HTTP: --admin-url, else the gRPC port - 1); `--trace-level TIMESTAMPS` on a server started without a trace file, and
-    `--trace-rate abc`, exited 99 with the server's refusal ("trace file name is not given", "Unable to parse
+    over HTTP: --admin-url, else the gRPC port - 1); `--trace-level TIMESTAMPS` on a server started without a
+    trace file, and `--trace-rate abc`, exited 99 with the server's refusal ("trace file name is not given", "Unable to parse
     'trace_rate', got: abc") and measured nothing."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PERFKIT_EXIT_CODES", raising=False)

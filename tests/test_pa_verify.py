@@ -119,8 +119,8 @@ def test_trace_options_set_the_servers_trace_settings(
     """As perf_analyzer 2.60 did against this server: `--trace-rate 7 --trace-count 5 --log-frequency 3` left
     trace_rate "7", trace_count "5", log_frequency "3" set and measured; over gRPC the same (perfkit sets them
     over HTTP: --admin-url, else the gRPC port - 1); `--trace-level TIMESTAMPS` on a server started without a
-    trace file, and `--trace-rate abc`, exited 99 with the server's refusal ("trace file name is not given", "Unable to parse
-    'trace_rate', got: abc") and measured nothing."""
+    trace file, and `--trace-rate abc`, exited 99 with the server's refusal ("trace file name is not given",
+    "Unable to parse 'trace_rate', got: abc") and measured nothing."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("PERFKIT_EXIT_CODES", raising=False)
     run = ["-m", "identity", "-p", "300", "-r", "3", "-s", "100", "-f", "out.csv"]

@@ -16,7 +16,7 @@ from perfkit.errors import ExitCode, ModelLoadError, ServerError
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.api_route import ApiConfigRoute, best_config_text, served_config, served_config_text
 from perfkit.server.local import LocalServer
-from perfkit.server.modelconfig import ModelConfig, applied_differences, parse_config
+from perfkit.server.modelconfig import ModelConfig, applied_differences, config_to_dict, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,3 +129,26 @@ def test_refused_where_the_server_does_not_let_clients_load(tmp_path: Path) -> N
         assert info.value.exit_code == ExitCode.SERVER
         assert "does not let clients load models" in info.value.one_line()
         assert "\n" not in info.value.one_line()
+
+
+@pytest.mark.server
+def test_an_override_served_on_entry_is_what_is_put_back(
+    server: LocalServer, readonly_repo: tuple[Path, dict[str, tuple[bytes, int, int]]]
+) -> None:
+    """Someone had loaded the model with an override before: that config, not the repository's, is restored."""
+    repo, before = readonly_repo
+    theirs = served_config(server, "identity")
+    theirs.max_batch_size = 4
+    server.load_model("identity", config=config_to_dict(theirs))
+    try:
+        with ApiConfigRoute(server, "identity") as route:
+            assert route.original.max_batch_size == 4
+            route.apply(_candidate(route.original))
+        assert route.restore_error is None
+        now = served_config(server, "identity")
+        assert now.max_batch_size == 4 and now.instance_group[0].count == 1 and not now.HasField("dynamic_batching")
+    finally:
+        server.unload_model("identity")
+        server.load_model("identity")
+    assert served_config(server, "identity").max_batch_size == 8
+    assert _snapshot(repo) == before

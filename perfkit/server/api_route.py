@@ -135,17 +135,23 @@ class ApiConfigRoute:
 
     def restore(self) -> None:
         """Load the model without an override and check the original is served again; a failure is kept in
-        restore_error (and logged), not raised: it must not hide what ended the block."""
+        restore_error (and logged), not raised: it must not hide what ended the block.
+
+        Where the repository's own config is not what the server served on entry (someone had loaded the
+        model with an override before), the original is loaded back as an override, and logged so."""
         try:
             self.server.load_model(self.model)
-            now = served_config(self.server, self.model)
-            if applied_differences(self.original, now):
+            if self._differences():
                 # Triton keeps serving an override when the model's files did not change (seen with 2.51):
                 # unloaded first, the model is loaded afresh from the repository
                 self.server.unload_model(self.model)
                 self.server.load_model(self.model)
-                now = served_config(self.server, self.model)
-            diffs = applied_differences(self.original, now)
+            if self._differences():
+                log.info(
+                    "%s: the repository's config is not the one served on entry: loaded back as an override", self.model
+                )
+                self.server.load_model(self.model, config=config_to_dict(self.original))
+            diffs = self._differences()
             self.restore_error = (
                 None if not diffs else "the server serves another config than the original: " + "; ".join(diffs[:3])
             )
@@ -155,6 +161,11 @@ class ApiConfigRoute:
             self.restore_error = "interrupted while reloading the original config"
         if self.restore_error:
             log.warning("%s: original config not restored: %s", self.model, self.restore_error)
+
+    def _differences(self) -> list[str]:
+        """How the served config differs from the original, both ways (a field the original lacks counts)."""
+        now = served_config(self.server, self.model)
+        return applied_differences(self.original, now, previous=now)
 
     @holds_signals
     def __exit__(

@@ -57,7 +57,12 @@ def run(server: LocalServer, version: str, protocol: str, load: list[str], limit
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []))
+
+    def pump() -> None:
+        for line in proc.stdout or []:  # line by line: the summary's time is read while the run goes on
+            lines.append(line)
+
+    reader = threading.Thread(target=pump)
     reader.start()
     peak, summary_s = 0, None
     while proc.poll() is None and time.monotonic() - t0 < limit_s:

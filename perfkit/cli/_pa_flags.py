@@ -44,7 +44,12 @@ _TRACE_PA = (
 _DYN = "perfkit drives Triton's KServe v2 protocol only (service kind triton)"
 
 PA_FLAGS: tuple[PaFlag, ...] = (
-    PaFlag(("-?", "-h", "--help"), False, "differs", "prints perfkit's help (perfkit's own flags too)"),
+    PaFlag(
+        ("-?", "-h", "--help"),
+        False,
+        "differs",
+        "prints perfkit's help (perfkit's own flags too); perf_analyzer 2.60 has none (exit 99, an invalid option)",
+    ),
     PaFlag(("-m",), True, "same", "model name"),
     PaFlag(("-x",), True, "same", "model version"),
     PaFlag(
@@ -261,7 +266,13 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         "same",
         "every request's send and response timestamps per level, in perf_analyzer's JSON layout",
     ),
-    PaFlag(("--verbose-csv",), False, "accepted", "the -f CSV has perf_analyzer's columns either way"),
+    PaFlag(
+        ("--verbose-csv",),
+        False,
+        "accepted",
+        "`perfkit profile`'s -f CSV always has the verbose columns; the `perf_analyzer` command writes them only with"
+        " it (Avg latency only without --percentile), as perf_analyzer",
+    ),
     PaFlag(("--enable-mpi",), False, "refused", "MPI is not supported; spread load with --ray"),
     PaFlag(
         ("--trace-level",),

@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._anchor import perf_analyzer  # noqa: E402
+from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
 from perfkit.recorder import mean_ci_rel  # noqa: E402
 from perfkit.records import RunRecord  # noqa: E402
 from perfkit.server import LocalLaunch, launch_local  # noqa: E402
@@ -399,14 +399,17 @@ def main() -> None:
     ap.add_argument("--capacity-workers", type=int, default=2, help="also probe perfkit with this many --workers")
     ap.add_argument("--large-seconds", type=float, default=8.0, help="seconds per large-tensor run")
     ap.add_argument("--large-cases", default="", help="large-tensor cases to run: http,grpc,shm (default all)")
+    add_version_flag(ap)
     args = ap.parse_args()
+    pa_version = use_version(args.pa_version)
     repo = Path(tempfile.mkdtemp()) / "models"
     for model in {"identity", "image", *args.models.split(",")}:
         shutil.copytree(ROOT / "fixtures" / "models" / model, repo / model)
-    results: dict = {}
+    results: dict = {"perf_analyzer_version": pa_version}
     with launch_local(LocalLaunch(repo)) as server:
         print(
-            f"Triton {server.version()}, identity model (16 x FP32), {os.cpu_count()} cores shared by server and client"
+            f"Triton {server.version()}, perf_analyzer {pa_version} (the anchor), identity model (16 x FP32),"
+            f" {os.cpu_count()} cores shared by server and client"
         )
         if args.only in (None, "closed", "open"):
             print("closed loop (alternating, steady-state 4 s each):")

@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._anchor import perf_analyzer  # noqa: E402
+from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
 from perfkit.records import RunRecord  # noqa: E402
 from perfkit.server import LocalLaunch, launch_local  # noqa: E402
 from perfkit.server.local import LocalServer  # noqa: E402
@@ -128,7 +128,9 @@ def main() -> None:
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--seconds", type=int, default=8, help="measurement per run")
     ap.add_argument("--smoke", action="store_true", help="one short round at concurrency 1")
+    add_version_flag(ap)
     args = ap.parse_args()
+    pa_version = use_version(args.pa_version)
     if args.smoke:
         args.rounds, args.concurrency, args.seconds = 1, "1", 4
     levels = [int(c) for c in args.concurrency.split(",")]
@@ -141,6 +143,7 @@ def main() -> None:
     data.write_text(json.dumps({"data": [{"text_input": ["hello"], "max_tokens": [args.tokens], "stream": [True]}]}))
     rows = []
     with launch_local(LocalLaunch(repo, env={"OPENBLAS_NUM_THREADS": "1"})) as server:
+        print(f"Triton {server.version()}, perf_analyzer {pa_version} (the anchor)", flush=True)
         for c in levels:
             for r in range(args.rounds):
                 for tool in ("perfkit", "perf_analyzer") if r % 2 == 0 else ("perf_analyzer", "perfkit"):

@@ -11,6 +11,7 @@ perf_analyzer flags (perfkit's own) pass through untouched.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,18 +32,31 @@ def normalize_argv(args: list[str]) -> tuple[list[str], list[str]]:
     """
     out: list[str] = []
     notes: list[str] = []
+    for name, flag, value in walk_argv(args):
+        if flag is None:
+            out.append(name)
+        else:
+            out.extend(_rewrite(name, flag, value, notes))
+    return out, notes
+
+
+def walk_argv(args: list[str]) -> Iterator[tuple[str, PaFlag | None, str | None]]:
+    """perf_analyzer's flags as getopt_long reads them: (spelling, flag, value) in order; other tokens
+    (perfkit's own, everything after `--`) as (token, None, None). Raises UsageError for a flag
+    missing its value or a cluster with an unknown letter."""
     i = 0
     while i < len(args):
         tok = args[i]
         i += 1
         if tok == "--":
-            out.extend(args[i - 1 :])
-            break
+            for rest in args[i - 1 :]:
+                yield rest, None, None
+            return
         if tok.startswith("--"):
             name, eq, attached = tok.partition("=")
             flag = BY_SPELLING.get(name)
             if flag is None:
-                out.append(tok)
+                yield tok, None, None
                 continue
             value = None
             if flag.takes_value:
@@ -54,7 +68,7 @@ def normalize_argv(args: list[str]) -> tuple[list[str], list[str]]:
                     raise UsageError(f"{name} needs a value")
             elif eq:
                 raise UsageError(f"{name} takes no value (got {tok!r})")
-            out.extend(_rewrite(name, flag, value, notes))
+            yield name, flag, value
             continue
         if len(tok) > 1 and tok[0] == "-" and tok[1] in (_SHORT_VALUE | _SHORT_FLAG | {"?"}):
             # a getopt cluster: flags without values, then at most one flag taking the rest as value
@@ -62,12 +76,8 @@ def normalize_argv(args: list[str]) -> tuple[list[str], list[str]]:
             while j < len(tok):
                 ch = tok[j]
                 name = f"-{ch}"
-                if ch == "?":
-                    out.append("--help")
-                    j += 1
-                    continue
-                if ch in _SHORT_FLAG:
-                    out.extend(_rewrite(name, BY_SPELLING[name], None, notes))
+                if ch == "?" or ch in _SHORT_FLAG:
+                    yield name, BY_SPELLING[name], None
                     j += 1
                     continue
                 if ch not in _SHORT_VALUE:
@@ -77,11 +87,10 @@ def normalize_argv(args: list[str]) -> tuple[list[str], list[str]]:
                     if i >= len(args):
                         raise UsageError(f"{name} needs a value")
                     value, i = args[i], i + 1
-                out.extend(_rewrite(name, BY_SPELLING[name], value, notes))
+                yield name, BY_SPELLING[name], value
                 break
             continue
-        out.append(tok)
-    return out, notes
+        yield tok, None, None
 
 
 def _rewrite(name: str, flag: PaFlag, value: str | None, notes: list[str]) -> list[str]:

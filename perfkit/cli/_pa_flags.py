@@ -9,7 +9,8 @@ Status:
   differs   accepted and acted on, with a documented difference
   mapped    rewritten to perfkit's own flag (deprecated aliases)
   accepted  accepted with no effect: perfkit always behaves that way (said with -v)
-  refused   exit 2 with one line: why, and what to use instead
+  refused   exit 2 with one line: why, and what to use instead (the note says where the `perf_analyzer`
+            command does more, as for the trace flags)
 """
 
 from __future__ import annotations
@@ -37,10 +38,18 @@ class PaFlag:
 
 _CAPI = "the C API service kind runs Triton in-process; perfkit drives a server over HTTP/gRPC"
 _TRACE = "set tracing on the server (tritonserver --trace-config, or Triton's trace/setting API)"
+_TRACE_PA = (
+    "sets the server's trace settings (POST /v2/trace/setting) before measuring and leaves them set, as perf_analyzer"
+)
 _DYN = "perfkit drives Triton's KServe v2 protocol only (service kind triton)"
 
 PA_FLAGS: tuple[PaFlag, ...] = (
-    PaFlag(("-?", "-h", "--help"), False, "differs", "prints perfkit's help (perfkit's own flags too)"),
+    PaFlag(
+        ("-?", "-h", "--help"),
+        False,
+        "differs",
+        "prints perfkit's help (perfkit's own flags too); perf_analyzer 2.60 has none (exit 99, an invalid option)",
+    ),
     PaFlag(("-m",), True, "same", "model name"),
     PaFlag(("-x",), True, "same", "model version"),
     PaFlag(
@@ -81,7 +90,13 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         "differs",
         "a 95% confidence half-width (throughput ±s/2 %, latency ±s %), not 3 windows' spread",
     ),
-    PaFlag(("--percentile",), True, "same", "latency percentile for stability and -l"),
+    PaFlag(
+        ("--percentile",),
+        True,
+        "same",
+        "latency percentile for stability and -l; the `perf_analyzer` command reads it as perf_analyzer 2.60 (an"
+        " integer, 1-99, -1 for none; others refused)",
+    ),
     PaFlag(("--warmup-request-count",), True, "same", "requests sent before measuring"),
     PaFlag(
         ("--request-count",),
@@ -112,7 +127,13 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         "same",
         "responses per request (the flag-only final one counted, as perf_analyzer) before STEP more start",
     ),
-    PaFlag(("--request-parameter",), True, "refused", "custom request parameters are not implemented"),
+    PaFlag(
+        ("--request-parameter",),
+        True,
+        "refused",
+        "custom request parameters are not sent by perfkit (the `perf_analyzer` command first refuses, as perf_analyzer"
+        " 2.60, a value not NAME:VALUE:TYPE and any use over HTTP)",
+    ),
     PaFlag(("--request-rate-range",), True, "differs", "open loop; late and dropped sends counted"),
     PaFlag(("--request-distribution",), True, "same", "constant or poisson", lower_value=True),
     PaFlag(("-l", "--latency-threshold"), True, "differs", "on --percentile if given, else the average (ms)"),
@@ -161,7 +182,13 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("-i",), True, "same", "http or grpc (any case)", lower_value=True),
     PaFlag(("-a", "--async"), False, "accepted", "perfkit is always asynchronous"),
     PaFlag(("--sync",), False, "accepted", "perfkit is always asynchronous: the same load, fewer threads"),
-    PaFlag(("--streaming",), False, "same", "gRPC bidirectional stream (and HTTP generate_stream)"),
+    PaFlag(
+        ("--streaming",),
+        False,
+        "differs",
+        "gRPC bidirectional stream; `perfkit profile` also streams over HTTP (generate_stream), the `perf_analyzer`"
+        " command refuses it over HTTP as perf_analyzer 2.60",
+    ),
     PaFlag(
         ("-H",),
         True,
@@ -220,8 +247,18 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         "the repository perfkit's launched server serves (perf_analyzer: C API only)",
     ),
     PaFlag(("--collect-metrics",), False, "same", "server GPU metrics during the run"),
-    PaFlag(("--metrics-url",), True, "same", "metrics endpoint"),
-    PaFlag(("--metrics-interval",), True, "same", "ms between scrapes"),
+    PaFlag(
+        ("--metrics-url",),
+        True,
+        "same",
+        "metrics endpoint; the `perf_analyzer` command refuses it without --collect-metrics, as perf_analyzer 2.60",
+    ),
+    PaFlag(
+        ("--metrics-interval",),
+        True,
+        "same",
+        "ms between scrapes (> 0); the `perf_analyzer` command refuses it without --collect-metrics, as perf_analyzer",
+    ),
     PaFlag(("-f",), True, "differs", "same columns and units; Client Send/Recv are 0"),
     PaFlag(
         ("--profile-export-file",),
@@ -229,20 +266,44 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         "same",
         "every request's send and response timestamps per level, in perf_analyzer's JSON layout",
     ),
-    PaFlag(("--verbose-csv",), False, "accepted", "the -f CSV has perf_analyzer's columns either way"),
+    PaFlag(
+        ("--verbose-csv",),
+        False,
+        "accepted",
+        "`perfkit profile`'s -f CSV always has the verbose columns; the `perf_analyzer` command writes them only with"
+        " it (Avg latency only without --percentile), as perf_analyzer",
+    ),
     PaFlag(("--enable-mpi",), False, "refused", "MPI is not supported; spread load with --ray"),
     PaFlag(
         ("--trace-level",),
         True,
         "refused",
-        "`OFF` accepted; " + _TRACE,
+        "`perfkit profile`: `OFF` accepted, others refused (" + _TRACE + "); the `perf_analyzer` command: " + _TRACE_PA,
         refused_values=(("*", _TRACE),),
         noop_values=("off",),
         lower_value=True,
     ),
-    PaFlag(("--trace-rate",), True, "refused", _TRACE),
-    PaFlag(("--trace-count",), True, "refused", _TRACE),
-    PaFlag(("--log-frequency",), True, "refused", _TRACE),
+    PaFlag(
+        ("--trace-rate",),
+        True,
+        "refused",
+        "`perfkit profile`: " + _TRACE + "; the `perf_analyzer` command: " + _TRACE_PA,
+        refused_values=(("*", _TRACE),),
+    ),
+    PaFlag(
+        ("--trace-count",),
+        True,
+        "refused",
+        "`perfkit profile`: " + _TRACE + "; the `perf_analyzer` command: " + _TRACE_PA,
+        refused_values=(("*", _TRACE),),
+    ),
+    PaFlag(
+        ("--log-frequency",),
+        True,
+        "refused",
+        "`perfkit profile`: " + _TRACE + "; the `perf_analyzer` command: " + _TRACE_PA,
+        refused_values=(("*", _TRACE),),
+    ),
     PaFlag(("--version",), False, "refused", "use `perfkit --version` (the `perf_analyzer` command prints it)"),
     PaFlag(("--data-directory",), True, "mapped", "→ --input-data DIR"),
     PaFlag(("-c",), True, "refused", "deprecated dynamic concurrency; use --concurrency-range 1:N with -l"),

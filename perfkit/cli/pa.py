@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from perfkit.cli._pa_compat import EXIT_CODES_ENV, PA_GENERIC_ERROR, normalize_argv
-from perfkit.errors import UsageError
+from perfkit.cli._pa_verify import PaTraceSettings, verify_like_pa
+from perfkit.errors import PerfkitError
 
 PA_MEASUREMENT_INTERVAL_MS = 5000
 PA_MAX_TRIALS = 10
@@ -39,6 +41,60 @@ def pa_defaults(args: list[str]) -> list[str]:
     return out
 
 
+def apply_trace_settings(trace: PaTraceSettings, args: list[str]) -> None:
+    """Set the server's global trace settings, as perf_analyzer does before it measures (its client's
+    UpdateTraceSettings with no model name: POST /v2/trace/setting). Left set afterwards, as perf_analyzer
+    leaves them. The admin API is HTTP: -u, or for -i grpc --admin-url or the gRPC port - 1. Raises
+    ServerError (unreachable, or the server refused the settings)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from perfkit.errors import ServerError
+    from perfkit.server.remote import parse_host_port
+
+    norm, _ = normalize_argv(args)
+    opts = dict(zip(norm, norm[1:]))
+    url = opts.get("-u") or opts.get("--url") or "localhost:8000"
+    if opts.get("-i", opts.get("--protocol")) == "grpc":
+        host, port = parse_host_port(url)
+        url = opts.get("--admin-url") or f"{host}:{port - 1}"
+    host, port = parse_host_port(url)
+    req = urllib.request.Request(
+        f"http://{host}:{port}/v2/trace/setting",
+        data=json.dumps(trace.body()).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            resp.read()
+    except urllib.error.HTTPError as err:
+        why = err.read().decode(errors="replace").strip()
+        raise ServerError(f"failed to update the server's trace settings: HTTP {err.code} {why}") from None
+    except OSError as err:
+        raise ServerError(f"failed to update the server's trace settings at {host}:{port}: {err}") from None
+
+
+# perfkit's -f CSV ends with the columns perf_analyzer writes only with --verbose-csv ("Avg latency" only
+# without --percentile): src/report_writer.cc, ReportWriter::GenerateReport, unchanged from 2.41 to 2.60
+_VERBOSE_COLUMNS = ("Avg latency", "request/response", "response wait")
+
+
+def pa_csv_columns(path: Path, *, verbose: bool, percentile: bool) -> None:
+    """Keep the -f CSV's columns perf_analyzer 2.60 writes for these flags (a no-op where none was written)."""
+    import csv
+
+    if not path.is_file():
+        return
+    rows = list(csv.reader(path.read_text().splitlines()))
+    if not rows:
+        return
+    drop = set(_VERBOSE_COLUMNS) if not verbose else ({"Avg latency"} if percentile else set())
+    keep = [i for i, name in enumerate(rows[0]) if name not in drop]
+    path.write_text("".join(",".join(row[i] for i in keep if i < len(row)) + "\n" for row in rows))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point `perf_analyzer`."""
     from perfkit import __version__
@@ -49,14 +105,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"perf_analyzer (perfkit {__version__})")
         return 0
     try:
+        # what perf_analyzer 2.60 refuses as it reads its command line is refused first, in its words
+        args, trace = verify_like_pa(args)
         defaults = pa_defaults(args)
-    except UsageError as err:
+        if trace is not None:
+            apply_trace_settings(trace, [*defaults, *args])
+    except PerfkitError as err:
         print(f"perfkit: error: {err.one_line()}", file=sys.stderr)
         return PA_GENERIC_ERROR
     before = os.environ.get(EXIT_CODES_ENV)
     os.environ[EXIT_CODES_ENV] = before or "perf_analyzer"  # restored after: main() may run in-process
     try:
-        return perfkit_main(["profile", *defaults, *args])
+        rc = perfkit_main(["profile", *defaults, *args])
+        norm, _ = normalize_argv(args)
+        csv = dict(zip(norm, norm[1:])).get("-f") or dict(zip(norm, norm[1:])).get("--latency-report-file")
+        if csv:
+            pa_csv_columns(Path(csv), verbose="--verbose-csv" in args, percentile="--percentile" in norm)
+        return rc
     finally:
         if before is None:
             os.environ.pop(EXIT_CODES_ENV, None)

@@ -50,7 +50,7 @@ def case_argv(case: dict[str, Any], grpc_url: str, export: Path) -> list[str]:
 def main() -> int:
     tool = sys.argv[1] if len(sys.argv) > 1 else "perf_analyzer"
     if tool == "perf_analyzer":
-        binary, env = perf_analyzer()
+        binary, env = perf_analyzer("2.41")  # the recorded outcomes are tritonclient 2.41.0's
         cmd = [str(binary)]
     else:
         cmd, env = [str(ROOT / ".venv" / "bin" / "perf_analyzer")], {}

@@ -1,6 +1,7 @@
 """Run every case of qa_cases.json with the real perf_analyzer or perfkit's, and record the outcome.
 
     python -m tests.pa_compat.record_qa perf_analyzer   # the tritonclient 2.41.0 binary (benchmarks/_anchor.py)
+    python -m tests.pa_compat.record_qa perf_analyzer_2.60   # perf_analyzer 2.60.0 (the perf-analyzer wheel)
     python -m tests.pa_compat.record_qa perfkit         # perfkit's `perf_analyzer` command
     python -m tests.pa_compat.record_qa summary         # how the command lines ended under each
 
@@ -117,15 +118,19 @@ def summary(cases: list[dict[str, object]]) -> str:
 
     skipped = Counter(str(c["skip"]) for c in cases if c.get("skip"))
     run = [c for c in cases if not c.get("skip")]
-    pairs = Counter((end(c.get("perf_analyzer")), end(c.get("perfkit"))) for c in run)
-    same = sum(n for (a, b), n in pairs.items() if a == b)
     lines = [f"{len(cases)} command lines: {len(run)} run, {sum(skipped.values())} not run"]
     lines += [f"  not run: {n} ({why})" for why, n in skipped.items()]
-    lines += [f"  perf_analyzer {a}, perfkit {b}: {n}" for (a, b), n in sorted(pairs.items())]
-    lines.append(f"  same outcome: {same} of {len(run)}")
-    for tool in ("perf_analyzer", "perfkit"):
-        as_qa = sum(end(c.get(tool)) == ("measured" if c["qa_expects"] == "ok" else "error") for c in run)
-        lines.append(f"  {tool} ended as the QA script expects: {as_qa} of {len(run)}")
+    anchors = [t for t in ("perf_analyzer", "perf_analyzer_2.60") if any(t in c for c in run)]
+    for anchor in anchors:
+        both = [c for c in run if anchor in c and "perfkit" in c]
+        pairs = Counter((end(c.get(anchor)), end(c.get("perfkit"))) for c in both)
+        same = sum(n for (a, b), n in pairs.items() if a == b)
+        lines += [f"  {anchor} {a}, perfkit {b}: {n}" for (a, b), n in sorted(pairs.items())]
+        lines.append(f"  same outcome as {anchor}: {same} of {len(both)}")
+    for tool in (*anchors, "perfkit"):
+        ran = [c for c in run if tool in c]
+        as_qa = sum(end(c.get(tool)) == ("measured" if c["qa_expects"] == "ok" else "error") for c in ran)
+        lines.append(f"  {tool} ended as the QA script expects: {as_qa} of {len(ran)}")
     return "\n".join(lines)
 
 
@@ -135,11 +140,12 @@ def main() -> int:
         print(summary(json.loads(CASES.read_text())["cases"]))
         return 0
     only = set(sys.argv[2:])
-    if tool == "perf_analyzer":
+    if tool.startswith("perf_analyzer"):
+        # "perf_analyzer" is the 2.41.0 binary the cases were first recorded with; "perf_analyzer_2.60" the newest
         sys.path.insert(0, str(ROOT))
         from benchmarks._anchor import perf_analyzer
 
-        path, env = perf_analyzer()
+        path, env = perf_analyzer(tool.partition("_2.")[2] and "2." + tool.partition("_2.")[2] or "2.41")
         binary = [str(path)]
     else:
         binary, env = [str(Path(sys.executable).parent / "perf_analyzer")], {}

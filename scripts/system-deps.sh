@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Debian packages some tests use: PostgreSQL (shared tuning study), Chromium (reports
-# render in a real browser) and Prometheus (scrapes perfkit's live metrics). Installs them
+# render in a real browser), Prometheus (scrapes perfkit's live metrics) and docker.io
+# (dockerd, which the docker launch-mode tests start by hand). Installs them
 # when missing and apt-get is usable (root); otherwise the tests that need them skip with a message saying so.
 set -uo pipefail
 need=()
 [ -x /usr/lib/postgresql/*/bin/initdb ] 2>/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v prometheus >/dev/null 2>&1 || need+=(prometheus)  # the live-metrics test scrapes perfkit with it
+command -v dockerd >/dev/null 2>&1 || [ -x /usr/sbin/dockerd ] || need+=(docker.io)  # docker launch mode runs against a real engine
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "system-deps: installing ${need[*]}" >&2

@@ -20,6 +20,7 @@ import pytest
 
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer
+from tests.docker_engine import docker_daemon, triton_image  # noqa: F401  (fixtures: a real Docker engine)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_MODELS = ROOT / "fixtures" / "models"

@@ -544,6 +544,10 @@ void core_shutdown(Core *c) {
 }
 
 void core_free(Core *c) {
+    if (c->ops) { /* connections still open (none once the thread quit): closed, then freed */
+        close_all(c);
+        bury(c);
+    }
     if (c->payloads)
         for (size_t i = 0; i < c->n_payloads; i++) free(c->payloads[i]);
     free(c->payloads);

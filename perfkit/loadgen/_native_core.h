@@ -22,6 +22,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -204,6 +205,6 @@ void core_feed(Core *c, const int64_t *dues, size_t n, int ended);
 int core_wait_hungry(Core *c, double timeout_s); /* 1 hungry, 0 no longer running, -1 timed out (blocks) */
 void core_set_stop(Core *c, double drain_s, const char *unfinished_message);
 void core_shutdown(Core *c); /* CMD_QUIT and join the thread (blocks) */
-void core_free(Core *c);     /* after core_shutdown: everything the core and the protocol hold */
+void core_free(Core *c);     /* after core_shutdown: everything the core and the protocol hold, connections too */
 
 #endif

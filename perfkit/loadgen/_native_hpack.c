@@ -57,7 +57,7 @@ void hpack_free(hpack_t *h) {
 
 static char *copy(const char *p, size_t n) {
     char *out = malloc(n ? n : 1);
-    if (out) memcpy(out, p, n);
+    if (out && n) memcpy(out, p, n); /* an empty string may come from an unallocated scratch */
     return out;
 }
 
@@ -147,7 +147,7 @@ static int decode_string(hpack_t *h, const uint8_t **pp, const uint8_t *end, siz
     *pp += n;
     if (!huffman) {
         if (reserve(h, at + n) < 0) return -1;
-        memcpy(h->scratch + at, p, n);
+        if (n) memcpy(h->scratch + at, p, n); /* an empty string: scratch may not be allocated yet */
         *len = n;
         return 0;
     }
@@ -258,7 +258,7 @@ int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, ch
                 goto fail;
             }
             if (reserve(h, nl) < 0) goto fail;
-            memcpy(h->scratch, name, nl);
+            if (nl) memcpy(h->scratch, name, nl);
         } else if (decode_string(h, &p, end, 0, &nl, &why) < 0) {
             goto fail;
         }

@@ -5,7 +5,14 @@ built (no C compiler, not Linux) perfkit installs without it and sends from Pyth
 (`perfkit.loadgen.native_available()` says which).
 """
 
+import os
+
 from setuptools import Extension, setup
+
+# PERFKIT_HPACK=nghttp2: the prototype that decodes header blocks with libnghttp2's HPACK inflater
+# (Debian's libnghttp2-dev) in place of _native_hpack.c's own, measured in CONTRIBUTING
+# ("HTTP/2 and HPACK: hand-written or library"); not the default.
+NGHTTP2 = os.environ.get("PERFKIT_HPACK") == "nghttp2"
 
 setup(
     ext_modules=[
@@ -29,6 +36,8 @@ setup(
                 "perfkit/loadgen/_native_hpack_tables.h",
             ],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],
+            define_macros=[("PERFKIT_HPACK_NGHTTP2", "1")] if NGHTTP2 else [],
+            libraries=["nghttp2"] if NGHTTP2 else [],
             optional=True,
         )
     ]

@@ -21,11 +21,13 @@ setup(
             [
                 "perfkit/loadgen/_native.c",  # the CPython type: picks the protocol, drives the core
                 "perfkit/loadgen/_native_core.c",  # the loop, connections, ledger, loop modes
+                "perfkit/loadgen/_native_control.c",  # the core's commands, as the Python type gives them
                 "perfkit/loadgen/_native_http1.c",  # protocol: HTTP/1.1
                 "perfkit/loadgen/_native_h2.c",  # HTTP/2 connections and frames in, for the two below
                 "perfkit/loadgen/_native_h2_write.c",  # HTTP/2 frames out
                 "perfkit/loadgen/_native_h2_unary.c",  # protocol: unary gRPC
                 "perfkit/loadgen/_native_h2_stream.c",  # protocol: streamed gRPC requests (ModelStreamInfer)
+                "perfkit/loadgen/_native_pb.c",  # the fields of a ModelStreamInferResponse it reads
                 "perfkit/loadgen/_native_hpack.c",  # HPACK decoding of the server's header blocks
             ],
             depends=[
@@ -33,6 +35,7 @@ setup(
                 "perfkit/loadgen/_native_protocols.h",
                 "perfkit/loadgen/_native_h2.h",
                 "perfkit/loadgen/_native_hpack.h",
+                "perfkit/loadgen/_native_pb.h",
                 "perfkit/loadgen/_native_hpack_tables.h",
             ],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden"],

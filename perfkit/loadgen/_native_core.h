@@ -2,7 +2,8 @@
  * share. It declares the event loop, the connections and the ledger (_native_core.c), and the one
  * table of functions (`proto_ops_t`) through which the core reaches the protocol a sender speaks:
  *
- *     _native_core.h ── _native_core.c       the loop, connections, ledger, loop modes, commands
+ *     _native_core.h ── _native_core.c       the loop, connections, ledger, loop modes
+ *        ├── _native_control.c               the commands and their arguments, under `mu`
  *        ├── _native_http1.c                 protocol: HTTP/1.1
  *        ├── _native_h2.h                    HTTP/2 connections and frames, for the two below
  *        │     ├── _native_h2.c, _native_h2_write.c
@@ -10,6 +11,7 @@
  *        │     └── _native_h2_stream.c       protocol: streamed gRPC (ModelStreamInfer)
  *        └── _native.c                       the CPython type (picks the protocol, calls the core)
  *     _native_hpack.h ── _native_hpack.c     HPACK decoding (a leaf: no sender types)
+ *     _native_pb.h ── _native_pb.c           a ModelStreamInferResponse's fields (a leaf)
  *
  * Protocols call the core's services declared here and never each other; the core calls a
  * protocol only through `c->ops`. No Python here: the core runs on its own thread. */
@@ -22,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -192,7 +195,8 @@ void conn_close_ours(Core *c, conn_t *k, int abort_it);
 void idle_push(Core *c, conn_t *k);
 conn_t *idle_pop(Core *c); /* NULL: none idle */
 
-/* -- the core's control, for the CPython type (and test harnesses): each takes mu itself -- */
+/* -- the core's lifecycle (_native_core.c) and control (_native_control.c), for the CPython type
+   (and test harnesses): each takes mu itself -- */
 /* After addr, payloads, statuses and the protocol are set: the loop's descriptors and thread.
    0, or -1 with errno (EAGAIN: the thread could not start). */
 int core_start(Core *c);
@@ -204,6 +208,6 @@ void core_feed(Core *c, const int64_t *dues, size_t n, int ended);
 int core_wait_hungry(Core *c, double timeout_s); /* 1 hungry, 0 no longer running, -1 timed out (blocks) */
 void core_set_stop(Core *c, double drain_s, const char *unfinished_message);
 void core_shutdown(Core *c); /* CMD_QUIT and join the thread (blocks) */
-void core_free(Core *c);     /* after core_shutdown: everything the core and the protocol hold */
+void core_free(Core *c);     /* after core_shutdown: everything the core and the protocol hold, connections too */
 
 #endif

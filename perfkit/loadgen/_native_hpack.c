@@ -7,6 +7,35 @@
 
 #include "_native_hpack_tables.h"
 
+static int parse_status(const char *v, size_t n) {
+    if (n == 0 || n > 9) return -2;
+    int out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9') return -2;
+        out = out * 10 + (v[i] - '0');
+    }
+    return out;
+}
+
+static int is(const char *name, size_t nl, const char *want) {
+    size_t wl = strlen(want);
+    return nl == wl && memcmp(name, want, wl) == 0;
+}
+
+static void note_field(hpack_result_t *out, const char *name, size_t nl, const char *value, size_t vl) {
+    if (nl == 0 || (name[0] != ':' && name[0] != 'g')) return;
+    if (is(name, nl, ":status")) {
+        out->http_status = parse_status(value, vl);
+    } else if (is(name, nl, "grpc-status")) {
+        out->grpc_status = parse_status(value, vl);
+    } else if (is(name, nl, "grpc-message")) {
+        out->has_message = 1;
+        out->message_len = vl < HPACK_MESSAGE_BYTES ? vl : HPACK_MESSAGE_BYTES;
+        memcpy(out->message, value, out->message_len);
+    }
+}
+
+#ifndef PERFKIT_HPACK_NGHTTP2
 #define RING_ENTRIES (HPACK_DEFAULT_TABLE / 32 + 1) /* an entry costs at least 32 bytes (4.1) */
 
 /* The Huffman code as a binary tree: tree[node][bit] is the next node (> 0), a symbol
@@ -57,7 +86,7 @@ void hpack_free(hpack_t *h) {
 
 static char *copy(const char *p, size_t n) {
     char *out = malloc(n ? n : 1);
-    if (out) memcpy(out, p, n);
+    if (out && n) memcpy(out, p, n); /* an empty string may come from an unallocated scratch */
     return out;
 }
 
@@ -147,7 +176,7 @@ static int decode_string(hpack_t *h, const uint8_t **pp, const uint8_t *end, siz
     *pp += n;
     if (!huffman) {
         if (reserve(h, at + n) < 0) return -1;
-        memcpy(h->scratch + at, p, n);
+        if (n) memcpy(h->scratch + at, p, n); /* an empty string: scratch may not be allocated yet */
         *len = n;
         return 0;
     }
@@ -183,34 +212,6 @@ static int decode_string(hpack_t *h, const uint8_t **pp, const uint8_t *end, siz
     }
     *len = o;
     return 0;
-}
-
-static int parse_status(const char *v, size_t n) {
-    if (n == 0 || n > 9) return -2;
-    int out = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9') return -2;
-        out = out * 10 + (v[i] - '0');
-    }
-    return out;
-}
-
-static int is(const char *name, size_t nl, const char *want) {
-    size_t wl = strlen(want);
-    return nl == wl && memcmp(name, want, wl) == 0;
-}
-
-static void note_field(hpack_result_t *out, const char *name, size_t nl, const char *value, size_t vl) {
-    if (nl == 0 || (name[0] != ':' && name[0] != 'g')) return;
-    if (is(name, nl, ":status")) {
-        out->http_status = parse_status(value, vl);
-    } else if (is(name, nl, "grpc-status")) {
-        out->grpc_status = parse_status(value, vl);
-    } else if (is(name, nl, "grpc-message")) {
-        out->has_message = 1;
-        out->message_len = vl < HPACK_MESSAGE_BYTES ? vl : HPACK_MESSAGE_BYTES;
-        memcpy(out->message, value, out->message_len);
-    }
 }
 
 int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, char *err, size_t err_len,
@@ -258,7 +259,7 @@ int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, ch
                 goto fail;
             }
             if (reserve(h, nl) < 0) goto fail;
-            memcpy(h->scratch, name, nl);
+            if (nl) memcpy(h->scratch, name, nl);
         } else if (decode_string(h, &p, end, 0, &nl, &why) < 0) {
             goto fail;
         }
@@ -275,3 +276,57 @@ fail:
     snprintf(err, err_len, "HPACK: %s", why);
     return -1;
 }
+#else
+/* The prototype measured against the decoder above (CONTRIBUTING: "HTTP/2 and HPACK: hand-written
+   or library"): libnghttp2's inflater, built with PERFKIT_HPACK=nghttp2 pip install -e . */
+#include <nghttp2/nghttp2.h>
+
+void hpack_setup(void) {
+}
+
+void hpack_init(hpack_t *h) {
+    memset(h, 0, sizeof *h);
+    nghttp2_hd_inflater *inflater = NULL;
+    if (nghttp2_hd_inflate_new(&inflater) == 0) h->inflater = inflater;
+}
+
+void hpack_free(hpack_t *h) {
+    if (h->inflater) nghttp2_hd_inflate_del((nghttp2_hd_inflater *)h->inflater);
+    h->inflater = NULL;
+}
+
+int hpack_decode(hpack_t *h, const uint8_t *p, size_t n, hpack_result_t *out, char *err, size_t err_len,
+                 hpack_each_fn each, void *ctx) {
+    nghttp2_hd_inflater *inflater = h->inflater;
+    out->http_status = out->grpc_status = -1;
+    out->has_message = 0;
+    out->message_len = 0;
+    if (!inflater) {
+        snprintf(err, err_len, "HPACK: out of memory");
+        return -1;
+    }
+    for (;;) {
+        nghttp2_nv nv;
+        int flags = 0;
+        ssize_t used = nghttp2_hd_inflate_hd2(inflater, &nv, &flags, p, n, 1);
+        if (used < 0) {
+            snprintf(err, err_len, "HPACK: %s", nghttp2_strerror((int)used));
+            return -1;
+        }
+        p += used;
+        n -= (size_t)used;
+        if (flags & NGHTTP2_HD_INFLATE_EMIT) {
+            note_field(out, (const char *)nv.name, nv.namelen, (const char *)nv.value, nv.valuelen);
+            if (each) each(ctx, (const char *)nv.name, nv.namelen, (const char *)nv.value, nv.valuelen);
+        }
+        if (flags & NGHTTP2_HD_INFLATE_FINAL) {
+            nghttp2_hd_inflate_end_headers(inflater);
+            return 0;
+        }
+        if (!used && !(flags & NGHTTP2_HD_INFLATE_EMIT)) {
+            snprintf(err, err_len, "HPACK: the inflater stopped");
+            return -1;
+        }
+    }
+}
+#endif

@@ -21,6 +21,7 @@ typedef struct {
     size_t size, max_size, allowed; /* bytes (RFC 7541 4.1), the encoder's limit, ours */
     char *scratch; /* decoded name and value of the field at hand */
     size_t scratch_cap;
+    void *inflater; /* built with PERFKIT_HPACK=nghttp2 (a measured prototype): libnghttp2's, in place of the above */
 } hpack_t;
 
 /* What a header block says; -1: the field was absent. */

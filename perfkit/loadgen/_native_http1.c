@@ -235,6 +235,7 @@ static ssize_t content_length(const char *p, size_t n) {
         ssize_t out = 0;
         int digits = 0;
         while (v < n && p[v] >= '0' && p[v] <= '9') {
+            if (out > (SSIZE_MAX - 9) / 10) return -1; /* past any buffer: unframed */
             out = out * 10 + (p[v++] - '0');
             digits++;
         }

@@ -159,10 +159,14 @@ for path in sorted(glob.glob(str(out / "records" / "profile-*.json"))):
     rec = json.loads(Path(path).read_text())
     levels = []
     for lv in rec.get("levels", []):
-        gpu_metrics = sorted({m.get("name", "") for m in lv.get("metrics", []) if "gpu" in m.get("name", "")})
+        samples = lv.get("metrics", [])  # Triton's nv_gpu_* series and pynvml, per GPU
+        util = [m["utilization"] for m in samples if m.get("utilization") is not None]
+        mem = [m["memory_used_bytes"] for m in samples if m.get("memory_used_bytes") is not None]
         levels.append({"load": lv["load"]["value"], "throughput_infer_per_s": round(lv["throughput_infer_per_s"], 1),
                        "p99_us": lv["service"].get("p99_us"), "errors": lv["error_count"],
-                       "gpu_metrics": gpu_metrics})
+                       "gpu_metric_samples": len(samples), "gpus": sorted({m["gpu"] for m in samples}),
+                       "max_gpu_utilization": max(util) if util else None,
+                       "max_gpu_memory_used_bytes": max(mem) if mem else None})
     profiles[Path(path).name] = {"status": rec.get("status"), "server": rec.get("server", {}).get("version"),
                                  "shared_memory": rec.get("spec", {}).get("shared_memory"), "levels": levels}
 tunes = {}
@@ -188,8 +192,11 @@ lines += [f"| {s['step']} | {s['status']} | {s['seconds']} | {s.get('note', '')}
 for name, p in profiles.items():
     lines += ["", f"## {name} ({p['status']}, shared memory {p['shared_memory']})", ""]
     for lv in p["levels"]:
+        gm = (f"{lv['gpu_metric_samples']} samples from {', '.join(lv['gpus'])}, utilization up to "
+              f"{lv['max_gpu_utilization']}, memory used up to {lv['max_gpu_memory_used_bytes']} B"
+              if lv["gpu_metric_samples"] else "none")
         lines.append(f"- load {lv['load']:g}: {lv['throughput_infer_per_s']} infer/s, p99 {lv['p99_us']} us, "
-                     f"errors {lv['errors']}, GPU metrics: {', '.join(lv['gpu_metrics']) or 'none'}")
+                     f"errors {lv['errors']}, GPU metrics: {gm}")
 for name, t in tunes.items():
     lines += ["", f"## {name} ({t['status']}, objective {t['objective']}, best trial {t['best_trial']})", ""]
     lines += [f"- trial {x['number']} {x['state']} {x['params']}: {x['throughput_infer_per_s']} infer/s"

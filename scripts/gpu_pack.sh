@@ -83,7 +83,7 @@ if [ "$wheels" = 1 ]; then
     "tritonclient[grpc,http]>=2.63" "cuda-bindings>=12.6,<13" "pandas>=2.0" "optuna>=3.6" "docker>=7.0" \
     "nvidia-ml-py>=12.0" "click>=8.1" "hdrhistogram>=0.10.3" "hpack>=4.0" "prometheus-client>=0.17" \
     "numpy>=1.24,<2" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  skip='^(numpy|jinja2|markupsafe|typing_extensions|setuptools|filelock|fsspec|packaging|aiohttp|aiosignal|aiohappyeyeballs|multidict|yarl|frozenlist|propcache|attrs)-'
+  skip='^(numpy|jinja2|markupsafe|typing_extensions|setuptools|filelock|fsspec|aiohttp|aiosignal|aiohappyeyeballs|multidict|yarl|frozenlist|propcache|attrs)-'
   "$py" - "$work/dl" "$pack/site" "$skip" <<'EOF'
 import re, shutil, sys, zipfile
 from pathlib import Path

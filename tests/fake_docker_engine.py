@@ -59,7 +59,12 @@ class FakeContainer:
 
 
 class FakeEngine:
-    """A Docker Engine stand-in; `launch=True` makes started containers real tritonservers."""
+    """A Docker Engine stand-in, only for what a real engine cannot be made to do in a test.
+
+    That is: pull an image (no registry is reachable; `pullable` lists what a pull finds) and
+    vanish mid-start (`kill()`). Everything else is tested against a real dockerd
+    (tests/test_docker_mode.py). `launch=True` makes started containers real tritonservers.
+    """
 
     def __init__(
         self, sock_path: Path, *, images: set[str], pullable: set[str], gpu_runtime: bool = True, launch: bool = True

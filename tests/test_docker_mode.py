@@ -273,3 +273,51 @@ def test_cli_tune_in_a_container_restores_the_config_and_removes_it(tmp_path, do
     # each candidate was served by the container: the instance counts measured differ
     assert {t.params.get("instance_count") for t in complete} == {1, 2}
     _no_container_left(docker_daemon)
+
+
+def test_cli_profile_interrupted_by_ctrl_c_removes_the_container(tmp_path, docker_daemon, triton_image):
+    repo = copy_models(tmp_path, ["identity"])
+    rec_path = tmp_path / "interrupted.json"
+    args = _perfkit("profile", "-m", "identity", "--model-repository", str(repo), "--concurrency-range", "1:3",
+                    "-p", "300", "-r", "20", "--min-windows", "20", "-o", str(rec_path),
+                    daemon=docker_daemon, image=triton_image)  # fmt: skip
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    assert proc.stdout is not None
+    out = Lines(proc.stdout)
+    try:
+        out.wait_for(r"measuring concurrency 2")  # level 1 is done, in the container
+        assert len(docker_daemon.containers()) == 1
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, out.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rec = RunRecord.load(rec_path)
+    assert rec.status == "interrupted" and [lv.load.value for lv in rec.levels] == [1]
+    _no_container_left(docker_daemon)
+
+
+@pytest.mark.slow
+def test_cli_tune_stopped_by_sigterm_mid_trial_restores_the_config_and_removes_it(
+    tmp_path, docker_daemon, triton_image
+):
+    repo = copy_models(tmp_path, ["batcher"])
+    cfg = repo / "batcher" / "config.pbtxt"
+    original = cfg.read_bytes()
+    args = _perfkit("tune", "-m", "batcher", "--model-repository", str(repo), "-o", str(tmp_path / "out"),
+                    "--trials", "3", "--latency-budget", "500ms", "--load", "concurrency", "--max-concurrency", "4",
+                    "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
+                    "--instance-counts", "1,2", "--precisions", "fp32", daemon=docker_daemon,
+                    image=triton_image)  # fmt: skip
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
+    assert proc.stdout is not None
+    out = Lines(proc.stdout)
+    try:
+        out.wait_for(r"^trial 1/")  # a candidate is being applied or measured in the container
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 130, out.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert cfg.read_bytes() == original
+    _no_container_left(docker_daemon)

@@ -134,6 +134,14 @@ def test_the_budget_waits_for_the_tail_samples(monkeypatch):
     assert len(r.windows) == 25
 
 
+def test_drift_waits_for_the_tail_samples(monkeypatch):
+    # 400 requests a window: p99.9 needs 10,000, so the drift seen from window 5 ends the level at 25
+    r = _run(monkeypatch, lambda t: 1500.0 if t < 3.0 else 3750.0, percentile=99.0, stability_percentage=1.0,
+             min_windows=5, tail_percentiles=(99.9,))  # fmt: skip
+    assert r.drift is not None and len(r.windows) == 25
+    assert "p999" not in r.service.thin
+
+
 def test_drift_never_ends_a_level_before_min_windows(monkeypatch):
     r = _run(monkeypatch, lambda t: 1500.0 if t < 4.0 else 3750.0, percentile=99.0, stability_percentage=1.0,
              max_trials=14, min_windows=14)  # fmt: skip

@@ -137,7 +137,9 @@ def measure_level(
         if k >= spec.min_windows and throughput_ok and latency_ok and tail_ok:
             stable = True
             break
-        if k >= max(spec.min_windows, DRIFT_MIN_WINDOWS):
+        # every stop below waits for the samples the gate needs (tail_ok): until then the level
+        # lacks samples, whatever else it lacks
+        if k >= max(spec.min_windows, DRIFT_MIN_WINDOWS) and tail_ok:
             drift = window_drift(windows, drift_rel)
             if drift is not None:
                 break

@@ -14,7 +14,7 @@ import pytest
 
 from perfkit.changepoints import describe_drift, window_drift
 from perfkit.errors import ServerError
-from perfkit.measure import _level
+from perfkit.measure import _level, _stopping
 from perfkit.records import LoadLevel, ProfileSpec, Samples, Window
 
 WINDOW_MS = 1000.0
@@ -115,7 +115,7 @@ def test_a_steady_level_that_cannot_get_precise_in_its_budget_ends_early_saying_
 
 
 def test_an_imprecise_steady_level_ends_at_its_time_budget(monkeypatch):
-    monkeypatch.setattr(_level, "FUTILITY_FACTOR", math.inf)  # the budget alone
+    monkeypatch.setattr(_stopping, "FUTILITY_FACTOR", math.inf)  # the budget alone
     r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, max_trials=30)
     assert not r.stable and r.drift is None and len(r.windows) == 10  # 10 windows' worth by default
     r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, max_trials=30,
@@ -127,11 +127,19 @@ def test_an_imprecise_steady_level_ends_at_its_time_budget(monkeypatch):
 
 
 def test_the_budget_waits_for_the_tail_samples(monkeypatch):
-    monkeypatch.setattr(_level, "FUTILITY_FACTOR", math.inf)
+    monkeypatch.setattr(_stopping, "FUTILITY_FACTOR", math.inf)
     # 400 requests a window: p99.9 needs 10,000 (10 beyond it), reached after 25 windows
     r = _run(monkeypatch, lambda t: 2000.0, percentile=99.0, stability_percentage=0.5, max_trials=30,
              tail_percentiles=(99.9,))  # fmt: skip
     assert len(r.windows) == 25
+
+
+def test_drift_waits_for_the_tail_samples(monkeypatch):
+    # 400 requests a window: p99.9 needs 10,000, so the drift seen from window 5 ends the level at 25
+    r = _run(monkeypatch, lambda t: 1500.0 if t < 3.0 else 3750.0, percentile=99.0, stability_percentage=1.0,
+             min_windows=5, tail_percentiles=(99.9,))  # fmt: skip
+    assert r.drift is not None and len(r.windows) == 25
+    assert "p999" not in r.service.thin
 
 
 def test_drift_never_ends_a_level_before_min_windows(monkeypatch):

@@ -26,7 +26,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from perfkit.changepoints import describe_drift, window_drift
+from perfkit.changepoints import describe_drift, linear_trend, window_drift, window_series
 from perfkit.gate._results import Finding
 from perfkit.records import Drift, LevelResult
 
@@ -35,6 +35,7 @@ from perfkit.records import Drift, LevelResult
 EXPLAINED_FACTOR = 1.25
 DRIFT_FLOOR = {"throughput": 0.03, "p50": 0.05, "p90": 0.08, "p95": 0.10, "p99": 0.15}
 OUTSIDE_FLOOR = 0.03
+GATE_ALPHA = 0.02  # one look at a finished run, two tests a metric (alpha / 2 each)
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,8 @@ class MachineMove:
 
 
 def _drift_of(level: LevelResult) -> Drift | None:
-    found = window_drift(level.windows, DRIFT_FLOOR)
+    # one look at a finished run (not a look after every window as the level loop does)
+    found = window_drift(level.windows, DRIFT_FLOOR, alpha=GATE_ALPHA)
     recorded = level.drift
     if recorded is None:
         return found
@@ -61,20 +63,40 @@ def _drift_of(level: LevelResult) -> Drift | None:
     return found
 
 
+def _moved_by(level: LevelResult, drift: Drift, metric: str) -> float:
+    """How far `metric` moved at the drift (|log ratio|): its own windows either side of the change
+    point (or its own fitted trend), however noisy; the drift's own size when the windows lack it."""
+    own = abs(math.log(drift.after / drift.before))
+    series = window_series(level.windows, metric)
+    if series is None or len(series) < 2 or not all(v > 0 for v in series):
+        return own
+    base = own if drift.metric == metric else 0.0
+    if drift.kind == "trend":
+        trend = linear_trend(series)
+        return base if trend is None else max(base, abs(math.log(trend[1] / trend[0])))
+    if not 0 < drift.at_window < len(series):
+        return base
+    before = sum(series[: drift.at_window]) / drift.at_window
+    after = sum(series[drift.at_window :]) / (len(series) - drift.at_window)
+    return max(base, abs(math.log(after / before)))
+
+
 def _outside_us(level: LevelResult) -> float | None:
     if level.server is None or level.server.request_count <= 0 or level.service.count <= 0:
         return None
     return level.service.mean_us - level.server.request_avg_us
 
 
-def machine_move(baseline: LevelResult, current: LevelResult) -> MachineMove | None:
-    """The largest machine movement the two levels show (see the module's docstring), or None."""
+def machine_move(baseline: LevelResult, current: LevelResult, metric: str = "throughput") -> MachineMove | None:
+    """The largest movement of the machine the two levels show for `metric` (see the module's
+    docstring), or None: a drift found in a run's windows (on any metric) sized by how far the
+    metric's own windows moved at it, or the time outside the server that moved."""
     moves: list[MachineMove] = []
     for side, level in (("baseline", baseline), ("current", current)):
         drift = _drift_of(level)
         if drift is not None and drift.before > 0 and drift.after > 0:
             text = f"the {side} run's own windows drifted: {describe_drift(drift, len(level.windows))}"
-            moves.append(MachineMove(abs(math.log(drift.after / drift.before)), text))
+            moves.append(MachineMove(_moved_by(level, drift, metric), text))
     b_out, c_out = _outside_us(baseline), _outside_us(current)
     if b_out is not None and c_out is not None and baseline.service.mean_us > 0:
         share = (c_out - b_out) / baseline.service.mean_us
@@ -95,7 +117,7 @@ def machine_checked(f: Finding, baseline: LevelResult, current: LevelResult) -> 
     judged = f.verdict == "regression" or (f.verdict == "inconclusive" and f.past_threshold)
     if not judged or f.baseline is None or f.current is None:
         return f
-    move = machine_move(baseline, current)
+    move = machine_move(baseline, current, f.metric)
     if move is None or not move.explains(f.baseline, f.current):
         return f
     head = f.reason if f.verdict == "regression" else f.reason.split("; about ")[0]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
-import math
 import time
 from dataclasses import dataclass
 from time import perf_counter_ns
@@ -13,13 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from perfkit.changepoints import DRIFT_MIN_WINDOWS, describe_drift, latency_metric, window_drift
+from perfkit.changepoints import DRIFT_MIN_WINDOWS, latency_metric, window_drift
 from perfkit.errors import ServerError
 from perfkit.loadgen import LoadGenerator, sleep_until
 from perfkit.measure import _server_stats
 from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._mix import mix_shares
+from perfkit.measure._stopping import FUTILITY_MIN_WINDOWS, budget_windows_of, out_of_reach, with_drift, with_futility
 from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
@@ -27,14 +26,11 @@ from perfkit.records import (
     Drift,
     LevelResult,
     LoadLevel,
-    Precision,
     ProfileSpec,
     Window,
     status_name,
 )
 from perfkit.server.base import Server
-
-_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -94,7 +90,7 @@ def measure_level(
     # larger than the precision asked) means the process itself moved: more windows cannot make
     # the level more precise, so it ends there, flagged, with every window kept
     drift_rel = {"throughput": tgt_tput, latency_metric(spec.percentile): tgt_lat}
-    budget_windows = _budget_windows(spec)
+    budget_windows = budget_windows_of(spec)
     decided_only = spec.stop_when_decided and spec.latency_threshold_ms is not None
     count_windows = spec.measurement_mode == "count_windows" and not spec.request_count
     for k in range(1, 0 if spec.request_count else spec.max_trials + 1):
@@ -137,7 +133,9 @@ def measure_level(
         if k >= spec.min_windows and throughput_ok and latency_ok and tail_ok:
             stable = True
             break
-        if k >= max(spec.min_windows, DRIFT_MIN_WINDOWS):
+        # every stop below waits for the samples the gate needs (tail_ok): until then the level
+        # lacks samples, whatever else it lacks
+        if k >= max(spec.min_windows, DRIFT_MIN_WINDOWS) and tail_ok:
             drift = window_drift(windows, drift_rel)
             if drift is not None:
                 break
@@ -145,9 +143,9 @@ def measure_level(
             break  # the time given is spent and the samples are there: more windows only refine
         # (not for a level that only has to decide a side of a threshold: the tuner's search)
         if k >= max(spec.min_windows, FUTILITY_MIN_WINDOWS) and tail_ok and k < budget_windows and not decided_only:
-            needed = _windows_needed(k, precision, tgt_tput if closed else None, None if latency_ok else tgt_lat)
-            if needed is not None and needed > FUTILITY_FACTOR * budget_windows:
-                futile = needed
+            futile = out_of_reach(k, precision, tgt_tput if closed else None, None if latency_ok else tgt_lat,
+                                  budget_windows)  # fmt: skip
+            if futile is not None:
                 break
     end_ns = rec.window_end(len(windows))
     if spec.request_count:
@@ -164,15 +162,9 @@ def measure_level(
         windows, window_ns, stable = rec.windows(1), rec.window_ns, not died
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
     if drift is not None:
-        result = _with_drift(result, drift, early=len(windows) < spec.max_trials)
+        result = with_drift(result, drift, early=len(windows) < spec.max_trials)
     elif futile is not None:
-        line = (
-            f"ended early: the precision asked would take about {futile} windows, past the level's budget of "
-            f"{budget_windows}; precision reached ±{_pct(result.precision.latency_rel)} latency, "
-            f"±{_pct(result.precision.throughput_rel)} throughput"
-        )
-        _log.info("%s: %s", level.label, line)
-        result = dataclasses.replace(result, note=(line + "; " + result.note).strip("; "))
+        result = with_futility(result, futile, budget_windows)
     if spec.mix:
         result = _with_shares(result, rec, spec, level, len(windows), end_ns, before, after, t0, died)
     export = None
@@ -295,48 +287,6 @@ def _within(value: float | None, target: float) -> bool:
 def _keeps_up(rec: LevelRecorder, end_ns: int, tolerance: float) -> bool:
     c = rec.counts(end_ns)
     return c.sent_rps > 0 and c.completed_rps >= c.sent_rps * (1 - tolerance)
-
-
-DEFAULT_BUDGET_TRIALS = 10  # perf_analyzer's default --max-trials: its worst case per level
-# A level whose precision, shrinking as 1/sqrt(windows) from here, would need more than this many
-# times its budget of windows ends now: more windows in the time given cannot make it precise
-# (the factor leaves room for the error of a precision estimated from a few windows)
-FUTILITY_FACTOR = 1.5
-FUTILITY_MIN_WINDOWS = 5  # a precision (and the autocorrelation in it) estimated from fewer is too rough to give up on
-
-
-def _windows_needed(k: int, precision: Precision, tgt_tput: float | None, tgt_lat: float | None) -> int | None:
-    """About how many windows the precision asked would take if it keeps shrinking as 1/sqrt(n)
-    (the larger of throughput's and latency's; a target None is not asked or already met)."""
-    needed = []
-    for rel, tgt in ((precision.throughput_rel, tgt_tput), (precision.latency_rel, tgt_lat)):
-        if tgt is not None and rel is not None and rel > tgt > 0:
-            needed.append(math.ceil(k * (rel / tgt) ** 2))
-    return max(needed) if needed else None
-
-
-def _budget_windows(spec: ProfileSpec) -> int:
-    """How many windows the level's time budget holds (max_trials when there is none)."""
-    if spec.level_budget_s == 0:
-        return spec.max_trials
-    if spec.level_budget_s is None:
-        return DEFAULT_BUDGET_TRIALS
-    return max(1, int(spec.level_budget_s * 1000.0 / spec.measurement_interval_ms + 1e-9))
-
-
-def _with_drift(result: LevelResult, drift: Drift, *, early: bool) -> LevelResult:
-    """The level marked as ended by drift, with the one line saying so in its note (and logged)."""
-    p = result.precision
-    line = (
-        f"{'ended early, ' if early else ''}the windows drifted: {describe_drift(drift, len(result.windows))}; "
-        f"precision reached ±{_pct(p.latency_rel)} latency, ±{_pct(p.throughput_rel)} throughput"
-    )
-    _log.warning("%s: %s", result.load.label, line)
-    return dataclasses.replace(result, drift=drift, note=(line + "; " + result.note).strip("; "))
-
-
-def _pct(rel: float | None) -> str:
-    return "?" if rel is None else f"{rel:.1%}"
 
 
 def _with_shares(

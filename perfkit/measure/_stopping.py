@@ -1,0 +1,76 @@
+"""When a level stops short of its precision: a time budget, a precision out of its reach, a drift.
+
+The level loop (measure_level) asks these after each window; what they decide is said in the
+level's note (one line) and, for a drift, in LevelResult.drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+
+from perfkit.changepoints import describe_drift
+from perfkit.records import Drift, LevelResult, Precision, ProfileSpec
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_BUDGET_TRIALS = 10  # perf_analyzer's default --max-trials: its worst case per level
+# A level whose precision, shrinking as 1/sqrt(windows) from here, would need more than this many
+# times its budget of windows ends now: more windows in the time given cannot make it precise
+# (the factor leaves room for the error of a precision estimated from a few windows)
+FUTILITY_FACTOR = 1.5
+FUTILITY_MIN_WINDOWS = 5  # a precision (and the autocorrelation in it) estimated from fewer is too rough to give up on
+
+
+def _windows_needed(k: int, precision: Precision, tgt_tput: float | None, tgt_lat: float | None) -> int | None:
+    """About how many windows the precision asked would take if it keeps shrinking as 1/sqrt(n)
+    (the larger of throughput's and latency's; a target None is not asked or already met)."""
+    needed = []
+    for rel, tgt in ((precision.throughput_rel, tgt_tput), (precision.latency_rel, tgt_lat)):
+        if tgt is not None and rel is not None and rel > tgt > 0:
+            needed.append(math.ceil(k * (rel / tgt) ** 2))
+    return max(needed) if needed else None
+
+
+def budget_windows_of(spec: ProfileSpec) -> int:
+    """How many windows the level's time budget holds (max_trials when there is none)."""
+    if spec.level_budget_s == 0:
+        return spec.max_trials
+    if spec.level_budget_s is None:
+        return DEFAULT_BUDGET_TRIALS
+    return max(1, int(spec.level_budget_s * 1000.0 / spec.measurement_interval_ms + 1e-9))
+
+
+def with_drift(result: LevelResult, drift: Drift, *, early: bool) -> LevelResult:
+    """The level marked as ended by drift, with the one line saying so in its note (and logged)."""
+    p = result.precision
+    line = (
+        f"{'ended early, ' if early else ''}the windows drifted: {describe_drift(drift, len(result.windows))}; "
+        f"precision reached ±{_pct(p.latency_rel)} latency, ±{_pct(p.throughput_rel)} throughput"
+    )
+    _log.warning("%s: %s", result.load.label, line)
+    return dataclasses.replace(result, drift=drift, note=(line + "; " + result.note).strip("; "))
+
+
+def _pct(rel: float | None) -> str:
+    return "?" if rel is None else f"{rel:.1%}"
+
+
+def out_of_reach(
+    k: int, precision: Precision, tgt_tput: float | None, tgt_lat: float | None, budget_windows: int
+) -> int | None:
+    """The windows the precision asked would take, when that is past FUTILITY_FACTOR x the budget; else None."""
+    needed = _windows_needed(k, precision, tgt_tput, tgt_lat)
+    return needed if needed is not None and needed > FUTILITY_FACTOR * budget_windows else None
+
+
+def with_futility(result: LevelResult, needed: int, budget_windows: int) -> LevelResult:
+    """The level with the one line saying its precision was out of reach in its budget (and logged)."""
+    p = result.precision
+    line = (
+        f"ended early: the precision asked would take about {needed} windows, past the level's budget of "
+        f"{budget_windows}; precision reached ±{_pct(p.latency_rel)} latency, ±{_pct(p.throughput_rel)} throughput"
+    )
+    _log.info("%s: %s", result.load.label, line)
+    return dataclasses.replace(result, note=(line + "; " + result.note).strip("; "))

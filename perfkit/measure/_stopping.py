@@ -11,6 +11,7 @@ import logging
 import math
 
 from perfkit.changepoints import describe_drift
+from perfkit.recorder import MAX_LAG1, t95
 from perfkit.records import Drift, LevelResult, Precision, ProfileSpec
 
 _log = logging.getLogger(__name__)
@@ -23,13 +24,27 @@ FUTILITY_FACTOR = 1.5
 FUTILITY_MIN_WINDOWS = 5  # a precision (and the autocorrelation in it) estimated from fewer is too rough to give up on
 
 
+def _small_sample_factor(k: int) -> float:
+    """How much wider a k-window interval is than the same data's would be at many windows, from the
+    interval's construction alone (recorder.mean_ci_rel, with no autocorrelation seen): its t quantile
+    at the few effective windows, and the small-sample bias term 1/k of the AR(1) inflation. More
+    windows shed this factor as well as the 1/sqrt(n), so a projection that kept it would give up on
+    levels that were on their way (at 5 windows it is about 2.3x the half-width)."""
+    rho = min(1.0 / k, MAX_LAG1)
+    inflation = (1 + rho) / (1 - rho)
+    n_eff = max(k / inflation, 2.0)
+    return t95(n_eff - 1) * math.sqrt(inflation) / t95(1e6)
+
+
 def _windows_needed(k: int, precision: Precision, tgt_tput: float | None, tgt_lat: float | None) -> int | None:
     """About how many windows the precision asked would take if it keeps shrinking as 1/sqrt(n)
-    (the larger of throughput's and latency's; a target None is not asked or already met)."""
+    once the small-sample widening of a k-window interval is gone (the larger of throughput's and
+    latency's; a target None is not asked or already met)."""
+    shed = _small_sample_factor(k)
     needed = []
     for rel, tgt in ((precision.throughput_rel, tgt_tput), (precision.latency_rel, tgt_lat)):
         if tgt is not None and rel is not None and rel > tgt > 0:
-            needed.append(math.ceil(k * (rel / tgt) ** 2))
+            needed.append(max(k + 1, math.ceil(k * (rel / shed / tgt) ** 2)))
     return max(needed) if needed else None
 
 

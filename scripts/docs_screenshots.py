@@ -1,6 +1,6 @@
 """Regenerate the documentation's pictures from real runs against the bundled Triton.
 
-    .venv/bin/python scripts/docs_screenshots.py            # all pictures (about 4 minutes)
+    .venv/bin/python scripts/docs_screenshots.py            # all pictures (a few minutes on a quiet machine)
     .venv/bin/python scripts/docs_screenshots.py --only dashboard
 
 Writes, under docs/images/:

@@ -7,7 +7,7 @@ table rendered from the code it documents, so the site cannot disagree with the 
 - ``exit-codes``: the process exit codes (``perfkit/errors.py``'s ``ExitCode``, with the comment
   on each member) and the code each becomes under perf_analyzer's codes;
 - ``run-record`` / ``tune-record``: the run and tune record schemas, one table per dataclass
-  (``perfkit/records.py``: fields, types, defaults and the comment beside each field).
+  (``perfkit.records``: fields, types, defaults and the comment beside each field).
 
 The command reference is mkdocs-click's (a ``::: mkdocs-click`` block in reference/cli.md); this
 hook only blanks its rendering of "no default".

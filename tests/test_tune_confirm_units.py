@@ -18,8 +18,8 @@ from perfkit.tuner._confirm import ConfirmSettings, describe, repeat_windows, su
 from perfkit.tuner._judge import JudgeSettings, level_within_budget, open_loop_shortfall
 from perfkit.tuner._loadplan import rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
-from perfkit.tuner._queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
 from perfkit.tuner._record import summary
+from tests.queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
 
 C8 = LoadLevel("concurrency", 8.0)
 

@@ -15,8 +15,7 @@ from perfkit.tuner import (
     TuneSpace,
     describe_pipeline,
     plan_pipeline,
-    tune_mix,
-    tune_pipeline,
+    tune,
     write_pipeline_candidates,
 )
 
@@ -58,8 +57,8 @@ def run(opts: Any, settings: TuneSettings, space: TuneSpace, composing: Sequence
     with open_server(opts) as server:
         if opts.mode != "remote":
             click.echo(f" ready at {server.endpoints.http_url}", err=True)
-        result = tune_pipeline(server, settings, space, model_repository=opts.model_repository, composing=composing,
-                               on_event=lambda e: click.echo(e.line()))  # fmt: skip
+        result = tune(server, settings, space, model_repository=opts.model_repository, composing=composing,
+                      on_event=lambda e: click.echo(e.line()))  # fmt: skip
     return result.output_dir
 
 
@@ -72,6 +71,6 @@ def run_mix(opts: Any, settings: TuneSettings, space: TuneSpace) -> Path:
     with open_server(opts) as server:
         if opts.mode != "remote":
             click.echo(f" ready at {server.endpoints.http_url}", err=True)
-        result = tune_mix(server, settings, space, model_repository=opts.model_repository,
-                          on_event=lambda e: click.echo(e.line()))  # fmt: skip
+        result = tune(server, settings, space, model_repository=opts.model_repository,
+                      on_event=lambda e: click.echo(e.line()))  # fmt: skip
     return result.output_dir

@@ -3,6 +3,10 @@
 Searches max_batch_size, dynamic batching (queue delay, preferred batch sizes), instance
 count and kind, and precision (backend-aware) with Optuna; reloads the model for each
 candidate instead of restarting the server; always puts the user's config back.
+
+What is tuned is a Subject (_subject: one model, a pipeline, a traffic mix); `tune()` runs the
+one trial runner over whichever settings name. Candidates reach the server through a
+ConfigRoute (_route: the file route rewrites config.pbtxt and reloads).
 """
 
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
@@ -27,12 +31,11 @@ from perfkit.tuner._judge import (
     parse_latency_budget,
     parse_latency_ms,
 )
-from perfkit.tuner._mix import parse_mix_budgets, tune_mix
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._pipeline_plan import describe_pipeline, plan_pipeline, write_pipeline_candidates
-from perfkit.tuner._pipeline_run import tune_pipeline
 from perfkit.tuner._plan import Plan, describe, plan, render_candidate, write_candidates
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
+from perfkit.tuner._route import ConfigRoute, FileRoute
 from perfkit.tuner._run import tune
 from perfkit.tuner._settings import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_bytes
 from perfkit.tuner._space import (
@@ -44,6 +47,8 @@ from perfkit.tuner._space import (
     parse_delay_range,
     resolve,
 )
+from perfkit.tuner._subject import Candidate, Subject, open_subject
+from perfkit.tuner._subject_mix import parse_mix_budgets
 
 __all__ = [
     "BUDGET_METRICS",
@@ -89,7 +94,10 @@ __all__ = [
     "plan_pipeline",
     "describe_pipeline",
     "write_pipeline_candidates",
-    "tune_pipeline",
-    "tune_mix",
+    "Candidate",
+    "ConfigRoute",
+    "FileRoute",
+    "Subject",
+    "open_subject",
     "parse_mix_budgets",
 ]

@@ -46,7 +46,7 @@ from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
 from perfkit.tuner._judge import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
 from perfkit.tuner._loadplan import ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
-from perfkit.tuner._trial import TrialRunner, _default_measure
+from perfkit.tuner._trial import TrialRunner
 
 ATTR_PREFIX = "confirmation:"
 
@@ -102,7 +102,7 @@ def repeat_windows(window_ms: float, cs: ConfirmSettings) -> tuple[int, int]:
 
 
 def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> list[LevelResult]:
-    measure = t.measure or _default_measure()
+    measure = t.measure
     base = t.judge.spec(t.model, (load,))
     least, most = repeat_windows(base.measurement_interval_ms, cs)
     spec = dataclasses.replace(

@@ -45,7 +45,7 @@ def build_record(
         mix_budgets_ms=dict(t.s.mix_budgets_ms),
         percentile=t.s.percentile,
         objective=t.s.objective,
-        original_config=t.original_text,
+        original_config=t.subject.original_text,
         best_config=None,
         best_trial=None,
         trials=trials,

@@ -1,6 +1,6 @@
-"""One trial: ask a candidate, put it on the server (write, reload, verify what the server
-applied), check its outputs against the original's, find its highest load within budget,
-judge, tell. The search state shared by the trials lives in TrialRunner."""
+"""One trial, whatever the subject: ask a candidate, put it on the server (through the subject's
+route), check its outputs against the original's, find its highest load within budget, judge,
+tell. The search state shared by the trials lives in TrialRunner."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import math
 import os
 import socket
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,24 +18,15 @@ from optuna.trial import FrozenTrial, TrialState
 from perfkit.errors import (
     CandidateNotAppliedError,
     CandidateRejectedError,
-    ConfigError,
-    InputError,
     MeasurementError,
     ModelLoadError,
     PerfkitError,
     ServerError,
     UsageError,
 )
-from perfkit.records import RunRecord
+from perfkit.records import ProfileSpec, RunRecord
 from perfkit.server.base import Server
-from perfkit.server.modelconfig import (
-    ModelConfig,
-    apply_config,
-    config_pbtxt_sha256,
-    parse_config,
-    read_config,
-    render_config,
-)
+from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _study
 from perfkit.tuner._events import (
     AccuracyNote,
@@ -54,34 +44,11 @@ from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
 from perfkit.tuner._objective import PER_HARDWARE, hardware_units, objective_value
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
-from perfkit.tuner._space import (
-    Dimension,
-    ResolvedSpace,
-    TuneSpace,
-    apply_params,
-    extract_params,
-    is_decoupled,
-    log_clamp,
-    normalize_params,
-    resolve,
-)
+from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
+from perfkit.tuner._subject import Subject
 
 log = logging.getLogger(__name__)
 MAX_REPEATS = 25
-
-
-def gpu_available() -> bool:
-    """Whether NVML sees a GPU on this machine."""
-    try:
-        import pynvml  # nvidia-ml-py
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount()) > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library, no device: all mean "no GPU here"
-        return False
 
 
 def _default_measure() -> Measure:
@@ -93,33 +60,22 @@ def _default_measure() -> Measure:
 
 
 class TrialRunner:
-    """One worker's search: the model, its space, the guard, and what earlier trials learned."""
+    """One worker's search over a subject: its space, the judge, and what earlier trials learned."""
 
-    def __init__(  # noqa: PLR0917
-        self,
-        server: Server,
-        settings: TuneSettings,
-        space: TuneSpace,
-        model_repository: Path,
-        measure: Measure | None,
-        on_event: OnEvent,
+    def __init__(
+        self, server: Server, settings: TuneSettings, subject: Subject, measure: Measure | None, on_event: OnEvent
     ) -> None:
         self.server = server
         self.s = settings
+        self.subject = subject
         self.on_event = on_event
-        self.measure = measure
-        self.model = settings.model
-        self.model_dir = Path(model_repository) / self.model
-        self.config_path = self.model_dir / "config.pbtxt"
-        if not self.model_dir.is_dir():
-            raise InputError(f"model {self.model!r} is not in the model repository {model_repository}", hint="check -m")
-        self.original_cfg = read_config(self.config_path)
-        self.original_text = self.config_path.read_bytes().decode("utf-8")
-        self.space = self.resolve_space(space, model_repository)
+        self.inner_measure = measure
+        self.model = subject.model
+        self.space = subject.space
         self.out_dir = Path(settings.output_dir or default_output_dir(self.model))
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
-        self.study_name = settings.study_name or self.default_study_name()
-        self.decoupled = is_decoupled(self.original_cfg, self.space.backend)
+        self.study_name = settings.study_name or subject.default_study_name
+        self.decoupled = is_decoupled(subject.original_cfg, self.space.backend)
         check_budget_metric(settings.budget_metric, self.model, self.decoupled)
         if settings.objective == "goodput" and not self.decoupled:
             raise UsageError(
@@ -135,43 +91,14 @@ class TrialRunner:
         self.probe: _accuracy.Probe | None = None
         self.reference: dict[str, Any] | None = None
 
-    def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
-        """The space searched (a pipeline's runner makes it the joint space of its steps)."""
-        return resolve(
-            space,
-            self.original_cfg,
-            self.model_dir,
-            latency_budget_us=self.s.latency_budget_ms * 1e3,
-            gpu_available=gpu_available(),
-        )
-
-    def make_candidate(self, params: dict[str, Any], is_original: bool, number: int) -> tuple[str, dict[str, Any], str]:
-        """(text written, searched params as it holds them, content sha) of a trial's candidate.
-        Raises CandidateRejectedError when Triton would reject it."""
-        if is_original:
-            candidate, text = self.original_cfg, self.original_text
-        else:
-            candidate = apply_params(self.original_cfg, params, self.space)
-            text = render_config(self.original_text, candidate)
-            # What we write must parse back to the same config (no field lost on the way).
-            if config_pbtxt_sha256(parse_config(text, source=f"trial {number} config")) != config_pbtxt_sha256(
-                candidate
-            ):
-                raise ConfigError(f"trial {number}: the candidate config does not round-trip through text format")
-        return text, self.searched(candidate), config_pbtxt_sha256(candidate)
+    def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
+        """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""
+        inner = self.inner_measure or _default_measure()
+        return inner(server, self.subject.profile_spec(spec), **kw)
 
     def put_candidate(self, text: str) -> None:
-        """Write a candidate, reload, verify (ModelLoadError / CandidateNotAppliedError)."""
-        apply_config(self.server, self.model, self.config_path, text)
-
-    @property
-    def title(self) -> str:
-        """What the search is of, as its first line names it (a mix names its models)."""
-        return self.model
-
-    def default_study_name(self) -> str:
-        """The study's name when --study-name is not given."""
-        return f"tune-{self.model}"
+        """Serve a candidate (ModelLoadError / CandidateNotAppliedError)."""
+        self.subject.serve(self.server, text)
 
     def emit(self, event: TuneEvent) -> None:
         log.info("%s", event.line())
@@ -184,7 +111,7 @@ class TrialRunner:
         if not tol.enabled:
             self.emit(AccuracyNote("output check off (--max-output-diff off)"))
             return
-        if self.decoupled or self.original_cfg.HasField("sequence_batching"):
+        if self.decoupled or self.subject.original_cfg.HasField("sequence_batching"):
             # The probe sends one unary request: a decoupled model answers on a stream, and a
             # sequence model's outputs depend on the state its earlier steps built.
             kind = "decoupled" if self.decoupled else "a sequence model"
@@ -193,7 +120,7 @@ class TrialRunner:
         try:
             metadata = self.server.model_metadata(self.model)
             probe = _accuracy.make_probe(
-                self.server.endpoints.http_url, self.model, metadata, self.original_cfg.max_batch_size
+                self.server.endpoints.http_url, self.model, metadata, self.subject.original_cfg.max_batch_size
             )
             if probe is None:
                 self.emit(AccuracyNote("output check skipped: inputs of this model cannot be synthesized"))
@@ -225,17 +152,12 @@ class TrialRunner:
         return "outputs differ from the original config's: " + "; ".join(d.describe() for d in bad)
 
     # -- set-up ---------------------------------------------------------------------------------
-    def applies(self, d: Dimension, params: Mapping[str, Any]) -> bool:
-        """Whether dimension d is sampled given the values chosen before it (the pipeline runner
-        answers for its joint space, whose names carry the step)."""
-        return self.space.applies(d, params)
-
     def original_fixed_params(self) -> dict[str, Any]:
         """The original's parameters, fitted to the distributions (trial 0 applies the file as is)."""
         orig = self.space.original_params
         out: dict[str, Any] = {}
         for d in self.space.dimensions:
-            if not self.applies(d, orig):
+            if not self.subject.applies(d, orig):
                 continue
             value = orig.get(d.name)
             if d.is_range:
@@ -248,7 +170,7 @@ class TrialRunner:
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         params: dict[str, Any] = {}
         for d in self.space.dimensions:
-            if not self.applies(d, params):
+            if not self.subject.applies(d, params):
                 continue
             if d.is_range:
                 assert d.low is not None and d.high is not None
@@ -257,38 +179,12 @@ class TrialRunner:
                 params[d.name] = trial.suggest_categorical(d.name, list(d.choices))
         return params
 
-    def searched(self, cfg: ModelConfig) -> dict[str, Any]:
-        """The searched parameters as a config holds them (for records)."""
-        full = extract_params(
-            cfg,
-            backend=self.space.backend,
-            precision_parameter=self.space.precision_parameter,
-            engine_files=self.space.engine_files,
-        )
-        names = {d.name for d in self.space.dimensions}
-        return normalize_params({k: v for k, v in full.items() if k in names})
-
     # -- one trial ------------------------------------------------------------------------------
     def _fail(self, study: optuna.Study, trial: optuna.Trial, reason: str, *, interrupted: bool = False) -> None:
         trial.set_user_attr(_study.A_FAIL_REASON, reason[:2000])
         if interrupted:
             trial.set_user_attr(_study.A_INTERRUPTED, True)
         study.tell(trial, state=TrialState.FAIL)
-
-    def _restore_original(self) -> None:
-        """Put the original back and reload it; a server that cannot reload it ends the search."""
-        try:
-            apply_config(self.server, self.model, self.config_path, self.original_text)
-        except CandidateNotAppliedError as err:
-            raise ServerError(
-                f"the server does not serve {self.config_path} even after restoring it: {err.message}",
-                hint="--model-repository must be the folder the server reads",
-            ) from err
-        except ModelLoadError as err:
-            raise ServerError(
-                f"the original config of {self.model!r} no longer loads after a failed trial: {err.message}",
-                hint="check the server log",
-            ) from err
 
     def run_trial(self, study: optuna.Study, trial: optuna.Trial) -> None:
         t0 = time.monotonic()
@@ -297,10 +193,11 @@ class TrialRunner:
         params = self.suggest(trial)
         of = self.s.trials
         try:
-            text, record_params, sha = self.make_candidate(params, is_original, number)
+            cand = self.subject.candidate(params, is_original=is_original, number=number)
         except CandidateRejectedError as err:
             self._reject(study, trial, params, err)
             return
+        text, record_params, sha = cand.text, cand.params, cand.sha256
         trial.set_user_attr("params", record_params)
         trial.set_user_attr("config_pbtxt_sha256", sha)
         trial.set_user_attr("config_pbtxt", text)
@@ -402,7 +299,7 @@ class TrialRunner:
             not_applied = isinstance(err, CandidateNotAppliedError)
             first = err.message.splitlines()[0][:300]
             self.emit(TrialFailed(number, first if not_applied else f"failed to load: {first}"))
-            self._restore_original()
+            self.subject.restore(self.server)
             self._fail(study, trial, err.message)
             return None
         reload_s = time.monotonic() - t0
@@ -413,12 +310,11 @@ class TrialRunner:
                 trial.set_user_attr("feasible", False)
                 self._fail(study, trial, why)
                 return None
-        measure = self.measure or _default_measure()
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
         start = start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None
         t1 = time.monotonic()
         try:
-            record = find_load(measure, self.server, self.judge, self.model, start, command=self.s.command,
+            record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
                                record_path=record_path)  # fmt: skip
         except MeasurementError as err:
             self.emit(TrialFailed(number, f"measurement failed: {err.one_line()}"))
@@ -444,6 +340,7 @@ class TrialRunner:
             record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
             metric=self.s.budget_metric, mix_scale=self.judge.mix_scale,
         )  # fmt: skip
+        self.subject.observe(self, study, trial, record, verdict)
         return verdict, reload_s, measure_s
 
     def _measured_before(self, study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:

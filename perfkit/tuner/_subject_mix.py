@@ -1,6 +1,6 @@
 """Tuning several models that share a server, under a traffic mix, as one search.
 
-`perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms` is the pipeline tuner with
+`perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms` is the pipeline subject over
 a different set and a different measurement: the models of the mix are the "steps" (one
 sub-space each, the same knob registry, every config held by one RepoGuard, --apply all or
 nothing, best/<model>/config.pbtxt and a diff for each), and a trial measures the mix profile
@@ -16,21 +16,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import optuna
+from typing import TYPE_CHECKING
 
 from perfkit.errors import ConfigError, UsageError
-from perfkit.records import RunRecord
-from perfkit.server.base import Server
+from perfkit.records import LevelResult
 from perfkit.tuner import _pipeline
-from perfkit.tuner._events import OnEvent, TuneEvent
-from perfkit.tuner._judge import TrialVerdict, parse_latency_budget
-from perfkit.tuner._loadplan import Measure
-from perfkit.tuner._pipeline_run import PipelineRunner, tune_pipeline
+from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._judge import parse_latency_budget
 from perfkit.tuner._repo_guard import is_ensemble
-from perfkit.tuner._settings import TuneResult, TuneSettings
-from perfkit.tuner._space import ResolvedSpace, TuneSpace, resolve
-from perfkit.tuner._trial import gpu_available
+from perfkit.tuner._route import ConfigRoute
+from perfkit.tuner._space import TuneSpace, resolve
+from perfkit.tuner._subject import gpu_available
+from perfkit.tuner._subject_pipeline import PipelineSubject
+
+if TYPE_CHECKING:
+    from perfkit.tuner._settings import TuneSettings
+    from perfkit.tuner._trial import TrialRunner
 
 _FORM = "write it as MODEL:BUDGET,MODEL:BUDGET (A:20ms,B:50ms), or one budget for every model (20ms)"
 
@@ -128,58 +129,30 @@ class MixBreakdown(TuneEvent):
         return "  models: " + "; ".join(cells)
 
 
-class MixRunner(PipelineRunner):
-    """The pipeline runner over the models of a mix, measured by the mix profile."""
+def mix_subject(settings: TuneSettings, space: TuneSpace, repository: Path, *, route: ConfigRoute) -> PipelineSubject:
+    """The models of settings.mix as one subject, each held to its own budget (settings.mix_budgets_ms).
+    Raises UsageError without a mix, ConfigError when no model of the mix can be tuned."""
+    if not settings.mix or not settings.mix_budgets_ms:
+        raise UsageError("a traffic mix needs settings.mix and settings.mix_budgets_ms")
+    budgets = dict(settings.mix_budgets_ms)
+    p = build_mix(space, repository, [m for m, _ in settings.mix], budgets, gpu_available=gpu_available())
+    if p.refused:
+        raise ConfigError(p.refused, hint="see each model's reason above")
+    pct = settings.percentile
 
-    def default_study_name(self) -> str:
-        return "tune-mix-" + "+".join(m for m, _ in self.s.mix)
-
-    @property
-    def title(self) -> str:
-        return "mix " + ",".join(f"{m}:{w}" for m, w in self.s.mix)
-
-    def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
-        budgets = dict(self.s.mix_budgets_ms)
-        self.pipeline = build_mix(
-            space, model_repository, [m for m, _ in self.s.mix], budgets, gpu_available=gpu_available()
-        )
-        if self.pipeline.refused:
-            raise ConfigError(self.pipeline.refused, hint="see each model's reason above")
-        return self.pipeline.space
-
-    def _verdict(self, study: optuna.Study, trial: optuna.Trial, record: RunRecord, reload_s: float,
-                 measure_s: float) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip
-        out = super()._verdict(study, trial, record, reload_s, measure_s)
-        if out is None:
-            return None
-        load = out[0].feasible_load
-        level = next((lv for lv in record.levels if load is not None and lv.load == load), None)
-        level = level or (record.levels[0] if record.levels else None)
+    def breakdown(t: TrialRunner, number: int, level: LevelResult | None) -> None:
+        """Each model's throughput and percentile against its own budget, at the level judged."""
         if level is not None and level.models:
-            pct, budgets = self.s.percentile, dict(self.s.mix_budgets_ms)
             rows = tuple(
                 (s.model, s.result.throughput_infer_per_s, s.result.latency().percentile_us(pct), budgets[s.model])
                 for s in level.models
             )
-            self.emit(MixBreakdown(trial.number, pct, rows))
-        return out
+            t.emit(MixBreakdown(number, pct, rows))
 
-
-def tune_mix(
-    server: Server,
-    settings: TuneSettings,
-    space: TuneSpace,
-    *,
-    model_repository: Path,
-    measure: Measure | None = None,
-    on_event: OnEvent | None = None,
-) -> TuneResult:
-    """Search the configs of the mix's models jointly for the most total throughput at the mix with
-    every model within its own budget; every config is put back byte for byte whatever happens,
-    --apply installs the whole best set or nothing. Raises UsageError without a mix, else as tune()."""
-    if not settings.mix or not settings.mix_budgets_ms:
-        raise UsageError("tune_mix needs settings.mix and settings.mix_budgets_ms")
-    return tune_pipeline(
-        server, settings, space, model_repository=model_repository, measure=measure, on_event=on_event,
-        runner_class=MixRunner,
-    )  # fmt: skip
+    return PipelineSubject(
+        p,
+        route=route,
+        title="mix " + ",".join(f"{m}:{w}" for m, w in settings.mix),
+        study_name="tune-mix-" + "+".join(m for m, _ in settings.mix),
+        also=breakdown,
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from perfkit import objectives
 from perfkit.cli import _tune_pipeline
 from perfkit.cli._metrics_options import metrics_options, publish
 from perfkit.cli._server_options import build_server_options, server_options
@@ -122,7 +123,7 @@ def _echo_event(event: Any) -> None:
 @click.option("--apply", is_flag=True, help="Write the best config into the repository (backup kept).")
 @click.option(
     "--objective",
-    type=click.Choice(["throughput", "pareto", "per-instance", "per-gpu", "goodput"]),
+    type=click.Choice(list(objectives.NAMES)),
     default=None,
     help="Default: throughput (within the budget). per-instance / per-gpu: throughput over the instances or GPUs"
     " the config occupies; goodput: streamed requests meeting every --goodput SLO per second (decoupled models);"

@@ -9,7 +9,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from perfkit import objectives
 from perfkit.errors import InputError, UsageError
+from perfkit.objectives import ObjectiveName
 from perfkit.records import TrialRecord, TuneRecord
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._judge import (
@@ -53,7 +55,7 @@ class TuneSettings:
     percentile: float = 99.0
     # What the budget holds: end-to-end latency, or TTFT / ITL of a decoupled model's stream.
     budget_metric: str = "latency"
-    objective: Literal["throughput", "pareto", "per-instance", "per-gpu", "goodput"] = "throughput"
+    objective: ObjectiveName = "throughput"  # a name of perfkit.objectives
     # --objective goodput: the SLOs a streamed request must meet to count, e.g. {"ttft": 200, "itl": 20}
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)
     trials: int | None = 20
@@ -169,8 +171,9 @@ class TuneSettings:
         for key in ("objective", "protocol", "sampler", "load", "arrival"):
             if key in data:
                 kw[key] = str(data[key])
-        if kw.get("objective", "throughput") not in ("throughput", "pareto", "per-instance", "per-gpu", "goodput"):
-            raise InputError(f"{source}: objective must be throughput, pareto, per-instance, per-gpu or goodput")
+        if kw.get("objective", objectives.DEFAULT) not in objectives.NAMES:
+            *first, last = objectives.NAMES
+            raise InputError(f"{source}: objective must be {', '.join(first)} or {last}")
         kw.update(overrides)
         return cls(model=model, **kw)
 

@@ -17,6 +17,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from perfkit import objectives
 from perfkit.errors import InputError, UsageError
 
 HEARTBEAT_INTERVAL_S = 10
@@ -98,14 +99,14 @@ def _constraints(trial: FrozenTrial) -> Sequence[float]:
 def make_sampler(
     objective: str, seed: int, n_trials: int | None, *, kind: str = "auto", grid: dict[str, list[Any]] | None = None
 ) -> optuna.samplers.BaseSampler:
-    """TPE (seeded, constraint-aware, few random start-up trials) or NSGA-II for pareto;
+    """The objective's default sampler: TPE (seeded, constraint-aware, few random start-up trials) or NSGA-II (pareto);
     kind "grid" walks every point of `grid` (exhaustive, model_analyzer-style), "random" samples."""
     _quiet_optuna()
     if kind == "grid":
         return _AskTellGridSampler(grid or {}, seed=seed)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if objective == "pareto":
+    if objectives.get(objective).sampler == "nsga2":
         population = max(4, min(20, (n_trials or 20) // 3))
         return optuna.samplers.NSGAIISampler(
             seed=seed, population_size=population, constraints_func=None if NATIVE_CONSTRAINTS else _constraints
@@ -140,9 +141,10 @@ def open_study(
     """Create the study, or load it when join (resume or a shared study); also says whether this
     call created it (the creator alone queues trial 0, so workers never both do). Raises
     UsageError when the study exists and join is off, or its directions differ from the objective."""
-    directions: list[optuna.study.StudyDirection] = [optuna.study.StudyDirection.MAXIMIZE]
-    if objective == "pareto":
-        directions.append(optuna.study.StudyDirection.MINIMIZE)
+    directions = [
+        optuna.study.StudyDirection.MAXIMIZE if d == "maximize" else optuna.study.StudyDirection.MINIMIZE
+        for d in objectives.get(objective).directions
+    ]
     created = True
     try:
         study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, directions=directions)
@@ -216,7 +218,7 @@ def param_importances(study: optuna.Study, objective: str) -> dict[str, float]:
     if len(complete) < 4:
         return {}
     target: Callable[[FrozenTrial], float] | None = None
-    if objective == "pareto":
+    if objectives.get(objective).front:
 
         def target(t: FrozenTrial) -> float:
             return float(t.values[0])

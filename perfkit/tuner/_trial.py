@@ -15,6 +15,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from perfkit import objectives
 from perfkit.errors import (
     CandidateNotAppliedError,
     CandidateRejectedError,
@@ -42,7 +43,7 @@ from perfkit.tuner._events import (
 )
 from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
 from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
-from perfkit.tuner._objective import PER_HARDWARE, hardware_units, objective_value
+from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
@@ -243,7 +244,8 @@ class TrialRunner:
               duration: float) -> None:  # fmt: skip
         metrics = dict(verdict.metrics)
         metrics.update({"reload_s": reload_s, "measure_s": measure_s})
-        if self.s.objective in PER_HARDWARE:
+        objective = objectives.get(self.s.objective)
+        if objective.per_hardware:
             cfg = parse_config(str(trial.user_attrs.get("config_pbtxt", "")), source=f"trial {trial.number}")
             metrics["hardware_units"] = hardware_units(cfg, self.s.objective, self.space.gpus)
         trial.set_user_attr("duration_s", duration)
@@ -258,7 +260,7 @@ class TrialRunner:
             trial.set_user_attr("throughput_infer_per_s", verdict.throughput_infer_per_s)
             trial.set_user_attr("latency_us", verdict.latency_us)
         pct = budget_label(self.s.budget_metric, self.s.percentile)
-        if verdict.lowest_over_budget and self.s.objective != "pareto":
+        if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
@@ -270,10 +272,8 @@ class TrialRunner:
             verdict.throughput_infer_per_s if verdict.throughput_infer_per_s is not None else verdict.lowest_throughput
         )
         lat = verdict.latency_us if verdict.latency_us is not None else verdict.lowest_latency_us
-        if self.s.objective == "pareto":
-            study.tell(trial, [tput, lat / 1e3])
-        else:
-            study.tell(trial, objective_value(self.s.objective, tput, metrics))
+        values = study_values(self.s.objective, tput, lat, metrics)
+        study.tell(trial, values if objective.front else values[0])
         fl = verdict.feasible_load
         conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
         label = fl.label if fl is not None and fl.mode != "concurrency" else None
@@ -367,7 +367,7 @@ class TrialRunner:
         if same.state == TrialState.PRUNED:
             trial.report(float(same.intermediate_values.get(0, 0.0)), step=0)
             study.tell(trial, state=TrialState.PRUNED)
-        elif self.s.objective == "pareto":
+        elif objectives.get(self.s.objective).front:
             study.tell(trial, list(same.values))
         else:
             study.tell(trial, same.value)

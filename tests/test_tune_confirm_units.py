@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from perfkit.budget import level_within_budget, open_loop_shortfall
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level
 from perfkit.records import Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord
 from perfkit.tuner._confirm import ConfirmSettings, describe, repeat_windows, summarize_repeats
-from perfkit.tuner._judge import JudgeSettings, level_within_budget, open_loop_shortfall
-from perfkit.tuner._loadplan import rate_ladder, start_on, step_below
+from perfkit.tuner._load_search import JudgeSettings, rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
 from perfkit.tuner._record import summary
 from tests.queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps

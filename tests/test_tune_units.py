@@ -18,8 +18,8 @@ from perfkit.records import MetricSample, ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
-from perfkit.tuner._judge import constraints
-from perfkit.tuner._loadplan import find_load, ladder, start_concurrency
+from perfkit.tuner._load_search import find_load, ladder, start_concurrency
+from perfkit.tuner._verdict import constraints
 
 BUDGET_MS = 20.0
 

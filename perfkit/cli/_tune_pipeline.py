@@ -14,7 +14,7 @@ from perfkit.tuner import (
     TuneSettings,
     TuneSpace,
     describe_pipeline,
-    plan_pipeline,
+    preview_pipeline,
     tune,
     write_pipeline_candidates,
 )
@@ -38,7 +38,7 @@ def dry_run(
     """Print every step's space and the joint candidates; exit 3 (ConfigError) when nothing can be tuned."""
     if repository is None:
         raise UsageError("perfkit tune --dry-run needs --model-repository DIR: the folder holding the pipeline")
-    pp = plan_pipeline(space, repository, model, composing=composing, latency_budget_us=latency_budget_ms * 1e3,
+    pp = preview_pipeline(space, repository, model, composing=composing, latency_budget_us=latency_budget_ms * 1e3,
                        gpus=gpus)  # fmt: skip
     for line in describe_pipeline(pp):
         click.echo(line)

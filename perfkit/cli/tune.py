@@ -24,7 +24,7 @@ from perfkit.tuner import (
     parse_duration_s,
     parse_latency_budget,
     parse_max_output_diff,
-    plan,
+    preview,
     tune,
     write_candidates,
 )
@@ -71,7 +71,7 @@ def _dry_run(
 ) -> None:
     if repository is None:
         raise UsageError("perfkit tune --dry-run needs --model-repository DIR: the folder holding the model")
-    the_plan = plan(
+    the_plan = preview(
         space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus, budget_metric=budget_metric
     )
     for line in describe(the_plan):

@@ -38,13 +38,13 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from perfkit.budget import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
 from perfkit.recorder import t95, t95_one_sided
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
 from perfkit.tuner import _study
 from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
-from perfkit.tuner._judge import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
-from perfkit.tuner._loadplan import ladder, rate_ladder, step_below
+from perfkit.tuner._load_search import ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner
 

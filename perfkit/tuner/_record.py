@@ -11,13 +11,13 @@ from typing import Any, Literal
 import optuna
 
 from perfkit import __version__
+from perfkit.budget import budget_label
 from perfkit.errors import ServerError
 from perfkit.measure import machine_info
 from perfkit.records import TuneRecord
 from perfkit.tuner import _outputs, _study
 from perfkit.tuner._confirm import confirmations, describe
 from perfkit.tuner._events import Summary, fmt_params
-from perfkit.tuner._judge import budget_label
 from perfkit.tuner._trial import TrialRunner
 
 

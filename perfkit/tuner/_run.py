@@ -18,7 +18,7 @@ from perfkit.server.modelconfig import config_pbtxt_sha256
 from perfkit.tuner import _outputs, _study
 from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
 from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
-from perfkit.tuner._loadplan import Measure
+from perfkit.tuner._load_search import Measure
 from perfkit.tuner._record import build_record, summary
 from perfkit.tuner._repo_guard import apply_all
 from perfkit.tuner._route import ConfigRoute

@@ -10,17 +10,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfkit import objectives
+from perfkit.budget import BUDGET_METRICS, check_percentile, parse_latency_budget
 from perfkit.errors import InputError, UsageError
 from perfkit.objectives import ObjectiveName
 from perfkit.records import TrialRecord, TuneRecord
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
-from perfkit.tuner._judge import (
-    BUDGET_METRICS,
-    JudgeSettings,
-    check_percentile,
-    parse_duration_s,
-    parse_latency_budget,
-)
+from perfkit.tuner._load_search import JudgeSettings
+from perfkit.units import parse_bytes, parse_duration_s
 
 SETTINGS_KEYS = (
     "latency_budget",
@@ -222,20 +218,6 @@ def _trace_base(trace: Path | None) -> float:
     from perfkit.measure import trace_mean_rate
 
     return trace_mean_rate(Path(trace))
-
-
-def parse_bytes(text: str | float) -> float:
-    """'8GiB', '500MB', '1e9' in bytes; raises UsageError."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-    raw = str(text).strip().lower().replace(" ", "")
-    num = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(num) :]
-    try:
-        return float(num) * units[unit]
-    except (ValueError, KeyError):
-        raise UsageError(f"--max-gpu-memory {text!r} is not a size", hint="e.g. 8GiB, 500MB") from None
 
 
 @dataclass(frozen=True)

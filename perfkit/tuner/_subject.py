@@ -25,9 +25,9 @@ from perfkit.tuner._space import Dimension, ResolvedSpace, TuneSpace
 if TYPE_CHECKING:
     import optuna
 
-    from perfkit.tuner._judge import TrialVerdict
     from perfkit.tuner._settings import TuneSettings
     from perfkit.tuner._trial import TrialRunner
+    from perfkit.tuner._verdict import TrialVerdict
 
 
 @dataclass(frozen=True)

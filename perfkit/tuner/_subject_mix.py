@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from perfkit.budget import parse_latency_budget
 from perfkit.errors import ConfigError, UsageError
 from perfkit.records import LevelResult
 from perfkit.tuner import _pipeline
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._judge import parse_latency_budget
 from perfkit.tuner._repo_guard import is_ensemble
 from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._space import TuneSpace, resolve

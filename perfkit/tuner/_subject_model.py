@@ -19,8 +19,8 @@ from perfkit.tuner._subject import Candidate, gpu_available, model_folder
 if TYPE_CHECKING:
     import optuna
 
-    from perfkit.tuner._judge import TrialVerdict
     from perfkit.tuner._trial import TrialRunner
+    from perfkit.tuner._verdict import TrialVerdict
 
 
 class ModelSubject:

@@ -28,9 +28,9 @@ from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, Dimension, TuneSpace
 from perfkit.tuner._subject import Candidate, gpu_available
 
 if TYPE_CHECKING:
-    from perfkit.tuner._judge import TrialVerdict
     from perfkit.tuner._settings import TuneSettings
     from perfkit.tuner._trial import TrialRunner
+    from perfkit.tuner._verdict import TrialVerdict
 
 log = logging.getLogger(__name__)
 STEP_METRICS = ("queue_us", "compute_us", "batch")

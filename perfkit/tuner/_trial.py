@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from perfkit import objectives
+from perfkit.budget import budget_label, check_budget_metric
 from perfkit.errors import (
     CandidateNotAppliedError,
     CandidateRejectedError,
@@ -41,12 +42,12 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
-from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
+from perfkit.tuner._load_search import Measure, find_load, start_concurrency
 from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
+from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
 
 log = logging.getLogger(__name__)
 MAX_REPEATS = 25

@@ -15,7 +15,7 @@ from perfkit.errors import PerfkitError, UsageError
 from perfkit.records import TuneRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import config_pbtxt_sha256
-from perfkit.tuner import _outputs, _study
+from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
 from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._load_search import Measure
@@ -131,7 +131,7 @@ def open_study(t: TrialRunner) -> optuna.Study:
     _study.fail_stale(study)
     if created or (t.s.resume and not study.get_trials(deepcopy=False)):
         original = t.original_fixed_params()
-        study.enqueue_trial(original, user_attrs={_study.A_ORIGINAL: True}, skip_if_exists=True)
+        study.enqueue_trial(original, user_attrs={_trial_state.A_ORIGINAL: True}, skip_if_exists=True)
         # The sampler's own draws follow; a grid or random search walks its points unseeded.
         seed = batching_seed(t.space, original) if t.s.sampler == "auto" else None
         if seed is not None and (t.s.trials is None or t.s.trials > 1):

@@ -19,17 +19,10 @@ from optuna.trial import FrozenTrial, TrialState
 
 from perfkit import objectives
 from perfkit.errors import InputError, UsageError
+from perfkit.tuner import _trial_state as _state
 
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 40
-
-# Trial user attributes (the study is the single source of truth for every worker).
-A_ORIGINAL = "is_original"
-A_INTERRUPTED = "interrupted"
-A_CONSTRAINTS = "constraints"
-A_FAIL_REASON = "fail_reason"
-A_DUPLICATE_OF = "duplicate_of"
-A_REJECTED = "rejected"  # a candidate Triton would reject: never loaded, costs nothing
 
 
 # Optuna >= 5 keeps constraints on the trial (Trial.set_constraint); older ones ask the sampler
@@ -46,7 +39,7 @@ def _quiet_optuna() -> None:
 
 def set_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
     """Record constraint values (<= 0 satisfied) where the sampler reads them."""
-    trial.set_user_attr(A_CONSTRAINTS, dict(values))
+    _state.store(trial, constraints=dict(values))
     if NATIVE_CONSTRAINTS:
         for key, value in values.items():
             trial.set_constraint(key, value)
@@ -93,7 +86,7 @@ def _redact(url: str) -> str:
 
 
 def _constraints(trial: FrozenTrial) -> Sequence[float]:
-    return list(dict(trial.user_attrs.get(A_CONSTRAINTS) or {"latency": 0.0}).values())
+    return list((_state.read(trial).constraints or {"latency": 0.0}).values())
 
 
 def make_sampler(
@@ -168,10 +161,11 @@ def counted(trial: FrozenTrial) -> bool:
     """Whether a trial uses up the --trials budget: finished ones and others' running ones,
     but not those cut short by an interruption (they are queued again) nor repeats of a
     config already measured (answered from the earlier trial without measuring)."""
-    if trial.user_attrs.get(A_DUPLICATE_OF) is not None or trial.user_attrs.get(A_REJECTED):
+    st = _state.read(trial)
+    if st.duplicate_of is not None or st.rejected:
         return False
     if trial.state == TrialState.FAIL:
-        return not trial.user_attrs.get(A_INTERRUPTED, False)
+        return not st.interrupted
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 

@@ -20,7 +20,7 @@ import optuna
 from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelLoadError, ServerError
 from perfkit.records import LevelResult, ProfileSpec, RunRecord, ServerStats, TuneRecord
 from perfkit.server.base import Server
-from perfkit.tuner import _outputs, _pipeline
+from perfkit.tuner import _outputs, _pipeline, _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._seed import batching_seed
@@ -235,7 +235,7 @@ def _new_best(study: optuna.Study, verdict: TrialVerdict) -> bool:
     if verdict.throughput_infer_per_s is None:
         return False
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-    best = max((float(t.user_attrs.get("throughput_infer_per_s") or 0.0) for t in done), default=0.0)
+    best = max((_trial_state.read(t).throughput_infer_per_s or 0.0 for t in done), default=0.0)
     return verdict.throughput_infer_per_s >= best
 
 

@@ -29,7 +29,7 @@ from perfkit.errors import (
 from perfkit.records import ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
-from perfkit.tuner import _accuracy, _study
+from perfkit.tuner import _accuracy, _study, _trial_state
 from perfkit.tuner._events import (
     AccuracyNote,
     OnEvent,
@@ -145,8 +145,8 @@ class TrialRunner:
                 raise
             return f"inference on the candidate failed: {err.one_line()}"
         diffs = _accuracy.compare_outputs(self.reference, got, self.probe.datatypes, tol)
-        trial.set_user_attr(
-            "output_diff", {d.name: {"max_abs": _finite(d.max_abs), "max_rel": _finite(d.max_rel)} for d in diffs}
+        _trial_state.store(
+            trial, output_diff={d.name: {"max_abs": _finite(d.max_abs), "max_rel": _finite(d.max_rel)} for d in diffs}
         )
         bad = [d for d in diffs if not d.within]
         if not bad:
@@ -183,15 +183,15 @@ class TrialRunner:
 
     # -- one trial ------------------------------------------------------------------------------
     def _fail(self, study: optuna.Study, trial: optuna.Trial, reason: str, *, interrupted: bool = False) -> None:
-        trial.set_user_attr(_study.A_FAIL_REASON, reason[:2000])
+        _trial_state.store(trial, fail_reason=reason[:2000])
         if interrupted:
-            trial.set_user_attr(_study.A_INTERRUPTED, True)
+            _trial_state.store(trial, interrupted=True)
         study.tell(trial, state=TrialState.FAIL)
 
     def run_trial(self, study: optuna.Study, trial: optuna.Trial) -> None:
         t0 = time.monotonic()
         number = trial.number
-        is_original = bool(trial.user_attrs.get(_study.A_ORIGINAL, False))
+        is_original = _trial_state.read(trial).is_original
         params = self.suggest(trial)
         of = self.s.trials
         try:
@@ -200,10 +200,8 @@ class TrialRunner:
             self._reject(study, trial, params, err)
             return
         text, record_params, sha = cand.text, cand.params, cand.sha256
-        trial.set_user_attr("params", record_params)
-        trial.set_user_attr("config_pbtxt_sha256", sha)
-        trial.set_user_attr("config_pbtxt", text)
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        _trial_state.store(trial, params=record_params, config_pbtxt_sha256=sha, config_pbtxt=text, worker=worker)
         self.trial_configs[number] = text
         label = "original" if is_original else fmt_params(record_params)
         same = None if is_original else self._measured_before(study, sha, number)
@@ -220,7 +218,7 @@ class TrialRunner:
             self._fail(study, trial, "interrupted", interrupted=True)
             # Queue the same candidate again so --resume measures it instead of losing it.
             study.enqueue_trial(
-                trial.params, user_attrs={_study.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
+                trial.params, user_attrs={_trial_state.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
             )
             raise
         except ServerError as err:
@@ -236,8 +234,7 @@ class TrialRunner:
         """A candidate Triton would reject: recorded as failed (not counted against --trials),
         never written nor loaded."""
         self.dup_streak += 1  # a sampler stuck on rejected points ends the search like repeats do
-        trial.set_user_attr("params", normalize_params(params))
-        trial.set_user_attr(_study.A_REJECTED, True)
+        _trial_state.store(trial, params=normalize_params(params), rejected=True)
         self._fail(study, trial, f"rejected: {err.message}")
         self.emit(TrialRejected(trial.number, fmt_params(params), err.message))
 
@@ -247,25 +244,21 @@ class TrialRunner:
         metrics.update({"reload_s": reload_s, "measure_s": measure_s})
         objective = objectives.get(self.s.objective)
         if objective.per_hardware:
-            cfg = parse_config(str(trial.user_attrs.get("config_pbtxt", "")), source=f"trial {trial.number}")
+            cfg = parse_config(_trial_state.read(trial).config_pbtxt, source=f"trial {trial.number}")
             metrics["hardware_units"] = hardware_units(cfg, self.s.objective, self.space.gpus)
-        trial.set_user_attr("duration_s", duration)
-        trial.set_user_attr("metrics", metrics)
-        trial.set_user_attr("lowest_latency_us", verdict.lowest_latency_us)
+        _trial_state.store(trial, duration_s=duration, metrics=metrics, lowest_latency_us=verdict.lowest_latency_us)
         feasible, cons = constraints(self.s, verdict)
-        trial.set_user_attr("feasible", feasible)
+        _trial_state.store(trial, feasible=feasible)
         _study.set_constraints(trial, cons)
         if verdict.feasible_load is not None:
-            got = verdict.feasible_load
-            trial.set_user_attr("load", {"mode": got.mode, "value": got.value, "distribution": got.distribution})
-            trial.set_user_attr("throughput_infer_per_s", verdict.throughput_infer_per_s)
-            trial.set_user_attr("latency_us", verdict.latency_us)
+            _trial_state.store(trial, load=verdict.feasible_load, throughput_infer_per_s=verdict.throughput_infer_per_s,
+                               latency_us=verdict.latency_us)  # fmt: skip
         pct = budget_label(self.s.budget_metric, self.s.percentile)
         if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
-            trial.set_user_attr(_study.A_FAIL_REASON, reason)
+            _trial_state.store(trial, fail_reason=reason)
             study.tell(trial, state=TrialState.PRUNED)
             self.emit(TrialPruned(trial.number, reason, duration))
             return
@@ -286,9 +279,9 @@ class TrialRunner:
         mode = self.judge.level(1).mode
         out = []
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            load = t.user_attrs.get("load")
-            if load and load.get("mode") == mode and not t.user_attrs.get(_study.A_DUPLICATE_OF):
-                out.append((dict(t.user_attrs.get("params") or {}), float(load["value"])))
+            st = _trial_state.read(t)
+            if st.load is not None and st.load.mode == mode and not st.duplicate_of:
+                out.append((st.params, st.load.value))
         return out
 
     def _evaluate(self, study: optuna.Study, trial: optuna.Trial, text: str, number: int, is_original: bool,
@@ -308,7 +301,7 @@ class TrialRunner:
             why = self._accuracy_failure(trial)
             if why is not None:
                 self.emit(TrialFailed(number, why))
-                trial.set_user_attr("feasible", False)
+                _trial_state.store(trial, feasible=False)
                 self._fail(study, trial, why)
                 return None
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
@@ -336,7 +329,7 @@ class TrialRunner:
         if record.status != "ok" and not record.levels:
             self._fail(study, trial, f"measurement {record.status}: {record.error or ''}")
             return None
-        trial.set_user_attr("served_config_sha256", record.model.served_config_sha256)  # pairs the trial with its run
+        _trial_state.store(trial, served_config_sha256=record.model.served_config_sha256)  # pairs trial and run
         verdict = judge_trial(
             record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
             metric=self.s.budget_metric, mix_scale=self.judge.mix_scale,
@@ -346,11 +339,7 @@ class TrialRunner:
 
     def _measured_before(self, study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            if (
-                t.number != number
-                and t.user_attrs.get("config_pbtxt_sha256") == sha
-                and not t.user_attrs.get(_study.A_DUPLICATE_OF)
-            ):
+            if t.number != number and (st := _trial_state.read(t)).config_pbtxt_sha256 == sha and not st.duplicate_of:
                 return t
         return None
 
@@ -358,13 +347,12 @@ class TrialRunner:
         """Answer a repeated config from its earlier trial (samplers do re-propose points in a
         small space); it does not count against --trials."""
         self.dup_streak += 1
-        for key in ("duration_s", "metrics", "feasible", "load", "throughput_infer_per_s", "latency_us"):
-            if key in same.user_attrs:
-                trial.set_user_attr(key, same.user_attrs[key])
-        trial.set_user_attr(_study.A_DUPLICATE_OF, same.number)
-        if same.user_attrs.get(_study.A_FAIL_REASON):
-            trial.set_user_attr(_study.A_FAIL_REASON, same.user_attrs[_study.A_FAIL_REASON])
-        _study.set_constraints(trial, dict(same.user_attrs.get(_study.A_CONSTRAINTS) or {"latency": 0.0}))
+        _trial_state.copy_measurement(trial, same)
+        before = _trial_state.read(same)
+        _trial_state.store(trial, duplicate_of=same.number)
+        if before.fail_reason:
+            _trial_state.store(trial, fail_reason=before.fail_reason)
+        _study.set_constraints(trial, before.constraints or {"latency": 0.0})
         if same.state == TrialState.PRUNED:
             trial.report(float(same.intermediate_values.get(0, 0.0)), step=0)
             study.tell(trial, state=TrialState.PRUNED)

@@ -9,9 +9,10 @@ one trial runner over whichever settings name. Candidates reach the server throu
 ConfigRoute (_route: the file route rewrites config.pbtxt and reloads).
 """
 
-from perfkit.budget import BUDGET_METRICS, parse_latency_budget
+from perfkit.budget import BUDGET_METRICS, parse_latency_budget, parse_mix_budgets
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._launch import RayPlacement, run_tune
 from perfkit.tuner._load_search import JudgeSettings, concurrency_levels
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._pipeline_preview import describe_pipeline, preview_pipeline, write_pipeline_candidates
@@ -19,7 +20,7 @@ from perfkit.tuner._preview import Preview, describe, preview, render_candidate,
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._route import ConfigRoute, FileRoute
 from perfkit.tuner._run import tune
-from perfkit.tuner._settings import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir
+from perfkit.tuner._settings import SETTINGS_KEYS, Budget, TuneResult, TuneSettings, default_output_dir, parse_budget
 from perfkit.tuner._space import (
     ResolvedSpace,
     TuneSpace,
@@ -30,7 +31,6 @@ from perfkit.tuner._space import (
     resolve,
 )
 from perfkit.tuner._subject import Candidate, Subject, open_subject
-from perfkit.tuner._subject_mix import parse_mix_budgets
 from perfkit.tuner._verdict import judge_trial
 from perfkit.units import parse_bytes, parse_duration_s, parse_latency_ms
 
@@ -74,5 +74,9 @@ __all__ = [
     "FileRoute",
     "Subject",
     "open_subject",
+    "Budget",
+    "parse_budget",
+    "RayPlacement",
+    "run_tune",
     "parse_mix_budgets",
 ]

@@ -3,14 +3,14 @@ and what it hands back (TuneResult)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from perfkit import objectives
-from perfkit.budget import BUDGET_METRICS, check_percentile, parse_latency_budget
+from perfkit.budget import BUDGET_METRICS, check_percentile, parse_latency_budget, parse_mix_budgets
 from perfkit.errors import InputError, UsageError
 from perfkit.objectives import ObjectiveName
 from perfkit.records import TrialRecord, TuneRecord
@@ -37,6 +37,36 @@ SETTINGS_KEYS = (
     "confirm",
     "confirm_time",
 )
+
+
+# Keys only the command line gives (beside SETTINGS_KEYS): --goodput, --trace and --max-rate.
+FLAG_KEYS = ("goodput", "trace", "max_rate")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What --latency-budget says: the metric it holds and its value (the first model's, for a
+    traffic mix, with the mix and each model's own budget)."""
+
+    metric: str
+    latency_budget_ms: float
+    mix: tuple[tuple[str, int], ...] = ()
+    mix_budgets_ms: tuple[tuple[str, float], ...] = ()
+
+
+def parse_budget(models: Sequence[str], text: str | float, mix_text: str | None = None) -> Budget:
+    """The budget of one model ('20ms', 'ttft:300ms') or, with several -m, of a traffic mix
+    (--mix, default equal weights; 'A:20ms,B:50ms' or one budget for all). Raises UsageError
+    naming the value."""
+    from perfkit.measure import parse_mix
+
+    mix = parse_mix(models, mix_text)
+    if not mix:
+        metric, ms = parse_latency_budget(text)
+        return Budget(metric, ms)
+    budgets = parse_mix_budgets([m for m, _ in mix], str(text))
+    own = tuple((m, budgets[m]) for m, _ in mix)
+    return Budget("latency", own[0][1], mix, own)
 
 
 CONFIRM_MIN_WINDOWS = 5  # windows of a confirmation run at the least (ConfirmSettings.min_windows)
@@ -129,19 +159,36 @@ class TuneSettings:
 
     @classmethod
     def from_mapping(
-        cls, model: str, data: Mapping[str, Any], *, source: str = "[tune]", **overrides: Any
+        cls,
+        model: str,
+        data: Mapping[str, Any],
+        *,
+        source: str = "[tune]",
+        flags: Mapping[str, Any] | None = None,
+        **overrides: Any,
     ) -> TuneSettings:
         """Settings from a sweep file's [tune] table (keys in SETTINGS_KEYS; space keys are
-        TuneSpace's). Raises InputError/UsageError naming the key."""
+        TuneSpace's) and, for `perfkit tune`, its flags: `flags` holds them under the table's keys
+        (and FLAG_KEYS: goodput, trace, max_rate), None for a flag not given. A flag
+        given overrides the table and its errors name the flag (the budget arrives parsed, by
+        parse_budget, in `overrides`). On the command line --max-time alone bounds the search by
+        time (no trial count). Raises InputError/UsageError naming the
+        key or flag."""
+        given = {k: v for k, v in (flags or {}).items() if v is not None}
+        data = {**data, **{k: v for k, v in given.items() if k in SETTINGS_KEYS}}
+
+        def named(key: str) -> str:
+            return "--" + key.replace("_", "-") if key in given else f"{source} {key}"
+
         kw: dict[str, Any] = {}
         if "latency_budget" not in data and "latency_budget_ms" not in overrides:
             raise InputError(f"{source}: latency_budget is required", hint='e.g. latency_budget = "20ms"')
         if "latency_budget" in data:
             kw["budget_metric"], kw["latency_budget_ms"] = parse_latency_budget(data["latency_budget"])
         if "max_time" in data:
-            kw["max_time_s"] = parse_duration_s(data["max_time"], what=f"{source} max_time")
+            kw["max_time_s"] = parse_duration_s(data["max_time"], what=named("max_time"))
         if "confirm_time" in data:
-            kw["confirm_time_s"] = parse_duration_s(data["confirm_time"], what=f"{source} confirm_time")
+            kw["confirm_time_s"] = parse_duration_s(data["confirm_time"], what=named("confirm_time"))
         for key, conv in (
             ("percentile", float),
             ("trials", int),
@@ -155,6 +202,8 @@ class TuneSettings:
                     kw[key] = conv(data[key])
                 except (TypeError, ValueError):
                     raise InputError(f"{source}: {key} = {data[key]!r} is not a number") from None
+        if flags is not None and "trials" not in data:
+            kw["trials"] = None if "max_time" in data else 20
         if "max_gpu_memory" in data:
             kw["max_gpu_memory_bytes"] = parse_bytes(data["max_gpu_memory"])
         if "max_output_diff" in data:
@@ -170,6 +219,14 @@ class TuneSettings:
         if kw.get("objective", objectives.DEFAULT) not in objectives.NAMES:
             *first, last = objectives.NAMES
             raise InputError(f"{source}: objective must be {', '.join(first)} or {last}")
+        if "goodput" in given:
+            from perfkit.measure import parse_goodput
+
+            kw["goodput_slo_ms"] = parse_goodput(given["goodput"])
+        if "trace" in given:
+            kw["trace"] = Path(given["trace"])
+        if "max_rate" in given:
+            kw["max_rate_rps"] = float(given["max_rate"])
         kw.update(overrides)
         return cls(model=model, **kw)
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfkit.budget import parse_latency_budget
 from perfkit.errors import ConfigError, UsageError
 from perfkit.records import LevelResult
 from perfkit.tuner import _pipeline
@@ -32,39 +31,6 @@ from perfkit.tuner._subject_pipeline import PipelineSubject
 if TYPE_CHECKING:
     from perfkit.tuner._settings import TuneSettings
     from perfkit.tuner._trial import TrialRunner
-
-_FORM = "write it as MODEL:BUDGET,MODEL:BUDGET (A:20ms,B:50ms), or one budget for every model (20ms)"
-
-
-def parse_mix_budgets(models: Sequence[str], text: str) -> dict[str, float]:
-    """Each model's latency budget (ms) from `A:20ms,B:50ms`, or one budget (`20ms`) for all.
-
-    Raises UsageError naming the value: a malformed item, a model not given with -m, a model
-    without a budget, or a TTFT/ITL budget (a mix carries unary requests).
-    """
-    items = [i.strip() for i in text.split(",") if i.strip()]
-    if len(items) == 1 and ":" not in items[0]:
-        _, ms = parse_latency_budget(items[0])
-        return dict.fromkeys(models, ms)
-    out: dict[str, float] = {}
-    for item in items:
-        name, sep, value = item.partition(":")
-        name = name.strip()
-        if not sep or not value.strip():
-            raise UsageError(f"--latency-budget {text!r}: {item!r} is not MODEL:BUDGET", hint=_FORM)
-        if name not in models:
-            raise UsageError(
-                f"--latency-budget {text!r} names model {name!r}, which is not given with -m",
-                hint=f"give a budget to each of {', '.join(models)}",
-            )
-        metric, ms = parse_latency_budget(value.strip())
-        if metric != "latency":
-            raise UsageError(f"--latency-budget {text!r}: a mix holds end-to-end latency budgets, not {metric}")
-        out[name] = ms
-    missing = [m for m in models if m not in out]
-    if missing:
-        raise UsageError(f"--latency-budget {text!r} gives no budget to -m {missing[0]}", hint=_FORM)
-    return out
 
 
 def build_mix(

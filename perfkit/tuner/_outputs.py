@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 from perfkit.records import TrialRecord, TuneRecord, to_dict
 from perfkit.server.modelconfig import write_bytes_atomic
 from perfkit.tuner import _trial_state
-from perfkit.tuner._space import PARAM_ORDER
+from perfkit.tuner._space import param_order
 
 _STATE: dict[TrialState, Literal["complete", "pruned", "failed", "running"]] = {
     TrialState.COMPLETE: "complete",
@@ -62,7 +62,7 @@ def study_trials(study: optuna.Study) -> list[FrozenTrial]:
 def trials_frame(records: Sequence[TrialRecord], percentile: float, budget_metric: str = "latency") -> pd.DataFrame:
     """One row per trial, columns named for its parameters and metrics; the budget's column for
     what it holds (p99_latency_ms, or p99_ttft_ms / p99_itl_ms under a stream budget)."""
-    param_keys = [k for k in PARAM_ORDER if any(k in r.params for r in records)]
+    param_keys = [k for k in param_order() if any(k in r.params for r in records)]
     param_keys += sorted({k for r in records for k in r.params} - set(param_keys))
     metric_keys = sorted({k for r in records for k in r.metrics})
     rows = []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from perfkit.errors import UsageError
 from perfkit.records import PERCENTILES, LevelResult
@@ -166,3 +167,35 @@ def parse_mix_budgets(models: Sequence[str], text: str) -> dict[str, float]:
     if missing:
         raise UsageError(f"--latency-budget {text!r} gives no budget to -m {missing[0]}", hint=_FORM)
     return out
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A latency budget, in one place: its value, the percentile held to it, what it holds
+    (end-to-end latency, or a stream's TTFT / ITL), and for a traffic mix each model's own
+    budget (latency_budget_ms is then the first model's, the reference the mix is scaled to)."""
+
+    latency_budget_ms: float
+    percentile: float = 99.0
+    metric: str = "latency"  # one of BUDGET_METRICS
+    per_model_ms: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def mix_scale(self) -> dict[str, float] | None:
+        """Each mix model's factor to the reference budget (None without a mix): see level_budget_us."""
+        if not self.per_model_ms:
+            return None
+        return {m: self.latency_budget_ms / b for m, b in self.per_model_ms}
+
+    @property
+    def label(self) -> str:
+        """The budget's statistic as lines name it: 'p99', 'TTFT p99'."""
+        return budget_label(self.metric, self.percentile)
+
+    def level_us(self, level: LevelResult) -> float:
+        """The statistic this budget holds, at a level (see level_budget_us)."""
+        return level_budget_us(level, self.percentile, self.metric, self.mix_scale)
+
+    def within(self, level: LevelResult) -> bool:
+        """Whether a level counts as within this budget (see level_within_budget)."""
+        return level_within_budget(level, self.latency_budget_ms, self.percentile, self.metric, self.mix_scale)

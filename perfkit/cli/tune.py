@@ -85,8 +85,8 @@ def command(  # noqa: PLR0917
     space = TuneSpace.from_mapping(
         {**table, **{k: v for k, v in space_flags.items() if v is not None}}, source=source, ignore=SETTINGS_KEYS
     )
-    budget = parse_budget(models, latency_budget, mix_text)
-    if budget.mix:
+    budget, mix = parse_budget(models, latency_budget, mix_text)
+    if mix:
         for given, flag in ((dry_run, "--dry-run"), (ray_address, "--ray"), (composing_models, "--composing-models"),
                             (flags["load"] == "trace", "--load trace")):  # fmt: skip
             if given:
@@ -109,8 +109,8 @@ def command(  # noqa: PLR0917
         flags=flags,
         latency_budget_ms=budget.latency_budget_ms,
         budget_metric=budget.metric,
-        mix=budget.mix,
-        mix_budgets_ms=budget.mix_budgets_ms,
+        mix=mix,
+        mix_budgets_ms=budget.per_model_ms,
         output_dir=output_dir,
         storage=storage,
         study_name=study_name,

@@ -9,7 +9,7 @@ one trial runner over whichever settings name. Candidates reach the server throu
 ConfigRoute (_route: the file route rewrites config.pbtxt and reloads).
 """
 
-from perfkit.budget import BUDGET_METRICS, parse_latency_budget, parse_mix_budgets
+from perfkit.budget import BUDGET_METRICS, Budget, parse_latency_budget, parse_mix_budgets
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._launch import RayPlacement, run_tune
@@ -20,7 +20,7 @@ from perfkit.tuner._preview import Preview, describe, preview, render_candidate,
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._route import ConfigRoute, FileRoute
 from perfkit.tuner._run import tune
-from perfkit.tuner._settings import SETTINGS_KEYS, Budget, TuneResult, TuneSettings, default_output_dir, parse_budget
+from perfkit.tuner._settings import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_budget
 from perfkit.tuner._space import (
     ResolvedSpace,
     TuneSpace,

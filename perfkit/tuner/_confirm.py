@@ -218,7 +218,7 @@ def confirm_one(
         levels = _measure_repeats(t, number, level, cs)
         return summarize_repeats(
             level, levels, repeats=cs.repeats, budget_ms=t.s.latency_budget_ms, percentile=t.s.percentile,
-            metric=t.s.budget_metric, mix_scale=t.judge.mix_scale,
+            metric=t.s.budget_metric, mix_scale=t.judge.budget.mix_scale,
         )  # fmt: skip
 
     first = at(load)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import level_within_budget
+from perfkit.budget import Budget
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.tuner._ladder import LadderSearch, run_level_by_level
@@ -40,10 +40,9 @@ def concurrency_levels(max_concurrency: int) -> tuple[LoadLevel, ...]:
 
 @dataclass(frozen=True)
 class JudgeSettings:
-    """How each trial is measured. Short windows keep a trial to seconds."""
+    """How each trial is measured against its budget. Short windows keep a trial to seconds."""
 
-    latency_budget_ms: float
-    percentile: float = 99.0
+    budget: Budget  # the settings' one budget (TuneSettings.budget)
     max_concurrency: int = 64
     protocol: str = "http"
     measurement_interval_ms: float = 800.0
@@ -55,7 +54,6 @@ class JudgeSettings:
     metrics_url: str | None = None
     batch_size: int = 1
     stop_when_decided: bool = False
-    budget_metric: str = "latency"  # one of BUDGET_METRICS
     streaming: bool = False  # a decoupled model: responses arrive on a gRPC stream
     # How load is offered: closed loop ("concurrency": N clients in lockstep) or open loop
     # ("rate": arrivals at a rate, `distribution` poisson or constant; the figure is the
@@ -68,17 +66,9 @@ class JudgeSettings:
     # (trace_base_rps, the trace's own mean rate, at speed 1).
     trace: str | None = None
     trace_base_rps: float = 1.0
-    # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1): the mix measured, and each model's own
-    # budget; latency_budget_ms is then the first model's (the reference the mix's figure is scaled to)
+    # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1): the mix measured (each model's own
+    # budget is the budget's per_model_ms)
     mix: tuple[tuple[str, int], ...] = ()
-    mix_budgets_ms: tuple[tuple[str, float], ...] = ()
-
-    @property
-    def mix_scale(self) -> dict[str, float] | None:
-        """Each mix model's factor to the reference budget (None without a mix): see level_budget_us."""
-        if not self.mix_budgets_ms:
-            return None
-        return {m: self.latency_budget_ms / b for m, b in self.mix_budgets_ms}
 
     def _window_ms(self, levels: tuple[LoadLevel, ...] | None) -> float:
         """Windows long enough for an open-loop level to hold MIN_WINDOW_REQUESTS requests (a
@@ -117,7 +107,7 @@ class JudgeSettings:
     def judged_by_measure(self) -> bool:
         """Whether perfkit profile itself can judge levels against the budget (its threshold is
         on the end-to-end latency); TTFT/ITL budgets are judged by the tuner level by level."""
-        return self.budget_metric == "latency" and not self.mix  # a mix's models each hold their own budget
+        return self.budget.metric == "latency" and not self.mix  # a mix's models each hold their own budget
 
     def spec(self, model: str, levels: tuple[LoadLevel, ...] | None = None, *, bisect: bool = False) -> ProfileSpec:
         """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
@@ -138,9 +128,9 @@ class JudgeSettings:
             stability_percentage=self.stability_percentage,
             max_trials=self.max_windows,
             min_windows=self.min_windows,
-            percentile=self.percentile,
+            percentile=self.budget.percentile,
             # measure's threshold is on the end-to-end latency: a TTFT/ITL budget must not stop it.
-            latency_threshold_ms=self.latency_budget_ms if by_measure else None,
+            latency_threshold_ms=self.budget.latency_budget_ms if by_measure else None,
             warmup_s=self.warmup_s,
             collect_metrics=self.collect_metrics,
             metrics_url=self.metrics_url,
@@ -204,7 +194,7 @@ def find_load(
     level measured (sorted by load). Raises what measure raises."""
 
     def ok(lv: LevelResult) -> bool:
-        return level_within_budget(lv, judge.latency_budget_ms, judge.percentile, judge.budget_metric, judge.mix_scale)
+        return judge.budget.within(lv)
 
     def run_spec(values: Sequence[float], bisect: bool) -> RunRecord:
         levels = tuple(judge.level(v) for v in values)

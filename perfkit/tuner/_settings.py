@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfkit import objectives
-from perfkit.budget import BUDGET_METRICS, check_percentile, parse_latency_budget, parse_mix_budgets
+from perfkit.budget import BUDGET_METRICS, Budget, check_percentile, parse_latency_budget, parse_mix_budgets
 from perfkit.errors import InputError, UsageError
 from perfkit.objectives import ObjectiveName
 from perfkit.records import TrialRecord, TuneRecord
@@ -43,30 +43,21 @@ SETTINGS_KEYS = (
 FLAG_KEYS = ("goodput", "trace", "max_rate")
 
 
-@dataclass(frozen=True)
-class Budget:
-    """What --latency-budget says: the metric it holds and its value (the first model's, for a
-    traffic mix, with the mix and each model's own budget)."""
-
-    metric: str
-    latency_budget_ms: float
-    mix: tuple[tuple[str, int], ...] = ()
-    mix_budgets_ms: tuple[tuple[str, float], ...] = ()
-
-
-def parse_budget(models: Sequence[str], text: str | float, mix_text: str | None = None) -> Budget:
-    """The budget of one model ('20ms', 'ttft:300ms') or, with several -m, of a traffic mix
-    (--mix, default equal weights; 'A:20ms,B:50ms' or one budget for all). Raises UsageError
-    naming the value."""
-    from perfkit.measure import parse_mix
+def parse_budget(
+    models: Sequence[str], text: str | float, mix_text: str | None = None, *, percentile: float = 99.0
+) -> tuple[Budget, tuple[tuple[str, int], ...]]:
+    """--latency-budget of one model ('20ms', 'ttft:300ms') or, with several -m, of a traffic mix
+    (--mix, default equal weights; 'A:20ms,B:50ms' or one budget for all): the Budget and the mix
+    (() for one model). Raises UsageError naming the value."""
+    from perfkit.measure import parse_mix  # the mix's syntax is the profiler's
 
     mix = parse_mix(models, mix_text)
     if not mix:
         metric, ms = parse_latency_budget(text)
-        return Budget(metric, ms)
+        return Budget(ms, percentile, metric), ()
     budgets = parse_mix_budgets([m for m, _ in mix], str(text))
     own = tuple((m, budgets[m]) for m, _ in mix)
-    return Budget("latency", own[0][1], mix, own)
+    return Budget(own[0][1], percentile, "latency", own), mix
 
 
 CONFIRM_MIN_WINDOWS = 5  # windows of a confirmation run at the least (ConfirmSettings.min_windows)
@@ -241,13 +232,16 @@ class TuneSettings:
             return self.load
         return "concurrency" if decoupled else "rate"
 
+    @property
+    def budget(self) -> Budget:
+        """The budget these settings hold the trials to."""
+        return Budget(self.latency_budget_ms, self.percentile, self.budget_metric, self.mix_budgets_ms)
+
     def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
         """How each trial is measured; streaming for a decoupled model."""
         return JudgeSettings(
-            budget_metric=self.budget_metric,
+            budget=self.budget,
             streaming=streaming,
-            latency_budget_ms=self.latency_budget_ms,
-            percentile=self.percentile,
             max_concurrency=self.max_concurrency,
             protocol=self.protocol,
             measurement_interval_ms=self.measurement_interval_ms,
@@ -265,7 +259,6 @@ class TuneSettings:
             distribution=self.arrival,
             max_rate_rps=self.max_rate_rps,
             mix=self.mix,
-            mix_budgets_ms=self.mix_budgets_ms,
         )
 
 

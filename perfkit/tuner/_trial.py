@@ -332,7 +332,7 @@ class TrialRunner:
         _trial_state.store(trial, served_config_sha256=record.model.served_config_sha256)  # pairs trial and run
         verdict = judge_trial(
             record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
-            metric=self.s.budget_metric, mix_scale=self.judge.mix_scale,
+            metric=self.s.budget_metric, mix_scale=self.judge.budget.mix_scale,
         )  # fmt: skip
         self.subject.observe(self, study, trial, record, verdict)
         return verdict, reload_s, measure_s

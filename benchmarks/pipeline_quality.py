@@ -37,8 +37,8 @@ from perfkit.measure import profile
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import _bundled_backends, _bundled_root
 from perfkit.server.modelconfig import apply_config, parse_config, render_config
-from perfkit.tuner import TuneSettings, TuneSpace, judge_trial, tune_pipeline
-from perfkit.tuner._loadplan import find_load
+from perfkit.tuner import TuneSettings, TuneSpace, judge_trial, tune
+from perfkit.tuner._load_search import find_load
 from perfkit.tuner._pipeline import unbundle
 from perfkit.tuner._repo_guard import RepoGuard
 
@@ -182,15 +182,15 @@ def main() -> int:
     with launch_local(LocalLaunch(repo, models=(MODEL,))) as server:
         if not args.skip_grid:
             t0 = time.monotonic()
-            grid = tune_pipeline(server, _settings(work / "grid", args.budget_ms, 10_000, "grid", None), grid_space,
-                                 model_repository=repo)  # fmt: skip
+            grid = tune(server, _settings(work / "grid", args.budget_ms, 10_000, "grid", None), grid_space,
+                        model_repository=repo)  # fmt: skip
             walls["grid"] = time.monotonic() - t0
             trials["grid"] = sum(1 for t in grid.record.trials if "reload_s" in t.metrics)
             if grid.record.best_config:
                 picks["grid"] = unbundle(grid.record.best_config)
         t0 = time.monotonic()
-        tuned = tune_pipeline(server, _settings(work / "tune", args.budget_ms, args.trials, "auto", args.max_time),
-                              TuneSpace(), model_repository=repo, on_event=lambda e: print(e.line()))  # fmt: skip
+        tuned = tune(server, _settings(work / "tune", args.budget_ms, args.trials, "auto", args.max_time),
+                     TuneSpace(), model_repository=repo, on_event=lambda e: print(e.line()))  # fmt: skip
         walls["perfkit"] = time.monotonic() - t0
         trials["perfkit"] = sum(1 for t in tuned.record.trials if "reload_s" in t.metrics)
         if tuned.record.best_config:

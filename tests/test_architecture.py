@@ -19,9 +19,11 @@ PKG = Path(perfkit.__file__).parent
 
 LAYERS: list[set[str]] = [
     {"errors"},
+    {"units"},  # unit parsers: '20ms', '8GiB', '20k/s' read one way by every command
     {"objectives"},  # the objective registry: records rank a tune's trials with it
     {"records"},
     {"changepoints"},  # e-divisive over a series: the level loop's windows, the gate, history
+    {"budget"},  # a latency budget and what a measured level says about it (tuner verdicts, capacity)
     {"server"},
     {"schedule"},
     {"recorder"},
@@ -29,7 +31,7 @@ LAYERS: list[set[str]] = [
     {"measure"},
     {"distributed"},  # measure's level loop spread over Ray workers; the tuner's --ray mode builds on it
     {"store"},
-    {"tuner", "gate"},
+    {"tuner", "gate", "capacity"},  # capacity: replicas for a target rate, analysis over records
     {
         "history",
         "live",
@@ -106,3 +108,43 @@ def test_exit_codes_are_pinned():
         "HISTORY_CHANGE": 13,
         "INTERRUPTED": 130,
     }
+
+
+# Analysis over records: none of these loads an optimizer, directly or through the tuner (a campaign
+# without [tune], a report, `perfkit plan` must not pay optuna's import).
+ANALYSIS = ("capacity", "gate", "history", "report")
+
+
+@pytest.mark.parametrize("stage", ANALYSIS)
+def test_analysis_stages_import_no_optimizer(stage: str):
+    import subprocess
+    import sys
+
+    loaded = "sorted(m for m in sys.modules if m.split('.')[0] == 'optuna' or m.startswith('perfkit.tuner'))"
+    code = f"import sys, perfkit.{stage}; print({loaded})"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"importing perfkit.{stage} loads {out}"
+
+
+def _private_tuner_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        found.update(n for n in names if n.startswith("perfkit.tuner._"))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PKG / "cli").rglob("*.py")), ids=lambda p: str(p.relative_to(PKG)))
+def test_the_cli_imports_no_private_tuner_module(path: Path):
+    assert not _private_tuner_imports(path), f"{path.relative_to(PKG)} reaches into {_private_tuner_imports(path)}"
+
+
+def test_the_private_import_rule_catches_one(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text("from perfkit.tuner._trial import TrialRunner\nfrom perfkit.tuner import tune\n")
+    assert _private_tuner_imports(bad) == {"perfkit.tuner._trial", "perfkit.tuner._trial.TrialRunner"}

@@ -243,7 +243,7 @@ def test_dry_run_assume_gpu_on_every_config_exits_0_or_3_with_a_reason(tmp_path:
 )
 def test_a_field_the_client_does_not_know_is_named_with_the_release_that_knows_it(field: str, named: str):
     from perfkit.errors import ConfigError
-    from perfkit.tuner._plan import explain_unknown_field
+    from perfkit.tuner._preview import explain_unknown_field
 
     err = ConfigError(
         f'cfg:3:1: invalid model config: Message type "inference.ModelConfig" has no field named "{field}".'

@@ -14,7 +14,7 @@ from perfkit.cli import main
 from perfkit.errors import CandidateRejectedError, ConfigError
 from perfkit.server.modelconfig import parse_config, read_config
 from perfkit.tuner import TuneSpace, _pipeline, apply_params, resolve
-from perfkit.tuner._plan import candidate_lines
+from perfkit.tuner._preview import candidate_lines
 from perfkit.tuner._repo_guard import RepoGuard, apply_all, broken_by, refuse_if_breaks
 from tests.conftest import copy_models
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from perfkit.capacity import evidence_from_run, evidence_from_tune, parse_percent, parse_rate_rps, plan_capacity
 from perfkit.cli import main
 from perfkit.errors import ExitCode, InputError, UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import Confirmation, LoadLevel, Machine, Precision, RunRecord, TrialRecord, TuneRecord
 from perfkit.server import LocalLaunch, launch_local
-from perfkit.tuner import evidence_from_run, evidence_from_tune, parse_percent, parse_rate_rps, plan_capacity
 
 C16 = LoadLevel("concurrency", 16.0)
 R900 = LoadLevel("request_rate", 900.0, "poisson")

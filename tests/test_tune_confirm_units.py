@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from perfkit.budget import Budget, level_within_budget, open_loop_shortfall
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level
 from perfkit.records import Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord
 from perfkit.tuner._confirm import ConfirmSettings, describe, repeat_windows, summarize_repeats
-from perfkit.tuner._judge import JudgeSettings, level_within_budget, open_loop_shortfall
-from perfkit.tuner._loadplan import rate_ladder, start_on, step_below
+from perfkit.tuner._load_search import JudgeSettings, rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
-from perfkit.tuner._queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
 from perfkit.tuner._record import summary
+from tests.queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
 
 C8 = LoadLevel("concurrency", 8.0)
 
@@ -174,9 +174,9 @@ def test_rate_ladder_and_levels():
     assert all(1.05 < r < 1.13 for r in ratios[9:-1])  # 2**(1/8) apart (rounded to 3 digits)
     assert step_below(values, 100.0) == pytest.approx(91.7) and step_below(values, values[0]) is None
     assert start_on(values, 101.0) == 100.0
-    js = JudgeSettings(latency_budget_ms=50, load_mode="rate", distribution="constant")
+    js = JudgeSettings(budget=Budget(50), load_mode="rate", distribution="constant")
     assert js.level(120.0) == LoadLevel("request_rate", 120.0, "constant")
-    assert JudgeSettings(latency_budget_ms=50).level(6.0) == LoadLevel("concurrency", 6.0)
+    assert JudgeSettings(budget=Budget(50)).level(6.0) == LoadLevel("concurrency", 6.0)
 
 
 def test_queueing_models_agree_with_their_closed_forms():
@@ -246,7 +246,7 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
         )  # fmt: skip
         return synthetic_record([level], model=spec.model)
 
-    judge = JudgeSettings(latency_budget_ms=150, load_mode="rate", max_rate_rps=10_000.0)
+    judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
     settings = SimpleNamespace(command=(), latency_budget_ms=150.0, percentile=99.0, budget_metric="latency")
     t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
     cs = ConfirmSettings(repeats=2, min_windows=1, max_windows=1)

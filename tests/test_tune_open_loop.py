@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from perfkit.records import RunRecord, TuneRecord, from_dict
-from perfkit.tuner._queueing import sustainable_rate_rps
+from tests.queueing import sustainable_rate_rps
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 

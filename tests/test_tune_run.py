@@ -219,16 +219,16 @@ def test_accuracy_guard_and_rejected_candidates_on_the_real_server(model_repo: P
     refuses it; fp16's half-precision rounding stays within the FP32 default. A candidate the
     validator rejects (here: 2 instances) is recorded with its reason and never loaded."""
     from perfkit.errors import CandidateRejectedError
-    from perfkit.tuner import _trial
+    from perfkit.tuner import _subject_model
 
-    real_apply = _trial.apply_params
+    real_apply = _subject_model.apply_params
 
     def apply_or_reject(original, params, space):
         if params.get("instance_count") == 2:
             raise CandidateRejectedError("instance_count 2: rejected by the test's rule")
         return real_apply(original, params, space)
 
-    monkeypatch.setattr(_trial, "apply_params", apply_or_reject)
+    monkeypatch.setattr(_subject_model, "apply_params", apply_or_reject)
     cfg_path = model_repo / "hungry" / "config.pbtxt"
     original = cfg_path.read_bytes()
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2),

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from perfkit.budget import Budget, parse_latency_budget
 from perfkit.errors import CandidateRejectedError, UsageError
 from perfkit.records import (
     LatencySummary,
@@ -24,8 +25,7 @@ from perfkit.records import (
 )
 from perfkit.server.modelconfig import parse_config, read_config
 from perfkit.tuner import JudgeSettings, TuneSettings, TuneSpace, apply_params, judge_trial, resolve
-from perfkit.tuner._judge import parse_latency_budget
-from perfkit.tuner._loadplan import find_load
+from perfkit.tuner._load_search import find_load
 from perfkit.tuner._space import candidate_points, extract_params
 from perfkit.tuner._validate import Context, validate
 
@@ -118,11 +118,11 @@ def test_a_stream_budget_on_a_level_without_stream_figures_is_never_met():
 
 
 def test_a_stream_budget_spec_streams_and_leaves_no_end_to_end_threshold_to_measure():
-    judge = JudgeSettings(latency_budget_ms=300, budget_metric="ttft", streaming=True, stop_when_decided=True)
+    judge = JudgeSettings(budget=Budget(300, metric="ttft"), streaming=True, stop_when_decided=True)
     spec = judge.spec("streamer", (LoadLevel("concurrency", 1.0), LoadLevel("concurrency", 2.0)), bisect=True)
     assert spec.streaming and spec.protocol == "grpc"
     assert spec.latency_threshold_ms is None and not spec.binary_search and not spec.stop_when_decided
-    plain = JudgeSettings(latency_budget_ms=20, stop_when_decided=True).spec("batcher", bisect=True)
+    plain = JudgeSettings(budget=Budget(20), stop_when_decided=True).spec("batcher", bisect=True)
     assert plain.latency_threshold_ms == 20 and plain.binary_search and not plain.streaming
 
 
@@ -136,7 +136,7 @@ def test_stream_budget_loads_are_measured_one_level_at_a_time_up_to_the_first_ov
         c = int(values[0])
         return _run(_stream_level(c, 10 * c, 500, 15.0 * c, 5))
 
-    judge = JudgeSettings(latency_budget_ms=50, budget_metric="ttft", streaming=True, max_concurrency=8)
+    judge = JudgeSettings(budget=Budget(50, metric="ttft"), streaming=True, max_concurrency=8)
     rec = find_load(measure, None, judge, "streamer", None)  # type: ignore[arg-type]  # the fake measure needs no server
     assert asked == [(1.0,), (2.0,), (4.0,)]  # 4 is over the TTFT budget: 8 is never measured
     assert [int(lv.load.value) for lv in rec.levels] == [1, 2, 4]

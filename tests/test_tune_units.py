@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfkit.budget import Budget
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.measure import _binary_search, over_latency_threshold
@@ -18,8 +19,8 @@ from perfkit.records import MetricSample, ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
-from perfkit.tuner._judge import constraints
-from perfkit.tuner._loadplan import find_load, ladder, start_concurrency
+from perfkit.tuner._load_search import find_load, ladder, start_concurrency
+from perfkit.tuner._verdict import constraints
 
 BUDGET_MS = 20.0
 
@@ -56,7 +57,7 @@ class FakeSystem:
         return synthetic_record(levels, model=spec.model)
 
 
-JUDGE = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, max_concurrency=128)
+JUDGE = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), max_concurrency=128)
 
 
 def _best_concurrency(rec: RunRecord) -> int | None:
@@ -278,7 +279,7 @@ class FakeRateSystem:
 
 def test_an_open_loop_search_doubles_the_rate_then_bisects():
     sys_ = FakeRateSystem()
-    judge = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, load_mode="rate", max_rate_rps=10_000.0)
+    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     rec = find_load(sys_, None, judge, "m", None)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert v.feasible_load is not None and 380 <= v.feasible_load.value <= 400  # the ladder's resolution
@@ -304,7 +305,7 @@ class FakeOverloadSystem:
 
 
 def test_an_overloaded_level_caps_the_open_loop_search_at_the_capacity_it_completed():
-    judge = JudgeSettings(latency_budget_ms=BUDGET_MS, percentile=99, load_mode="rate", max_rate_rps=10_000.0)
+    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     sys_ = FakeOverloadSystem()
     rec = find_load(sys_, None, judge, "m", 800.0)  # a similar trial sustained 800 req/s
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)

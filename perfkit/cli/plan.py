@@ -9,20 +9,17 @@ from pathlib import Path
 
 import click
 
-from perfkit.errors import MeasurementError, UsageError
-from perfkit.records import RunRecord, TuneRecord, load_record
-from perfkit.tuner import (
+from perfkit.capacity import (
     CapacityPlan,
     evidence_from_run,
     evidence_from_tune,
     judge_verification,
-    parse_duration_s,
-    parse_latency_ms,
-    parse_percent,
-    parse_rate_rps,
     plan_capacity,
     verification_spec,
 )
+from perfkit.errors import MeasurementError, UsageError
+from perfkit.records import RunRecord, TuneRecord, load_record
+from perfkit.units import parse_duration_s, parse_latency_ms, parse_percent, parse_rate_rps
 
 
 def _read(path: Path) -> RunRecord | TuneRecord:

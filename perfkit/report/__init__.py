@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from perfkit.capacity import CapacityPlan
 from perfkit.errors import InputError
 from perfkit.gate import GateOptions, GateResult
 from perfkit.history import ChangePoint, Series
@@ -22,7 +23,6 @@ from perfkit.report._other_pages import comparison_page, tune_page
 from perfkit.report._page import write
 from perfkit.report._plan_page import plan_page
 from perfkit.report._profile_page import profile_page
-from perfkit.tuner import CapacityPlan
 
 # Where HTML reports go unless told otherwise: the top-level reports/ folder (its README says what lands there).
 DEFAULT_REPORTS_DIR = Path("reports")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfkit.capacity import CapacityPlan
 from perfkit.report._figure_types import Table
 from perfkit.report._page import Banner, Card, Page, PageBuilder
-from perfkit.tuner import CapacityPlan
 
 
 def plan_page(plan: CapacityPlan, verification: dict[str, Any] | None = None) -> Page:

@@ -38,15 +38,15 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from perfkit.budget import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
 from perfkit.recorder import t95, t95_one_sided
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
-from perfkit.tuner import _study
+from perfkit.tuner import _trial_state
 from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
-from perfkit.tuner._judge import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
-from perfkit.tuner._loadplan import ladder, rate_ladder, step_below
+from perfkit.tuner._load_search import ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
-from perfkit.tuner._trial import TrialRunner, _default_measure
+from perfkit.tuner._trial import TrialRunner
 
 ATTR_PREFIX = "confirmation:"
 
@@ -69,7 +69,11 @@ MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candid
 
 def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
     """Throughput over the hardware units the objective counts (1 unless per-instance/per-gpu)."""
-    return throughput / float((ft.user_attrs.get("metrics") or {}).get("hardware_units", 1.0))
+    return throughput / _trial_state.read(ft).hardware_units
+
+
+def _searched_tput(ft: optuna.trial.FrozenTrial) -> float:
+    return float(_trial_state.read(ft).throughput_infer_per_s or 0.0)
 
 
 def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.FrozenTrial]:
@@ -77,11 +81,9 @@ def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.F
     done = [
         t
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get("feasible")
-        and t.user_attrs.get("throughput_infer_per_s") is not None
-        and not t.user_attrs.get(_study.A_DUPLICATE_OF)
+        if (st := _trial_state.read(t)).feasible and st.throughput_infer_per_s is not None and not st.duplicate_of
     ]
-    done.sort(key=lambda t: -_per_unit(t, float(t.user_attrs["throughput_infer_per_s"])))
+    done.sort(key=lambda t: -_per_unit(t, _searched_tput(t)))
     return done[:MAX_ATTEMPTS]
 
 
@@ -102,7 +104,7 @@ def repeat_windows(window_ms: float, cs: ConfirmSettings) -> tuple[int, int]:
 
 
 def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> list[LevelResult]:
-    measure = t.measure or _default_measure()
+    measure = t.measure
     base = t.judge.spec(t.model, (load,))
     least, most = repeat_windows(base.measurement_interval_ms, cs)
     spec = dataclasses.replace(
@@ -216,7 +218,7 @@ def confirm_one(
         levels = _measure_repeats(t, number, level, cs)
         return summarize_repeats(
             level, levels, repeats=cs.repeats, budget_ms=t.s.latency_budget_ms, percentile=t.s.percentile,
-            metric=t.s.budget_metric, mix_scale=t.judge.mix_scale,
+            metric=t.s.budget_metric, mix_scale=t.judge.budget.mix_scale,
         )  # fmt: skip
 
     first = at(load)
@@ -266,18 +268,18 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
     best_held = -math.inf
     held_at: tuple[float, float] | None = None  # (load value, per-unit factor) of the best claim held
     candidates = _candidates(study, cs)
-    top = _per_unit(candidates[0], float(candidates[0].user_attrs["throughput_infer_per_s"])) if candidates else 0.0
+    top = _per_unit(candidates[0], _searched_tput(candidates[0])) if candidates else 0.0
     for i, ft in enumerate(candidates):
-        searched = _per_unit(ft, float(ft.user_attrs["throughput_infer_per_s"]))
+        searched = _per_unit(ft, _searched_tput(ft))
         if searched <= best_held:
             break  # cannot overtake a confirmed pick even if its reading holds in full
         # Rivals within reach of the pick are confirmed too; past them, only while none held.
         if best_held > -math.inf and (i >= cs.max_candidates or searched < (1 - cs.rivals_within) * top):
             break
-        load_attr = ft.user_attrs.get("load") or {}
-        load = t.judge.level(float(load_attr.get("value", 1)))
-        text = str(ft.user_attrs.get("config_pbtxt", ""))
-        label = fmt_params(ft.user_attrs.get("params") or {})
+        st = _trial_state.read(ft)
+        load = t.judge.level(st.load.value if st.load is not None else 1.0)
+        text = st.config_pbtxt
+        label = fmt_params(st.params)
         t.emit(ConfirmStarted(ft.number, label, load.label, cs.repeats))
         per_unit = _per_unit(ft, 1.0)  # 1 / the hardware units this config occupies
         floor = held_at[0] if held_at is not None and held_at[1] == per_unit else None

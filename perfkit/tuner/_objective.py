@@ -1,22 +1,21 @@
-"""What a trial is ranked by: throughput within the budget, or throughput per instance or per
-GPU (so a config that needs twice the hardware for 10% more does not win), goodput (streamed
-requests meeting every TTFT/ITL SLO per second, at the level within the budget), or a Pareto
-front of throughput and latency."""
+"""The tuner's side of the objectives (perfkit.objectives defines them once): the hardware units
+a per-instance / per-GPU objective divides throughput by, read from a trial's config, and the
+values a trial reports to the study."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from perfkit import objectives
 from perfkit.server.modelconfig import ModelConfig
 from perfkit.tuner._space._model import KIND_CPU
-
-OBJECTIVES = ("throughput", "pareto", "per-instance", "per-gpu", "goodput")
-PER_HARDWARE = ("per-instance", "per-gpu")
 
 
 def hardware_units(cfg: ModelConfig, objective: str, gpus_visible: int) -> float:
     """What the objective divides throughput by: instances (per-instance), or GPUs the config's
     instances occupy (per-gpu; a group without a gpus list spreads over every visible GPU; a
     config on CPU only counts as one device); 1 for the other objectives."""
-    if objective not in PER_HARDWARE:
+    if not objectives.get(objective).per_hardware:
         return 1.0
     groups = list(cfg.instance_group)
     if objective == "per-instance":
@@ -37,11 +36,10 @@ def hardware_units(cfg: ModelConfig, objective: str, gpus_visible: int) -> float
     return float(max(1, len(used)))
 
 
-def objective_value(objective: str, throughput: float, metrics: dict[str, float]) -> float:
-    """The single figure a trial is ranked by (not for pareto): throughput, throughput over the
-    hardware units in metrics, or goodput (0 when the level measured none)."""
-    if objective == "goodput":
-        return float(metrics.get("goodput_rps", 0.0))
-    if objective in PER_HARDWARE:
-        return throughput / float(metrics.get("hardware_units", 1.0))
-    return throughput
+def study_values(objective: str, throughput: float, latency_us: float, metrics: Mapping[str, float]) -> list[float]:
+    """What a trial tells the study, one value per direction of the objective: its ranking value,
+    and for a front its latency, which the study holds in milliseconds (as it always has, so a
+    resumed study's trials compare)."""
+    obj = objectives.get(objective)
+    values = obj.study_values(throughput, latency_us, metrics)
+    return [values[0], latency_us / 1e3] if obj.front else values

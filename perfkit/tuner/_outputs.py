@@ -16,10 +16,10 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
-from perfkit.records import LoadLevel, TrialRecord, TuneRecord, to_dict
+from perfkit.records import TrialRecord, TuneRecord, to_dict
 from perfkit.server.modelconfig import write_bytes_atomic
-from perfkit.tuner._space import PARAM_ORDER
-from perfkit.tuner._study import A_DUPLICATE_OF, A_FAIL_REASON, A_ORIGINAL
+from perfkit.tuner import _trial_state
+from perfkit.tuner._space import param_order
 
 _STATE: dict[TrialState, Literal["complete", "pruned", "failed", "running"]] = {
     TrialState.COMPLETE: "complete",
@@ -31,26 +31,25 @@ _STATE: dict[TrialState, Literal["complete", "pruned", "failed", "running"]] = {
 
 def trial_record(t: FrozenTrial) -> TrialRecord:
     """A study trial as perfkit's TrialRecord (from the user attributes the tuner set)."""
-    ua = t.user_attrs
-    load = ua.get("load")
-    metrics = {k: float(v) for k, v in (ua.get("metrics") or {}).items() if isinstance(v, (int, float))}
-    if ua.get(A_DUPLICATE_OF) is not None:
-        metrics["duplicate_of"] = float(ua[A_DUPLICATE_OF])  # answered from that trial, not measured again
+    st = _trial_state.read(t)
+    metrics = {k: float(v) for k, v in st.metrics.items() if isinstance(v, (int, float))}
+    if st.duplicate_of is not None:
+        metrics["duplicate_of"] = float(st.duplicate_of)  # answered from that trial, not measured again
     start, end = t.datetime_start, t.datetime_complete
-    duration = float(ua.get("duration_s") or ((end - start).total_seconds() if start and end else 0.0))
+    duration = float(st.duration_s or ((end - start).total_seconds() if start and end else 0.0))
     return TrialRecord(
         number=t.number,
         state=_STATE.get(t.state, "running"),
-        params=dict(ua.get("params") or t.params),
-        load=LoadLevel(load["mode"], float(load["value"]), load.get("distribution")) if load else None,
-        throughput_infer_per_s=ua.get("throughput_infer_per_s"),
-        latency_us=ua.get("latency_us"),
-        feasible=bool(ua.get("feasible", False)),
-        fail_reason=str(ua.get(A_FAIL_REASON, "")),
-        config_pbtxt_sha256=str(ua.get("config_pbtxt_sha256", "")),
-        served_config_sha256=str(ua.get("served_config_sha256", "")),
+        params=st.params or dict(t.params),
+        load=st.load,
+        throughput_infer_per_s=st.throughput_infer_per_s,
+        latency_us=st.latency_us,
+        feasible=st.feasible,
+        fail_reason=st.fail_reason,
+        config_pbtxt_sha256=st.config_pbtxt_sha256,
+        served_config_sha256=st.served_config_sha256,
         duration_s=duration,
-        is_original=bool(ua.get(A_ORIGINAL, False)),
+        is_original=st.is_original,
         metrics=metrics,
     )
 
@@ -63,7 +62,7 @@ def study_trials(study: optuna.Study) -> list[FrozenTrial]:
 def trials_frame(records: Sequence[TrialRecord], percentile: float, budget_metric: str = "latency") -> pd.DataFrame:
     """One row per trial, columns named for its parameters and metrics; the budget's column for
     what it holds (p99_latency_ms, or p99_ttft_ms / p99_itl_ms under a stream budget)."""
-    param_keys = [k for k in PARAM_ORDER if any(k in r.params for r in records)]
+    param_keys = [k for k in param_order() if any(k in r.params for r in records)]
     param_keys += sorted({k for r in records for k in r.params} - set(param_keys))
     metric_keys = sorted({k for r in records for k in r.metrics})
     rows = []

@@ -11,13 +11,13 @@ from typing import Any, Literal
 import optuna
 
 from perfkit import __version__
+from perfkit.budget import budget_label
 from perfkit.errors import ServerError
 from perfkit.measure import machine_info
 from perfkit.records import TuneRecord
-from perfkit.tuner import _outputs, _study
+from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._confirm import confirmations, describe
 from perfkit.tuner._events import Summary, fmt_params
-from perfkit.tuner._judge import budget_label
 from perfkit.tuner._trial import TrialRunner
 
 
@@ -31,7 +31,7 @@ def build_record(
         dataclasses.replace(r, confirmation=confirmed.get(r.number))
         for r in (_outputs.trial_record(ft) for ft in frozen)
     )
-    configs = {ft.number: str(ft.user_attrs.get("config_pbtxt", "")) for ft in frozen}
+    configs = {ft.number: _trial_state.read(ft).config_pbtxt for ft in frozen}
     rec = TuneRecord(
         perfkit_version=__version__,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -45,7 +45,7 @@ def build_record(
         mix_budgets_ms=dict(t.s.mix_budgets_ms),
         percentile=t.s.percentile,
         objective=t.s.objective,
-        original_config=t.original_text,
+        original_config=t.subject.original_text,
         best_config=None,
         best_trial=None,
         trials=trials,

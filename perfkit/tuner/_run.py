@@ -1,30 +1,31 @@
-"""The search loop: open (or join) the study, ask a candidate, run the trial, tell, until a
-stopping rule holds; then the record, the outputs, and --apply. The user's config is
-guarded throughout (ConfigGuard puts it back on every ending)."""
+"""The one search loop, over any subject: open (or join) the study, ask a candidate, run the
+trial, tell, until a stopping rule holds; then the record, the outputs, and --apply. The user's
+configs are guarded throughout (the route's guard puts them back on every ending)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import optuna
 
 from perfkit.errors import PerfkitError, UsageError
 from perfkit.records import TuneRecord
 from perfkit.server.base import Server
-from perfkit.server.modelconfig import ConfigGuard, apply_config, config_pbtxt_sha256
-from perfkit.tuner import _outputs, _study
+from perfkit.server.modelconfig import config_pbtxt_sha256
+from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
-from perfkit.tuner._events import Applied, OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
-from perfkit.tuner._loadplan import Measure
+from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
+from perfkit.tuner._load_search import Measure
 from perfkit.tuner._record import build_record, summary
-from perfkit.tuner._repo_guard import refuse_if_breaks
+from perfkit.tuner._repo_guard import apply_all
+from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
+from perfkit.tuner._subject import open_subject
 from perfkit.tuner._trial import TrialRunner
 
 log = logging.getLogger(__name__)
@@ -43,30 +44,25 @@ def search(t: TrialRunner, study: optuna.Study) -> None:
     confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats, min_repeat_s=t.s.confirm_time_s))
 
 
-def run_search(
-    t: TrialRunner,
-    guard: AbstractContextManager[Any],
-    *,
-    seed: Callable[[optuna.Study], None] | None = None,
-    more_outputs: Callable[[TuneRecord], tuple[dict[str, Path], Sequence[TuneEvent]]] | None = None,
-) -> tuple[TuneRecord, dict[str, Path]]:
-    """One tune from its announcement to its outputs, for a model and for a pipeline: the study
-    opened (`seed` may queue more points), the search run inside `guard`, and on every ending the
-    record and its outputs written (`more_outputs` adds files, and events told after the summary).
-    Raises UsageError for an empty space, and as search does (after the outputs are written)."""
-    s = t.s
-    t.emit(SearchStarted(t.title, t.space.backend, s.percentile, s.latency_budget_ms,
+def run_search(t: TrialRunner) -> tuple[TuneRecord, dict[str, Path]]:
+    """One tune from its announcement to its outputs, for any subject: the study opened, the
+    search run inside the route's guard of the subject's configs, and on every ending the record
+    and its outputs written (the subject's own files too). Raises UsageError for an empty space,
+    and as search does (after the outputs are written)."""
+    s, subject = t.s, t.subject
+    t.emit(SearchStarted(subject.title, t.space.backend, s.percentile, s.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
                          s.budget_metric, t.judge.load_line(default=s.load is None)))  # fmt: skip
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)
-    if seed is not None:
-        seed(study)
+    if len(study.trials) == 1 and s.sampler == "auto" and (s.trials is None or s.trials > 1):
+        for point in subject.extra_seeds(t.original_fixed_params()):
+            study.enqueue_trial(point, skip_if_exists=True)
     t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
-    with guard:
+    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
         try:
             search(t, study)
         except KeyboardInterrupt:
@@ -78,10 +74,8 @@ def run_search(
         finally:
             rec = build_record(t, study, status, error)
             paths = _outputs.write_outputs(t.out_dir, rec, trial_configs=t.trial_configs)
-            after: Sequence[TuneEvent] = ()
-            if more_outputs is not None:
-                more, after = more_outputs(rec)
-                paths.update(more)
+            more, after = subject.write_best(t.out_dir, rec)
+            paths.update(more)
             t.emit(summary(rec, t.out_dir))
             for event in after:
                 t.emit(event)
@@ -109,7 +103,7 @@ def open_study(t: TrialRunner) -> optuna.Study:
     if created and t.s.resume:
         optuna.delete_study(study_name=t.study_name, storage=storage)
         raise nothing_to_resume
-    sha = config_pbtxt_sha256(t.original_cfg)
+    sha = config_pbtxt_sha256(t.subject.original_cfg)
     known = study.user_attrs.get("original_sha256")
     if known is None:
         study.set_user_attr("original_sha256", sha)
@@ -119,7 +113,7 @@ def open_study(t: TrialRunner) -> optuna.Study:
         study.set_user_attr("budget_metric", t.s.budget_metric)
     elif known != sha:
         raise UsageError(
-            f"{t.config_path} differs from the config study {t.study_name!r} started from",
+            f"{t.subject.config_path} differs from the config study {t.study_name!r} started from",
             hint="restore that config, or start a new study (another -o DIR or --study-name)",
         )
     elif (
@@ -137,7 +131,7 @@ def open_study(t: TrialRunner) -> optuna.Study:
     _study.fail_stale(study)
     if created or (t.s.resume and not study.get_trials(deepcopy=False)):
         original = t.original_fixed_params()
-        study.enqueue_trial(original, user_attrs={_study.A_ORIGINAL: True}, skip_if_exists=True)
+        study.enqueue_trial(original, user_attrs={_trial_state.A_ORIGINAL: True}, skip_if_exists=True)
         # The sampler's own draws follow; a grid or random search walks its points unseeded.
         seed = batching_seed(t.space, original) if t.s.sampler == "auto" else None
         if seed is not None and (t.s.trials is None or t.s.trials > 1):
@@ -155,20 +149,25 @@ def tune(
     space: TuneSpace,
     *,
     model_repository: Path,
+    composing: Sequence[str] = (),
     measure: Measure | None = None,
     on_event: OnEvent | None = None,
     echo: Callable[[str], None] | None = None,
+    route: ConfigRoute | None = None,
 ) -> TuneResult:
-    """Search configs of settings.model for the most throughput within the latency budget.
+    """Search the configs of what settings name for the most throughput within the latency budget:
+    one model, a pipeline (settings.model an ensemble, or a BLS model with `composing`), or the
+    models of a traffic mix (settings.mix), searched jointly.
 
-    Writes each candidate into model_repository/<model>/config.pbtxt (an edit of the user's
-    file: comments and layout kept), reloads it on the server (explicit model control),
-    verifies what the server applied, checks its outputs against the original's, measures,
-    and always puts the original back (even on Ctrl-C). Progress goes to on_event as typed
-    events (and to logging). Outputs go to settings.output_dir. Raises UsageError/InputError
-    for bad settings or config, ServerError when the server dies or the original no longer
-    loads, KeyboardInterrupt after cleanup and partial outputs. `echo`, a shorthand for
-    on_event, receives each event's line().
+    Each candidate is served through `route` (default: the file route, which edits
+    model_repository/<model>/config.pbtxt, comments and layout kept, reloads the model with
+    explicit model control and verifies what the server applied); its outputs are checked against
+    the original's, it is measured, and every original is always put back (even on Ctrl-C).
+    --apply installs the best config(s) all or nothing. Progress goes to on_event as typed events
+    (and to logging); `echo`, a shorthand for on_event, receives each event's line(). Outputs go
+    to settings.output_dir. Raises UsageError/InputError/ConfigError for bad settings or configs,
+    ServerError when the server dies or an original no longer loads, KeyboardInterrupt after
+    cleanup and partial outputs.
     """
     sink = on_event or _ignore
 
@@ -177,13 +176,28 @@ def tune(
         if echo is not None:
             echo(event.line())
 
-    t = TrialRunner(server, settings, space, model_repository, measure, emit_to)
-    rec, result_paths = run_search(t, ConfigGuard(t.config_path, server, t.model))
+    subject = open_subject(settings, space, model_repository, composing=composing, route=route)
+    t = TrialRunner(server, settings, subject, measure, emit_to)
+    rec, result_paths = run_search(t)
     backup = None
     if settings.apply and rec.best_config is not None:
-        refuse_if_breaks(t.model, rec.best_config, model_repository)  # never leave an ensemble unloadable
-        backup = _outputs.apply_best(t.config_path, rec.best_config)
-        if backup is not None:
-            apply_config(server, t.model, t.config_path, rec.best_config)  # same bytes: reload and verify
-        t.emit(Applied(rec.best_trial, t.config_path, backup))
+        backup = apply_best(t, rec)
     return TuneResult(record=rec, output_dir=t.out_dir, paths=result_paths, applied_backup=backup)
+
+
+def apply_best(t: TrialRunner, rec: TuneRecord) -> Path | None:
+    """--apply: the best config(s) written into the repository all or nothing (refused when another
+    model would stop loading; each file changed keeps a backup), then served; returns the first
+    backup (None: nothing changed). Raises ConfigError."""
+    assert rec.best_config is not None
+    subject = t.subject
+    changes = subject.best_changes(rec.best_config)
+    backups = apply_all(changes, subject.repository)
+    for model in backups:
+        path, text = changes[model]
+        subject.route.serve(t.server, model, path, text)  # same bytes: reload and verify
+    if backups:
+        for model in subject.reload_last:
+            t.server.load_model(model)
+    t.emit(subject.applied(rec.best_trial, backups))
+    return next(iter(backups.values()), None)

@@ -3,22 +3,20 @@ and what it hands back (TuneResult)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from perfkit import objectives
+from perfkit.budget import BUDGET_METRICS, Budget, check_percentile, parse_latency_budget, parse_mix_budgets
 from perfkit.errors import InputError, UsageError
+from perfkit.objectives import ObjectiveName
 from perfkit.records import TrialRecord, TuneRecord
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
-from perfkit.tuner._judge import (
-    BUDGET_METRICS,
-    JudgeSettings,
-    check_percentile,
-    parse_duration_s,
-    parse_latency_budget,
-)
+from perfkit.tuner._load_search import JudgeSettings
+from perfkit.units import parse_bytes, parse_duration_s
 
 SETTINGS_KEYS = (
     "latency_budget",
@@ -41,6 +39,27 @@ SETTINGS_KEYS = (
 )
 
 
+# Keys only the command line gives (beside SETTINGS_KEYS): --goodput, --trace and --max-rate.
+FLAG_KEYS = ("goodput", "trace", "max_rate")
+
+
+def parse_budget(
+    models: Sequence[str], text: str | float, mix_text: str | None = None, *, percentile: float = 99.0
+) -> tuple[Budget, tuple[tuple[str, int], ...]]:
+    """--latency-budget of one model ('20ms', 'ttft:300ms') or, with several -m, of a traffic mix
+    (--mix, default equal weights; 'A:20ms,B:50ms' or one budget for all): the Budget and the mix
+    (() for one model). Raises UsageError naming the value."""
+    from perfkit.measure import parse_mix  # the mix's syntax is the profiler's
+
+    mix = parse_mix(models, mix_text)
+    if not mix:
+        metric, ms = parse_latency_budget(text)
+        return Budget(ms, percentile, metric), ()
+    budgets = parse_mix_budgets([m for m, _ in mix], str(text))
+    own = tuple((m, budgets[m]) for m, _ in mix)
+    return Budget(own[0][1], percentile, "latency", own), mix
+
+
 CONFIRM_MIN_WINDOWS = 5  # windows of a confirmation run at the least (ConfirmSettings.min_windows)
 
 
@@ -53,7 +72,7 @@ class TuneSettings:
     percentile: float = 99.0
     # What the budget holds: end-to-end latency, or TTFT / ITL of a decoupled model's stream.
     budget_metric: str = "latency"
-    objective: Literal["throughput", "pareto", "per-instance", "per-gpu", "goodput"] = "throughput"
+    objective: ObjectiveName = "throughput"  # a name of perfkit.objectives
     # --objective goodput: the SLOs a streamed request must meet to count, e.g. {"ttft": 200, "itl": 20}
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)
     trials: int | None = 20
@@ -131,19 +150,36 @@ class TuneSettings:
 
     @classmethod
     def from_mapping(
-        cls, model: str, data: Mapping[str, Any], *, source: str = "[tune]", **overrides: Any
+        cls,
+        model: str,
+        data: Mapping[str, Any],
+        *,
+        source: str = "[tune]",
+        flags: Mapping[str, Any] | None = None,
+        **overrides: Any,
     ) -> TuneSettings:
         """Settings from a sweep file's [tune] table (keys in SETTINGS_KEYS; space keys are
-        TuneSpace's). Raises InputError/UsageError naming the key."""
+        TuneSpace's) and, for `perfkit tune`, its flags: `flags` holds them under the table's keys
+        (and FLAG_KEYS: goodput, trace, max_rate), None for a flag not given. A flag
+        given overrides the table and its errors name the flag (the budget arrives parsed, by
+        parse_budget, in `overrides`). On the command line --max-time alone bounds the search by
+        time (no trial count). Raises InputError/UsageError naming the
+        key or flag."""
+        given = {k: v for k, v in (flags or {}).items() if v is not None}
+        data = {**data, **{k: v for k, v in given.items() if k in SETTINGS_KEYS}}
+
+        def named(key: str) -> str:
+            return "--" + key.replace("_", "-") if key in given else f"{source} {key}"
+
         kw: dict[str, Any] = {}
         if "latency_budget" not in data and "latency_budget_ms" not in overrides:
             raise InputError(f"{source}: latency_budget is required", hint='e.g. latency_budget = "20ms"')
         if "latency_budget" in data:
             kw["budget_metric"], kw["latency_budget_ms"] = parse_latency_budget(data["latency_budget"])
         if "max_time" in data:
-            kw["max_time_s"] = parse_duration_s(data["max_time"], what=f"{source} max_time")
+            kw["max_time_s"] = parse_duration_s(data["max_time"], what=named("max_time"))
         if "confirm_time" in data:
-            kw["confirm_time_s"] = parse_duration_s(data["confirm_time"], what=f"{source} confirm_time")
+            kw["confirm_time_s"] = parse_duration_s(data["confirm_time"], what=named("confirm_time"))
         for key, conv in (
             ("percentile", float),
             ("trials", int),
@@ -157,6 +193,8 @@ class TuneSettings:
                     kw[key] = conv(data[key])
                 except (TypeError, ValueError):
                     raise InputError(f"{source}: {key} = {data[key]!r} is not a number") from None
+        if flags is not None and "trials" not in data:
+            kw["trials"] = None if "max_time" in data else 20
         if "max_gpu_memory" in data:
             kw["max_gpu_memory_bytes"] = parse_bytes(data["max_gpu_memory"])
         if "max_output_diff" in data:
@@ -169,8 +207,17 @@ class TuneSettings:
         for key in ("objective", "protocol", "sampler", "load", "arrival"):
             if key in data:
                 kw[key] = str(data[key])
-        if kw.get("objective", "throughput") not in ("throughput", "pareto", "per-instance", "per-gpu", "goodput"):
-            raise InputError(f"{source}: objective must be throughput, pareto, per-instance, per-gpu or goodput")
+        if kw.get("objective", objectives.DEFAULT) not in objectives.NAMES:
+            *first, last = objectives.NAMES
+            raise InputError(f"{source}: objective must be {', '.join(first)} or {last}")
+        if "goodput" in given:
+            from perfkit.measure import parse_goodput
+
+            kw["goodput_slo_ms"] = parse_goodput(given["goodput"])
+        if "trace" in given:
+            kw["trace"] = Path(given["trace"])
+        if "max_rate" in given:
+            kw["max_rate_rps"] = float(given["max_rate"])
         kw.update(overrides)
         return cls(model=model, **kw)
 
@@ -185,13 +232,16 @@ class TuneSettings:
             return self.load
         return "concurrency" if decoupled else "rate"
 
+    @property
+    def budget(self) -> Budget:
+        """The budget these settings hold the trials to."""
+        return Budget(self.latency_budget_ms, self.percentile, self.budget_metric, self.mix_budgets_ms)
+
     def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
         """How each trial is measured; streaming for a decoupled model."""
         return JudgeSettings(
-            budget_metric=self.budget_metric,
+            budget=self.budget,
             streaming=streaming,
-            latency_budget_ms=self.latency_budget_ms,
-            percentile=self.percentile,
             max_concurrency=self.max_concurrency,
             protocol=self.protocol,
             measurement_interval_ms=self.measurement_interval_ms,
@@ -209,7 +259,6 @@ class TuneSettings:
             distribution=self.arrival,
             max_rate_rps=self.max_rate_rps,
             mix=self.mix,
-            mix_budgets_ms=self.mix_budgets_ms,
         )
 
 
@@ -219,20 +268,6 @@ def _trace_base(trace: Path | None) -> float:
     from perfkit.measure import trace_mean_rate
 
     return trace_mean_rate(Path(trace))
-
-
-def parse_bytes(text: str | float) -> float:
-    """'8GiB', '500MB', '1e9' in bytes; raises UsageError."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    units = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-    raw = str(text).strip().lower().replace(" ", "")
-    num = raw.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = raw[len(num) :]
-    try:
-        return float(num) * units[unit]
-    except (ValueError, KeyError):
-        raise UsageError(f"--max-gpu-memory {text!r} is not a size", hint="e.g. 8GiB, 500MB") from None
 
 
 @dataclass(frozen=True)

@@ -17,18 +17,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from perfkit import objectives
 from perfkit.errors import InputError, UsageError
+from perfkit.tuner import _trial_state as _state
 
 HEARTBEAT_INTERVAL_S = 10
 GRACE_PERIOD_S = 40
-
-# Trial user attributes (the study is the single source of truth for every worker).
-A_ORIGINAL = "is_original"
-A_INTERRUPTED = "interrupted"
-A_CONSTRAINTS = "constraints"
-A_FAIL_REASON = "fail_reason"
-A_DUPLICATE_OF = "duplicate_of"
-A_REJECTED = "rejected"  # a candidate Triton would reject: never loaded, costs nothing
 
 
 # Optuna >= 5 keeps constraints on the trial (Trial.set_constraint); older ones ask the sampler
@@ -45,7 +39,7 @@ def _quiet_optuna() -> None:
 
 def set_constraints(trial: optuna.Trial, values: dict[str, float]) -> None:
     """Record constraint values (<= 0 satisfied) where the sampler reads them."""
-    trial.set_user_attr(A_CONSTRAINTS, dict(values))
+    _state.store(trial, constraints=dict(values))
     if NATIVE_CONSTRAINTS:
         for key, value in values.items():
             trial.set_constraint(key, value)
@@ -92,20 +86,20 @@ def _redact(url: str) -> str:
 
 
 def _constraints(trial: FrozenTrial) -> Sequence[float]:
-    return list(dict(trial.user_attrs.get(A_CONSTRAINTS) or {"latency": 0.0}).values())
+    return list((_state.read(trial).constraints or {"latency": 0.0}).values())
 
 
 def make_sampler(
     objective: str, seed: int, n_trials: int | None, *, kind: str = "auto", grid: dict[str, list[Any]] | None = None
 ) -> optuna.samplers.BaseSampler:
-    """TPE (seeded, constraint-aware, few random start-up trials) or NSGA-II for pareto;
+    """The objective's default sampler: TPE (seeded, constraint-aware, few random start-up trials) or NSGA-II (pareto);
     kind "grid" walks every point of `grid` (exhaustive, model_analyzer-style), "random" samples."""
     _quiet_optuna()
     if kind == "grid":
         return _AskTellGridSampler(grid or {}, seed=seed)
     if kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    if objective == "pareto":
+    if objectives.get(objective).sampler == "nsga2":
         population = max(4, min(20, (n_trials or 20) // 3))
         return optuna.samplers.NSGAIISampler(
             seed=seed, population_size=population, constraints_func=None if NATIVE_CONSTRAINTS else _constraints
@@ -140,9 +134,10 @@ def open_study(
     """Create the study, or load it when join (resume or a shared study); also says whether this
     call created it (the creator alone queues trial 0, so workers never both do). Raises
     UsageError when the study exists and join is off, or its directions differ from the objective."""
-    directions: list[optuna.study.StudyDirection] = [optuna.study.StudyDirection.MAXIMIZE]
-    if objective == "pareto":
-        directions.append(optuna.study.StudyDirection.MINIMIZE)
+    directions = [
+        optuna.study.StudyDirection.MAXIMIZE if d == "maximize" else optuna.study.StudyDirection.MINIMIZE
+        for d in objectives.get(objective).directions
+    ]
     created = True
     try:
         study = optuna.create_study(storage=storage, study_name=name, sampler=sampler, directions=directions)
@@ -166,10 +161,11 @@ def counted(trial: FrozenTrial) -> bool:
     """Whether a trial uses up the --trials budget: finished ones and others' running ones,
     but not those cut short by an interruption (they are queued again) nor repeats of a
     config already measured (answered from the earlier trial without measuring)."""
-    if trial.user_attrs.get(A_DUPLICATE_OF) is not None or trial.user_attrs.get(A_REJECTED):
+    st = _state.read(trial)
+    if st.duplicate_of is not None or st.rejected:
         return False
     if trial.state == TrialState.FAIL:
-        return not trial.user_attrs.get(A_INTERRUPTED, False)
+        return not st.interrupted
     return trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
 
 
@@ -216,7 +212,7 @@ def param_importances(study: optuna.Study, objective: str) -> dict[str, float]:
     if len(complete) < 4:
         return {}
     target: Callable[[FrozenTrial], float] | None = None
-    if objective == "pareto":
+    if objectives.get(objective).front:
 
         def target(t: FrozenTrial) -> float:
             return float(t.values[0])

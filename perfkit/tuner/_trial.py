@@ -1,6 +1,6 @@
-"""One trial: ask a candidate, put it on the server (write, reload, verify what the server
-applied), check its outputs against the original's, find its highest load within budget,
-judge, tell. The search state shared by the trials lives in TrialRunner."""
+"""One trial, whatever the subject: ask a candidate, put it on the server (through the subject's
+route), check its outputs against the original's, find its highest load within budget, judge,
+tell. The search state shared by the trials lives in TrialRunner."""
 
 from __future__ import annotations
 
@@ -9,35 +9,27 @@ import math
 import os
 import socket
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from perfkit import objectives
+from perfkit.budget import budget_label, check_budget_metric
 from perfkit.errors import (
     CandidateNotAppliedError,
     CandidateRejectedError,
-    ConfigError,
-    InputError,
     MeasurementError,
     ModelLoadError,
     PerfkitError,
     ServerError,
     UsageError,
 )
-from perfkit.records import RunRecord
+from perfkit.records import ProfileSpec, RunRecord
 from perfkit.server.base import Server
-from perfkit.server.modelconfig import (
-    ModelConfig,
-    apply_config,
-    config_pbtxt_sha256,
-    parse_config,
-    read_config,
-    render_config,
-)
-from perfkit.tuner import _accuracy, _study
+from perfkit.server.modelconfig import parse_config
+from perfkit.tuner import _accuracy, _study, _trial_state
 from perfkit.tuner._events import (
     AccuracyNote,
     OnEvent,
@@ -50,38 +42,15 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._judge import TrialVerdict, budget_label, check_budget_metric, constraints, judge_trial
-from perfkit.tuner._loadplan import Measure, find_load, start_concurrency
-from perfkit.tuner._objective import PER_HARDWARE, hardware_units, objective_value
+from perfkit.tuner._load_search import Measure, find_load, start_concurrency
+from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
-from perfkit.tuner._space import (
-    Dimension,
-    ResolvedSpace,
-    TuneSpace,
-    apply_params,
-    extract_params,
-    is_decoupled,
-    log_clamp,
-    normalize_params,
-    resolve,
-)
+from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
+from perfkit.tuner._subject import Subject
+from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
 
 log = logging.getLogger(__name__)
 MAX_REPEATS = 25
-
-
-def gpu_available() -> bool:
-    """Whether NVML sees a GPU on this machine."""
-    try:
-        import pynvml  # nvidia-ml-py
-
-        pynvml.nvmlInit()
-        try:
-            return int(pynvml.nvmlDeviceGetCount()) > 0
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no driver, no library, no device: all mean "no GPU here"
-        return False
 
 
 def _default_measure() -> Measure:
@@ -93,33 +62,22 @@ def _default_measure() -> Measure:
 
 
 class TrialRunner:
-    """One worker's search: the model, its space, the guard, and what earlier trials learned."""
+    """One worker's search over a subject: its space, the judge, and what earlier trials learned."""
 
-    def __init__(  # noqa: PLR0917
-        self,
-        server: Server,
-        settings: TuneSettings,
-        space: TuneSpace,
-        model_repository: Path,
-        measure: Measure | None,
-        on_event: OnEvent,
+    def __init__(
+        self, server: Server, settings: TuneSettings, subject: Subject, measure: Measure | None, on_event: OnEvent
     ) -> None:
         self.server = server
         self.s = settings
+        self.subject = subject
         self.on_event = on_event
-        self.measure = measure
-        self.model = settings.model
-        self.model_dir = Path(model_repository) / self.model
-        self.config_path = self.model_dir / "config.pbtxt"
-        if not self.model_dir.is_dir():
-            raise InputError(f"model {self.model!r} is not in the model repository {model_repository}", hint="check -m")
-        self.original_cfg = read_config(self.config_path)
-        self.original_text = self.config_path.read_bytes().decode("utf-8")
-        self.space = self.resolve_space(space, model_repository)
+        self.inner_measure = measure
+        self.model = subject.model
+        self.space = subject.space
         self.out_dir = Path(settings.output_dir or default_output_dir(self.model))
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
-        self.study_name = settings.study_name or self.default_study_name()
-        self.decoupled = is_decoupled(self.original_cfg, self.space.backend)
+        self.study_name = settings.study_name or subject.default_study_name
+        self.decoupled = is_decoupled(subject.original_cfg, self.space.backend)
         check_budget_metric(settings.budget_metric, self.model, self.decoupled)
         if settings.objective == "goodput" and not self.decoupled:
             raise UsageError(
@@ -135,43 +93,14 @@ class TrialRunner:
         self.probe: _accuracy.Probe | None = None
         self.reference: dict[str, Any] | None = None
 
-    def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
-        """The space searched (a pipeline's runner makes it the joint space of its steps)."""
-        return resolve(
-            space,
-            self.original_cfg,
-            self.model_dir,
-            latency_budget_us=self.s.latency_budget_ms * 1e3,
-            gpu_available=gpu_available(),
-        )
-
-    def make_candidate(self, params: dict[str, Any], is_original: bool, number: int) -> tuple[str, dict[str, Any], str]:
-        """(text written, searched params as it holds them, content sha) of a trial's candidate.
-        Raises CandidateRejectedError when Triton would reject it."""
-        if is_original:
-            candidate, text = self.original_cfg, self.original_text
-        else:
-            candidate = apply_params(self.original_cfg, params, self.space)
-            text = render_config(self.original_text, candidate)
-            # What we write must parse back to the same config (no field lost on the way).
-            if config_pbtxt_sha256(parse_config(text, source=f"trial {number} config")) != config_pbtxt_sha256(
-                candidate
-            ):
-                raise ConfigError(f"trial {number}: the candidate config does not round-trip through text format")
-        return text, self.searched(candidate), config_pbtxt_sha256(candidate)
+    def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
+        """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""
+        inner = self.inner_measure or _default_measure()
+        return inner(server, self.subject.profile_spec(spec), **kw)
 
     def put_candidate(self, text: str) -> None:
-        """Write a candidate, reload, verify (ModelLoadError / CandidateNotAppliedError)."""
-        apply_config(self.server, self.model, self.config_path, text)
-
-    @property
-    def title(self) -> str:
-        """What the search is of, as its first line names it (a mix names its models)."""
-        return self.model
-
-    def default_study_name(self) -> str:
-        """The study's name when --study-name is not given."""
-        return f"tune-{self.model}"
+        """Serve a candidate (ModelLoadError / CandidateNotAppliedError)."""
+        self.subject.serve(self.server, text)
 
     def emit(self, event: TuneEvent) -> None:
         log.info("%s", event.line())
@@ -184,7 +113,7 @@ class TrialRunner:
         if not tol.enabled:
             self.emit(AccuracyNote("output check off (--max-output-diff off)"))
             return
-        if self.decoupled or self.original_cfg.HasField("sequence_batching"):
+        if self.decoupled or self.subject.original_cfg.HasField("sequence_batching"):
             # The probe sends one unary request: a decoupled model answers on a stream, and a
             # sequence model's outputs depend on the state its earlier steps built.
             kind = "decoupled" if self.decoupled else "a sequence model"
@@ -193,7 +122,7 @@ class TrialRunner:
         try:
             metadata = self.server.model_metadata(self.model)
             probe = _accuracy.make_probe(
-                self.server.endpoints.http_url, self.model, metadata, self.original_cfg.max_batch_size
+                self.server.endpoints.http_url, self.model, metadata, self.subject.original_cfg.max_batch_size
             )
             if probe is None:
                 self.emit(AccuracyNote("output check skipped: inputs of this model cannot be synthesized"))
@@ -216,8 +145,8 @@ class TrialRunner:
                 raise
             return f"inference on the candidate failed: {err.one_line()}"
         diffs = _accuracy.compare_outputs(self.reference, got, self.probe.datatypes, tol)
-        trial.set_user_attr(
-            "output_diff", {d.name: {"max_abs": _finite(d.max_abs), "max_rel": _finite(d.max_rel)} for d in diffs}
+        _trial_state.store(
+            trial, output_diff={d.name: {"max_abs": _finite(d.max_abs), "max_rel": _finite(d.max_rel)} for d in diffs}
         )
         bad = [d for d in diffs if not d.within]
         if not bad:
@@ -225,17 +154,12 @@ class TrialRunner:
         return "outputs differ from the original config's: " + "; ".join(d.describe() for d in bad)
 
     # -- set-up ---------------------------------------------------------------------------------
-    def applies(self, d: Dimension, params: Mapping[str, Any]) -> bool:
-        """Whether dimension d is sampled given the values chosen before it (the pipeline runner
-        answers for its joint space, whose names carry the step)."""
-        return self.space.applies(d, params)
-
     def original_fixed_params(self) -> dict[str, Any]:
         """The original's parameters, fitted to the distributions (trial 0 applies the file as is)."""
         orig = self.space.original_params
         out: dict[str, Any] = {}
         for d in self.space.dimensions:
-            if not self.applies(d, orig):
+            if not self.subject.applies(d, orig):
                 continue
             value = orig.get(d.name)
             if d.is_range:
@@ -248,7 +172,7 @@ class TrialRunner:
     def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
         params: dict[str, Any] = {}
         for d in self.space.dimensions:
-            if not self.applies(d, params):
+            if not self.subject.applies(d, params):
                 continue
             if d.is_range:
                 assert d.low is not None and d.high is not None
@@ -257,54 +181,27 @@ class TrialRunner:
                 params[d.name] = trial.suggest_categorical(d.name, list(d.choices))
         return params
 
-    def searched(self, cfg: ModelConfig) -> dict[str, Any]:
-        """The searched parameters as a config holds them (for records)."""
-        full = extract_params(
-            cfg,
-            backend=self.space.backend,
-            precision_parameter=self.space.precision_parameter,
-            engine_files=self.space.engine_files,
-        )
-        names = {d.name for d in self.space.dimensions}
-        return normalize_params({k: v for k, v in full.items() if k in names})
-
     # -- one trial ------------------------------------------------------------------------------
     def _fail(self, study: optuna.Study, trial: optuna.Trial, reason: str, *, interrupted: bool = False) -> None:
-        trial.set_user_attr(_study.A_FAIL_REASON, reason[:2000])
+        _trial_state.store(trial, fail_reason=reason[:2000])
         if interrupted:
-            trial.set_user_attr(_study.A_INTERRUPTED, True)
+            _trial_state.store(trial, interrupted=True)
         study.tell(trial, state=TrialState.FAIL)
-
-    def _restore_original(self) -> None:
-        """Put the original back and reload it; a server that cannot reload it ends the search."""
-        try:
-            apply_config(self.server, self.model, self.config_path, self.original_text)
-        except CandidateNotAppliedError as err:
-            raise ServerError(
-                f"the server does not serve {self.config_path} even after restoring it: {err.message}",
-                hint="--model-repository must be the folder the server reads",
-            ) from err
-        except ModelLoadError as err:
-            raise ServerError(
-                f"the original config of {self.model!r} no longer loads after a failed trial: {err.message}",
-                hint="check the server log",
-            ) from err
 
     def run_trial(self, study: optuna.Study, trial: optuna.Trial) -> None:
         t0 = time.monotonic()
         number = trial.number
-        is_original = bool(trial.user_attrs.get(_study.A_ORIGINAL, False))
+        is_original = _trial_state.read(trial).is_original
         params = self.suggest(trial)
         of = self.s.trials
         try:
-            text, record_params, sha = self.make_candidate(params, is_original, number)
+            cand = self.subject.candidate(params, is_original=is_original, number=number)
         except CandidateRejectedError as err:
             self._reject(study, trial, params, err)
             return
-        trial.set_user_attr("params", record_params)
-        trial.set_user_attr("config_pbtxt_sha256", sha)
-        trial.set_user_attr("config_pbtxt", text)
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        text, record_params, sha = cand.text, cand.params, cand.sha256
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        _trial_state.store(trial, params=record_params, config_pbtxt_sha256=sha, config_pbtxt=text, worker=worker)
         self.trial_configs[number] = text
         label = "original" if is_original else fmt_params(record_params)
         same = None if is_original else self._measured_before(study, sha, number)
@@ -321,7 +218,7 @@ class TrialRunner:
             self._fail(study, trial, "interrupted", interrupted=True)
             # Queue the same candidate again so --resume measures it instead of losing it.
             study.enqueue_trial(
-                trial.params, user_attrs={_study.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
+                trial.params, user_attrs={_trial_state.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
             )
             raise
         except ServerError as err:
@@ -337,8 +234,7 @@ class TrialRunner:
         """A candidate Triton would reject: recorded as failed (not counted against --trials),
         never written nor loaded."""
         self.dup_streak += 1  # a sampler stuck on rejected points ends the search like repeats do
-        trial.set_user_attr("params", normalize_params(params))
-        trial.set_user_attr(_study.A_REJECTED, True)
+        _trial_state.store(trial, params=normalize_params(params), rejected=True)
         self._fail(study, trial, f"rejected: {err.message}")
         self.emit(TrialRejected(trial.number, fmt_params(params), err.message))
 
@@ -346,26 +242,23 @@ class TrialRunner:
               duration: float) -> None:  # fmt: skip
         metrics = dict(verdict.metrics)
         metrics.update({"reload_s": reload_s, "measure_s": measure_s})
-        if self.s.objective in PER_HARDWARE:
-            cfg = parse_config(str(trial.user_attrs.get("config_pbtxt", "")), source=f"trial {trial.number}")
+        objective = objectives.get(self.s.objective)
+        if objective.per_hardware:
+            cfg = parse_config(_trial_state.read(trial).config_pbtxt, source=f"trial {trial.number}")
             metrics["hardware_units"] = hardware_units(cfg, self.s.objective, self.space.gpus)
-        trial.set_user_attr("duration_s", duration)
-        trial.set_user_attr("metrics", metrics)
-        trial.set_user_attr("lowest_latency_us", verdict.lowest_latency_us)
+        _trial_state.store(trial, duration_s=duration, metrics=metrics, lowest_latency_us=verdict.lowest_latency_us)
         feasible, cons = constraints(self.s, verdict)
-        trial.set_user_attr("feasible", feasible)
+        _trial_state.store(trial, feasible=feasible)
         _study.set_constraints(trial, cons)
         if verdict.feasible_load is not None:
-            got = verdict.feasible_load
-            trial.set_user_attr("load", {"mode": got.mode, "value": got.value, "distribution": got.distribution})
-            trial.set_user_attr("throughput_infer_per_s", verdict.throughput_infer_per_s)
-            trial.set_user_attr("latency_us", verdict.latency_us)
+            _trial_state.store(trial, load=verdict.feasible_load, throughput_infer_per_s=verdict.throughput_infer_per_s,
+                               latency_us=verdict.latency_us)  # fmt: skip
         pct = budget_label(self.s.budget_metric, self.s.percentile)
-        if verdict.lowest_over_budget and self.s.objective != "pareto":
+        if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
-            trial.set_user_attr(_study.A_FAIL_REASON, reason)
+            _trial_state.store(trial, fail_reason=reason)
             study.tell(trial, state=TrialState.PRUNED)
             self.emit(TrialPruned(trial.number, reason, duration))
             return
@@ -373,10 +266,8 @@ class TrialRunner:
             verdict.throughput_infer_per_s if verdict.throughput_infer_per_s is not None else verdict.lowest_throughput
         )
         lat = verdict.latency_us if verdict.latency_us is not None else verdict.lowest_latency_us
-        if self.s.objective == "pareto":
-            study.tell(trial, [tput, lat / 1e3])
-        else:
-            study.tell(trial, objective_value(self.s.objective, tput, metrics))
+        values = study_values(self.s.objective, tput, lat, metrics)
+        study.tell(trial, values if objective.front else values[0])
         fl = verdict.feasible_load
         conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
         label = fl.label if fl is not None and fl.mode != "concurrency" else None
@@ -388,9 +279,9 @@ class TrialRunner:
         mode = self.judge.level(1).mode
         out = []
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            load = t.user_attrs.get("load")
-            if load and load.get("mode") == mode and not t.user_attrs.get(_study.A_DUPLICATE_OF):
-                out.append((dict(t.user_attrs.get("params") or {}), float(load["value"])))
+            st = _trial_state.read(t)
+            if st.load is not None and st.load.mode == mode and not st.duplicate_of:
+                out.append((st.params, st.load.value))
         return out
 
     def _evaluate(self, study: optuna.Study, trial: optuna.Trial, text: str, number: int, is_original: bool,
@@ -402,7 +293,7 @@ class TrialRunner:
             not_applied = isinstance(err, CandidateNotAppliedError)
             first = err.message.splitlines()[0][:300]
             self.emit(TrialFailed(number, first if not_applied else f"failed to load: {first}"))
-            self._restore_original()
+            self.subject.restore(self.server)
             self._fail(study, trial, err.message)
             return None
         reload_s = time.monotonic() - t0
@@ -410,15 +301,14 @@ class TrialRunner:
             why = self._accuracy_failure(trial)
             if why is not None:
                 self.emit(TrialFailed(number, why))
-                trial.set_user_attr("feasible", False)
+                _trial_state.store(trial, feasible=False)
                 self._fail(study, trial, why)
                 return None
-        measure = self.measure or _default_measure()
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
         start = start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None
         t1 = time.monotonic()
         try:
-            record = find_load(measure, self.server, self.judge, self.model, start, command=self.s.command,
+            record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
                                record_path=record_path)  # fmt: skip
         except MeasurementError as err:
             self.emit(TrialFailed(number, f"measurement failed: {err.one_line()}"))
@@ -439,20 +329,17 @@ class TrialRunner:
         if record.status != "ok" and not record.levels:
             self._fail(study, trial, f"measurement {record.status}: {record.error or ''}")
             return None
-        trial.set_user_attr("served_config_sha256", record.model.served_config_sha256)  # pairs the trial with its run
+        _trial_state.store(trial, served_config_sha256=record.model.served_config_sha256)  # pairs trial and run
         verdict = judge_trial(
             record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
-            metric=self.s.budget_metric, mix_scale=self.judge.mix_scale,
+            metric=self.s.budget_metric, mix_scale=self.judge.budget.mix_scale,
         )  # fmt: skip
+        self.subject.observe(self, study, trial, record, verdict)
         return verdict, reload_s, measure_s
 
     def _measured_before(self, study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            if (
-                t.number != number
-                and t.user_attrs.get("config_pbtxt_sha256") == sha
-                and not t.user_attrs.get(_study.A_DUPLICATE_OF)
-            ):
+            if t.number != number and (st := _trial_state.read(t)).config_pbtxt_sha256 == sha and not st.duplicate_of:
                 return t
         return None
 
@@ -460,17 +347,16 @@ class TrialRunner:
         """Answer a repeated config from its earlier trial (samplers do re-propose points in a
         small space); it does not count against --trials."""
         self.dup_streak += 1
-        for key in ("duration_s", "metrics", "feasible", "load", "throughput_infer_per_s", "latency_us"):
-            if key in same.user_attrs:
-                trial.set_user_attr(key, same.user_attrs[key])
-        trial.set_user_attr(_study.A_DUPLICATE_OF, same.number)
-        if same.user_attrs.get(_study.A_FAIL_REASON):
-            trial.set_user_attr(_study.A_FAIL_REASON, same.user_attrs[_study.A_FAIL_REASON])
-        _study.set_constraints(trial, dict(same.user_attrs.get(_study.A_CONSTRAINTS) or {"latency": 0.0}))
+        _trial_state.copy_measurement(trial, same)
+        before = _trial_state.read(same)
+        _trial_state.store(trial, duplicate_of=same.number)
+        if before.fail_reason:
+            _trial_state.store(trial, fail_reason=before.fail_reason)
+        _study.set_constraints(trial, before.constraints or {"latency": 0.0})
         if same.state == TrialState.PRUNED:
             trial.report(float(same.intermediate_values.get(0, 0.0)), step=0)
             study.tell(trial, state=TrialState.PRUNED)
-        elif self.s.objective == "pareto":
+        elif objectives.get(self.s.objective).front:
             study.tell(trial, list(same.values))
         else:
             study.tell(trial, same.value)

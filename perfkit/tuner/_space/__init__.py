@@ -43,6 +43,7 @@ from perfkit.tuner._space._core import (
     grid_points,
     log_clamp,
     normalize_params,
+    param_order,
     parse_delay_range,
     parse_trt_engines,
 )
@@ -72,6 +73,7 @@ __all__ = [
     "P_SEQ_PREF",
     "P_SEQ_STRATEGY",
     "PARAM_ORDER",
+    "param_order",
     "PREFERRED_CHOICES",
     "TRT_PRECISION_MODE",
     "Dimension",
@@ -250,7 +252,8 @@ def resolve(
         else:
             unmeasurable.append(dim)
             reasons[knob.name] = "not yet measurable: " + why
-    dims.sort(key=lambda d: PARAM_ORDER.index(d.name))
+    order = param_order()
+    dims.sort(key=lambda d: order.index(d.name))
     rs = ResolvedSpace(
         model=facts.name,
         backend=facts.backend,

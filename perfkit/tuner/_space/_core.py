@@ -319,10 +319,18 @@ def grid_points(space: ResolvedSpace, range_points: int = 4) -> dict[str, list[A
     return grid
 
 
+def param_order() -> tuple[str, ...]:
+    """Every knob's parameter name in a fixed order: PARAM_ORDER, then knobs of the registry it
+    does not list (in registry order), so a new knob needs no entry here."""
+    from perfkit.tuner._space._knobs import KNOBS  # the registry imports this module
+
+    return PARAM_ORDER + tuple(k.name for k in KNOBS if k.name not in PARAM_ORDER)
+
+
 def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Params in a canonical form (delay rounded, keys in a fixed order) for records and CSV."""
     out: dict[str, Any] = {}
-    for key in PARAM_ORDER:
+    for key in param_order():
         if key in params:
             value = params[key]
             if key == P_DELAY:

@@ -11,16 +11,16 @@ from typing import Any
 
 from perfkit.errors import CandidateRejectedError, InputError
 from perfkit.tuner import _pipeline
-from perfkit.tuner._plan import DEFAULT_CANDIDATE_LIMIT, Plan, candidate_lines, describe, plan
+from perfkit.tuner._preview import DEFAULT_CANDIDATE_LIMIT, Preview, candidate_lines, describe, preview
 from perfkit.tuner._space import TuneSpace
 
 
 @dataclass(frozen=True)
-class PipelinePlan:
+class PipelinePreview:
     """What a tune would search for a pipeline, decided without a server."""
 
     pipeline: _pipeline.Pipeline
-    step_plans: tuple[Plan, ...]  # one per searched step
+    step_previews: tuple[Preview, ...]  # one per searched step
     candidates: tuple[_pipeline.JointCandidate, ...]  # the original first
     rejected: tuple[tuple[dict[str, Any], str], ...]
     points: int
@@ -30,7 +30,7 @@ class PipelinePlan:
         return self.pipeline.refused
 
 
-def plan_pipeline(
+def preview_pipeline(
     space: TuneSpace,
     repository: Path,
     model: str,
@@ -40,14 +40,14 @@ def plan_pipeline(
     gpus: int = 0,
     limit: int = DEFAULT_CANDIDATE_LIMIT,
     seed: int = 0,
-) -> PipelinePlan:
-    """Every step's plan and the joint candidates (validated step by step and across the
+) -> PipelinePreview:
+    """Every step's preview and the joint candidates (validated step by step and across the
     pipeline, deduplicated). Reads only; raises InputError/ConfigError/UsageError."""
     p = _pipeline.build(space, repository, model, composing=composing, latency_budget_us=latency_budget_us, gpus=gpus)
     if p.refused:
-        return PipelinePlan(p, (), (), (), 0)
-    step_plans = tuple(
-        plan(space, repository, s.model, latency_budget_us=latency_budget_us, gpus=gpus, limit=limit, seed=seed)
+        return PipelinePreview(p, (), (), (), 0)
+    step_previews = tuple(
+        preview(space, repository, s.model, latency_budget_us=latency_budget_us, gpus=gpus, limit=limit, seed=seed)
         for s in p.searched_steps
     )
     first = _pipeline.original_candidate(p)
@@ -64,11 +64,11 @@ def plan_pipeline(
         if cand.sha256 not in seen:
             seen.add(cand.sha256)
             cands.append(cand)
-    return PipelinePlan(p, step_plans, tuple(cands), tuple(rejected), len(points))
+    return PipelinePreview(p, step_previews, tuple(cands), tuple(rejected), len(points))
 
 
-def describe_pipeline(pp: PipelinePlan, *, show_candidates: int = 30) -> list[str]:
-    """The plan as lines of text for the terminal."""
+def describe_pipeline(pp: PipelinePreview, *, show_candidates: int = 30) -> list[str]:
+    """The preview as lines of text for the terminal."""
     p = pp.pipeline
     what = "ensemble" if p.kind == "ensemble" else "BLS model"
     out = [f"pipeline {p.model!r} ({what}), {len(p.steps)} step(s): {', '.join(s.model for s in p.steps)}", ""]
@@ -76,7 +76,7 @@ def describe_pipeline(pp: PipelinePlan, *, show_candidates: int = 30) -> list[st
         if not s.searched:
             out.append(f"step {s.model!r}: held at its config: {s.fixed}")
     out.append("")
-    for sp in pp.step_plans:
+    for sp in pp.step_previews:
         out.append(f"---- step {sp.model!r}")
         out += describe(sp, show_candidates=5)
         out.append("")
@@ -96,7 +96,7 @@ def describe_pipeline(pp: PipelinePlan, *, show_candidates: int = 30) -> list[st
     return out + candidate_lines(rows, pp.rejected, show_candidates=show_candidates, show_rejected=5)
 
 
-def write_pipeline_candidates(pp: PipelinePlan, out_dir: Path) -> list[Path]:
+def write_pipeline_candidates(pp: PipelinePreview, out_dir: Path) -> list[Path]:
     """Write each joint candidate as out_dir/candidates/NNN/<model>/config.pbtxt; returns the paths."""
     folder = Path(out_dir) / "candidates"
     paths: list[Path] = []

@@ -1,9 +1,9 @@
-"""Tuning a pipeline end to end: one trial writes every step's candidate config, reloads the
-steps (then the ensemble, which Triton re-validates against them), measures the pipeline's
-entry model under the end-to-end budget with the one trial judge, and records each step's
-queue and compute time and the batches Triton formed. The step that costs most steers the next
-trial. Every config the search touches is held by one RepoGuard; --apply installs the whole
-winning set or nothing.
+"""A pipeline as the subject of a tune: one trial serves every step's candidate config (then
+the ensemble, which Triton re-validates against them), the pipeline's entry model is measured
+under the end-to-end budget with the one trial judge, and each step's queue and compute time and
+the batches Triton formed are recorded. The step that costs most steers the next trial. Every
+config the search touches is held by the route's guard; --apply installs the whole winning set
+or nothing. A traffic mix (_subject_mix) is this subject over the models of the mix.
 """
 
 from __future__ import annotations
@@ -13,24 +13,24 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 
-from perfkit.errors import CandidateNotAppliedError, ModelLoadError, ServerError
+from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelLoadError, ServerError
 from perfkit.records import LevelResult, ProfileSpec, RunRecord, ServerStats, TuneRecord
 from perfkit.server.base import Server
-from perfkit.server.modelconfig import apply_config
-from perfkit.tuner import _outputs, _pipeline
-from perfkit.tuner._events import OnEvent, TuneEvent
-from perfkit.tuner._judge import TrialVerdict
-from perfkit.tuner._loadplan import Measure
-from perfkit.tuner._repo_guard import RepoGuard, apply_all
-from perfkit.tuner._run import run_search
+from perfkit.tuner import _outputs, _pipeline, _trial_state
+from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._seed import batching_seed
-from perfkit.tuner._settings import TuneResult, TuneSettings
-from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, Dimension, ResolvedSpace, TuneSpace
-from perfkit.tuner._trial import TrialRunner, _default_measure, gpu_available
+from perfkit.tuner._space import P_COUNT, P_DB, P_MBS, Dimension, TuneSpace
+from perfkit.tuner._subject import Candidate, gpu_available
+
+if TYPE_CHECKING:
+    from perfkit.tuner._settings import TuneSettings
+    from perfkit.tuner._trial import TrialRunner
+    from perfkit.tuner._verdict import TrialVerdict
 
 log = logging.getLogger(__name__)
 STEP_METRICS = ("queue_us", "compute_us", "batch")
@@ -85,70 +85,66 @@ def step_rows(level: LevelResult | None, steps: Sequence[str]) -> list[tuple[str
     return rows
 
 
-class PipelineRunner(TrialRunner):
-    """The single-model runner with a joint space: every hook that touched one config touches
-    the pipeline's set instead; the judge, the study and the events stay the runner's own."""
+class PipelineSubject:
+    """The configs of several models searched as one joint point: a pipeline's steps, or (built
+    by _subject_mix) the models of a traffic mix. Every searched step's config is held by the
+    route's guard; a candidate is the bundle of every step's config."""
 
-    def __init__(  # noqa: PLR0917
+    def __init__(
         self,
-        server: Server,
-        settings: TuneSettings,
-        space: TuneSpace,
-        model_repository: Path,
-        measure: Measure | None,
-        on_event: OnEvent,
-        composing: Sequence[str] = (),
+        pipeline: _pipeline.Pipeline,
+        *,
+        route: ConfigRoute,
+        title: str | None = None,
+        study_name: str | None = None,
+        also: Callable[[TrialRunner, int, LevelResult | None], None] | None = None,
     ) -> None:
-        self.composing = tuple(composing)
-        self.repository = Path(model_repository)
-        super().__init__(server, settings, space, model_repository, self._measure_steps, on_event)
-        self.inner_measure = measure
-        self.original_text = self.pipeline.original_bundle
-        self.step_names = [s.model for s in self.pipeline.steps]
+        """`also` reads each measured trial's level after the per-step breakdown (a mix's models)."""
+        p = self.pipeline = pipeline
+        self.model = p.model
+        self.title = title or p.model
+        self.default_study_name = study_name or f"tune-{p.model}"
+        self.repository = p.repository
+        self.route = route
+        self.config_path = p.config_path
+        self.original_cfg = p.original_cfg
+        self.original_text = p.original_bundle
+        self.space = p.space
+        self.step_names = [s.model for s in p.steps]
+        self._also = also
+        self._served_once = False
 
-    def resolve_space(self, space: TuneSpace, model_repository: Path) -> ResolvedSpace:
-        self.pipeline = _pipeline.build(
-            space, model_repository, self.model, composing=self.composing,
-            latency_budget_us=self.s.latency_budget_ms * 1e3, gpu_available=gpu_available(),
-        )  # fmt: skip
-        if self.pipeline.refused:
-            from perfkit.errors import ConfigError
+    @property
+    def paths(self) -> Mapping[str, Path]:
+        return self.pipeline.paths
 
-            raise ConfigError(self.pipeline.refused, hint="see perfkit tune --dry-run for each step's reasons")
-        return self.pipeline.space
+    @property
+    def reload_last(self) -> Sequence[str]:
+        return (self.model,) if self.pipeline.kind == "ensemble" else ()
 
-    def _measure_steps(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
-        """Measure with every step's statistics snapshotted (a BLS model names no steps itself)."""
-        inner = self.inner_measure or _default_measure()
-        extra = tuple(m for m in self.step_names if m != spec.model)
-        return inner(server, dataclasses.replace(spec, bls_composing_models=extra), **kw)
-
-    # -- the joint point ------------------------------------------------------------------------
     def applies(self, d: Dimension, params: Mapping[str, Any]) -> bool:
         step = d.name.rpartition(_pipeline.SEP)[0]
         return not d.when_dynamic_batching or _pipeline.db_on(self.pipeline, step, params)
 
-    def make_candidate(self, params: dict[str, Any], is_original: bool, number: int) -> tuple[str, dict[str, Any], str]:
+    def candidate(self, params: Mapping[str, Any], *, is_original: bool, number: int) -> Candidate:
         p = self.pipeline
         cand = _pipeline.original_candidate(p) if is_original else _pipeline.candidate(p, params)
-        return cand.text, cand.params, cand.sha256
+        return Candidate(cand.text, cand.params, cand.sha256)
 
     # -- the server -----------------------------------------------------------------------------
-    def put_candidate(self, text: str) -> None:
+    def serve(self, server: Server, text: str) -> None:
         texts = _pipeline.unbundle(text)
         for s in self.pipeline.searched_steps:
             want = texts.get(s.model, s.original_text)
             if s.config_path.read_bytes() != want.encode() or not self._served_once:
-                apply_config(self.server, s.model, s.config_path, want)
+                self.route.serve(server, s.model, s.config_path, want)
         if self.pipeline.kind == "ensemble":
-            self.server.load_model(self.model)  # Triton checks the ensemble against its steps here
+            server.load_model(self.model)  # Triton checks the ensemble against its steps here
         self._served_once = True
 
-    _served_once = False
-
-    def _restore_original(self) -> None:
+    def restore(self, server: Server) -> None:
         try:
-            self.put_candidate(self.pipeline.original_bundle)
+            self.serve(server, self.original_text)
         except (CandidateNotAppliedError, ModelLoadError) as err:
             raise ServerError(
                 f"the pipeline {self.model!r} no longer loads after a failed trial even with its original configs:"
@@ -156,13 +152,19 @@ class PipelineRunner(TrialRunner):
                 hint="check the server log; --model-repository must be the folder the server reads",
             ) from err
 
+    def profile_spec(self, spec: ProfileSpec) -> ProfileSpec:
+        """Measure with every step's statistics snapshotted (a BLS model names no steps itself)."""
+        extra = tuple(m for m in self.step_names if m != spec.model)
+        return dataclasses.replace(spec, bls_composing_models=extra)
+
+    def extra_seeds(self, original: Mapping[str, Any]) -> list[dict[str, Any]]:
+        point = joint_seed(self.pipeline, original)
+        return [point] if point is not None else []
+
     # -- what Triton tells: per-step breakdown and the next step to spend a trial on ---------------
-    def _verdict(self, study: optuna.Study, trial: optuna.Trial, record: RunRecord, reload_s: float,
-                 measure_s: float) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip
-        out = super()._verdict(study, trial, record, reload_s, measure_s)
-        if out is None:
-            return None
-        verdict = out[0]
+    def observe(
+        self, t: TrialRunner, study: optuna.Study, trial: optuna.Trial, record: RunRecord, verdict: TrialVerdict
+    ) -> None:
         load = verdict.feasible_load
         level = next((lv for lv in record.levels if load is not None and lv.load == load), None)
         level = level or (record.levels[0] if record.levels else None)
@@ -173,22 +175,15 @@ class PipelineRunner(TrialRunner):
             bottleneck = max((r for r in rows if self._searched(r[0])), key=lambda r: r[1] + r[2], default=None)
             # Only a new best is worth a neighbour: a steered trial that does not improve ends the
             # chain and the sampler draws again.
-            nxt = self._steer(study, trial, bottleneck[0]) if bottleneck and self._new_best(study, verdict) else None
-            self.emit(StepBreakdown(trial.number, tuple(rows), bottleneck[0] if bottleneck else None, nxt))
-        return out
-
-    @staticmethod
-    def _new_best(study: optuna.Study, verdict: TrialVerdict) -> bool:
-        if verdict.throughput_infer_per_s is None:
-            return False
-        done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
-        best = max((float(t.user_attrs.get("throughput_infer_per_s") or 0.0) for t in done), default=0.0)
-        return verdict.throughput_infer_per_s >= best
+            nxt = self._steer(t, study, trial, bottleneck[0]) if bottleneck and _new_best(study, verdict) else None
+            t.emit(StepBreakdown(trial.number, tuple(rows), bottleneck[0] if bottleneck else None, nxt))
+        if self._also is not None:
+            self._also(t, trial.number, level)
 
     def _searched(self, model: str) -> bool:
         return any(s.model == model for s in self.pipeline.searched_steps)
 
-    def _steer(self, study: optuna.Study, trial: optuna.Trial, step: str) -> str | None:
+    def _steer(self, t: TrialRunner, study: optuna.Study, trial: optuna.Trial, step: str) -> str | None:
         """Queue the current point with the bottleneck step given more capacity: dynamic batching
         on, else one more instance, else the next max_batch_size. Returns what was queued."""
         base = dict(trial.params)
@@ -203,11 +198,45 @@ class PipelineRunner(TrialRunner):
                 continue
             point = {**base, name: value}
             if knob == P_DB:
-                point.update({k: v for k, v in self.original_fixed_params().items() if k.startswith(step + ".")})
+                point.update({k: v for k, v in t.original_fixed_params().items() if k.startswith(step + ".")})
                 point[name] = True
             study.enqueue_trial(point, skip_if_exists=True)
             return f"{name}={value}"
         return None
+
+    # -- the best -----------------------------------------------------------------------------
+    def write_best(self, out_dir: Path, rec: TuneRecord) -> tuple[dict[str, Path], tuple[TuneEvent, ...]]:
+        after = (side_by_side(rec),) if rec.best_trial is not None else ()
+        return write_best(out_dir, self.pipeline, rec.best_config, rec.best_trial), after
+
+    def best_changes(self, best_text: str) -> dict[str, tuple[Path, str]]:
+        return {m: (self.pipeline.step(m).config_path, text) for m, text in _pipeline.unbundle(best_text).items()}
+
+    def applied(self, trial: int | None, backups: Mapping[str, Path]) -> TuneEvent:
+        return PipelineApplied(trial, tuple(backups.items()))
+
+
+def pipeline_subject(
+    settings: TuneSettings, space: TuneSpace, repository: Path, *, composing: Sequence[str], route: ConfigRoute
+) -> PipelineSubject:
+    """An ensemble (its steps read from its config) or a BLS model and `composing`, searched
+    jointly under the end-to-end budget. Raises ConfigError when no step can be tuned or Triton
+    would not load the pipeline as it is, InputError/UsageError as _pipeline.build does."""
+    p = _pipeline.build(
+        space, repository, settings.model, composing=composing,
+        latency_budget_us=settings.latency_budget_ms * 1e3, gpu_available=gpu_available(),
+    )  # fmt: skip
+    if p.refused:
+        raise ConfigError(p.refused, hint="see perfkit tune --dry-run for each step's reasons")
+    return PipelineSubject(p, route=route)
+
+
+def _new_best(study: optuna.Study, verdict: TrialVerdict) -> bool:
+    if verdict.throughput_infer_per_s is None:
+        return False
+    done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+    best = max((_trial_state.read(t).throughput_infer_per_s or 0.0 for t in done), default=0.0)
+    return verdict.throughput_infer_per_s >= best
 
 
 def _next_choice(choices: Sequence[Any], value: Any) -> Any:
@@ -230,55 +259,6 @@ def joint_seed(p: _pipeline.Pipeline, original: Mapping[str, Any]) -> dict[str, 
         out[s.model] = seed if seed is not None else per.get(s.model, {})
     joined = {f"{m}{_pipeline.SEP}{k}": v for m, params in out.items() for k, v in params.items()}
     return None if joined == dict(original) else joined
-
-
-def tune_pipeline(
-    server: Server,
-    settings: TuneSettings,
-    space: TuneSpace,
-    *,
-    model_repository: Path,
-    composing: Sequence[str] = (),
-    measure: Measure | None = None,
-    on_event: OnEvent | None = None,
-    runner_class: Callable[..., PipelineRunner] | None = None,
-) -> TuneResult:
-    """Search the steps of a pipeline (an ensemble, or a BLS model and `composing`) jointly for the
-    most end-to-end throughput within the budget. Every step's config.pbtxt is put back byte for
-    byte whatever happens; --apply installs the whole best set or nothing. Raises as tune() does.
-
-    `runner_class` makes the set and its measurement another's (tuner/_mix: the models of a traffic mix).
-    """
-    sink: Callable[[TuneEvent], None] = on_event or (lambda e: None)
-    if runner_class is None:
-        t = PipelineRunner(server, settings, space, model_repository, measure, sink, composing)
-    else:
-        t = runner_class(server, settings, space, model_repository, measure, sink)
-    p = t.pipeline
-
-    def seed(study: optuna.Study) -> None:
-        if len(study.trials) == 1 and settings.sampler == "auto" and (settings.trials is None or settings.trials > 1):
-            point = joint_seed(p, t.original_fixed_params())
-            if point is not None:
-                study.enqueue_trial(point, skip_if_exists=True)
-
-    def more_outputs(rec: TuneRecord) -> tuple[dict[str, Path], tuple[TuneEvent, ...]]:
-        after = (side_by_side(rec),) if rec.best_trial is not None else ()
-        return write_best(t.out_dir, p, rec.best_config, rec.best_trial), after
-
-    guard = RepoGuard(p.paths, server, reload_last=(t.model,) if p.kind == "ensemble" else ())
-    rec, paths = run_search(t, guard, seed=seed, more_outputs=more_outputs)
-    backup = None
-    if settings.apply and rec.best_config is not None:
-        best = _pipeline.unbundle(rec.best_config)
-        backups = apply_all({m: (p.step(m).config_path, text) for m, text in best.items()}, Path(model_repository))
-        for m in backups:
-            apply_config(server, m, p.step(m).config_path, best[m])
-        if p.kind == "ensemble" and backups:
-            server.load_model(t.model)
-        t.emit(PipelineApplied(rec.best_trial, tuple(backups.items())))
-        backup = next(iter(backups.values()), None)
-    return TuneResult(record=rec, output_dir=t.out_dir, paths=paths, applied_backup=backup)
 
 
 def write_best(out_dir: Path, p: _pipeline.Pipeline, best: str | None, number: int | None) -> dict[str, Path]:

@@ -13,38 +13,12 @@ and the plan says it is the weaker kind.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from perfkit.budget import budget_label, level_budget_us, open_loop_shortfall
 from perfkit.errors import InputError, UsageError
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord, TuneRecord
-from perfkit.tuner._judge import budget_label, level_budget_us, open_loop_shortfall
-
-_RATE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([km]?)\s*(?:/s|rps|req/s)?\s*", re.IGNORECASE)
-
-
-def parse_rate_rps(text: str) -> float:
-    """'20000/s', '20k/s', '1.5k', '300rps' in requests per second; raises UsageError."""
-    m = _RATE.fullmatch(str(text))
-    if not m:
-        raise UsageError(f"--target-rate {text!r} is not a rate", hint="e.g. 20000/s, 20k/s")
-    value = float(m.group(1)) * {"": 1.0, "k": 1e3, "m": 1e6}[m.group(2).lower()]
-    if value <= 0:
-        raise UsageError(f"--target-rate {text!r} must be positive")
-    return value
-
-
-def parse_percent(text: str, *, what: str = "--headroom") -> float:
-    """'30%' or '0.3' as a fraction; raises UsageError."""
-    raw = str(text).strip()
-    try:
-        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise UsageError(f"{what} {text!r} is not a percentage", hint="e.g. 30%") from None
-    if value < 0:
-        raise UsageError(f"{what} {text!r} must not be negative")
-    return value
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perfkit.budget import check_budget_metric
 from perfkit.errors import CandidateRejectedError, ConfigError, InputError
 from perfkit.server.modelconfig import ModelConfig, config_pbtxt_sha256, read_config, render_config
-from perfkit.tuner._judge import check_budget_metric
 from perfkit.tuner._space import (
     KNOBS,
     ResolvedSpace,
@@ -70,7 +70,7 @@ def render_candidate(original_text: str, cfg: ModelConfig) -> str:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class PreviewCandidate:
     number: int
     params: dict[str, Any]
     text: str
@@ -78,12 +78,12 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Plan:
+class Preview:
     """What a tune would search for one model, decided without a server."""
 
     model: str
     space: ResolvedSpace
-    candidates: tuple[Candidate, ...]
+    candidates: tuple[PreviewCandidate, ...]
     rejected: tuple[tuple[dict[str, Any], str], ...]  # points the validator refused, and why
     points: int  # points considered (grid, or the random sample)
     duplicates: int  # points that made a config already listed
@@ -93,7 +93,7 @@ class Plan:
         return self.space.refused
 
 
-def plan(
+def preview(
     space: TuneSpace,
     model_repository: Path,
     model: str,
@@ -104,7 +104,7 @@ def plan(
     limit: int = DEFAULT_CANDIDATE_LIMIT,
     seed: int = 0,
     budget_metric: str = "latency",
-) -> Plan:
+) -> Preview:
     """Resolve the space of model in model_repository for a server with `gpus` GPUs and list the
     candidates (validated, deduplicated). Reads only; raises InputError/ConfigError for a missing
     or unparsable config, UsageError for flags that contradict the model."""
@@ -122,11 +122,11 @@ def plan(
     )
     check_budget_metric(budget_metric, model, is_decoupled(original, rs.backend))
     if rs.refused:
-        return Plan(model, rs, (), (), 0, 0)
+        return Preview(model, rs, (), (), 0, 0)
     names = {d.name for d in rs.dimensions}
     seen = {config_pbtxt_sha256(original)}
     first = {k: v for k, v in rs.original_params.items() if k in names}
-    cands = [Candidate(0, normalize_params(first), original_text, original=True)]
+    cands = [PreviewCandidate(0, normalize_params(first), original_text, original=True)]
     rejected: list[tuple[dict[str, Any], str]] = []
     points = candidate_points(rs, limit=limit, seed=seed)
     duplicates = 0
@@ -145,16 +145,16 @@ def plan(
             cfg, backend=rs.backend, precision_parameter=rs.precision_parameter, engine_files=rs.engine_files
         )
         params = normalize_params({k: v for k, v in full.items() if k in names})
-        cands.append(Candidate(len(cands), params, render_candidate(original_text, cfg)))
-    return Plan(model, rs, tuple(cands), tuple(rejected), len(points), duplicates)
+        cands.append(PreviewCandidate(len(cands), params, render_candidate(original_text, cfg)))
+    return Preview(model, rs, tuple(cands), tuple(rejected), len(points), duplicates)
 
 
 def _fmt_value(value: Any) -> str:
     return ("on" if value else "off") if isinstance(value, bool) else str(value)
 
 
-def describe(p: Plan, *, show_candidates: int = 50) -> list[str]:
-    """The plan as lines of text for the terminal."""
+def describe(p: Preview, *, show_candidates: int = 50) -> list[str]:
+    """The preview as lines of text for the terminal."""
     rs = p.space
     where = f"{rs.gpus} GPU(s), {rs.cpu_cores} CPU cores" if rs.gpus else f"no GPU, {rs.cpu_cores} CPU cores"
     out = [f"model {p.model!r} (backend {rs.backend}), planned for a server with {where}", ""]
@@ -205,7 +205,7 @@ def candidate_lines(
     return out
 
 
-def write_candidates(p: Plan, out_dir: Path) -> list[Path]:
+def write_candidates(p: Preview, out_dir: Path) -> list[Path]:
     """Write each candidate as out_dir/candidates/NNN.pbtxt; returns the paths."""
     folder = Path(out_dir) / "candidates"
     try:

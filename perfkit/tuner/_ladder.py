@@ -1,0 +1,168 @@
+"""The bracketing search over a ladder of load levels (concurrencies or arrival rates): the
+highest level within budget, galloping from a start and bisecting, with the readings its answer
+hinges on measured twice; and the plain level-by-level walk. The load search (_load_search)
+decides the ladder and the start; this module only walks it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from perfkit.records import LevelResult, RunRecord
+
+
+class LadderSearch:
+    """The highest ladder concurrency within budget, starting where a similar trial met it.
+
+    From the start: gallop up (1, 1, 2, 4 ... ladder steps, or `stride` steps each move) while
+    within budget, or down while over,
+    then bisect between the highest level within and the lowest over. Each level is its own run.
+
+    Closed-loop levels on a shared host are noisy: a level can read 30% over the budget while
+    the same level, measured again a few seconds later, is well within it (and a level decided
+    'over' early rests on a window or two). One such reading would send the whole search the
+    wrong way, so two readings are confirmed by measuring the level once more, the second
+    reading standing: the start level when over (a similar config met the budget there), and
+    the lowest level over the budget above the answer, on which the answer rests.
+
+    `ceiling` (open loop): a level that could not keep up tells the server's capacity, and every
+    ladder value past it is over without being measured (capacity_ceiling); the search then goes
+    down from there half a stride at a time instead of halving from the level it measured. A
+    badly batched config that completes 20 req/s when 768 are offered is not walked down 768,
+    384, ... and bisected through its slowest levels (a level at 20 req/s takes ~15 s to fill its
+    windows)."""
+
+    def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
+                 values: Sequence[float], start_index: int, *, stride: int = 1,
+                 ceiling: Callable[[LevelResult], float | None] | None = None) -> None:  # fmt: skip
+        self.measure_one = measure_one
+        self.stride = stride
+        self.ceiling = ceiling
+        self.cap: int | None = None  # lowest index known over from a capacity ceiling (not measured)
+        self.ok = ok
+        self.values = tuple(values)
+        self.start_index = start_index
+        self.results: dict[float, LevelResult] = {}
+        self.verdicts: dict[int, bool] = {}
+        self.confirmed: set[int] = set()
+        self.records: list[RunRecord] = []
+
+    def _measure(self, index: int) -> bool | None:
+        """Within budget (True), over (False), or None when the run failed (the search stops)."""
+        value = self.values[index]
+        rec = self.measure_one(value)
+        self.records.append(rec)
+        if rec.status != "ok" or not rec.levels:
+            for lv in rec.levels:  # what the failed run did measure stays in the record
+                self.results[float(lv.load.value)] = lv
+            return None
+        level = rec.levels[-1]
+        self.results[value] = level  # a second reading replaces the first
+        self.verdicts[index] = self.ok(level)
+        limit = self.ceiling(level) if self.ceiling is not None and not self.verdicts[index] else None
+        if limit is not None:
+            above = [i for i, v in enumerate(self.values) if v >= limit]
+            if above and above[0] < index and (self.cap is None or above[0] < self.cap):
+                self.cap = above[0]
+        return self.verdicts[index]
+
+    def _tighten(self, lo: int | None, hi: int | None) -> int | None:
+        """hi lowered to the capacity ceiling's index, unless a level at or above it read within
+        the budget (then the ceiling was noise)."""
+        if self.cap is None or (lo is not None and self.cap <= lo):
+            return hi
+        return self.cap if hi is None or self.cap < hi else hi
+
+    def _confirmed_over(self, index: int) -> bool | None:
+        """Measure the level again if it read over and was not confirmed yet; its verdict."""
+        if self.verdicts.get(index) is False and index not in self.confirmed:
+            self.confirmed.add(index)
+            return self._measure(index)
+        return self.verdicts.get(index)
+
+    def _gallop(self, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
+        """Widen from the known side until the boundary is bracketed: (highest index within or None,
+        lowest index over or None); None when a run failed."""
+        moves = 0
+        while True:
+            hi = self._tighten(lo, hi)
+            # one ladder step twice (the answer is most often near a similar trial's), then 2, 4, ...
+            step = self.stride if self.stride > 1 else (1 if moves < 2 else 2 ** (moves - 1))
+            if hi is not None and hi not in self.verdicts:
+                step = max(1, self.stride // 2)  # below a capacity ceiling: half a stride down
+            moves += 1
+            if lo is not None and hi is None:
+                if lo == len(self.values) - 1:
+                    return lo, hi
+                nxt = min(lo + step, len(self.values) - 1)
+            elif hi is not None and lo is None:
+                if hi == 0:
+                    return lo, hi
+                nxt = max(hi - step, 0)
+            else:
+                return lo, hi
+            verdict = self._measure(nxt)
+            if verdict is None:
+                return None
+            if verdict:
+                lo = nxt if lo is None or nxt > lo else lo
+            else:
+                hi = nxt if hi is None or nxt < hi else hi
+
+    def _bisect(self, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
+        while lo is not None and hi is not None and (hi := self._tighten(lo, hi)) is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            verdict = self._measure(mid)
+            if verdict is None:
+                return None
+            if verdict:
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+    def run(self) -> RunRecord:
+        """Search, then one run record holding every level measured (sorted by load)."""
+        first = self._measure(self.start_index)
+        if first is False:
+            first = self._confirmed_over(self.start_index)
+        if first is not None:
+            bounds: tuple[int | None, int | None] | None = (
+                (self.start_index, None) if first else (None, self.start_index)
+            )
+            while bounds is not None:
+                bounds = self._gallop(*bounds)
+                if bounds is None:
+                    break
+                bounds = self._bisect(*bounds)
+                if bounds is None:
+                    break
+                lo, hi = bounds
+                if hi is None or hi in self.confirmed:
+                    break
+                again = self._confirmed_over(hi)
+                if again is None or not again:
+                    break
+                # The level over the budget was not: search on above it, up to the next level read over.
+                above = [i for i, within in self.verdicts.items() if i > hi and not within]
+                bounds = (hi, min(above) if above else None)
+        last = self.records[-1]
+        levels = sorted(self.results.values(), key=lambda lv: lv.load.value)
+        return dataclasses.replace(last, levels=tuple(levels))
+
+
+def run_level_by_level(
+    run_spec: Callable[[Sequence[int]], RunRecord], values: Sequence[int], ok: Callable[[LevelResult], bool]
+) -> RunRecord:
+    """Measure levels one run each, in order until the first level over the budget, judged here
+    rather than by measure (whose threshold is on the end-to-end latency, not a stream's TTFT or
+    ITL). One record holding every level measured."""
+    records: list[RunRecord] = []
+    for value in sorted(set(values)):
+        rec = run_spec((value,))
+        records.append(rec)
+        if not rec.levels or rec.status != "ok" or not ok(rec.levels[-1]):
+            break
+    last = records[-1]
+    levels = sorted((lv for r in records for lv in r.levels), key=lambda lv: lv.load.value)
+    return dataclasses.replace(last, levels=tuple(levels))

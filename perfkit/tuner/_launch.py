@@ -1,0 +1,102 @@
+"""`perfkit tune` as one library call: the server reached (or launched) and the subject tuned on
+it, or the search spread over a Ray cluster. The CLI parses its flags and calls run_tune; what
+to print arrives through two callbacks (progress lines, and notes for stderr)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfkit.errors import MeasurementError, UsageError
+from perfkit.server.launch import ServerOptions, open_server
+from perfkit.tuner._events import OnEvent
+from perfkit.tuner._pipeline import is_pipeline
+from perfkit.tuner._run import tune
+from perfkit.tuner._settings import TuneSettings
+from perfkit.tuner._space import TuneSpace
+
+
+@dataclass(frozen=True)
+class RayPlacement:
+    """--ray: the cluster, how many tuning workers (default one per node), GPUs Ray gives each."""
+
+    address: str | None = None
+    workers: int | None = None
+    gpus_per_worker: float = 0.0
+
+
+def run_tune(
+    opts: ServerOptions,
+    settings: TuneSettings,
+    space: TuneSpace,
+    *,
+    composing: Sequence[str] = (),
+    ray: RayPlacement = RayPlacement(),
+    on_event: OnEvent,
+    say: Callable[[str], None],
+    note: Callable[[str, bool], None],
+) -> Path:
+    """Tune what settings name (one model, a pipeline, a traffic mix) on the server `opts`
+    describes, or with --ray on one server per Ray worker sharing one study; returns the folder
+    whose tune.json holds every trial. `say` prints a line of the outcome, `note(text, newline)`
+    a line for stderr. Raises UsageError for options that do not go together, MeasurementError
+    when every Ray worker failed, and as tune() does."""
+    if opts.model_repository is None:
+        raise UsageError(
+            "perfkit tune needs --model-repository DIR: the folder holding the model's config.pbtxt",
+            hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit)",
+        )
+    pipeline = not settings.mix and (bool(composing) or is_pipeline(opts.model_repository, settings.model))
+    if settings.mix:
+        mix = ",".join(f"{m}:{w}" for m, w in settings.mix)
+        budgets = ", ".join(f"{m} {b:g} ms" for m, b in settings.mix_budgets_ms)
+        note(f"perfkit: tuning the traffic mix {mix} jointly (p{settings.percentile:g} budgets: {budgets})", True)
+    elif pipeline:
+        if ray.address:
+            raise UsageError("--ray tunes one model; tune a pipeline on one server (drop --ray)")
+        what = f"{settings.model} with {', '.join(composing)}" if composing else settings.model
+        note(f"perfkit: tuning the pipeline {what} end to end", True)
+    elif ray.address:
+        return _on_ray(opts, settings, space, ray, say, note)
+    elif ray.workers is not None:
+        raise UsageError("--tune-workers places workers on a Ray cluster: give --ray ADDRESS|auto too")
+    note(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", False)
+    with open_server(opts) as server:
+        if opts.mode != "remote":
+            note(f" ready at {server.endpoints.http_url}", True)
+        result = tune(server, settings, space, model_repository=opts.model_repository, composing=composing,
+                      on_event=on_event)  # fmt: skip
+    return result.output_dir
+
+
+def _on_ray(
+    opts: ServerOptions,
+    settings: TuneSettings,
+    space: TuneSpace,
+    ray: RayPlacement,
+    say: Callable[[str], None],
+    note: Callable[[str, bool], None],
+) -> Path:
+    """Each worker's outcome told; the output folder of the last worker to finish well (its
+    tune.json holds every trial of the shared study). Raises MeasurementError when every worker failed."""
+    from perfkit.tuner._ray import tune_on_ray
+
+    assert ray.address is not None
+    note(f"perfkit: tuning {settings.model} on Ray ({ray.address}): one server per worker, one shared study", True)
+    out_dir, outcomes = tune_on_ray(
+        opts, settings, space, address=ray.address, workers=ray.workers, gpus_per_worker=ray.gpus_per_worker
+    )
+    for o in outcomes:
+        say(
+            f"  worker {o.worker} on {o.host}: {o.status}, {o.trials_here} trial(s) measured here, {o.output_dir}"
+            + (f" ({o.error})" if o.error else "")
+        )
+    ok = [o for o in outcomes if o.status == "ok"]
+    if ok:
+        for line in ok[-1].log_tail[-4:]:
+            say(line)
+    say(f"results in {out_dir} (one folder per worker)")
+    if not ok:
+        raise MeasurementError("every tuning worker failed", hint="see each worker's error above")
+    return Path(ok[-1].output_dir)

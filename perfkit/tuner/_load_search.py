@@ -1,0 +1,297 @@
+"""The load search: how each trial offers load (JudgeSettings: closed loop, open loop or a trace;
+its ProfileSpec) and finding a candidate's highest load within budget, cheaply.
+
+Without history a trial measures concurrency 1, 2, 4, ... until the budget breaks. With it,
+the search starts where the most similar earlier trial met the budget and walks a ladder of
+levels a factor sqrt(2) apart: galloping up (or down) from there until the boundary is
+bracketed, then bisecting it (3-4 levels instead of 5-7 for an answer near the start, and a
+far answer, such as the concurrency a much larger batch needs, is still reached). A level
+reading over the budget where the answer hinges on it is measured once more (see
+_ladder.LadderSearch). Levels end as soon as they are clearly over or under the budget
+(ProfileSpec.stop_when_decided). Open loop walks a ladder of arrival rates the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfkit.budget import Budget
+from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.server.base import Server
+from perfkit.tuner._ladder import LadderSearch, run_level_by_level
+
+Measure = Callable[..., RunRecord]
+
+
+def concurrency_levels(max_concurrency: int) -> tuple[LoadLevel, ...]:
+    """1, 2, 4, ... up to max_concurrency (included even if not a power of two)."""
+    values = []
+    c = 1
+    while c < max_concurrency:
+        values.append(c)
+        c *= 2
+    values.append(max_concurrency)
+    return tuple(LoadLevel("concurrency", float(v)) for v in dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """How each trial is measured against its budget. Short windows keep a trial to seconds."""
+
+    budget: Budget  # the settings' one budget (TuneSettings.budget)
+    max_concurrency: int = 64
+    protocol: str = "http"
+    measurement_interval_ms: float = 800.0
+    stability_percentage: float = 15.0
+    min_windows: int = 3
+    max_windows: int = 6
+    warmup_s: float = 0.5
+    collect_metrics: bool = False
+    metrics_url: str | None = None
+    batch_size: int = 1
+    stop_when_decided: bool = False
+    streaming: bool = False  # a decoupled model: responses arrive on a gRPC stream
+    # How load is offered: closed loop ("concurrency": N clients in lockstep) or open loop
+    # ("rate": arrivals at a rate, `distribution` poisson or constant; the figure is the
+    # sustainable rate).
+    load_mode: str = "concurrency"
+    distribution: str = "poisson"
+    max_rate_rps: float = 20000.0
+    goodput_slo_ms: dict[str, float] = field(default_factory=dict)  # streamed requests' SLOs (goodput)
+    # load_mode "trace": a JSONL trace replayed faster or slower; a level's value is its mean rate
+    # (trace_base_rps, the trace's own mean rate, at speed 1).
+    trace: str | None = None
+    trace_base_rps: float = 1.0
+    # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1): the mix measured (each model's own
+    # budget is the budget's per_model_ms)
+    mix: tuple[tuple[str, int], ...] = ()
+
+    def _window_ms(self, levels: tuple[LoadLevel, ...] | None) -> float:
+        """Windows long enough for an open-loop level to hold MIN_WINDOW_REQUESTS requests (a
+        window of a few requests says nothing about a percentile or a backlog); at most 5 s."""
+        if not self.open_loop or not levels or levels[0].mode == "concurrency":
+            return self.measurement_interval_ms
+        rate = max(levels[0].value, 1e-3)
+        return max(self.measurement_interval_ms, min(5000.0, 1000.0 * MIN_WINDOW_REQUESTS / rate))
+
+    @property
+    def open_loop(self) -> bool:
+        return self.load_mode in ("rate", "trace")
+
+    def load_line(self, *, default: bool = False) -> str:
+        """How trials offer load, for the search's first lines (`default`: no --load was given)."""
+        if self.load_mode == "trace":
+            what = "trace replayed faster or slower: each trial's figure is its highest sustainable mean rate"
+        elif self.open_loop:
+            what = f"open loop, {self.distribution} arrivals: each trial's figure is its highest sustainable rate"
+        else:
+            what = "closed loop, clients in lockstep: each trial's figure is at its highest concurrency within budget"
+        if default:
+            what += " (the default" + ("; closed loop for a decoupled model)" if self.streaming else ")")
+        return what
+
+    def level(self, value: float) -> LoadLevel:
+        """The load level of one search point: a concurrency, an arrival rate, or a trace's mean rate."""
+        if self.load_mode == "trace":
+            return LoadLevel("trace", float(value))
+        if self.open_loop:
+            dist: Any = self.distribution
+            return LoadLevel("request_rate", float(value), dist)
+        return LoadLevel("concurrency", float(int(value)))
+
+    @property
+    def judged_by_measure(self) -> bool:
+        """Whether perfkit profile itself can judge levels against the budget (its threshold is
+        on the end-to-end latency); TTFT/ITL budgets are judged by the tuner level by level."""
+        return self.budget.metric == "latency" and not self.mix  # a mix's models each hold their own budget
+
+    def spec(self, model: str, levels: tuple[LoadLevel, ...] | None = None, *, bisect: bool = False) -> ProfileSpec:
+        """The ProfileSpec of one trial: doubling concurrency (or the given levels, bisected
+        when `bisect`), stopping past the budget."""
+        by_measure = self.judged_by_measure
+        trace = self.load_mode == "trace"
+        speed = (levels[0].value / self.trace_base_rps) if trace and levels else 1.0
+        return ProfileSpec(
+            model=model,
+            levels=levels or concurrency_levels(self.max_concurrency),
+            binary_search=bisect and by_measure,
+            stop_when_decided=self.stop_when_decided and by_measure,
+            # Decoupled models stream over gRPC ModelStreamInfer: HTTP's generate_stream maps
+            # only models whose inputs it can read from JSON.
+            protocol="grpc" if self.protocol == "grpc" or self.streaming or trace else "http",
+            batch_size=self.batch_size,
+            measurement_interval_ms=self._window_ms(levels),
+            stability_percentage=self.stability_percentage,
+            max_trials=self.max_windows,
+            min_windows=self.min_windows,
+            percentile=self.budget.percentile,
+            # measure's threshold is on the end-to-end latency: a TTFT/ITL budget must not stop it.
+            latency_threshold_ms=self.budget.latency_budget_ms if by_measure else None,
+            warmup_s=self.warmup_s,
+            collect_metrics=self.collect_metrics,
+            metrics_url=self.metrics_url,
+            streaming=self.streaming,
+            goodput_slo_ms=dict(self.goodput_slo_ms),
+            trace=self.trace if trace else None,
+            trace_speed=speed,
+            mix=self.mix,
+        )
+
+
+MIN_WINDOW_REQUESTS = 50  # open-loop windows hold about this many requests (see JudgeSettings)
+
+
+def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    d = 0.0
+    for key in set(a) | set(b):
+        x, y = a.get(key), b.get(key)
+        if x == y:
+            continue
+        num = (int, float)
+        if isinstance(x, num) and isinstance(y, num) and not isinstance(x, bool) and not isinstance(y, bool):
+            d += abs(math.log2(max(float(x), 0.5) / max(float(y), 0.5)))  # a doubling counts as one change
+        else:
+            d += 1.0
+    return d
+
+
+def start_concurrency(history: Sequence[tuple[Mapping[str, Any], float]], params: Mapping[str, Any]) -> float | None:
+    """The load (concurrency or arrival rate) at which the most similar earlier trial met the
+    budget (ties: the most recent); None without history. history: (params, highest feasible
+    load), oldest first."""
+    if not history:
+        return None
+    nearest = min(range(len(history)), key=lambda i: (_distance(history[i][0], params), -i))
+    return history[nearest][1]
+
+
+def _doubling(low: int, high: int) -> tuple[int, ...]:
+    """low, 2*low, ... up to high (included)."""
+    out, c = [], max(1, low)
+    while c < high:
+        out.append(c)
+        c *= 2
+    out.append(high)
+    return tuple(dict.fromkeys(out))
+
+
+def find_load(
+    measure: Measure,
+    server: Server,
+    judge: JudgeSettings,
+    model: str,
+    start: float | None,
+    *,
+    command: tuple[str, ...] = (),
+    record_path: Path | None = None,
+) -> RunRecord:
+    """Measure a loaded candidate up to its highest load within the budget (concurrency, or
+    for open loop the highest sustainable arrival rate); returns one run record holding every
+    level measured (sorted by load). Raises what measure raises."""
+
+    def ok(lv: LevelResult) -> bool:
+        return judge.budget.within(lv)
+
+    def run_spec(values: Sequence[float], bisect: bool) -> RunRecord:
+        levels = tuple(judge.level(v) for v in values)
+        return measure(server, judge.spec(model, levels, bisect=bisect), command=command,
+                       record_path=record_path)  # fmt: skip
+
+    if judge.open_loop:
+        if start is None and judge.load_mode == "trace":
+            start = judge.trace_base_rps  # the trace as recorded (speed 1)
+        if start is None:
+            start = _probe_rate(
+                lambda lv: measure(server, judge.spec(model, (lv,)), command=command, record_path=record_path)
+            )
+        values = rate_ladder(start, judge.max_rate_rps)
+        # Double the rate per move, then bisect back to the ladder's resolution: a level below the
+        # answer is slow to fill its windows (about 50 requests each), one above it is quick, so
+        # overshooting costs little and creeping up from a low start (the probe's, or a similar
+        # trial's that sustained far less) costs most of a trial.
+        search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
+                               stride=RATE_STEPS_PER_DOUBLING, ceiling=capacity_ceiling)  # fmt: skip
+        merged = search.run()
+        if record_path is not None:
+            merged.save(record_path)
+        return merged
+    if start is None:
+        doubling = _doubling(1, judge.max_concurrency)
+        if judge.judged_by_measure:
+            first_run = run_spec(doubling, False)
+        else:
+            first_run = run_level_by_level(lambda v: run_spec(v, False), doubling, ok)
+        if record_path is not None and not judge.judged_by_measure:
+            first_run.save(record_path)
+        return first_run
+    values = tuple(float(v) for v in ladder(int(start), judge.max_concurrency))
+    first = float(min(max(int(start), 1), judge.max_concurrency))
+    search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(first))
+    merged = search.run()
+    if record_path is not None:
+        merged.save(record_path)
+    return merged
+
+
+# Arrival rates a factor 2**(1/8) (~9%) apart: the open-loop search's resolution. In open loop
+# every config within budget at a rate reads that rate as its throughput, so configs whose
+# sustainable rates fall between two steps tie; at 2**(1/4) (19%) the tuner could not tell a
+# config from one 15% better (benchmarks/tune_claims.py). One more level per trial buys 9%.
+RATE_STEPS_PER_DOUBLING = 8
+MIN_RATE_RPS = 1.0
+
+
+def rate_ladder(start_rps: float, max_rate_rps: float) -> tuple[float, ...]:
+    """Arrival rates a factor 2**(1/RATE_STEPS_PER_DOUBLING) apart through start_rps, from MIN_RATE_RPS up to
+    max_rate_rps (rounded to 3 significant digits)."""
+    start_rps = min(max(start_rps, MIN_RATE_RPS), max_rate_rps)
+    n = RATE_STEPS_PER_DOUBLING
+    down = math.ceil(n * math.log2(start_rps / MIN_RATE_RPS))
+    up = math.ceil(n * math.log2(max(max_rate_rps / start_rps, 1.0)))
+    values = {start_rps * 2 ** (k / n) for k in range(-down, up + 1)}
+    kept = {float(f"{v:.3g}") for v in values if MIN_RATE_RPS <= v <= max_rate_rps}
+    return tuple(sorted(kept | {float(f"{start_rps:.3g}")}))
+
+
+def start_on(values: Sequence[float], start: float) -> float:
+    """The ladder value nearest to start (on a log scale)."""
+    return min(values, key=lambda v: abs(math.log(v / max(start, 1e-9))))
+
+
+def step_below(values: Sequence[float], value: float) -> float | None:
+    """The ladder value one step below value, or None at the bottom."""
+    lower = [v for v in values if v < value * (1 - 1e-9)]
+    return max(lower) if lower else None
+
+
+def _probe_rate(measure_level: Callable[[LoadLevel], RunRecord]) -> float:
+    """Where an open-loop search starts without history: half the throughput of one request at
+    a time (concurrency 1, closed loop), a rate nearly any config sustains; the ladder gallops up
+    from there."""
+    rec = measure_level(LoadLevel("concurrency", 1.0))
+    tput = rec.levels[-1].completed_rps if rec.levels else 0.0
+    return max(MIN_RATE_RPS, 0.5 * tput)
+
+
+def capacity_ceiling(level: LevelResult) -> float | None:
+    """A rate every level above which is over the budget, from an overloaded open-loop level: one
+    that completed well under what it sent (a backlog grew) completed at the server's capacity,
+    and no rate past capacity (plus 5% for noise) is sustainable. None when the level kept up."""
+    sent = min(level.load.value, level.sent_rps) if level.sent_rps > 0 else level.load.value
+    if level.load.mode == "concurrency" or level.completed_rps <= 0 or level.completed_rps >= 0.9 * sent:
+        return None
+    return level.completed_rps * 1.05
+
+
+def ladder(start: int, max_concurrency: int) -> tuple[int, ...]:
+    """Concurrencies a factor ~sqrt(2) apart through start, from 1 to max_concurrency (both
+    included): the resolution of the search."""
+    start = min(max(start, 1), max_concurrency)
+    down = math.ceil(2 * math.log2(start)) + 1
+    up = math.ceil(2 * math.log2(max(max_concurrency / start, 1.0))) + 1
+    values = {min(max_concurrency, max(1, round(start * 2 ** (k / 2)))) for k in range(-down, up + 1)}
+    return tuple(sorted(values | {1, max_concurrency}))

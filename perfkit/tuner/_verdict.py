@@ -1,0 +1,154 @@
+"""A trial's verdict: what its run record says against the budget (the highest load whose
+percentile stays within it, and its throughput), and the constraint values the study reads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from perfkit.budget import level_budget_us, level_within_budget
+from perfkit.records import LevelResult, LoadLevel, RunRecord
+
+
+class ConstraintSettings(Protocol):
+    """The settings a verdict is checked against (TuneSettings has them)."""
+
+    @property
+    def latency_budget_ms(self) -> float: ...
+    @property
+    def min_throughput(self) -> float | None: ...
+    @property
+    def max_gpu_memory_bytes(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class TrialVerdict:
+    """What a trial achieved: the best level within the budget, or why none was."""
+
+    feasible_load: LoadLevel | None
+    throughput_infer_per_s: float | None
+    latency_us: float | None
+    lowest_over_budget: bool  # the lightest load already broke the budget: hopeless
+    lowest_throughput: float
+    lowest_latency_us: float
+    levels_measured: int
+    gpu_memory_bytes: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def within_budget(self) -> bool:
+        return self.feasible_load is not None
+
+
+def judge_trial(
+    record: RunRecord,
+    *,
+    latency_budget_ms: float,
+    percentile: float,
+    metric: str = "latency",
+    mix_scale: Mapping[str, float] | None = None,
+) -> TrialVerdict:
+    """Read a trial's run record against the budget (of `metric`: end-to-end latency, TTFT or
+    ITL). A level counts only without errors.
+
+    The throughput judged stays completed requests per second for every model. For a decoupled
+    model output tokens/s is the figure users quote, but the tokens a request streams are set by
+    the workload (its inputs, max_tokens), not by the config: tokens/s ranks candidates exactly as
+    requests/s does, so the record keeps one throughput meaning for every model and reports
+    tokens/s beside it (metrics['output_tokens_per_s'], shown in the summary line)."""
+    budget_us = latency_budget_ms * 1e3
+    levels = list(record.levels)
+    best: LevelResult | None = None
+
+    def _level_latency_us(level: LevelResult, pct: float) -> float:
+        return level_budget_us(level, pct, metric, mix_scale)
+
+    for level in levels:
+        ok = level_within_budget(level, latency_budget_ms, percentile, metric, mix_scale)
+        if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
+            best = level
+    first = levels[0] if levels else None
+    lowest_over = first is None or first.error_count > 0 or _level_latency_us(first, percentile) > budget_us
+    mem = [s.memory_used_bytes for lv in levels for s in lv.metrics if s.memory_used_bytes is not None]
+    metrics: dict[str, float] = {"levels_measured": float(len(levels))}
+    if best is not None:
+        metrics.update(
+            {
+                "p50_us": best.latency().p50_us,
+                "p99_us": best.latency().p99_us,
+                "mean_us": best.latency().mean_us,
+                "concurrency" if best.load.mode == "concurrency" else "rate_rps": best.load.value,
+                "stable": 1.0 if best.stable else 0.0,
+            }
+        )
+        st = best.streaming
+        if st is not None:
+            metrics.update(
+                {
+                    "ttft_p50_us": st.ttft.p50_us,
+                    "ttft_p99_us": st.ttft.p99_us,
+                    "itl_p50_us": st.itl.p50_us,
+                    "itl_p99_us": st.itl.p99_us,
+                    "output_tokens_per_s": st.output_tokens_per_s,
+                    "responses_per_s": st.responses_per_s,
+                }
+            )
+            if st.goodput_rps is not None:
+                metrics["goodput_rps"] = st.goodput_rps
+        for share in best.models:  # a traffic mix: each model's own figures at the level picked
+            metrics[f"{share.model}.throughput_infer_per_s"] = share.result.throughput_infer_per_s
+            metrics[f"{share.model}.latency_us"] = share.result.latency().percentile_us(percentile)
+        if best.server is not None:
+            metrics["server_queue_avg_us"] = best.server.queue_avg_us
+            metrics["server_compute_infer_avg_us"] = best.server.compute_infer_avg_us
+            if best.server.execution_count:
+                metrics["avg_batch"] = best.server.inference_count / best.server.execution_count
+    if mem:
+        metrics["gpu_memory_bytes"] = max(mem)
+    return TrialVerdict(
+        feasible_load=best.load if best else None,
+        throughput_infer_per_s=best.throughput_infer_per_s if best else None,
+        latency_us=_level_latency_us(best, percentile) if best else None,
+        lowest_over_budget=lowest_over,
+        lowest_throughput=first.throughput_infer_per_s if first else 0.0,
+        lowest_latency_us=_level_latency_us(first, percentile) if first else float("inf"),
+        levels_measured=len(levels),
+        gpu_memory_bytes=max(mem) if mem else None,
+        metrics=metrics,
+    )
+
+
+def constraints(settings: ConstraintSettings, v: TrialVerdict) -> tuple[bool, dict[str, float]]:
+    """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
+    the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
+    unknown (no metrics) does not break the constraint."""
+    budget_us = settings.latency_budget_ms * 1e3
+    lat = v.latency_us if v.latency_us is not None else v.lowest_latency_us
+    rel = (lat - budget_us) / budget_us
+    cons = {"latency": rel if v.within_budget else max(1e-6, rel)}
+    if settings.min_throughput is not None:
+        tput = v.throughput_infer_per_s or 0.0
+        cons["min_throughput"] = (settings.min_throughput - tput) / settings.min_throughput
+    if settings.max_gpu_memory_bytes is not None:
+        mem = v.gpu_memory_bytes
+        limit = settings.max_gpu_memory_bytes
+        cons["gpu_memory"] = 0.0 if mem is None else (mem - limit) / limit
+    cons = {k: (c if math.isfinite(c) else 1e6) for k, c in cons.items()}
+    return all(c <= 0 for c in cons.values()), cons
+
+
+def level_table(
+    record: RunRecord, percentile: float, metric: str = "latency", mix_scale: Mapping[str, float] | None = None
+) -> list[dict[str, Any]]:
+    """One short row per measured level (for progress lines)."""
+    return [
+        {
+            "load": lv.load.label,
+            "throughput": lv.throughput_infer_per_s,
+            "latency_us": level_budget_us(lv, percentile, metric, mix_scale),
+            "errors": lv.error_count,
+        }
+        for lv in record.levels
+    ]

@@ -1,0 +1,24 @@
+"""Predict what a config sustains from a calibrated model of the server, before measuring it.
+
+A discrete-event simulator of Triton's dynamic batcher and instance scheduling (_sim), each
+config's sustainable rate within a latency budget (_rate), and the calibration that fits the
+service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy only.
+"""
+
+from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
+from perfkit.predict._rate import RateResult, capacity_rps, score_space, sustainable_rate
+from perfkit.predict._sim import simulate, unit_arrivals
+
+__all__ = [
+    "BatcherConfig",
+    "Contention",
+    "Load",
+    "Prediction",
+    "RateResult",
+    "ServiceModel",
+    "capacity_rps",
+    "score_space",
+    "simulate",
+    "sustainable_rate",
+    "unit_arrivals",
+]

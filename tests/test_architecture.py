@@ -19,6 +19,7 @@ PKG = Path(perfkit.__file__).parent
 
 LAYERS: list[set[str]] = [
     {"errors"},
+    {"objectives"},  # the objective registry: records rank a tune's trials with it
     {"records"},
     {"server"},
     {"schedule"},

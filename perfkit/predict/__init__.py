@@ -5,11 +5,25 @@ config's sustainable rate within a latency budget (_rate), and the calibration t
 service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy only.
 """
 
+from perfkit.predict._calibrate import (
+    batch_points,
+    calibration,
+    contention,
+    fit_service,
+    fit_shared_fraction,
+    service_model,
+)
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._rate import RateResult, capacity_rps, score_space, sustainable_rate
 from perfkit.predict._sim import simulate, unit_arrivals
 
 __all__ = [
+    "batch_points",
+    "calibration",
+    "contention",
+    "fit_service",
+    "fit_shared_fraction",
+    "service_model",
     "BatcherConfig",
     "Contention",
     "Load",

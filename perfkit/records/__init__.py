@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfkit.errors import InputError
+from perfkit.records._calibration import Calibration, CalibrationPoint
 from perfkit.records._level import (
     LatencySummary,
     LevelResult,
@@ -80,6 +81,8 @@ def load_record(path: Path) -> RunRecord | TuneRecord:
 
 
 __all__ = [
+    "Calibration",
+    "CalibrationPoint",
     "DEFAULT_GATE_THRESHOLDS",
     "DEFAULT_MIN_WINDOWS",
     "DEFAULT_TAIL_PERCENTILES",

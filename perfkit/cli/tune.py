@@ -137,6 +137,14 @@ def _echo_event(event: Any) -> None:
     show_default=True,
     help="auto: TPE (NSGA-II for pareto); grid: every point (ranges at 4 log-spaced values); random.",
 )
+@click.option(
+    "--search",
+    "search_kind",
+    type=click.Choice(["measure", "predict"]),
+    default=None,
+    help="measure (default): every trial measured; predict: calibrate on the server, predict every config,"
+    " measure the best predicted (the measured search takes over where predictions miss).",
+)
 @click.option("--min-throughput", type=float, help="Constraint: infer/s at least this.")
 @click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB.")
 @click.option(
@@ -255,6 +263,7 @@ def command(  # noqa: PLR0917
     objective: str | None,
     seed: int | None,
     sampler: str,
+    search_kind: str | None,
     min_throughput: float | None,
     max_gpu_memory: str | None,
     max_output_diff: str | None,
@@ -357,6 +366,7 @@ def command(  # noqa: PLR0917
         ("protocol", protocol),
         ("trials", trials),
         ("sampler", sampler),
+        ("search", search_kind),
         ("load", load_mode),
         ("trace", trace_file),
         ("arrival", arrival),

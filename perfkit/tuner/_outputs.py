@@ -36,6 +36,8 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
     metrics = {k: float(v) for k, v in (ua.get("metrics") or {}).items() if isinstance(v, (int, float))}
     if ua.get(A_DUPLICATE_OF) is not None:
         metrics["duplicate_of"] = float(ua[A_DUPLICATE_OF])  # answered from that trial, not measured again
+    if isinstance(ua.get("predicted_rps"), (int, float)):
+        metrics["predicted_rps"] = float(ua["predicted_rps"])  # --search predict: what the simulator said
     start, end = t.datetime_start, t.datetime_complete
     duration = float(ua.get("duration_s") or ((end - start).total_seconds() if start and end else 0.0))
     return TrialRecord(

@@ -16,7 +16,7 @@ from perfkit.errors import PerfkitError, UsageError
 from perfkit.records import TuneRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import ConfigGuard, apply_config, config_pbtxt_sha256
-from perfkit.tuner import _outputs, _study
+from perfkit.tuner import _outputs, _predict, _study
 from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
 from perfkit.tuner._events import Applied, OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._loadplan import Measure
@@ -30,13 +30,14 @@ from perfkit.tuner._trial import TrialRunner
 log = logging.getLogger(__name__)
 
 
-def search(t: TrialRunner, study: optuna.Study) -> None:
+def search(t: TrialRunner, study: optuna.Study, stop: Callable[[optuna.Study], str | None] | None = None) -> None:
     """The search, then the confirmation of its pick: trials until a stop rule says enough, then
     the best and its rivals re-measured before anything is claimed (one judgment for a model
     and for a pipeline). The candidate last measured may be left serving: the caller's guard puts
-    the original back. Raises as run_trial and confirm_picks do."""
+    the original back. `stop` is one more stop rule (the predicted search's). Raises as
+    run_trial and confirm_picks do."""
     t.capture_reference()
-    while (why := t.should_stop(study)) is None:
+    while (why := (stop and stop(study)) or t.should_stop(study)) is None:
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
@@ -49,6 +50,7 @@ def run_search(
     *,
     seed: Callable[[optuna.Study], None] | None = None,
     more_outputs: Callable[[TuneRecord], tuple[dict[str, Path], Sequence[TuneEvent]]] | None = None,
+    stop: Callable[[optuna.Study], str | None] | None = None,
 ) -> tuple[TuneRecord, dict[str, Path]]:
     """One tune from its announcement to its outputs, for a model and for a pipeline: the study
     opened (`seed` may queue more points), the search run inside `guard`, and on every ending the
@@ -68,7 +70,7 @@ def run_search(
     error: str | None = None
     with guard:
         try:
-            search(t, study)
+            search(t, study, stop)
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted by the user"
             raise
@@ -139,7 +141,8 @@ def open_study(t: TrialRunner) -> optuna.Study:
         original = t.original_fixed_params()
         study.enqueue_trial(original, user_attrs={_study.A_ORIGINAL: True}, skip_if_exists=True)
         # The sampler's own draws follow; a grid or random search walks its points unseeded.
-        seed = batching_seed(t.space, original) if t.s.sampler == "auto" else None
+        # (--search predict queues its predicted configs instead.)
+        seed = batching_seed(t.space, original) if t.s.sampler == "auto" and t.s.search == "measure" else None
         if seed is not None and (t.s.trials is None or t.s.trials > 1):
             study.enqueue_trial(seed, skip_if_exists=True)
     return study
@@ -178,7 +181,10 @@ def tune(
             echo(event.line())
 
     t = TrialRunner(server, settings, space, model_repository, measure, emit_to)
-    rec, result_paths = run_search(t, ConfigGuard(t.config_path, server, t.model))
+    if settings.search == "predict":
+        rec, result_paths = _predict.run_predicted(t, run_search)
+    else:
+        rec, result_paths = run_search(t, ConfigGuard(t.config_path, server, t.model))
     backup = None
     if settings.apply and rec.best_config is not None:
         refuse_if_breaks(t.model, rec.best_config, model_repository)  # never leave an ensemble unloadable

@@ -74,6 +74,8 @@ class TuneSettings:
     stability_percentage: float = 15.0
     warmup_s: float = 0.5
     sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
+    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py)
+    search: Literal["measure", "predict"] = "measure"
     # Accuracy guard: None compares outputs with per-datatype defaults; OutputTolerance.off() skips it.
     max_output_diff: OutputTolerance | None = None
     # Concurrency search: start where the most similar trial met the budget, gallop and bisect a

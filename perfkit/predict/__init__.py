@@ -11,6 +11,7 @@ from perfkit.predict._calibrate import (
     contention,
     fit_service,
     fit_shared_fraction,
+    merge_points,
     service_model,
 )
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
@@ -23,6 +24,7 @@ __all__ = [
     "contention",
     "fit_service",
     "fit_shared_fraction",
+    "merge_points",
     "service_model",
     "BatcherConfig",
     "Contention",

@@ -44,6 +44,17 @@ def batch_points(before: Mapping[str, Any], after: Mapping[str, Any], model: str
     return tuple(points)
 
 
+def merge_points(*runs: Sequence[CalibrationPoint]) -> tuple[CalibrationPoint, ...]:
+    """Points of several runs as one set: per batch size, executions summed and their times
+    averaged, weighted by executions."""
+    total: dict[int, tuple[int, float]] = {}
+    for run in runs:
+        for p in run:
+            n, us = total.get(p.batch_size, (0, 0.0))
+            total[p.batch_size] = (n + p.executions, us + p.service_us * p.executions)
+    return tuple(CalibrationPoint(size, n, us / n) for size, (n, us) in sorted(total.items()) if n > 0)
+
+
 def fit_service(points: Sequence[CalibrationPoint]) -> tuple[float, float, float, float]:
     """(fixed_us, per_item_us, rms_rel, max_rel): the line a + b*n through the points, weighted by
     their executions, and how far off the points it is (relative residuals: execution-weighted

@@ -100,33 +100,50 @@ def _dispatch(arr: list[float], h: int, tf: float, plan: tuple[int, int, int, li
 
 
 def _run_open(
-    arr: list[float], cfg: BatcherConfig, service: ServiceModel, contention: Contention
-) -> tuple[list[int], list[float]]:
-    """Dispatch every request of a known arrival list; returns each batch's size and end (s)."""
+    arr: list[float],
+    cfg: BatcherConfig,
+    service: ServiceModel,
+    contention: Contention,
+    give_up: tuple[float, int, int] | None = None,
+) -> tuple[list[int], list[float]] | None:
+    """Dispatch every request of a known arrival list; returns each batch's size and end (s).
+    give_up = (latency bound s, first counted request, how many may exceed it): None as soon as
+    more requests than that exceed the bound (the percentile is then past it, whatever follows)."""
     plan = _batch_plan(cfg)
     table = _service_table(service, plan[0])
-    f = contention.shared_fraction
+    f, g = contention.shared_fraction, 1 - contention.shared_fraction
     free = [arr[0]] * cfg.instances
-    heapq.heapify(free)
     dev = 0.0
     sizes: list[int] = []
     ends: list[float] = []
     h, n = 0, len(arr)
+    bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
+    over = 0
+    replace = heapq.heapreplace
     while h < n:
-        tf = heapq.heappop(free)
-        td, m = _dispatch(arr, h, tf, plan)
-        if h + m > n:
-            m = n - h
+        tf = free[0]
+        if plan[0] == 1:  # each request its own execution (rule 1): no batch to form
+            td = tf if tf > arr[h] else arr[h]
+            m = 1
+        else:
+            td, m = _dispatch(arr, h, tf, plan)
+            if h + m > n:
+                m = n - h
         s = table[m]
         if f > 0:
-            start = td + (1 - f) * s
-            start = max(start, dev)
+            start = td + g * s
+            if dev > start:  # noqa: PLR1730 - the builtin max() costs a call per execution in the hot loop
+                start = dev
             end = dev = start + f * s
         else:
             end = td + s
-        heapq.heappush(free, end)
+        replace(free, end)
         sizes.append(m)
         ends.append(end)
+        if end - arr[h] > bound and h >= counted_from:
+            over += bisect.bisect_left(arr, end - bound, h, h + m) - h
+            if over > allowed:
+                return None
         h += m
     return sizes, ends
 
@@ -182,6 +199,25 @@ def simulate(
     counted from each request's due time to its answer (plus the service's overhead), over the
     requests after the first WARMUP_FRACTION. `unit` reuses rate-1 arrivals (see unit_arrivals).
     Raises UsageError for a load or config the simulator cannot run."""
+    p = simulate_within(cfg, service, load, contention, requests=requests, seed=seed, unit=unit)
+    assert p is not None  # no budget given: never cut short
+    return p
+
+
+def simulate_within(
+    cfg: BatcherConfig,
+    service: ServiceModel,
+    load: Load,
+    contention: Contention | None = None,
+    *,
+    requests: int = DEFAULT_REQUESTS,
+    seed: int = 0,
+    unit: np.ndarray | None = None,
+    budget_us: float | None = None,
+    percentile: float = 99.0,
+) -> Prediction | None:
+    """simulate(), cut short (None) once more requests than the percentile allows exceed
+    budget_us: its percentile would be past the budget. Open-loop loads only are cut short."""
     contention = contention or Contention()
     if cfg.batching and any(n < 1 for n in (cfg.max_batch_size,)):
         raise UsageError(f"max_batch_size={cfg.max_batch_size}: must be >= 1", hint="give 1 or more")
@@ -196,7 +232,15 @@ def simulate(
         else:
             base = unit if unit is not None else unit_arrivals(load.kind, requests, seed)
             due = base / load.rate_rps
-        sizes, ends = _run_open(due.tolist(), cfg, service, contention)
+        give_up = None
+        if budget_us is not None:
+            skip = int(len(due) * WARMUP_FRACTION)
+            allowed = int((len(due) - skip) * (1 - percentile / 100.0))
+            give_up = (budget_us / 1e6 - overhead_s, skip, allowed)
+        run = _run_open(due.tolist(), cfg, service, contention, give_up)
+        if run is None:
+            return None
+        sizes, ends = run
     done = np.repeat(np.asarray(ends), sizes)
     latency = done - due + overhead_s
     skip = int(len(latency) * WARMUP_FRACTION)
@@ -207,7 +251,8 @@ def simulate(
     first, last = float(done[skip:].min()), float(done[skip:].max())
     span = last - first if last > first else 1e-9
     offered = (count - 1) / (due[-1] - due[skip]) if due[-1] > due[skip] else math.inf
-    exec_s = np.repeat([service.service_us(m) / 1e6 for m in sizes], sizes)[skip:]
+    table = _service_table(service, max(sizes))
+    exec_s = np.repeat(np.asarray(table)[sizes], sizes)[skip:]
     return Prediction(
         p50_us=float(p50) * 1e6,
         p90_us=float(p90) * 1e6,

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from perfkit import predict
 from perfkit.errors import UsageError
-from perfkit.records import Calibration, LevelResult, LoadLevel, ProfileSpec, TuneRecord
+from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec, TuneRecord
 from perfkit.server.modelconfig import ConfigGuard
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
@@ -291,16 +291,20 @@ def calibrate(t: TrialRunner) -> Calibration:
             _level(t, _spec(t, n))
         after = t.server.model_stats(t.model)
         rates: list[float] = []
+        loaded: tuple[CalibrationPoint, ...] = ()
         for c in counts if len(counts) == 2 else []:
             solo = {**base, P_COUNT: c}
             if top > 0:
                 solo[P_DB] = False
             t.put_candidate(t.make_candidate(solo, False, -1)[0])
+            first = t.server.model_stats(t.model)
             rates.append(_level(t, _spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c)).throughput_infer_per_s)
+            if c == 1:  # one instance saturated: batch-1 executions under load, nothing shared with another
+                loaded = predict.batch_points(first, t.server.model_stats(t.model), t.model)
     overhead = _overhead_us(light)
     return predict.calibration(
         t.model,
-        predict.batch_points(before, after, t.model),
+        predict.merge_points(predict.batch_points(before, after, t.model), loaded),
         overhead_us=overhead,
         instance_counts=tuple(counts) if rates else (),
         saturated_rps=tuple(rates),

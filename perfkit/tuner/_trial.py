@@ -416,6 +416,8 @@ class TrialRunner:
         measure = self.measure or _default_measure()
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
         start = start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None
+        if self.judge.open_loop and isinstance(trial.user_attrs.get("predicted_rps"), float):
+            start = trial.user_attrs["predicted_rps"]  # --search predict: the rate search starts at the prediction
         t1 = time.monotonic()
         try:
             record = find_load(measure, self.server, self.judge, self.model, start, command=self.s.command,

@@ -1,0 +1,69 @@
+"""perfkit tune --search predict against a real Triton: the calibration fits the known-truth
+queue fixture (deterministic service, instances that do not contend), the predicted best is the
+known best and its measured rate is within the stated tolerance of the prediction; on the same
+fixture with exponential service, which the simulator (deterministic service per batch size)
+cannot capture, the tuner says the predictions are off and goes on with the measured search."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfkit.records import TuneRecord
+from perfkit.tuner._predict import PREDICTION_TOLERANCE
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+def _tune(repo: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    # Cheap settings: two configs (1 or 2 instances), short windows, no confirmation runs.
+    cmd = [sys.executable, "-m", "perfkit", "tune", "-m", "queue", "--model-repository", str(repo), "-o", str(out),
+           "--search", "predict", "--instance-counts", "1,2", "--measurement-interval", "400", "--confirm", "0",
+           *extra]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=600)
+
+
+def test_predicted_tune_picks_the_known_best_and_the_measurement_holds_the_prediction(model_repo: Path, tmp_path):
+    out = tmp_path / "out"
+    proc = _tune(model_repo, out, "--latency-budget", "100ms", "--trials", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "calibrated in" in proc.stdout and "predicted 2 configs" in proc.stdout, proc.stdout
+    rec = TuneRecord.load(out / "tune.json")
+    cal = rec.calibration
+    assert cal is not None and cal.model == "queue"
+    # One execution of the queue fixture takes service_ms = 10 (plus the python backend's own
+    # cost); sleeping instances do not contend.
+    assert [p.batch_size for p in cal.points] == [1] and 9_000 <= cal.fixed_us <= 20_000, cal
+    assert cal.instance_counts == (1, 2) and cal.shared_fraction <= 0.2, cal
+    predicted = [t for t in rec.trials if "predicted_rps" in t.metrics]
+    assert predicted and all(t.params.get("instance_count") == 2 for t in predicted[:1]), proc.stdout
+    first = predicted[0]
+    assert first.feasible and first.throughput_infer_per_s is not None
+    ratio = first.throughput_infer_per_s / first.metrics["predicted_rps"]
+    assert abs(ratio - 1) <= PREDICTION_TOLERANCE, (ratio, proc.stdout)
+    assert "their predictions held" in proc.stdout, proc.stdout
+    best = rec.best()
+    assert best is not None and best.params.get("instance_count") == 2  # the known best: two instances
+    frame = pd.read_csv(out / "trials.csv")
+    assert "predicted_rps" in frame.columns
+
+
+def test_a_model_the_simulator_cannot_capture_falls_back_to_the_measured_search(model_repo: Path, tmp_path):
+    config = model_repo / "queue" / "config.pbtxt"
+    config.write_text(config.read_text().replace('string_value: "deterministic"', 'string_value: "exponential"'))
+    out = tmp_path / "out"
+    # At a budget of 5 mean service times, exponential service holds far less than deterministic.
+    proc = _tune(model_repo, out, "--latency-budget", "50ms", "--trials", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OFF BY MORE THAN" in proc.stdout and "going on with the measured search" in proc.stdout, proc.stdout
+    assert "their predictions held" not in proc.stdout
+    rec = TuneRecord.load(out / "tune.json")
+    assert rec.calibration is not None
+    assert len([t for t in rec.trials if t.state == "complete"]) == 3  # the measured search went on to --trials
+    assert json.loads((out / "tune.json").read_text())["calibration"]["model"] == "queue"

@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from perfkit.cli.profile import build_levels
+from perfkit.cli._profile_options import build_levels
 from perfkit.errors import InputError, UsageError
 from perfkit.loadgen import ModelIO, file_tensors, http_payload, synthetic_tensors, to_wire
 from perfkit.measure._metrics import parse_prometheus

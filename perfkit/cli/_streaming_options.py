@@ -10,7 +10,6 @@ import click
 
 from perfkit.errors import UsageError
 from perfkit.measure import parse_goodput
-from perfkit.records import RunRecord
 
 _DEFAULT_SEQUENCE_LENGTH = 20
 
@@ -118,23 +117,3 @@ def streaming_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         "output_tokens_tensor": kw.pop("output_tokens_tensor"),
         "trace": str(trace) if (trace := kw.pop("trace")) else None,
     }
-
-
-def streaming_lines(record: RunRecord) -> list[str]:
-    """Summary lines of the streaming figures (empty for unary runs)."""
-    lines = []
-    for lv in record.levels:
-        st = lv.streaming
-        if st is None:
-            continue
-        ttft = st.ttft_corrected or st.ttft
-        line = (
-            f"  {lv.load.label}: TTFT p50 {ttft.p50_us / 1e3:.2f} ms p99 {ttft.p99_us / 1e3:.2f} ms"
-            f"{' (from due time)' if st.ttft_corrected else ''}; ITL p50 {st.itl.p50_us / 1e3:.2f} ms"
-            f" p99 {st.itl.p99_us / 1e3:.2f} ms; 2nd token p50 {st.second_token.p50_us / 1e3:.2f} ms;"
-            f" {st.output_tokens_per_s:,.1f} tokens/s; {st.output_len_mean:.1f} tokens/request"
-        )
-        if st.goodput_rps is not None:
-            line += f"; goodput {st.goodput_rps:,.1f} req/s ({(st.goodput_fraction or 0) * 100:.1f}%)"
-        lines.append(line)
-    return lines

@@ -2,6 +2,7 @@
 
 Public API:
 - profile_distributed(servers, spec, address=..., client_hosts=...) -> RunRecord
+- profile_fleet(server, spec, address=..., hosts=..., more_urls=...) -> RunRecord (`profile --ray`)
 - connect(address) -> the ray module, joined to the cluster
 - measure_offset / ClockOffset: a worker clock's offset to the coordinator's
 - merge_summaries / merge_counts: the exact merge of workers' digests
@@ -21,9 +22,13 @@ from perfkit.distributed._digest import (
     merge_summaries,
     window_digest,
 )
+from perfkit.distributed._fleet import attach_fleet, fleet_hosts, profile_fleet
 from perfkit.distributed._run import profile_distributed
 
 __all__ = [
+    "attach_fleet",
+    "fleet_hosts",
+    "profile_fleet",
     "ClockOffset",
     "LevelDigest",
     "MergedWindows",

@@ -4,6 +4,7 @@ Public API:
 - profile(server, spec, ...) -> RunRecord   (saved to record_path after every level)
 - levels_frame(record) -> pandas.DataFrame  (one row per level)
 - write_csv(record, path)                   (perf_analyzer's -f columns)
+- summary_table(record) -> str               (the terminal summary, one row per level)
 - machine_info() -> Machine                 (the one description of the client machine)
 - progress events: LevelStarted, WindowMeasured, LevelDone (on_progress gets them; logs go to
   the "perfkit.measure" logger)
@@ -54,6 +55,7 @@ from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
 from perfkit.measure._stream_setup import is_sequence_model, stream_config, streamed_steps, with_composing_sequence
 from perfkit.measure._streaming import parse_goodput
+from perfkit.measure._summary import summary_table
 from perfkit.measure._validate import OutputMismatchError, validate_outputs
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord, TlsSpec
 from perfkit.schedule import read_intervals_file
@@ -81,6 +83,7 @@ __all__ = [
     "served_config_sha256",
     "validate_outputs",
     "write_csv",
+    "summary_table",
 ]
 
 _log = logging.getLogger(__name__)

@@ -31,6 +31,7 @@ LAYERS: list[set[str]] = [
     {"measure"},
     {"distributed"},  # measure's level loop spread over Ray workers; the tuner's --ray mode builds on it
     {"store"},
+    {"predict"},  # pure: a simulator of the batcher and its calibration (numpy only); the tuner searches with it
     {"tuner", "gate", "capacity"},  # capacity: replicas for a target rate, analysis over records
     {
         "history",

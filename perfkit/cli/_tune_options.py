@@ -27,6 +27,7 @@ SETTINGS_FLAGS = {
     "measurement_interval": "measurement_interval_ms",
     "protocol": "protocol",
     "sampler": "sampler",
+    "search_kind": "search",
     "max_output_diff": "max_output_diff",
     "load_mode": "load",
     "arrival": "arrival",
@@ -98,6 +99,14 @@ _OPTIONS = [
         default="auto",
         show_default=True,
         help="auto: TPE (NSGA-II for pareto); grid: every point (ranges at 4 log-spaced values); random.",
+    ),
+    click.option(
+        "--search",
+        "search_kind",
+        type=click.Choice(["measure", "predict"]),
+        default=None,
+        help="measure (default): every trial measured; predict: calibrate on the server, predict every config,"
+        " measure the best predicted (the measured search takes over where predictions miss).",
     ),
     click.option("--min-throughput", type=float, help="Constraint: infer/s at least this."),
     click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB."),

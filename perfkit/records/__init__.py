@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfkit.errors import InputError
+from perfkit.records._calibration import Calibration, CalibrationPoint
 from perfkit.records._level import (
     Drift,
     LatencySummary,
@@ -81,6 +82,8 @@ def load_record(path: Path) -> RunRecord | TuneRecord:
 
 
 __all__ = [
+    "Calibration",
+    "CalibrationPoint",
     "Drift",
     "DEFAULT_GATE_THRESHOLDS",
     "DEFAULT_MIN_WINDOWS",

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from perfkit import objectives
 from perfkit.errors import InputError
 from perfkit.objectives import ObjectiveName
+from perfkit.records._calibration import Calibration
 from perfkit.records._load import LoadLevel
 from perfkit.records._machine import Machine
 from perfkit.records._serial import _read_json, _renamed_key, _save_json, from_dict, to_dict
@@ -100,6 +101,7 @@ class TuneRecord:
     # scaled to it). Empty for one model.
     mix: tuple[tuple[str, int], ...] = ()
     mix_budgets_ms: dict[str, float] = field(default_factory=dict)
+    calibration: Calibration | None = None  # the fitted server model of a predicted search (--search predict)
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
 

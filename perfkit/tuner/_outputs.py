@@ -35,6 +35,8 @@ def trial_record(t: FrozenTrial) -> TrialRecord:
     metrics = {k: float(v) for k, v in st.metrics.items() if isinstance(v, (int, float))}
     if st.duplicate_of is not None:
         metrics["duplicate_of"] = float(st.duplicate_of)  # answered from that trial, not measured again
+    if st.predicted_rps is not None:
+        metrics["predicted_rps"] = float(st.predicted_rps)  # --search predict: what the simulator said
     start, end = t.datetime_start, t.datetime_complete
     duration = float(st.duration_s or ((end - start).total_seconds() if start and end else 0.0))
     return TrialRecord(

@@ -15,7 +15,7 @@ from perfkit.errors import PerfkitError, UsageError
 from perfkit.records import TuneRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import config_pbtxt_sha256
-from perfkit.tuner import _outputs, _study, _trial_state
+from perfkit.tuner import _outputs, _predict, _study, _trial_state
 from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
 from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
 from perfkit.tuner._load_search import Measure
@@ -31,24 +31,31 @@ from perfkit.tuner._trial import TrialRunner
 log = logging.getLogger(__name__)
 
 
-def search(t: TrialRunner, study: optuna.Study) -> None:
+def search(t: TrialRunner, study: optuna.Study, stop: Callable[[optuna.Study], str | None] | None = None) -> None:
     """The search, then the confirmation of its pick: trials until a stop rule says enough, then
     the best and its rivals re-measured before anything is claimed (one judgment for a model
     and for a pipeline). The candidate last measured may be left serving: the caller's guard puts
-    the original back. Raises as run_trial and confirm_picks do."""
+    the original back. `stop` is one more stop rule (the predicted search's). Raises as
+    run_trial and confirm_picks do."""
     t.capture_reference()
-    while (why := t.should_stop(study)) is None:
+    while (why := (stop and stop(study)) or t.should_stop(study)) is None:
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
     confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats, min_repeat_s=t.s.confirm_time_s))
 
 
-def run_search(t: TrialRunner) -> tuple[TuneRecord, dict[str, Path]]:
-    """One tune from its announcement to its outputs, for any subject: the study opened, the
-    search run inside the route's guard of the subject's configs, and on every ending the record
-    and its outputs written (the subject's own files too). Raises UsageError for an empty space,
-    and as search does (after the outputs are written)."""
+def run_search(
+    t: TrialRunner,
+    *,
+    seed: Callable[[optuna.Study], None] | None = None,
+    stop: Callable[[optuna.Study], str | None] | None = None,
+) -> tuple[TuneRecord, dict[str, Path]]:
+    """One tune from its announcement to its outputs, for any subject: the study opened (`seed`
+    may queue more points: the predicted search's), the search run inside the route's guard of
+    the subject's configs (`stop`: one more stop rule), and on every ending the record and its
+    outputs written (the subject's own files too). Raises UsageError for an empty space, and as
+    search does (after the outputs are written)."""
     s, subject = t.s, t.subject
     t.emit(SearchStarted(subject.title, t.space.backend, s.percentile, s.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
@@ -56,7 +63,9 @@ def run_search(t: TrialRunner) -> tuple[TuneRecord, dict[str, Path]]:
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)
-    if len(study.trials) == 1 and s.sampler == "auto" and (s.trials is None or s.trials > 1):
+    if seed is not None:
+        seed(study)
+    elif len(study.trials) == 1 and s.sampler == "auto" and (s.trials is None or s.trials > 1):
         for point in subject.extra_seeds(t.original_fixed_params()):
             study.enqueue_trial(point, skip_if_exists=True)
     t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
@@ -64,7 +73,7 @@ def run_search(t: TrialRunner) -> tuple[TuneRecord, dict[str, Path]]:
     error: str | None = None
     with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
         try:
-            search(t, study)
+            search(t, study, stop)
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted by the user"
             raise
@@ -133,7 +142,8 @@ def open_study(t: TrialRunner) -> optuna.Study:
         original = t.original_fixed_params()
         study.enqueue_trial(original, user_attrs={_trial_state.A_ORIGINAL: True}, skip_if_exists=True)
         # The sampler's own draws follow; a grid or random search walks its points unseeded.
-        seed = batching_seed(t.space, original) if t.s.sampler == "auto" else None
+        # (--search predict queues its predicted configs instead.)
+        seed = batching_seed(t.space, original) if t.s.sampler == "auto" and t.s.search == "measure" else None
         if seed is not None and (t.s.trials is None or t.s.trials > 1):
             study.enqueue_trial(seed, skip_if_exists=True)
     return study
@@ -178,7 +188,10 @@ def tune(
 
     subject = open_subject(settings, space, model_repository, composing=composing, route=route)
     t = TrialRunner(server, settings, subject, measure, emit_to)
-    rec, result_paths = run_search(t)
+    if settings.search == "predict":
+        rec, result_paths = _predict.run_predicted(t, run_search)
+    else:
+        rec, result_paths = run_search(t)
     backup = None
     if settings.apply and rec.best_config is not None:
         backup = apply_best(t, rec)

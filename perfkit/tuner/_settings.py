@@ -31,6 +31,7 @@ SETTINGS_KEYS = (
     "measurement_interval_ms",
     "protocol",
     "sampler",
+    "search",
     "max_output_diff",
     "load",
     "arrival",
@@ -93,6 +94,8 @@ class TuneSettings:
     stability_percentage: float = 15.0
     warmup_s: float = 0.5
     sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
+    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py)
+    search: Literal["measure", "predict"] = "measure"
     # Accuracy guard: None compares outputs with per-datatype defaults; OutputTolerance.off() skips it.
     max_output_diff: OutputTolerance | None = None
     # Concurrency search: start where the most similar trial met the budget, gallop and bisect a
@@ -204,9 +207,11 @@ class TuneSettings:
                 kw["confirm_repeats"] = int(data["confirm"])
             except (TypeError, ValueError):
                 raise InputError(f"{source}: confirm = {data['confirm']!r} is not a number of repeats") from None
-        for key in ("objective", "protocol", "sampler", "load", "arrival"):
+        for key in ("objective", "protocol", "sampler", "load", "arrival", "search"):
             if key in data:
                 kw[key] = str(data[key])
+        if kw.get("search", "measure") not in ("measure", "predict"):
+            raise InputError(f"{named('search')} = {kw['search']!r}: give measure or predict")
         if kw.get("objective", objectives.DEFAULT) not in objectives.NAMES:
             *first, last = objectives.NAMES
             raise InputError(f"{source}: objective must be {', '.join(first)} or {last}")

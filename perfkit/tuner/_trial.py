@@ -306,6 +306,9 @@ class TrialRunner:
                 return None
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
         start = start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None
+        predicted = _trial_state.read(trial).predicted_rps
+        if self.judge.open_loop and predicted is not None:
+            start = predicted  # --search predict: the rate search starts at the prediction
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,

@@ -49,6 +49,7 @@ class TrialState:
     latency_us: float | None = None
     served_config_sha256: str = ""
     output_diff: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    predicted_rps: float | None = None  # --search predict: the simulator's sustainable rate for this candidate
 
     @property
     def hardware_units(self) -> float:

@@ -1,0 +1,40 @@
+"""Predict what a config sustains from a calibrated model of the server, before measuring it.
+
+A discrete-event simulator of Triton's dynamic batcher and instance scheduling (_sim), each
+config's sustainable rate within a latency budget (_rate), and the calibration that fits the
+service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy only.
+"""
+
+from perfkit.predict._calibrate import (
+    batch_points,
+    calibration,
+    contention,
+    fit_service,
+    fit_shared_fraction,
+    merge_points,
+    service_model,
+)
+from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
+from perfkit.predict._rate import RateResult, capacity_rps, score_space, sustainable_rate
+from perfkit.predict._sim import simulate, unit_arrivals
+
+__all__ = [
+    "batch_points",
+    "calibration",
+    "contention",
+    "fit_service",
+    "fit_shared_fraction",
+    "merge_points",
+    "service_model",
+    "BatcherConfig",
+    "Contention",
+    "Load",
+    "Prediction",
+    "RateResult",
+    "ServiceModel",
+    "capacity_rps",
+    "score_space",
+    "simulate",
+    "sustainable_rate",
+    "unit_arrivals",
+]

@@ -1,0 +1,138 @@
+"""Fitting the simulator's inputs from what Triton reports: execution time per batch size from
+the per-batch-size statistics of /v2/models/M/stats (batch_stats), the per-request overhead
+outside the instance, and the instances' contention from saturated rates at two counts. Pure
+functions of the figures; measuring them is the caller's (the tuner's predicted search)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from perfkit.errors import MeasurementError
+from perfkit.predict._model import Contention, ServiceModel
+from perfkit.records import Calibration, CalibrationPoint
+
+_PHASES = ("compute_input", "compute_infer", "compute_output")
+
+
+def _batch_totals(stats: Mapping[str, Any], model: str) -> dict[int, tuple[int, int]]:
+    """{batch size: (executions, ns of input + infer + output)} of one model, versions summed."""
+    out: dict[int, tuple[int, int]] = {}
+    for entry in stats.get("model_stats", []) or []:
+        if entry.get("name") != model:
+            continue
+        for b in entry.get("batch_stats", []) or []:
+            size = int(b.get("batch_size", 0))
+            count = int(b.get("compute_infer", {}).get("count", 0))
+            ns = sum(int(b.get(phase, {}).get("ns", 0)) for phase in _PHASES)
+            c0, n0 = out.get(size, (0, 0))
+            out[size] = (c0 + count, n0 + ns)
+    return out
+
+
+def batch_points(before: Mapping[str, Any], after: Mapping[str, Any], model: str) -> tuple[CalibrationPoint, ...]:
+    """The batch sizes executed between two /v2/models/M/stats answers, with each one's count
+    and mean execution time (compute_input + compute_infer + compute_output), by size."""
+    b, a = _batch_totals(before, model), _batch_totals(after, model)
+    points = []
+    for size, (count, ns) in sorted(a.items()):
+        c0, n0 = b.get(size, (0, 0))
+        if count - c0 > 0 and size > 0:
+            points.append(CalibrationPoint(size, count - c0, (ns - n0) / 1e3 / (count - c0)))
+    return tuple(points)
+
+
+def merge_points(*runs: Sequence[CalibrationPoint]) -> tuple[CalibrationPoint, ...]:
+    """Points of several runs as one set: per batch size, executions summed and their times
+    averaged, weighted by executions."""
+    total: dict[int, tuple[int, float]] = {}
+    for run in runs:
+        for p in run:
+            n, us = total.get(p.batch_size, (0, 0.0))
+            total[p.batch_size] = (n + p.executions, us + p.service_us * p.executions)
+    return tuple(CalibrationPoint(size, n, us / n) for size, (n, us) in sorted(total.items()) if n > 0)
+
+
+def fit_service(points: Sequence[CalibrationPoint]) -> tuple[float, float, float, float]:
+    """(fixed_us, per_item_us, rms_rel, max_rel): the line a + b*n through the points, weighted by
+    their executions, and how far off the points it is (relative residuals: execution-weighted
+    RMS and worst). One batch size fits a constant (per_item 0). Raises MeasurementError with no
+    points. A negative fitted term is clamped to 0 and the other refitted."""
+    if not points:
+        raise MeasurementError(
+            "calibration: the server executed no batch in the calibration run",
+            hint="check that the model answers requests and that the run was long enough",
+        )
+    n = np.array([p.batch_size for p in points], dtype=float)
+    y = np.array([p.service_us for p in points], dtype=float)
+    w = np.array([p.executions for p in points], dtype=float)
+    if len(set(n.tolist())) < 2:
+        a, b = float(np.average(y, weights=w)), 0.0
+    else:
+        sw = np.sqrt(w)
+        a, b = (float(v) for v in np.linalg.lstsq(np.column_stack([sw, sw * n]), sw * y, rcond=None)[0])
+        if b < 0:
+            a, b = float(np.average(y, weights=w)), 0.0
+        elif a < 0:
+            a, b = 0.0, float(np.sum(w * n * y) / np.sum(w * n * n))
+    rel = (a + b * n - y) / y
+    return a, b, float(np.sqrt(np.average(rel**2, weights=w))), float(np.max(np.abs(rel)))
+
+
+def fit_shared_fraction(counts: Sequence[int], rates_rps: Sequence[float]) -> float:
+    """The shared fraction f of Contention from saturated rates at two instance counts: the rate
+    scales by min(c, 1/f), so a ratio R of the larger count's rate over the smaller's gives
+    f = 1/(R * c_small) when R is short of the count ratio, 0 when the instances scale fully
+    (within 5%). Raises MeasurementError for fewer than two counts or a rate that is not positive."""
+    if len(counts) < 2 or len(rates_rps) != len(counts) or min(rates_rps) <= 0:
+        raise MeasurementError(
+            f"calibration: contention needs positive saturated rates at two instance counts, got {list(rates_rps)}"
+            f" at {list(counts)}",
+            hint="check that the model answers at each instance count",
+        )
+    pairs = sorted(zip(counts, rates_rps, strict=True))
+    (c1, r1), (c2, r2) = pairs[0], pairs[-1]
+    scale = (r2 / r1) * c1  # what c2 instances deliver, counted in single instances
+    if scale >= 0.95 * c2:
+        return 0.0
+    return float(min(1.0, max(1.0 / c2, 1.0 / max(scale, 1e-9))))
+
+
+def calibration(
+    model: str,
+    points: Sequence[CalibrationPoint],
+    *,
+    overhead_us: float = 0.0,
+    instance_counts: Sequence[int] = (),
+    saturated_rps: Sequence[float] = (),
+    duration_s: float = 0.0,
+) -> Calibration:
+    """A Calibration from the measured points, overhead and (optionally) saturated rates at two
+    instance counts. Raises MeasurementError as fit_service / fit_shared_fraction do."""
+    a, b, rms, worst = fit_service(points)
+    shared = fit_shared_fraction(instance_counts, saturated_rps) if instance_counts else 0.0
+    return Calibration(
+        model=model,
+        points=tuple(points),
+        fixed_us=a,
+        per_item_us=b,
+        fit_rms_rel=rms,
+        fit_max_rel=worst,
+        overhead_us=max(0.0, overhead_us),
+        instance_counts=tuple(instance_counts),
+        saturated_rps=tuple(saturated_rps),
+        shared_fraction=shared,
+        duration_s=duration_s,
+    )
+
+
+def service_model(cal: Calibration) -> ServiceModel:
+    """The simulator's service model of a calibration (the fitted line and the overhead)."""
+    return ServiceModel(cal.fixed_us, cal.per_item_us, overhead_us=cal.overhead_us)
+
+
+def contention(cal: Calibration) -> Contention:
+    """The simulator's contention model of a calibration."""
+    return Contention(cal.shared_fraction)

@@ -1,0 +1,342 @@
+"""The predicted search (`perfkit tune --search predict`): calibrate the model on the running
+server, predict every config of the space with the batcher simulator (perfkit.predict), then
+let the trial runner measure the best predicted configs first. While the measurements agree with
+the predictions (within PREDICTION_TOLERANCE) the search stops once the best predictions are
+measured; where they do not, it says so and goes on with the measured search, seeded by the
+predictions already queued. The confirmation that follows is the measured search's own."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from perfkit import predict
+from perfkit.errors import UsageError
+from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec, TuneRecord
+from perfkit.tuner import _trial_state
+from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
+from perfkit.tuner._space._knob_batching import pref_sizes
+from perfkit.tuner._subject_model import ModelSubject
+from perfkit.tuner._trial import TrialRunner
+
+log = logging.getLogger(__name__)
+
+# A measured sustainable rate within 25% of its prediction counts as the prediction holding: the
+# simulator's own seed-to-seed spread at 10k requests is ~5%, the open-loop search's rate ladder
+# ~9% a step, and calibration fit errors of 5-10% are usual on a shared CPU.
+PREDICTION_TOLERANCE = 0.25
+TOP_MEASURED = 3  # the best predicted configs measured before the predictions are trusted
+CALIBRATION_DELAY_US = 5_000  # wide enough that N clients answered together arrive as one batch
+CALIBRATION_LEVEL_S = 1.5  # each calibration level: one window this long
+CONTENTION_CLIENTS_PER_INSTANCE = 4
+SIM_REQUESTS = 6_000
+PREDICTED_ATTR = "predicted_rps"  # the trial's predicted sustainable rate (a column of trials.csv)
+
+
+@dataclass(frozen=True)
+class Calibrated(TuneEvent):
+    """The calibration's fitted models, with their errors."""
+
+    cal: Calibration
+
+    def line(self) -> str:
+        c = self.cal
+        sizes = ", ".join(f"{p.batch_size}:{p.service_us / 1e3:.2f}ms" for p in c.points)
+        shared = ""
+        if c.instance_counts:
+            rates = " and ".join(f"{r:.0f}" for r in c.saturated_rps)
+            counts = " and ".join(str(n) for n in c.instance_counts)
+            shared = f"; {rates} req/s saturated at {counts} instances: shared fraction {c.shared_fraction:.2f}"
+        return (
+            f"calibrated in {c.duration_s:.0f} s: execution {c.fixed_us / 1e3:.2f} ms + {c.per_item_us / 1e3:.3f} ms"
+            f" per item (fit error {c.fit_rms_rel:.1%} rms, {c.fit_max_rel:.1%} worst; batch:ms {sizes}), overhead"
+            f" {c.overhead_us / 1e3:.2f} ms{shared}"
+        )
+
+
+@dataclass(frozen=True)
+class Predicted(TuneEvent):
+    """The space scored: how many configs, how long, and the best predicted ones."""
+
+    configs: int
+    simulated: int
+    seconds: float
+    best: tuple[tuple[str, float], ...]
+
+    def line(self) -> str:
+        top = "; ".join(f"{label}: {rate:.0f} req/s" for label, rate in self.best)
+        return (
+            f"predicted {self.configs} configs in {self.seconds:.1f} s ({self.simulated} simulated, the rest bounded"
+            f" below the best); measuring the best first: {top}"
+        )
+
+
+@dataclass(frozen=True)
+class PredictionChecked(TuneEvent):
+    """One measured trial next to its prediction."""
+
+    number: int
+    predicted_rps: float
+    measured_rps: float | None
+    held: bool
+
+    def line(self) -> str:
+        if self.measured_rps is None:
+            return f"  trial {self.number}: predicted {self.predicted_rps:.0f} req/s, measured none within budget"
+        off = self.measured_rps / self.predicted_rps - 1 if self.predicted_rps > 0 else math.inf
+        verdict = "within" if self.held else "OFF BY MORE THAN"
+        return (
+            f"  trial {self.number}: predicted {self.predicted_rps:.0f} req/s, measured {self.measured_rps:.0f}"
+            f" ({off:+.0%}, {verdict} {PREDICTION_TOLERANCE:.0%})"
+        )
+
+
+@dataclass
+class PredictedSearch:
+    """The state of a predicted search between trials: what was predicted for which params, which
+    trials were checked, and whether the predictions still hold."""
+
+    t: TrialRunner
+    calibration: Calibration | None = None
+    checked: set[int] = field(default_factory=set)
+    fell_back: bool = False
+
+    def seed(self, study: optuna.Study) -> None:
+        """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
+        self.calibration = calibrate(self.t)
+        self.t.emit(Calibrated(self.calibration))
+        started = time.perf_counter()
+        points = space_points(self.t)
+        cfgs = [batcher_config(self.t, p) for p in points]
+        results = predict.score_space(
+            cfgs,
+            predict.service_model(self.calibration),
+            self.t.s.latency_budget_ms * 1e3,
+            percentile=self.t.s.percentile,
+            contention=predict.contention(self.calibration),
+            requests=SIM_REQUESTS,
+            keep=TOP_MEASURED,
+        )
+        by_cfg = {r.config: r for r in results}
+        ranked = sorted(points, key=lambda p: -by_cfg[batcher_config(self.t, p)].rate_rps)
+        top: list[dict[str, Any]] = []
+        for params in ranked:
+            if len(top) >= TOP_MEASURED:
+                break
+            r = by_cfg[batcher_config(self.t, params)]
+            if r.bounded or r.rate_rps <= 0 or any(_alike(batcher_config(self.t, q), r, by_cfg) for q in top):
+                continue
+            top.append(params)
+            study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: r.rate_rps}, skip_if_exists=True)
+        self.t.emit(
+            Predicted(
+                len(cfgs),
+                sum(1 for r in results if not r.bounded),
+                time.perf_counter() - started,
+                tuple((_label(p), by_cfg[batcher_config(self.t, p)].rate_rps) for p in top),
+            )
+        )
+
+    def stop(self, study: optuna.Study) -> str | None:
+        """Before each trial: check the trials measured since, and stop once the best predicted
+        configs are measured and held (the search's extra stop rule)."""
+        for ft in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if ft.number in self.checked or PREDICTED_ATTR not in ft.user_attrs:
+                continue
+            self.checked.add(ft.number)
+            st = _trial_state.read(ft)
+            want = float(st.predicted_rps or 0.0)
+            got = st.throughput_infer_per_s
+            measured = float(got) if st.feasible and got is not None and got > 0 else None
+            held = measured is not None and abs(measured / want - 1) <= PREDICTION_TOLERANCE
+            self.t.emit(PredictionChecked(ft.number, want, measured, held))
+            if not held and not self.fell_back:
+                self.fell_back = True
+                self.t.emit(
+                    _Note(
+                        f"predictions are off by more than {PREDICTION_TOLERANCE:.0%}: going on with the measured"
+                        " search, seeded by the configs measured so far"
+                    )
+                )
+        pending = [
+            ft
+            for ft in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))
+            if PREDICTED_ATTR in ft.user_attrs
+        ]
+        if not self.fell_back and self.checked and not pending:
+            return f"the best predicted configs measured ({len(self.checked)}), their predictions held"
+        return None
+
+
+@dataclass(frozen=True)
+class _Note(TuneEvent):
+    text: str
+
+    def line(self) -> str:
+        return self.text
+
+
+def _alike(cfg: predict.BatcherConfig, r: predict.RateResult, by_cfg: Mapping[Any, predict.RateResult]) -> bool:
+    """Whether a config adds nothing to one already picked: the same batch size and instances,
+    predicted within 1% (queue delays and preferred sizes the simulator scores alike)."""
+    same = cfg.max_batch_size == r.config.max_batch_size and cfg.instances == r.config.instances
+    return same and abs(by_cfg[cfg].rate_rps - r.rate_rps) <= 0.01 * r.rate_rps
+
+
+def _label(params: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items() if k in (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT))
+
+
+def space_points(t: TrialRunner) -> list[dict[str, Any]]:
+    """Every point of the space the simulator can tell apart: max_batch_size at powers of two,
+    the queue delay at 0 and log-spaced values, every preferred-size choice and instance count;
+    other dimensions (precision, kind) stay at the original's values."""
+    base = t.original_fixed_params()
+    values: dict[str, list[Any]] = {}
+    for d in t.space.dimensions:
+        if d.name not in (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT):
+            continue
+        if d.is_range:
+            assert d.low is not None and d.high is not None
+            lo, hi = max(1, d.low), d.high
+            n = 8
+            vals = sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)}) if hi > lo else [lo]
+            if d.name == P_MBS:
+                vals = sorted({v for v in pow2_sizes(hi) if v >= lo} | {lo, hi})
+            values[d.name] = vals
+        else:
+            values[d.name] = list(d.choices)
+    points: list[dict[str, Any]] = [dict(base)]
+    for name, vals in values.items():
+        points = [{**p, name: v} for p in points for v in vals]
+    out = []
+    seen = set()
+    for p in points:
+        p = {k: v for k, v in p.items() if t.subject.applies(next(d for d in t.space.dimensions if d.name == k), p)}
+        key = tuple(sorted(p.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def batcher_config(t: TrialRunner, params: Mapping[str, Any]) -> predict.BatcherConfig:
+    """The simulator's view of a point: its batching and instance parameters over the original's."""
+    orig = t.space.original_params
+    mbs = int(params.get(P_MBS, orig.get(P_MBS) or 0))
+    db = bool(params.get(P_DB, orig.get(P_DB, False))) and mbs > 0
+    pref = tuple(pref_sizes(params.get(P_PREF), mbs, list(orig.get("preferred_sizes", []) or []))) if db else ()
+    delay = float(params.get(P_DELAY, 0) or 0) if db else 0.0
+    count = int(params.get(P_COUNT, orig.get(P_COUNT) or 1))
+    return predict.BatcherConfig(mbs, db, tuple(s for s in pref if s <= mbs), delay, max(1, count))
+
+
+def _level(t: TrialRunner, spec: ProfileSpec) -> LevelResult:
+    run = t.measure(t.server, spec)
+    return run.levels[-1]
+
+
+def _spec(t: TrialRunner, clients: int) -> ProfileSpec:
+    return ProfileSpec(
+        model=t.model,
+        levels=(LoadLevel("concurrency", float(clients)),),
+        measurement_interval_ms=CALIBRATION_LEVEL_S * 1e3,
+        max_trials=1,
+        min_windows=1,
+        warmup_s=0.3,
+    )
+
+
+def calibrate(t: TrialRunner) -> Calibration:
+    """Measure the model on the server: batches of 1, 2, 4, ... up to the space's largest
+    max_batch_size formed on purpose (N closed-loop clients, answered together, arrive as one
+    batch behind a queue delay), their execution times read from the server's per-batch-size
+    statistics; the overhead outside the instance at one client; saturated rates at the two
+    smallest instance counts. The user's config is put back after. Raises UsageError for a load
+    the prediction does not model, and what measuring raises."""
+    if not isinstance(t.subject, ModelSubject):
+        raise UsageError(
+            "--search predict tunes one model; pipelines and traffic mixes are searched by measurement",
+            hint="use --search measure",
+        )
+    if not t.judge.open_loop or t.judge.load_mode == "trace":
+        raise UsageError(
+            "--search predict predicts open-loop arrival rates only",
+            hint="drop --load concurrency/trace, or use --search measure",
+        )
+    started = time.monotonic()
+    orig = t.space.original_params
+    mbs_dim = next((d for d in t.space.dimensions if d.name == P_MBS), None)
+    top = 0
+    if mbs_dim is not None:
+        top = int(mbs_dim.high or 0) if mbs_dim.is_range else int(max(mbs_dim.choices))
+    top = max(top, int(orig.get(P_MBS) or 0))
+    count_dim = next((d for d in t.space.dimensions if d.name == P_COUNT), None)
+    counts = sorted(int(c) for c in count_dim.choices)[:2] if count_dim and not count_dim.is_range else []
+    base = t.original_fixed_params()
+    subject = t.subject
+    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
+        batch = {**base, P_COUNT: 1} if count_dim else dict(base)
+        if top > 0:
+            batch.update({P_MBS: top, P_DB: True, P_DELAY: CALIBRATION_DELAY_US, P_PREF: "none"})
+        t.put_candidate(subject.candidate(batch, is_original=False, number=-1).text)
+        before = t.server.model_stats(t.model)
+        sizes = pow2_sizes(top) if top > 1 else []
+        light = _level(t, _spec(t, 1))
+        for n in sizes:
+            _level(t, _spec(t, n))
+        after = t.server.model_stats(t.model)
+        rates: list[float] = []
+        loaded: tuple[CalibrationPoint, ...] = ()
+        for c in counts if len(counts) == 2 else []:
+            solo = {**base, P_COUNT: c}
+            if top > 0:
+                solo[P_DB] = False
+            t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
+            first = t.server.model_stats(t.model)
+            rates.append(_level(t, _spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c)).throughput_infer_per_s)
+            if c == 1:  # one instance saturated: batch-1 executions under load, nothing shared with another
+                loaded = predict.batch_points(first, t.server.model_stats(t.model), t.model)
+    overhead = _overhead_us(light)
+    return predict.calibration(
+        t.model,
+        predict.merge_points(predict.batch_points(before, after, t.model), loaded),
+        overhead_us=overhead,
+        instance_counts=tuple(counts) if rates else (),
+        saturated_rps=tuple(rates),
+        duration_s=time.monotonic() - started,
+    )
+
+
+def _overhead_us(level: LevelResult) -> float:
+    """Client latency minus the server's queue and compute time, at one client."""
+    s = level.server
+    if s is None:
+        return 0.0
+    inside = s.queue_avg_us + s.compute_input_avg_us + s.compute_infer_avg_us + s.compute_output_avg_us
+    return max(0.0, level.service.mean_us - inside)
+
+
+RunSearch = Callable[..., tuple[TuneRecord, dict[str, Path]]]
+
+
+def run_predicted(t: TrialRunner, run_search: RunSearch) -> tuple[TuneRecord, dict[str, Path]]:
+    """The predicted search through the tuner's own run_search: calibration and predictions seed
+    the study, one more stop rule ends it once the predictions held; the calibration goes into
+    the record. Raises as calibrate and run_search do."""
+    ps = PredictedSearch(t)
+    rec, paths = run_search(t, seed=ps.seed, stop=ps.stop)
+    if ps.calibration is not None:
+        rec = dataclasses.replace(rec, calibration=ps.calibration)
+        rec.save(t.out_dir / "tune.json")
+    return rec, paths

@@ -1,0 +1,98 @@
+"""Calibration's fitting, pure: batch points out of Triton's statistics answers, the service line
+and its stated error, the contention factor from two instance counts, and the calibration stored
+in (and read back from) the tune record, old records without it still loading. No server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfkit.errors import MeasurementError
+from perfkit.predict import batch_points, calibration, contention, fit_service, fit_shared_fraction, service_model
+from perfkit.records import Calibration, CalibrationPoint, Machine, TuneRecord
+
+
+def _stats(model: str, batches: dict[int, tuple[int, float]]) -> dict:
+    """A /v2/models/M/stats answer: {batch size: (executions, mean infer us)}; input and output
+    phases take 10% each of the infer time."""
+    return {
+        "model_stats": [
+            {
+                "name": model,
+                "version": "1",
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": {"count": n, "ns": int(n * us * 100)},
+                        "compute_infer": {"count": n, "ns": int(n * us * 1000)},
+                        "compute_output": {"count": n, "ns": int(n * us * 100)},
+                    }
+                    for size, (n, us) in batches.items()
+                ],
+            },
+            {"name": "other", "batch_stats": [{"batch_size": 1, "compute_infer": {"count": 99, "ns": 1}}]},
+        ]
+    }
+
+
+def test_batch_points_are_the_executions_between_two_answers():
+    before = _stats("m", {1: (10, 1_000.0), 4: (5, 2_000.0)})
+    after = _stats("m", {1: (10, 1_000.0), 4: (15, 2_000.0), 8: (4, 3_000.0)})
+    points = batch_points(before, after, "m")
+    assert [(p.batch_size, p.executions) for p in points] == [(4, 10), (8, 4)]  # size 1 did not run
+    assert points[0].service_us == pytest.approx(2_400.0)  # input + infer + output
+    assert points[1].service_us == pytest.approx(3_600.0)
+
+
+def test_a_line_is_fitted_exactly_and_its_error_is_stated():
+    exact = [CalibrationPoint(n, 10, 2_000 + 250 * n) for n in (1, 2, 4, 8)]
+    a, b, rms, worst = fit_service(exact)
+    assert (a, b) == (pytest.approx(2_000), pytest.approx(250)) and rms < 1e-9 and worst < 1e-9
+    # One point 10% off: the error says so (the worst residual is the largest relative miss).
+    noisy = [*exact[:3], CalibrationPoint(8, 10, 4_000 * 1.1)]
+    _, _, rms2, worst2 = fit_service(noisy)
+    assert 0.01 < rms2 < worst2 < 0.1
+    # A single batch size fits a constant; a negative slope is clamped to a constant.
+    assert fit_service([CalibrationPoint(4, 3, 1_000)])[:2] == (1_000, 0.0)
+    assert fit_service([CalibrationPoint(1, 5, 2_000), CalibrationPoint(8, 5, 1_000)])[1] == 0.0
+    with pytest.raises(MeasurementError, match="no batch"):
+        fit_service([])
+
+
+@pytest.mark.parametrize(
+    ("rates", "shared"),
+    [((100.0, 200.0), 0.0), ((100.0, 196.0), 0.0), ((100.0, 100.0), 1.0), ((100.0, 150.0), 1 / 1.5)],
+)
+def test_the_contention_factor_follows_the_rate_ratio(rates: tuple[float, float], shared: float):
+    f = fit_shared_fraction((1, 2), rates)
+    assert f == pytest.approx(shared)
+    # The fitted contention reproduces the measured scaling.
+    cal = calibration("m", [CalibrationPoint(1, 1, 1_000)], instance_counts=(1, 2), saturated_rps=rates)
+    assert contention(cal).instance_scaling(2) == pytest.approx(min(2.0, rates[1] / rates[0]), rel=0.03)
+    with pytest.raises(MeasurementError, match="two instance counts"):
+        fit_shared_fraction((1, 2), (100.0, 0.0))
+
+
+def test_the_calibration_round_trips_through_the_tune_record(tmp_path: Path):
+    cal = calibration(
+        "m",
+        [CalibrationPoint(1, 40, 2_300.0), CalibrationPoint(8, 12, 4_100.0)],
+        overhead_us=400.0,
+        instance_counts=(1, 2),
+        saturated_rps=(300.0, 310.0),
+        duration_s=12.5,
+    )
+    svc = service_model(cal)
+    assert svc.overhead_us == 400.0 and svc.service_us(8) == pytest.approx(4_100.0, rel=1e-6)
+    rec = TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", 50.0, 99.0, "throughput", "", None, None, (),
+                     calibration=cal)  # fmt: skip
+    path = rec.save(tmp_path / "tune.json")
+    back = TuneRecord.load(path)
+    assert back.calibration == cal and isinstance(back.calibration, Calibration)
+    # A record written before calibrations existed still loads.
+    old = json.loads(path.read_text())
+    del old["calibration"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert TuneRecord.load(tmp_path / "old.json").calibration is None

@@ -150,8 +150,9 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         ("--input-data",),
         True,
         "differs",
-        "zero, random, a JSON file, a directory (one file per input), or repeated (streams appended); "
-        "validation_data checked before measuring",
+        "zero, random, a JSON file, a directory (one file per input; other files ignored, as 2.41 and Triton's QA"
+        " scripts expect, where 2.60 refuses them), or repeated (streams appended); validation_data checked before"
+        " measuring",
     ),
     PaFlag(("-b",), True, "same", "batch size"),
     PaFlag(("--shape",), True, "same", "NAME:D1,D2 for variable dims"),

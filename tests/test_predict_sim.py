@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-from perfkit.tuner._queueing import sustainable_rate_rps
 
 from perfkit.errors import UsageError
 from perfkit.predict import (
@@ -23,6 +22,7 @@ from perfkit.predict import (
     sustainable_rate,
     unit_arrivals,
 )
+from tests.queueing import sustainable_rate_rps
 
 D_US = 10_000.0  # the queue fixture's service time (fixtures/models/queue: service_ms 10)
 NO_BATCHING = BatcherConfig()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,9 +55,18 @@ def test_predicted_tune_picks_the_known_best_and_the_measurement_holds_the_predi
     # The stated tolerance of this test: the measured search's own figure for this config moved
     # from 91 to 172 req/s over three runs on 2 cores shared with ~9 busy jobs (load average 15).
     assert abs(ratio - 1) <= MEASURED_SPREAD, (ratio, lines)
-    # The tuner's own decision follows its tolerance: within it, the predictions held and the search
-    # stopped; past it, it said so and went on measuring.
-    if abs(ratio - 1) <= PREDICTION_TOLERANCE:
+    # The tuner's own decision follows its tolerance, for each trial it checked (the predicted ones
+    # and the original's, measured anyway): within it everywhere, the predictions held and the
+    # search stopped; past it anywhere, it said so and went on measuring.
+    checks = re.findall(
+        r"trial \d+: predicted (\d+) req/s, measured (\d+) \([^,]+, (within|OFF BY MORE THAN)", proc.stdout
+    )
+    assert checks, lines
+    for want, got, verdict in checks:
+        near = abs(int(got) / int(want) - 1) <= PREDICTION_TOLERANCE + 0.01  # the line's figures are rounded
+        far = abs(int(got) / int(want) - 1) > PREDICTION_TOLERANCE - 0.01
+        assert (verdict == "within" and near) or (verdict != "within" and far), (want, got, verdict, lines)
+    if all(verdict == "within" for _, _, verdict in checks):
         assert "their predictions held" in proc.stdout, lines
     else:
         assert "going on with the measured search" in proc.stdout, lines
@@ -71,10 +81,10 @@ def test_a_model_the_simulator_cannot_capture_falls_back_to_the_measured_search(
     config.write_text(config.read_text().replace('string_value: "deterministic"', 'string_value: "exponential"'))
     out = tmp_path / "out"
     # At a budget of 5 mean service times, exponential service (p99 of one service alone: 4.6 means)
-    # holds a few req/s where deterministic service holds over a hundred: far past the tolerance and
-    # the spread. (At 7 means, 400 ms windows read the exponential tail too short to tell: a run
-    # measured 148 req/s against 155 predicted.) The measured search walks down to a few req/s, so
-    # this test takes ~10 minutes on 2 busy cores.
+    # holds far less than deterministic service on one instance: the original's trial (one
+    # instance, measured anyway) reads about 30 req/s against some 50 predicted, past the
+    # tolerance. (Two instances hold more of the tail: one run measured 116 against 132 predicted,
+    # within it; at 7 means 400 ms windows read the tail too short to tell.)
     proc = _tune(model_repo, out, "--latency-budget", "50ms", "--trials", "3")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "OFF BY MORE THAN" in proc.stdout and "going on with the measured search" in proc.stdout, proc.stdout

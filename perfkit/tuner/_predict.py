@@ -110,6 +110,9 @@ class PredictedSearch:
     calibration: Calibration | None = None
     checked: set[int] = field(default_factory=set)
     fell_back: bool = False
+    # Every config the simulator scored to a rate (not bounded below the best): the original's
+    # trial, measured anyway, is checked against its prediction too.
+    predicted: dict[predict.BatcherConfig, float] = field(default_factory=dict)
 
     def seed(self, study: optuna.Study) -> None:
         """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
@@ -128,6 +131,7 @@ class PredictedSearch:
             keep=TOP_MEASURED,
         )
         by_cfg = {r.config: r for r in results}
+        self.predicted = {r.config: r.rate_rps for r in results if not r.bounded and r.rate_rps > 0}
         ranked = sorted(points, key=lambda p: -by_cfg[batcher_config(self.t, p)].rate_rps)
         top: list[dict[str, Any]] = []
         for params in ranked:
@@ -151,11 +155,15 @@ class PredictedSearch:
         """Before each trial: check the trials measured since, and stop once the best predicted
         configs are measured and held (the search's extra stop rule)."""
         for ft in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if ft.number in self.checked or PREDICTED_ATTR not in ft.user_attrs:
+            if ft.number in self.checked:
+                continue
+            st = _trial_state.read(ft)
+            want = st.predicted_rps
+            if want is None and st.is_original:  # measured anyway: its prediction is free evidence
+                want = self.predicted.get(batcher_config(self.t, {**self.t.original_fixed_params(), **st.params}))
+            if want is None:
                 continue
             self.checked.add(ft.number)
-            st = _trial_state.read(ft)
-            want = float(st.predicted_rps or 0.0)
             got = st.throughput_infer_per_s
             measured = float(got) if st.feasible and got is not None and got > 0 else None
             held = measured is not None and abs(measured / want - 1) <= PREDICTION_TOLERANCE

@@ -11,7 +11,7 @@ import pytest
 from perfkit.cli import main
 from tests.conftest import copy_models
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -22,7 +22,7 @@ from perfkit.measure import ProgressEvent, WindowMeasured, WorkersPlaced
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server import LocalLaunch, launch_local
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def _spec(level: LoadLevel, **kw: Any) -> ProfileSpec:

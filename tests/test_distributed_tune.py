@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import FIXTURE_MODELS, copy_models
 from tests.test_tune_shared import postgres_url  # noqa: F401  (the fixture, shared)
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 
 def test_tune_on_ray_two_servers_lose_and_duplicate_no_trial(ray_cluster, postgres_url, tmp_path: Path, capsys):  # noqa: F811

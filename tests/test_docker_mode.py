@@ -324,7 +324,7 @@ def _assert_removed(engine: FakeEngine, cid: str) -> None:
     assert delete.query["force"] in ("1", "True", "true")
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 def test_pull_run_infer_and_remove_even_when_the_block_raises(tmp_path, make_engine):
     engine = make_engine(images=set(), pullable={IMAGE})
     repo = copy_models(tmp_path, ["identity"])
@@ -456,7 +456,7 @@ def test_bad_options_fail_before_the_engine_is_asked(tmp_path, make_engine):
     assert engine.requests == []
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 def test_container_exiting_during_startup_carries_the_log_tail(tmp_path, make_engine):
     engine = make_engine()
     repo = copy_models(tmp_path, ["identity"])
@@ -474,7 +474,7 @@ def test_container_exiting_during_startup_carries_the_log_tail(tmp_path, make_en
     assert engine.calls("DELETE", f"/containers/{cid}") and not engine.containers
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 def test_cli_serve_in_docker_mode_until_ctrl_c(tmp_path, make_engine):
     engine = make_engine()
     repo = copy_models(tmp_path, ["identity"])
@@ -509,7 +509,7 @@ def test_cli_serve_in_docker_mode_until_ctrl_c(tmp_path, make_engine):
     _assert_removed(engine, cid)
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 def test_container_left_running_is_removed_at_interpreter_exit(tmp_path, make_engine):
     engine = make_engine()
     repo = copy_models(tmp_path, ["identity"])

@@ -266,6 +266,7 @@ def test_server_away_and_back(triton, transport, mode):
         assert run.samples.reconnects > 0
 
 
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.parametrize("transport", HAND_WRITTEN)
 def test_server_restarted_mid_level(tmp_path, transport):
     # A real restart: the server process stops, a new one starts on other ports, the

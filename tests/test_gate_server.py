@@ -17,7 +17,7 @@ from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer
 from tests.conftest import copy_models
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 SPEC = ProfileSpec(
     model="sleeper",
@@ -39,7 +39,7 @@ def _config(delay_ms: int, original: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def sleeper_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, Path]]:
+def sleeper_server(tritonserver: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, Path]]:
     repo = copy_models(tmp_path_factory.mktemp("gate"), ["sleeper"])
     with launch_local(LocalLaunch(repo, models=("sleeper",))) as server:
         yield server, repo
@@ -97,6 +97,7 @@ def test_improvement_is_reported_and_passes(sleeper_server, baseline):
     assert "regression" not in {f.verdict for f in result.findings}
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_ab_mode_catches_the_regression_and_restores_the_config(tmp_path, capsys):
     repo = copy_models(tmp_path, ["sleeper"])
     cfg = repo / "sleeper" / "config.pbtxt"
@@ -117,6 +118,7 @@ def test_ab_mode_catches_the_regression_and_restores_the_config(tmp_path, capsys
     assert cfg.read_bytes() == original
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_ab_mode_restores_the_config_when_the_candidate_fails_to_load(tmp_path, capsys):
     repo = copy_models(tmp_path, ["sleeper"])
     cfg = repo / "sleeper" / "config.pbtxt"

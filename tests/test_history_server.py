@@ -20,7 +20,7 @@ RUNS = 12
 SLOW_FROM = 6  # runs 0-5 at 10 ms, runs 6-11 at 20 ms
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 def test_history_of_real_fixture_runs_finds_the_injected_slowdown(tmp_path: Path, capsys):
     repo = copy_models(tmp_path, ["sleeper"])
     store = tmp_path / "results.sqlite"

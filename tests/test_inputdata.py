@@ -31,7 +31,7 @@ CASES = MANIFEST["cases"]
 
 
 @pytest.fixture(scope="module")
-def pa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+def pa_server(tritonserver: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
     """A server with the stand-in models the perf_analyzer outcomes were recorded against."""
     import shutil
 
@@ -64,7 +64,6 @@ def _perfkit_outcome(case: dict[str, Any], server: LocalServer | None) -> tuple[
     return "ok", ""
 
 
-@pytest.mark.server
 @pytest.mark.parametrize("case", [c for c in CASES if c["model"]], ids=lambda c: c["id"])
 def test_real_files_give_perf_analyzers_outcome(case: dict[str, Any], pa_server: LocalServer) -> None:
     outcome, message = _perfkit_outcome(case, pa_server)
@@ -172,7 +171,6 @@ def test_validation_data_must_align_and_list_every_output(tmp_path: Path) -> Non
     assert req.expected[0].name == "OUTPUT0" and req.expected[0].data == bytes(128)  # both batch elements
 
 
-@pytest.mark.server
 def test_wrong_validation_data_fails_naming_step_and_tensor(pa_server: LocalServer) -> None:
     path = HERE / "files" / "wrong_output_2.json"
     io = ModelIO.from_server(pa_server.model_metadata("pa_subadd_int32"), pa_server.model_config("pa_subadd_int32"))
@@ -187,7 +185,6 @@ def _profile(server: LocalServer, *args: str) -> subprocess.CompletedProcess[str
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.server
 def test_cli_validation_failure_and_bad_files_exit_3_with_one_line(pa_server: LocalServer, tmp_path: Path) -> None:
     out = _profile(pa_server, "-m", "pa_subadd_int32", "--input-data", str(HERE / "files" / "wrong_output_2.json"))
     assert out.returncode == ExitCode.INPUT, out.stderr
@@ -201,7 +198,6 @@ def test_cli_validation_failure_and_bad_files_exit_3_with_one_line(pa_server: Lo
         assert len(errors) == 1 and "bad.json" in errors[0] and "Traceback" not in out.stderr
 
 
-@pytest.mark.server
 def test_profile_sends_the_files_requests(pa_server: LocalServer, tmp_path: Path) -> None:
     """Measured end to end: validated, batched steps, and steps that leave out an optional input."""
     from perfkit.records import RunRecord

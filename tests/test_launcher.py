@@ -27,8 +27,6 @@ from perfkit.server import LocalLaunch, launch_local
 from perfkit.server._ports import free_ports
 from tests.conftest import copy_models
 
-pytestmark = pytest.mark.server
-
 
 def _pids_in_group(pgid: int) -> list[int]:
     out = subprocess.run(["ps", "-e", "-o", "pid=,pgid="], capture_output=True, text=True, check=True).stdout
@@ -104,6 +102,7 @@ def test_server_binds_loopback_with_explicit_model_control(triton):
     assert triton.version().count(".") == 2
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_two_servers_side_by_side_then_teardown_leaves_nothing(tmp_path):
     repo = copy_models(tmp_path, ["identity", "sleeper"])
     with launch_local(LocalLaunch(repo)) as a, launch_local(LocalLaunch(repo)) as b:
@@ -119,6 +118,7 @@ def test_two_servers_side_by_side_then_teardown_leaves_nothing(tmp_path):
         assert _wait_gone(g, 5) == []
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_exception_inside_the_block_still_stops_the_server(tmp_path):
     repo = copy_models(tmp_path, ["identity"])
     pgid = None
@@ -129,6 +129,7 @@ def test_exception_inside_the_block_still_stops_the_server(tmp_path):
     assert pgid is not None and _wait_gone(pgid, 5) == []
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_no_orphan_when_the_parent_is_killed(tmp_path):
     repo = copy_models(tmp_path, ["identity"])
     script = textwrap.dedent(
@@ -150,6 +151,7 @@ def test_no_orphan_when_the_parent_is_killed(tmp_path):
     assert _wait_gone(server_pid, 30) == []
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_serve_command_stops_cleanly_on_ctrl_c(tmp_path):
     repo = copy_models(tmp_path, ["identity"])
     proc = subprocess.Popen(
@@ -199,6 +201,7 @@ def test_port_in_use_is_refused_before_launch(tmp_path):
             launch_local(LocalLaunch(copy_models(tmp_path, ["identity"]), http_port=port))
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_server_dying_during_startup_shows_its_log_tail(tmp_path):
     repo = copy_models(tmp_path, ["identity"])
     broken = repo / "broken"
@@ -217,6 +220,7 @@ def test_free_ports_are_distinct():
     assert len(set(ports)) == 3 and all(1024 < p < 65536 for p in ports)
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_user_environment_reaches_the_server(tmp_path):
     repo = copy_models(tmp_path, ["identity"])
     with launch_local(LocalLaunch(repo, env={"PERFKIT_TEST_MARK": "42"})) as server:
@@ -226,6 +230,7 @@ def test_user_environment_reaches_the_server(tmp_path):
         assert os.environ.get("PERFKIT_TEST_MARK") is None
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_a_server_without_explicit_model_control_is_named_as_the_problem(tmp_path):
     """A user's own server started with --model-control-mode=none: loading (the tuner, gate --ab)
     must say what to change on the server, not that the model's config is broken."""

@@ -101,7 +101,7 @@ def _dashboard_queries() -> list[str]:
     return [t["expr"] for p in dash["panels"] for t in p.get("targets", [])]
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 def test_prometheus_scrapes_a_profile_and_the_dashboard_queries_return_data(tmp_path: Path, prometheus):
     metrics_port, triton_metrics_port = free_ports(2)
     prom = prometheus([f"127.0.0.1:{metrics_port}", f"127.0.0.1:{triton_metrics_port}"])

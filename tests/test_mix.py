@@ -136,7 +136,6 @@ def mix_run(triton, tmp_path_factory) -> tuple[RunRecord, Path, str]:
     return RunRecord.load(rec_path), csv_path, str(closed_path)
 
 
-@pytest.mark.server
 def test_open_loop_splits_requests_exactly_by_the_mix(mix_run):
     record, _, _ = mix_run
     assert record.spec.mix == (("batcher", 3), ("hungry", 1))
@@ -162,7 +161,6 @@ def test_open_loop_splits_requests_exactly_by_the_mix(mix_run):
     assert len(batcher.windows) == len(hungry.windows) == len(level.windows)
 
 
-@pytest.mark.server
 def test_closed_loop_slots_draw_from_the_mix(mix_run):
     record = RunRecord.load(Path(mix_run[2]))
     (level,) = record.levels
@@ -173,7 +171,6 @@ def test_closed_loop_slots_draw_from_the_mix(mix_run):
     assert abs(hungry.request_count - n / 4) <= 5
 
 
-@pytest.mark.server
 def test_record_csv_and_report_carry_each_model(mix_run, tmp_path):
     record, csv_path, _ = mix_run
     data = json.loads(record.to_json())
@@ -191,7 +188,6 @@ def test_record_csv_and_report_carry_each_model(mix_run, tmp_path):
     assert "hungry in mix batcher:3,hungry:1: throughput vs latency" in html
 
 
-@pytest.mark.server
 def test_gate_judges_the_mix_and_each_model(mix_run, tmp_path, capsys):
     record, _, _ = mix_run
     opts = GateOptions(thresholds=tuple(parse_thresholds(["p99:+10%", "hungry:p50:+5%"])))

@@ -90,7 +90,7 @@ def test_cli_refuses_a_bad_mix_in_one_line(extra, names, tmp_path, capsys):
 # -- against the real server --------------------------------------------------------------------
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_mix_tune_restores_both_configs_after_sigterm(tmp_path: Path) -> None:
     repo = copy_models(tmp_path, list(MODELS))
@@ -107,7 +107,7 @@ def test_mix_tune_restores_both_configs_after_sigterm(tmp_path: Path) -> None:
     assert _configs(repo) == before, text  # both models, byte for byte
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_mix_tune_recommends_a_pair_within_both_budgets_and_applies_it(tmp_path: Path, capsys) -> None:
     repo = copy_models(tmp_path, list(MODELS))

@@ -99,7 +99,9 @@ def test_recorded_outcomes_are_complete() -> None:
 
 
 @pytest.fixture(scope="module")
-def qa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, dict[str, str]]]:
+def qa_server(
+    tritonserver: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LocalServer, dict[str, str]]]:
     """The stand-in models on a server with adjacent HTTP/gRPC ports (as Triton's 8000/8001)."""
     tmp = tmp_path_factory.mktemp("pa_compat")
     repo = tmp / "models"
@@ -125,7 +127,6 @@ def _run_pa(argv: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch) -> int:
     return main(argv)
 
 
-@pytest.mark.server
 @pytest.mark.parametrize("case_id", E2E)
 def test_qa_command_line_end_to_end(
     case_id: str,
@@ -149,7 +150,6 @@ def test_qa_command_line_end_to_end(
         assert all(r["response_timestamps"][0] >= r["timestamp"] for r in exp["requests"])
 
 
-@pytest.mark.server
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
@@ -185,7 +185,6 @@ def test_measured_nothing_never_exits_0(
     assert main(["profile", "-u", url, *argv, "-p", "300", "-r", "3"]) == 99
 
 
-@pytest.mark.server
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 def test_grpc_compression_reaches_the_server(
     algorithm: str, qa_server: tuple[LocalServer, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -207,7 +206,6 @@ def test_grpc_compression_reaches_the_server(
     assert RunRecord.load(out).spec.grpc_compression == algorithm
 
 
-@pytest.mark.server
 @pytest.mark.parametrize(("inputs", "outputs"), [("json", "json"), ("json", "binary"), ("binary", "json")])
 def test_json_tensor_formats_over_http(
     inputs: str,
@@ -230,7 +228,6 @@ def test_json_tensor_formats_over_http(
     assert level.error_count == 0 and level.inference_count > 0
 
 
-@pytest.mark.server
 def test_bls_composing_models_join_the_server_breakdown(
     qa_server: tuple[LocalServer, dict[str, str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -56,14 +56,13 @@ def test_refused_like_perf_analyzer(
 
 
 @pytest.fixture(scope="module")
-def streamer() -> Iterator[LocalServer]:
+def streamer(tritonserver: Path) -> Iterator[LocalServer]:
     port = adjacent_free_ports()  # gRPC next to HTTP, as Triton's 8000/8001 (-i grpc finds HTTP at port - 1)
     launch = LocalLaunch(ROOT / "fixtures" / "models", models=("streamer",), http_port=port, grpc_port=port + 1)
     with launch_local(launch) as server:
         yield server
 
 
-@pytest.mark.server
 @pytest.mark.parametrize("case_id", RUNS)
 def test_periodic_run_like_perf_analyzer(
     case_id: str, streamer: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -79,7 +78,6 @@ def test_periodic_run_like_perf_analyzer(
     assert got["responses_per_request"] == [n - 1 for n in want["responses_per_request"]]
 
 
-@pytest.mark.server
 def test_concurrency_ramps_by_response_count(
     streamer: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,7 +97,6 @@ def test_concurrency_ramps_by_response_count(
     assert in_flight == [1, 2, 3, 4, 5, 6]
 
 
-@pytest.mark.server
 def test_period_past_the_final_response_fails(
     streamer: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

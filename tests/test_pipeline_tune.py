@@ -30,7 +30,7 @@ def _configs(repo: Path, models: tuple[str, ...]) -> dict[str, bytes]:
     return {m: (repo / m / "config.pbtxt").read_bytes() for m in models}
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_ensemble_tuned_end_to_end_restores_every_step_after_sigint(tmp_path: Path) -> None:
     repo = copy_models(tmp_path, ["stages", *STEPS])
@@ -47,7 +47,7 @@ def test_ensemble_tuned_end_to_end_restores_every_step_after_sigint(tmp_path: Pa
     assert _configs(repo, STEPS) == before, text  # every step, byte for byte
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_ensemble_tune_records_each_step_and_applies_the_whole_best_set(tmp_path: Path, capsys) -> None:
     repo = copy_models(tmp_path, ["stages", *STEPS])
@@ -86,7 +86,7 @@ def test_ensemble_tune_records_each_step_and_applies_the_whole_best_set(tmp_path
         assert not (out_dir / "best" / m).exists() and not list((repo / m).glob("config.pbtxt.bak-*"))
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_bls_pipeline_is_tuned_through_the_bls_model(tmp_path: Path, capsys) -> None:
     models = ("bls_stages", "stage_decode", "stage_infer")

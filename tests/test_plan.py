@@ -101,7 +101,7 @@ def _profile(url: str, out: Path, rate: float) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 def test_a_plan_the_server_cannot_carry_is_not_verified(model_repo: Path, tmp_path: Path, capsys):
     with launch_local(LocalLaunch(model_repo, models=["queue"])) as server:
         run = tmp_path / "run.json"
@@ -120,7 +120,7 @@ def test_a_plan_the_server_cannot_carry_is_not_verified(model_repo: Path, tmp_pa
     assert "replicas: 1" in out.out and "NOT verified: 1 server(s) at 250 req/s" in out.out
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_a_plan_is_verified_on_a_two_server_fleet(model_repo: Path, ray_cluster: str, tmp_path: Path, capsys):
     with (

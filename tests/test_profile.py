@@ -18,8 +18,6 @@ from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server import LocalLaunch, launch_local
 from tests.conftest import Lines, copy_models
 
-pytestmark = pytest.mark.server
-
 
 def _spec(model: str, *levels: LoadLevel, **kw) -> ProfileSpec:
     base = {"measurement_interval_ms": 500.0, "max_trials": 6, "min_windows": 3, "warmup_s": 0.3}
@@ -176,6 +174,7 @@ def test_cli_profile_writes_record_before_summary(triton, tmp_path):
     assert "concurrency 2" in out.stdout and csv_path.exists()
 
 
+@pytest.mark.usefixtures("tritonserver")
 def test_server_dying_mid_run_saves_partial_record_and_fails(tmp_path):
     repo = copy_models(tmp_path, ["sleeper"])
     rec_path = tmp_path / "partial.json"

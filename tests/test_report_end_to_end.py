@@ -20,7 +20,7 @@ from perfkit.records import RunRecord, TuneRecord, from_dict
 from tests.conftest import require
 from tests.test_report_browser import ALLOWED_SCHEMES, CHROMIUM, CHROMIUM_HOW, open_report
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

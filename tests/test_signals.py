@@ -78,7 +78,7 @@ def test_a_background_job_starts_with_sigint_ignored() -> None:
     assert "True" in out.lines
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_serve_in_the_background_stops_its_server_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
     repo = copy_models(tmp_path, ["identity"])
@@ -98,7 +98,6 @@ def test_serve_in_the_background_stops_its_server_on_a_signal(tmp_path: Path, si
         pass
 
 
-@pytest.mark.server
 def test_profile_in_the_background_saves_its_record_on_sigint(triton: LocalServer, tmp_path: Path) -> None:
     rec_path = tmp_path / "interrupted.json"
     args = [sys.executable, "-m", "perfkit", "profile", "-m", "identity", "-u", triton.endpoints.http_url,
@@ -114,7 +113,7 @@ def test_profile_in_the_background_saves_its_record_on_sigint(triton: LocalServe
     assert record.status == "interrupted" and [lv.load.value for lv in record.levels] == [1]
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_tune_in_the_background_restores_the_config_on_sigterm(model_repo: Path, tmp_path: Path) -> None:
     cfg_path = model_repo / "batcher" / "config.pbtxt"
@@ -143,7 +142,7 @@ def test_handlers_turn_an_ignored_sigint_into_one_interrupt_and_are_put_back() -
         signal.signal(signal.SIGINT, previous)
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_gate_ab_in_the_background_restores_the_config_on_sigint(tmp_path: Path) -> None:
     repo = copy_models(tmp_path, ["sleeper"])
@@ -171,7 +170,7 @@ def _signal_while_swapped(args: list[str], cfg_path: Path, original: bytes, line
     assert cfg_path.read_bytes() == original, text
 
 
-@pytest.mark.server
+@pytest.mark.usefixtures("tritonserver")
 @pytest.mark.slow
 def test_run_in_the_background_stops_its_server_and_keeps_the_record_on_sigterm(tmp_path: Path) -> None:
     repo = copy_models(tmp_path, ["sleeper"])

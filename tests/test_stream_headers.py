@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from perfkit.cli import main
 from perfkit.errors import ExitCode
 from perfkit.records import RunRecord
@@ -29,7 +27,6 @@ def _ok(out) -> None:
     assert level.inference_count > 0 and level.error_count == 0, level.errors
 
 
-@pytest.mark.server
 def test_grpc_stream_carries_headers_and_compression(triton, tmp_path):
     out = tmp_path / "run.json"
     with FaultProxy(_hostport(triton.endpoints.grpc_url), h2=True, record_bytes=1 << 20) as proxy:
@@ -46,7 +43,6 @@ def test_grpc_stream_carries_headers_and_compression(triton, tmp_path):
     assert re.search(rb"\x01.{4}\x1f\x8b", sent, re.S)
 
 
-@pytest.mark.server
 def test_http_stream_carries_headers(triton, tmp_path):
     out = tmp_path / "run.json"
     with FaultProxy(_hostport(triton.endpoints.http_url), record_bytes=1 << 20) as proxy:
@@ -61,7 +57,6 @@ def test_http_stream_carries_headers(triton, tmp_path):
     assert streamed and not bad, bad
 
 
-@pytest.mark.server
 def test_unary_grpc_carries_headers_as_metadata(triton, tmp_path):
     """perf_analyzer's gRPC client sends -H as metadata on unary calls too (its docs say ignored; its code
     passes them); perfkit does the same."""

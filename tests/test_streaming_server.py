@@ -160,7 +160,7 @@ def _audit(audit_dir: Path) -> dict[str, list[list[tuple[int, bool, bool]]]]:
 
 
 @pytest.fixture(scope="module")
-def audited_server(tmp_path_factory):
+def audited_server(tritonserver, tmp_path_factory):
     """A server with both accumulators writing their audit files to one folder."""
     tmp = tmp_path_factory.mktemp("seq")
     repo = copy_models(tmp, ["accumulator", "accumulator_oldest"])

@@ -17,7 +17,7 @@ import pytest
 from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.tuner._queueing import sustainable_rate_rps
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 # The queue fixture is an M/D/1 queue; the truth's tolerance: the search's rate ladder is 19%
 # coarse (its answer is the highest step within budget, below the truth by up to one step), and

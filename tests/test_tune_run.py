@@ -24,7 +24,7 @@ from perfkit.server.modelconfig import config_pbtxt_sha256, read_config
 from perfkit.tuner import TuneSettings, TuneSpace, judge_trial, tune
 from tests.conftest import wait_until
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 # A small space (4 configs) and short measurements keep each trial to a few seconds. Closed loop:
 # these tests hold the search, its outputs and the config's safety, not the load mode (open-loop

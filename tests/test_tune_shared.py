@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import copy_models, require
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 
 def _pg_bin() -> Path | None:

@@ -15,7 +15,7 @@ from perfkit.records import RunRecord, TuneRecord
 from perfkit.server.modelconfig import config_pbtxt_sha256, parse_config, read_config
 from perfkit.tuner import judge_trial
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 # Few trials, a small load range and short windows keep each trial to a few seconds.
 FAST = ["--max-concurrency", "4", "--measurement-interval", "300", "--seed", "1"]

@@ -13,7 +13,7 @@ from tests.conftest import copy_models
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_ci_smoke_gate_catches_a_2x_slowdown(tmp_path, capsys, monkeypatch):

@@ -16,7 +16,7 @@ from perfkit.errors import ExitCode
 from perfkit.gate import DEFAULT_THRESHOLDS, GateOptions, parse_thresholds
 from perfkit.records import DEFAULT_TAIL_PERCENTILES, LoadLevel, ProfileSpec, RunRecord
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[3] / "README.md"
 
 
 def _cli_spec(monkeypatch: pytest.MonkeyPatch, *args: str) -> ProfileSpec:

@@ -29,7 +29,7 @@ from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer
 from tests.pa_compat.record_qa import adjacent_free_ports, case_argv, write_testdata
 
-HERE = Path(__file__).resolve().parent / "pa_compat"
+HERE = Path(__file__).resolve().parents[2] / "pa_compat"
 CASES = json.loads((HERE / "qa_cases.json").read_text())["cases"]
 BY_ID = {c["id"]: c for c in CASES}
 _REASONS = {f.note for f in PA_FLAGS} | {r for f in PA_FLAGS for _, r in f.refused_values}

@@ -21,7 +21,7 @@ from perfkit.server.local import LocalServer
 from tests.pa_compat.record_periodic import case_argv, export_facts
 from tests.pa_compat.record_qa import adjacent_free_ports
 
-HERE = Path(__file__).resolve().parent / "pa_compat"
+HERE = Path(__file__).resolve().parents[2] / "pa_compat"
 ROOT = HERE.parent.parent
 CASES = {c["id"]: c for c in json.loads((HERE / "periodic_cases.json").read_text())["cases"]}
 REFUSED = [i for i, c in CASES.items() if c["perf_analyzer"]["returncode"] == 99]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURE_MODELS, copy_models
-from tests.test_tune_shared import postgres_url  # noqa: F401  (the fixture, shared)
+from tests.server.tuner.test_tune_shared import postgres_url  # noqa: F401  (the fixture, shared)
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 

@@ -25,7 +25,7 @@ from perfkit.measure import OutputMismatchError, validate_outputs
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer
 
-HERE = Path(__file__).resolve().parent / "inputdata"
+HERE = Path(__file__).resolve().parents[2] / "inputdata"
 MANIFEST = json.loads((HERE / "manifest.json").read_text())
 CASES = MANIFEST["cases"]
 

@@ -2,7 +2,7 @@
 chosen where it can carry a run, and holding the same accounting as the Python sender against the
 real server.
 
-Faults (resets, stalls, outages, restarts, idle reaping, GOAWAY) are in tests/test_faults.py, which
+Faults (resets, stalls, outages, restarts, idle reaping, GOAWAY) are in tests/server/loadgen/test_faults.py, which
 runs every case on both senders; here: the choice of engine, drops past max outstanding, HTTP and
 gRPC errors with the server's message, a response perfkit cannot parse, several payloads taken in
 turn, gRPC requests larger than the server's flow-control windows, and the HPACK decoder.
@@ -49,7 +49,7 @@ from perfkit.records import (
 from perfkit.schedule import due_times
 from tests.conftest import require
 from tests.faultproxy import FaultProxy
-from tests.test_faults import _check, _collect, drive_through_fault
+from tests.server.loadgen.test_faults import _check, _collect, drive_through_fault
 
 # senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones
 SENDERS = ("native", "http1")

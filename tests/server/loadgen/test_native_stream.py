@@ -7,7 +7,7 @@ and open loop. Against a scripted HTTP/2 peer, for what Triton does not do on de
 into DATA frames at every byte boundary, errors with and without a request id, a message nobody can
 read, a stream the server ends (trailers, RST_STREAM, GOAWAY), and a level's end with requests still
 in flight (they end unfinished, the stream is replaced). Faults through a proxy are in
-tests/test_stream_faults.py, which runs its cases on this sender too ("native-grpc").
+tests/server/loadgen/test_stream_faults.py, which runs its cases on this sender too ("native-grpc").
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from perfkit.records import (
 )
 from perfkit.schedule import due_times
 from tests.conftest import wait_until
-from tests.test_native_sender import _frame, _need, _ScriptedPeer, _until, engine_choice, h2_frames
+from tests.server.loadgen.test_native_sender import _frame, _need, _ScriptedPeer, _until, engine_choice, h2_frames
 
 METADATA = (("X-Perfkit-Test", "abc123"),)
 

@@ -1,7 +1,7 @@
 """The accounting invariant for streamed requests, held under faults injected by a TCP proxy.
 
 The streaming transports keep their records in the same ledger as the unary ones, so the
-same checks as tests/test_faults.py hold for requests on a stream:
+same checks as tests/server/loadgen/test_faults.py hold for requests on a stream:
   - open loop: the records' due times are exactly the schedule's first K due times;
   - the server's own statistics reconcile: completed <= executed <= completed + failed;
   - nothing is left unfinished, and the load recovers after the fault;
@@ -33,7 +33,7 @@ from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR
 from perfkit.records import LoadLevel
 from tests.conftest import require
 from tests.faultproxy import FaultProxy
-from tests.test_faults import LEVELS, Run, _check, drive_through_fault
+from tests.server.loadgen.test_faults import LEVELS, Run, _check, drive_through_fault
 
 MODEL = "identity"
 RESPONSES = 1  # per request: identity answers once, then the (empty) final response

@@ -18,7 +18,7 @@ import pytest
 
 from perfkit.records import RunRecord, TuneRecord, from_dict
 from tests.conftest import require
-from tests.test_report_browser import ALLOWED_SCHEMES, CHROMIUM, CHROMIUM_HOW, open_report
+from tests.unit.report.test_report_browser import ALLOWED_SCHEMES, CHROMIUM, CHROMIUM_HOW, open_report
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 

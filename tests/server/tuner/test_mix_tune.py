@@ -21,7 +21,7 @@ from perfkit.records import MixShare, RunRecord
 from perfkit.tuner import parse_mix_budgets
 from perfkit.tuner._judge import level_budget_us, level_within_budget
 from tests.conftest import ROOT, copy_models, wait_until
-from tests.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
+from tests.server.cli.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
 
 MODELS = ("batcher", "hungry")
 BUDGETS_MS = {"batcher": 60.0, "hungry": 120.0}

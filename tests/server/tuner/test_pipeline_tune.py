@@ -15,7 +15,7 @@ import pytest
 
 from perfkit.cli import main
 from tests.conftest import copy_models, wait_until
-from tests.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
+from tests.server.cli.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
 
 STEPS = ("stage_decode", "stage_infer", "stage_post")
 # A small space: dynamic batching on or off per step (queue delay fixed), one instance, no larger

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 # A small space (4 configs) and short measurements keep each trial to a few seconds. Closed loop:
 # these tests hold the search, its outputs and the config's safety, not the load mode (open-loop
-# tuning, the default: tests/test_tune_open_loop.py).
+# tuning, the default: tests/server/tuner/test_tune_open_loop.py).
 FAST = ["--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "4", "--measurement-interval", "300"]
 SPACE = ["--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2", "--precisions", "fp32,int8"]
 

@@ -117,5 +117,5 @@ def test_two_workers_share_one_study_without_losing_or_repeating_trials(postgres
     assert sum(1 for t in all_trials if t.user_attrs.get("is_original")) == 1
     for w in ("a", "b"):
         assert (tmp_path / w / "models" / "batcher" / "config.pbtxt").read_bytes() == (
-            Path(__file__).resolve().parent.parent / "fixtures" / "models" / "batcher" / "config.pbtxt"
+            Path(__file__).resolve().parents[3] / "fixtures" / "models" / "batcher" / "config.pbtxt"
         ).read_bytes()

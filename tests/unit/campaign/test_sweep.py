@@ -11,7 +11,7 @@ from perfkit.cli import main
 from perfkit.errors import ConfigError
 from perfkit.records import LoadLevel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = """
 name = "demo"
 [server]

@@ -14,8 +14,8 @@ from perfkit.cli._pa_flags import BY_SPELLING, PA_FLAGS, render_markdown
 from perfkit.cli.profile import command as profile_command
 from perfkit.errors import ExitCode, UsageError
 
-ROOT = Path(__file__).resolve().parent.parent
-OPTIONS = json.loads((Path(__file__).parent / "pa_compat" / "perf_analyzer_options.json").read_text())
+ROOT = Path(__file__).resolve().parents[3]
+OPTIONS = json.loads((Path(__file__).parents[2] / "pa_compat" / "perf_analyzer_options.json").read_text())
 
 
 def test_every_perf_analyzer_option_has_a_row() -> None:

@@ -20,7 +20,7 @@ IO = ModelIO(
     ("OUTPUT0",),
     (("OUTPUT0", "INT32", (16,)),),
 )  # fmt: skip
-FILES = Path(__file__).parent / "inputdata" / "files"
+FILES = Path(__file__).parents[2] / "inputdata" / "files"
 
 
 def _dir(tmp_path: Path) -> Path:

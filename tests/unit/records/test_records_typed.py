@@ -23,7 +23,7 @@ from perfkit.records import (
 )
 from perfkit.store.base import machine_key
 
-RECORDS = Path(__file__).resolve().parent.parent / "fixtures" / "records"
+RECORDS = Path(__file__).resolve().parents[3] / "fixtures" / "records"
 
 
 def test_a_version_1_record_is_read_into_the_typed_shape():

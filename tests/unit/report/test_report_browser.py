@@ -25,7 +25,7 @@ from perfkit.records import RunRecord
 from perfkit.report import load_inputs, write_comparison_report, write_profile_report, write_tune_report
 from tests.conftest import require
 
-RECORDS = Path(__file__).resolve().parent.parent / "fixtures" / "records"
+RECORDS = Path(__file__).resolve().parents[3] / "fixtures" / "records"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ALLOWED_SCHEMES = ("file:", "data:", "about:", "blob:")
 

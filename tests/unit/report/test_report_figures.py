@@ -16,7 +16,7 @@ from perfkit.report import _figures as F
 from perfkit.report import _tune as T
 from perfkit.report import load_inputs
 
-RECORDS = Path(__file__).resolve().parent.parent / "fixtures" / "records"
+RECORDS = Path(__file__).resolve().parents[3] / "fixtures" / "records"
 
 
 @pytest.fixture(scope="module")

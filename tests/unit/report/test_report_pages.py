@@ -17,7 +17,7 @@ from perfkit.gate import GateOptions, parse_job_noise
 from perfkit.records import RunRecord, to_dict
 from perfkit.report import load_inputs, write_comparison_report, write_profile_report, write_tune_report
 
-RECORDS = Path(__file__).resolve().parent.parent / "fixtures" / "records"
+RECORDS = Path(__file__).resolve().parents[3] / "fixtures" / "records"
 MAX_BYTES = 3 * 2**20
 
 SENTENCE = (

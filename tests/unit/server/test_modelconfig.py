@@ -29,7 +29,7 @@ from perfkit.server.modelconfig import (
     write_config,
 )
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "models"
 
 # Every top-level field of ModelConfig, with nested blocks users actually write.
 WIDE_CONFIGS = {
@@ -384,7 +384,7 @@ class _nullcontext:
 
 # -- render_config: the user's file edited, not reprinted ---------------------------------------
 
-CORPUS_COMMENTS = Path(__file__).resolve().parent / "corpus" / "comments"
+CORPUS_COMMENTS = Path(__file__).resolve().parents[2] / "corpus" / "comments"
 COMMENTED = sorted(CORPUS_COMMENTS.glob("*.pbtxt")) + sorted(FIXTURES.glob("*/config.pbtxt"))
 
 

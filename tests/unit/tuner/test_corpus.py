@@ -20,7 +20,7 @@ from perfkit.tuner import TuneSpace, apply_params, extract_params, resolve
 from perfkit.tuner._space import candidate_points
 from perfkit.tuner._validate import Context, validate
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 CONFIGS = CORPUS / "configs"
 BUDGET_US = 50_000
 # Points per config in the corpus test (the grid when smaller, else a seeded sample).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from perfkit.server.modelconfig import config_pbtxt_sha256, parse_config
 from perfkit.tuner._space import P_KIND, P_PREC, TuneSpace, apply_params, candidate_points, resolve
-from tests.test_corpus import CONFIGS, rows
+from tests.unit.tuner.test_corpus import CONFIGS, rows
 
 BUDGET_US = 20_000
 

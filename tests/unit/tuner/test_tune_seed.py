@@ -9,7 +9,7 @@ from perfkit.tuner import TuneSpace, resolve
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, apply_params
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "models"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "models"
 
 
 def _space(name: str, space: TuneSpace):

@@ -23,7 +23,7 @@ from perfkit.tuner import (
     resolve,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "fixtures" / "models"
 
 
@@ -408,7 +408,7 @@ def test_dry_run_refuses_what_it_cannot_tune_with_exit_3(tmp_path: Path, capsys:
     assert rc == 3
     assert "perfkit: error: model 'llm' is served by the vllm backend" in captured.err
     assert "not tunable" in captured.out
-    # An ensemble is planned as a pipeline: its steps' joint space (tests/test_pipeline_plan.py).
+    # An ensemble is planned as a pipeline: its steps' joint space (tests/unit/tuner/test_pipeline_plan.py).
     rc = main(["tune", "-m", "pipeline", "--model-repository", str(FIXTURES), "--latency-budget", "20ms", "--dry-run"])
     captured = capsys.readouterr()
     assert rc == 0 and "joint space" in captured.out

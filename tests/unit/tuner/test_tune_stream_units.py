@@ -29,7 +29,7 @@ from perfkit.tuner._loadplan import find_load
 from perfkit.tuner._space import candidate_points, extract_params
 from perfkit.tuner._validate import Context, validate
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "fixtures" / "models"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_MODELS, copy_models
+from tests.conftest import CHEAP_CONFIRM, FIXTURE_MODELS, copy_models
 from tests.server.tuner.test_tune_shared import postgres_url  # noqa: F401  (the fixture, shared)
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
@@ -27,7 +27,7 @@ def test_tune_on_ray_two_servers_lose_and_duplicate_no_trial(ray_cluster, postgr
                "--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "2",
                "--measurement-interval", "300",
                "--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2,3",
-               "--precisions", "fp32,fp16,int8"])  # fmt: skip
+               "--precisions", "fp32,fp16,int8", *CHEAP_CONFIRM])  # fmt: skip
     text = capsys.readouterr()
     assert rc == 0, text.out + text.err
     assert "worker 0" in text.out and "worker 1" in text.out

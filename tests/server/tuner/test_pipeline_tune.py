@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.cli import main
-from tests.conftest import copy_models, wait_until
+from tests.conftest import CHEAP_CONFIRM, copy_models, wait_until
 from tests.server.cli.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
 
 STEPS = ("stage_decode", "stage_infer", "stage_post")
@@ -23,7 +23,7 @@ STEPS = ("stage_decode", "stage_infer", "stage_post")
 # loop (not the default): the load mode is not what they test, and it keeps them quick.
 SPACE = ["--max-batch-sizes", "8", "--instance-counts", "1", "--queue-delays-us", "2000",
          "--preferred-batch-sizes", "none", "--latency-budget", "500ms", "--load", "concurrency",
-         "--max-concurrency", "8", "--measurement-interval", "300"]  # fmt: skip
+         "--max-concurrency", "8", "--measurement-interval", "300", *CHEAP_CONFIRM]  # fmt: skip
 
 
 def _configs(repo: Path, models: tuple[str, ...]) -> dict[str, bytes]:

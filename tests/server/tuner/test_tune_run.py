@@ -22,7 +22,7 @@ from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import config_pbtxt_sha256, read_config
 from perfkit.tuner import TuneSettings, TuneSpace, judge_trial, tune
-from tests.conftest import wait_until
+from tests.conftest import CHEAP_CONFIRM, wait_until
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
@@ -35,7 +35,7 @@ SPACE = ["--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts",
 
 def _cli(repo: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "--model-repository", str(repo),
-            "-o", str(out), *FAST, *SPACE, *extra]  # fmt: skip
+            "-o", str(out), *FAST, *SPACE, *CHEAP_CONFIRM, *extra]  # fmt: skip
 
 
 def _env() -> dict[str, str]:
@@ -135,7 +135,8 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
 
 def _settings(out: Path, trials: int) -> TuneSettings:
     return TuneSettings(model="batcher", latency_budget_ms=20, trials=trials, output_dir=out, max_concurrency=4,
-                        measurement_interval_ms=300, seed=0, load="concurrency")  # fmt: skip
+                        measurement_interval_ms=300, seed=0, load="concurrency",
+                        confirm_repeats=2, confirm_time_s=0)  # fmt: skip
 
 
 def test_a_candidate_that_fails_to_load_is_a_failed_trial_and_the_search_goes_on(model_repo: Path, tmp_path: Path):

@@ -14,11 +14,12 @@ import pytest
 from perfkit.records import RunRecord, TuneRecord
 from perfkit.server.modelconfig import config_pbtxt_sha256, parse_config, read_config
 from perfkit.tuner import judge_trial
+from tests.conftest import CHEAP_CONFIRM
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 # Few trials, a small load range and short windows keep each trial to a few seconds.
-FAST = ["--max-concurrency", "4", "--measurement-interval", "300", "--seed", "1"]
+FAST = ["--max-concurrency", "4", "--measurement-interval", "300", "--seed", "1", *CHEAP_CONFIRM]
 
 
 def _tune(repo: Path, out: Path, model: str, budget: str, trials: int, *extra: str) -> subprocess.CompletedProcess[str]:

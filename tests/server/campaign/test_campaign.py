@@ -57,7 +57,7 @@ def test_copy_repository_serves_and_tunes_a_copy_leaving_the_original_untouched(
         '[[models]]\nname = "sleeper"\n'
         '[tune]\nlatency_budget = "50ms"\ntrials = 2\nload = "concurrency"\nmax_concurrency = 2\n'
         "measurement_interval_ms = 300\n"
-        'confirm = 2\nconfirm_time = "0s"\n'  # CHEAP_CONFIRM (tests/conftest.py)
+        'confirm = 2\nconfirm_time = "1s"\n'  # CHEAP_CONFIRM (tests/conftest.py)
         "instance_counts = [1, 2]\n"
         '[output]\ndir = "out"\nstore = false\nreport = false\n'
     )

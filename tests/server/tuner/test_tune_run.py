@@ -136,7 +136,7 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
 def _settings(out: Path, trials: int) -> TuneSettings:
     return TuneSettings(model="batcher", latency_budget_ms=20, trials=trials, output_dir=out, max_concurrency=4,
                         measurement_interval_ms=300, seed=0, load="concurrency",
-                        confirm_repeats=2, confirm_time_s=0)  # fmt: skip
+                        confirm_repeats=2, confirm_time_s=1)  # fmt: skip
 
 
 def test_a_candidate_that_fails_to_load_is_a_failed_trial_and_the_search_goes_on(model_repo: Path, tmp_path: Path):

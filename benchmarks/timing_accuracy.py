@@ -5,7 +5,7 @@ On one server, in one run, against the real perf_analyzer where both measure the
   overhead over the 10 ms, and perfkit's p50 / perf_analyzer's p50;
 - open loop at 150 req/s on the sleeper (capacity ~100/s: overload): the rate perfkit sent /
   the rate asked, perfkit's send-lateness p99, and each tool's completed throughput.
-These were assertions in tests/test_profile.py (p50 within 10-13 ms, overhead under 2 ms, sent
+These were assertions in tests/server/measure/test_profile.py (p50 within 10-13 ms, overhead under 2 ms, sent
 rate within 3%, lateness p99 under 5 ms); on a busy machine they failed for reasons that had
 nothing to do with perfkit, so they are figures to read here.
 

@@ -1,13 +1,21 @@
 """Shared test harness: a real Triton server (bundled tritonserver) over a copy of the fixtures,
-plus the helpers every test uses to wait on a running process and to require real components."""
+plus the helpers every test uses to wait on a running process and to require real components.
+
+The `server` marker is set here, not by hand: a test whose fixtures include `tritonserver` (the
+real binary; `triton` and every fixture that starts a server request it) is marked `server`, and
+any other test that starts tritonserver, in pytest or in a child process, fails (see
+tests/_server_guard). So `pytest -m "not server"` starts no server.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -18,12 +26,89 @@ from typing import IO, Any
 
 import pytest
 
+from perfkit.errors import BinaryNotFoundError
 from perfkit.server import LocalLaunch, launch_local
-from perfkit.server.local import LocalServer
+from perfkit.server.local import LocalServer, find_tritonserver
 from tests.docker_engine import docker_daemon, triton_image  # noqa: F401  (fixtures: a real Docker engine)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_MODELS = ROOT / "fixtures" / "models"
+SERVER_GUARD = Path(__file__).resolve().parent / "_server_guard"
+
+# `perfkit tune` in a test whose subject is not confirmation: the pick is still confirmed (the record
+# keeps its confirmation, and what is asserted of it), by the fewest and shortest repeats the tuner
+# takes (2, each 1 s or its minimum of windows) instead of the default 3 of at least 5 s. Tests of
+# confirmation itself (tests/server/tuner/test_tune_open_loop.py) keep their own settings.
+CHEAP_CONFIRM = ("--confirm", "2", "--confirm-time", "1s")
+
+
+def _load_server_guard() -> Any:
+    spec = importlib.util.spec_from_file_location("perfkit_tests_server_guard", SERVER_GUARD / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # installs the guard in this process; it acts only while its variable is set
+    return module
+
+
+_guard = _load_server_guard()
+try:
+    REAL_TRITONSERVER: Path | None = find_tritonserver()
+except BinaryNotFoundError:
+    REAL_TRITONSERVER = None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `server` every test that starts a real server: its fixtures include `tritonserver`."""
+    for item in items:
+        if "tritonserver" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.server)
+
+
+_GUARD_SAVED: dict[str, str | None] = {}
+_GUARD_LOG = Path(tempfile.gettempdir()) / f"perfkit-server-guard-{os.getpid()}.log"
+
+
+def _guarded(item: pytest.Item) -> bool:
+    return REAL_TRITONSERVER is not None and item.get_closest_marker("server") is None
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up, module- and session-scoped ones too
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Outside `server` tests, make starting tritonserver (here or in a child Python) fail."""
+    if not _guarded(item):
+        return
+    _GUARD_LOG.write_text("")
+    guard = {
+        _guard.FORBIDDEN_ENV: str(REAL_TRITONSERVER),
+        _guard.LOG_ENV: str(_GUARD_LOG),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(SERVER_GUARD), os.environ.get("PYTHONPATH")) if p),
+    }
+    for name, value in guard.items():
+        _GUARD_SAVED[name] = os.environ.get(name)
+        os.environ[name] = value
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a guarded test's teardown: put the environment back, and fail the test if it started tritonserver."""
+    try:
+        return (yield)
+    finally:
+        guarded = bool(_GUARD_SAVED)
+        for name, value in _GUARD_SAVED.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _GUARD_SAVED.clear()
+        launched = _GUARD_LOG.read_text() if guarded and _GUARD_LOG.is_file() else ""
+        if launched:
+            pytest.fail(
+                f"{item.nodeid} started tritonserver but is not marked `server`; request the `tritonserver`"
+                f" fixture (or one that starts a server):\n{launched}",
+                pytrace=False,
+            )
 
 
 def copy_models(dest: Path, names: list[str] | None = None) -> Path:
@@ -106,13 +191,26 @@ def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 60
         time.sleep(0.05)
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _GUARD_LOG.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="session")
 def session_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return copy_models(tmp_path_factory.mktemp("repo"))
 
 
 @pytest.fixture(scope="session")
-def triton(session_repo: Path) -> Iterator[LocalServer]:
+def tritonserver() -> Path:
+    """The real tritonserver binary. A test or fixture that starts a server, by launch_local or by
+    running the CLI, requests this fixture: that marks the test `server` and lets it start one."""
+    require("tritonserver", REAL_TRITONSERVER, "pip install 'perfkit[server]' (scripts/setup.sh does)")
+    assert REAL_TRITONSERVER is not None
+    return REAL_TRITONSERVER
+
+
+@pytest.fixture(scope="session")
+def triton(tritonserver: Path, session_repo: Path) -> Iterator[LocalServer]:
     """One real server with every fixture model, shared by the tests that only read from it."""
     with launch_local(LocalLaunch(session_repo)) as server:
         yield server

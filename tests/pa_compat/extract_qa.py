@@ -171,7 +171,7 @@ def extract(repo: Path) -> dict[str, object]:
         "about": "perf_analyzer command lines of Triton's QA scripts (expanded over their loops) and the "
         "outcome the script expects; `perf_analyzer` holds what the real perf_analyzer (tritonclient 2.41.0) did "
         "here, `perfkit` what perfkit's `perf_analyzer` command did, both against tests/pa_compat/models "
-        "(record_qa.py). tests/test_pa_conformance.py holds perfkit to these outcomes.",
+        "(record_qa.py). tests/server/cli/test_pa_conformance.py holds perfkit to these outcomes.",
         "cases": cases,
     }
 

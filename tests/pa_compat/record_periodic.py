@@ -5,7 +5,7 @@
 Each case of periodic_cases.json runs against the `streamer` fixture model (decoupled, 8 responses
 and a flag-only final one per request with files/streamer_8_tokens.json) on the bundled Triton; its
 outcome, and for a run that ended well the facts of its --profile-export-file (`export_facts`), are
-stored under the tool's name. tests/test_pa_periodic.py holds perfkit to perf_analyzer's. Not
+stored under the tool's name. tests/server/cli/test_pa_periodic.py holds perfkit to perf_analyzer's. Not
 collected by pytest: it is how the recorded outcomes were obtained.
 """
 

@@ -1,0 +1,97 @@
+"""perfkit tune --search predict against a real Triton: the calibration fits the known-truth
+queue fixture (deterministic service, instances that do not contend), the predicted best is the
+known best and its measured rate is within the stated tolerance of the prediction; on the same
+fixture with exponential service, which the simulator (deterministic service per batch size)
+cannot capture, the tuner says the predictions are off and goes on with the measured search."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perfkit.predict import contention
+from perfkit.records import TuneRecord
+from perfkit.tuner._predict import PREDICTION_TOLERANCE
+
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
+
+MEASURED_SPREAD = 0.6
+
+
+def _tune(repo: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    # Cheap settings: two configs (1 or 2 instances), short windows, no confirmation runs.
+    cmd = [sys.executable, "-m", "perfkit", "tune", "-m", "queue", "--model-repository", str(repo), "-o", str(out),
+           "--search", "predict", "--instance-counts", "1,2", "--measurement-interval", "400", "--confirm", "0",
+           *extra]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=900)
+
+
+def test_predicted_tune_picks_the_known_best_and_the_measurement_holds_the_prediction(model_repo: Path, tmp_path):
+    out = tmp_path / "out"
+    proc = _tune(model_repo, out, "--latency-budget", "100ms", "--trials", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "calibrated in" in proc.stdout and "predicted 2 configs" in proc.stdout, proc.stdout
+    rec = TuneRecord.load(out / "tune.json")
+    cal = rec.calibration
+    assert cal is not None and cal.model == "queue"
+    # One execution of the queue fixture takes service_ms = 10 (plus the python backend's own
+    # cost); sleeping instances hardly contend (two delivered 1.49x to 1.86x one over four runs on 2
+    # cores shared with ~9 busy jobs).
+    assert [p.batch_size for p in cal.points] == [1] and 9_000 <= cal.fixed_us <= 20_000, cal
+    assert cal.instance_counts == (1, 2) and contention(cal).instance_scaling(2) >= 1.3, cal
+    predicted = [t for t in rec.trials if "predicted_rps" in t.metrics]
+    assert predicted and all(t.params.get("instance_count") == 2 for t in predicted[:1]), proc.stdout
+    first = predicted[0]
+    assert first.feasible and first.throughput_infer_per_s is not None
+    ratio = first.throughput_infer_per_s / first.metrics["predicted_rps"]
+    lines = "\n".join(line for line in proc.stdout.splitlines() if "calibrated" in line or "trial" in line)
+    # The stated tolerance of this test: the measured search's own figure for this config moved
+    # from 91 to 172 req/s over three runs on 2 cores shared with ~9 busy jobs (load average 15).
+    assert abs(ratio - 1) <= MEASURED_SPREAD, (ratio, lines)
+    # The tuner's own decision follows its tolerance, for each trial it checked (the predicted ones
+    # and the original's, measured anyway): within it everywhere, the predictions held and the
+    # search stopped; past it anywhere, it said so and went on measuring.
+    checks = re.findall(
+        r"trial \d+: predicted (\d+) req/s, measured (\d+) \([^,]+, (within|OFF BY MORE THAN)", proc.stdout
+    )
+    assert checks, lines
+    for want, got, verdict in checks:
+        near = abs(int(got) / int(want) - 1) <= PREDICTION_TOLERANCE + 0.01  # the line's figures are rounded
+        far = abs(int(got) / int(want) - 1) > PREDICTION_TOLERANCE - 0.01
+        assert (verdict == "within" and near) or (verdict != "within" and far), (want, got, verdict, lines)
+    if all(verdict == "within" for _, _, verdict in checks):
+        assert "their predictions held" in proc.stdout, lines
+    else:
+        assert "going on with the measured search" in proc.stdout, lines
+    best = rec.best()
+    assert best is not None and best.params.get("instance_count") == 2  # the known best: two instances
+    frame = pd.read_csv(out / "trials.csv")
+    assert "predicted_rps" in frame.columns
+
+
+def test_a_model_the_simulator_cannot_capture_falls_back_to_the_measured_search(model_repo: Path, tmp_path):
+    config = model_repo / "queue" / "config.pbtxt"
+    config.write_text(config.read_text().replace('string_value: "deterministic"', 'string_value: "exponential"'))
+    out = tmp_path / "out"
+    # At a budget of 5 mean service times, exponential service (p99 of one service alone: 4.6 means)
+    # holds far less than deterministic service on one instance: the original's trial (one
+    # instance, measured anyway) reads about 30 req/s against some 50 predicted, past the
+    # tolerance. (Two instances hold more of the tail: one run measured 116 against 132 predicted,
+    # within it; at 7 means 400 ms windows read the tail too short to tell.)
+    proc = _tune(model_repo, out, "--latency-budget", "50ms", "--trials", "3")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OFF BY MORE THAN" in proc.stdout and "going on with the measured search" in proc.stdout, proc.stdout
+    assert "their predictions held" not in proc.stdout
+    # The measured search went on after the predicted trial (to --trials, or until the two configs
+    # of this space were all measured).
+    assert "stopping: 3 trials done" in proc.stdout or "repeated or rejected configs" in proc.stdout, proc.stdout
+    rec = TuneRecord.load(out / "tune.json")
+    assert rec.calibration is not None and len(rec.trials) >= 3
+    assert json.loads((out / "tune.json").read_text())["calibration"]["model"] == "queue"

@@ -19,8 +19,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from perfkit.predict import BatcherConfig, Contention, ServiceModel, score_space, sustainable_rate
 from perfkit.tuner._queueing import sustainable_rate_rps
+
+from perfkit.predict import BatcherConfig, Contention, ServiceModel, score_space, sustainable_rate
 
 DELAYS_US = (0.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0, 20_000.0)
 

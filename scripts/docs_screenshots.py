@@ -14,7 +14,7 @@ Writes, under docs/images/:
   perfkit (--metrics-port) and Triton during the profile run above. Grafana itself is not
   involved (it is not packaged for Debian): the queries, units and layout are the dashboard's.
 
-Every picture is taken by the test suite's headless Chromium harness (tests/test_report_browser.py:
+Every picture is taken by the test suite's headless Chromium harness (tests/unit/report/test_report_browser.py:
 Chromium over the DevTools protocol on a pipe). Needs Chromium and Prometheus
 (scripts/system-deps.sh installs both).
 """

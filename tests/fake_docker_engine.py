@@ -63,7 +63,7 @@ class FakeEngine:
 
     That is: pull an image (no registry is reachable; `pullable` lists what a pull finds) and
     vanish mid-start (`kill()`). Everything else is tested against a real dockerd
-    (tests/test_docker_mode.py). `launch=True` makes started containers real tritonservers.
+    (tests/server/server/test_docker_mode.py). `launch=True` makes started containers real tritonservers.
     """
 
     def __init__(

@@ -12,7 +12,7 @@ table rendered from the code it documents, so the site cannot disagree with the 
 The command reference is mkdocs-click's (a ``::: mkdocs-click`` block in reference/cli.md); this
 hook only blanks its rendering of "no default".
 
-Registered in ``mkdocs.yml`` under ``hooks:``. ``tests/test_docs_reference.py`` renders every
+Registered in ``mkdocs.yml`` under ``hooks:``. ``tests/unit/cli/test_docs_reference.py`` renders every
 marker the same way.
 """
 

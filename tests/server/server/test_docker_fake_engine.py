@@ -1,6 +1,6 @@
 """Docker launch mode against the fake engine, for the two things a real engine cannot be made to do
 in a test (tests/fake_docker_engine.py says why): pull an absent image, and vanish mid-start.
-Everything else runs against a real dockerd in tests/test_docker_mode.py."""
+Everything else runs against a real dockerd in tests/server/server/test_docker_mode.py."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def test_tune_finds_what_batching_buys_in_real_arithmetic(tmp_path: Path):
     original = cfg_path.read_bytes()
     out = tmp_path / "out"
     # Four candidates (batcher off/on x 1/2 instances), closed loop up to 8 in flight, short windows;
-    # no confirmation runs: this test holds what the measurements find, tests/test_tune_run.py the rest.
+    # no confirmation runs: this test holds what the measurements find, tests/server/tuner/test_tune_run.py the rest.
     args = [sys.executable, "-m", "perfkit", "tune", "-m", "onnx_mlp", "--model-repository", str(repo),
             "-o", str(out), "--sampler", "grid", "--trials", "5", "--latency-budget", "100ms",
             "--load", "concurrency", "--max-concurrency", "8", "--measurement-interval", "300",

@@ -50,7 +50,7 @@ def test_md1_mean_wait_matches_pollaczek_khinchine(rho: float):
 
 
 def test_md1_sustainable_rate_matches_the_known_truth_fixtures_truth():
-    # fixtures/models/queue is an M/D/1 queue; tests/test_tune_open_loop.py holds the measured
+    # fixtures/models/queue is an M/D/1 queue; tests/server/tuner/test_tune_open_loop.py holds the measured
     # search to sustainable_rate_rps("M/D/1", ...) (Erlang's waiting-time distribution). Over six
     # seeds, 50k simulated requests put the rate within 2.5% of it (20k: 4%, 4k: 9%): tolerance 5%.
     truth = sustainable_rate_rps("M/D/1", D_US / 1e3, 100.0)

@@ -17,11 +17,14 @@ the M/D/1 error against Erlang's exact sustainable rate.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from perfkit.tuner._queueing import sustainable_rate_rps
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.queueing
 
-from perfkit.predict import BatcherConfig, Contention, ServiceModel, score_space, sustainable_rate
+from perfkit.predict import BatcherConfig, Contention, ServiceModel, score_space, sustainable_rate  # noqa: E402
+from tests.queueing import sustainable_rate_rps  # noqa: E402
 
 DELAYS_US = (0.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0, 20_000.0)
 

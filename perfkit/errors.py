@@ -9,7 +9,7 @@ import enum
 
 
 class ExitCode(enum.IntEnum):
-    """Documented process exit codes (pinned by tests; see README "Exit codes")."""
+    """Documented process exit codes (pinned by tests; see docs/reference/exit-codes.md)."""
 
     OK = 0  # success
     INTERNAL = 1  # a bug: unexpected exception

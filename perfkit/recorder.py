@@ -1,6 +1,6 @@
 """Recorder: raw samples -> HdrHistograms, windows, level figures, precision.
 
-Attribution rules (documented in README "Measurement"):
+Attribution rules (documented in docs/concepts/measuring.md):
 - a request belongs to the level if it was *due* (open loop) or *sent* (closed loop)
   inside the measurement period; its latency goes into the histograms whenever it
   completes (stragglers are waited for, so the tail is not flattered);

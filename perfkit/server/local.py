@@ -1,6 +1,6 @@
 """Local mode: run a tritonserver binary (the nvidia-pytriton wheel's by default).
 
-What the bundled binary needs (see README "Launch modes"): a writable backend
+What the bundled binary needs (see docs/guides/profiling.md, "Getting a server"): a writable backend
 directory holding the python backend plus the stub built for the running Python,
 the wheel's shared libraries on LD_LIBRARY_PATH, and this interpreter's bin/ first
 on PATH so models import the same packages.

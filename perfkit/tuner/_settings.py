@@ -105,7 +105,7 @@ class TuneSettings:
     command: tuple[str, ...] = ()
     # Load: open loop ("rate": the figure is the highest sustainable arrival rate, Poisson or
     # constant arrivals), closed loop ("concurrency": N clients in lockstep) or a trace replayed.
-    # None: the default, decided by load_for() alone (see there and the README).
+    # None: the default, decided by load_for() alone (see there and docs/concepts/tuning.md).
     load: Literal["concurrency", "rate", "trace"] | None = None
     trace: Path | None = None  # --load trace FILE: a JSONL trace (perfkit profile --trace's format)
     arrival: Literal["poisson", "constant"] = "poisson"

@@ -56,6 +56,7 @@ def command(  # noqa: PLR0917
     storage: str | None,
     study_name: str | None,
     apply: bool,
+    apply_via: str | None,
     dry_run: bool,
     assume_gpu: bool,
     composing_models: str | None,
@@ -120,8 +121,8 @@ def command(  # noqa: PLR0917
     )
     opts = build_server_options(kwargs, url=url, models=(*models, *composing))
     ray = RayPlacement(ray_address, tune_workers, gpus_per_worker)
-    out = run_tune(opts, settings, space, composing=composing, ray=ray, on_event=_echo_event, say=click.echo,
-                   note=_note)  # fmt: skip
+    out = run_tune(opts, settings, space, composing=composing, ray=ray, apply_via=apply_via, on_event=_echo_event,
+                   say=click.echo, note=_note)  # fmt: skip
     if report_path is not None:
         from perfkit.report import load_inputs, write_tune_report
 

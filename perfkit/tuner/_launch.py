@@ -83,6 +83,9 @@ def run_tune(
             note("perfkit: candidates applied through the server's API (config overrides); no file is written", True)
         result = tune(server, settings, space, model_repository=repository, composing=composing,
                       on_event=on_event, route=route)  # fmt: skip
+    if result.record.original_from == "served" and result.record.best_config is not None:
+        note(f"perfkit: {result.output_dir}/best/config.pbtxt and best.diff are rendered from the config the server"
+             " served (no model repository readable here): protobuf order, defaults filled in", True)  # fmt: skip
     return result.output_dir
 
 

@@ -151,3 +151,20 @@ def test_a_server_not_in_explicit_mode_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == ExitCode.SERVER, proc.stdout + proc.stderr
     assert "does not let clients load models" in proc.stderr
     assert cfg.read_bytes() == before
+
+
+def test_dry_run_plans_from_the_served_config(
+    server: LocalServer, readonly_repo: tuple[Path, Snapshot], tmp_path: Path
+) -> None:
+    repo, before = readonly_repo
+    out = tmp_path / "plan"
+    args = [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "-u", server.endpoints.http_url, "--dry-run",
+            "--latency-budget", "50ms", "-o", str(out), "--instance-counts", "1,2", "--max-batch-sizes", "8",
+            "--no-dynamic-batching"]  # fmt: skip
+    proc = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "planning from the config" in proc.stderr and "model 'batcher' (backend python)" in proc.stdout
+    written = sorted((out / "candidates").rglob("*.pbtxt"))
+    counts = {parse_config(p.read_text()).instance_group[0].count for p in written}
+    assert counts == {1, 2}, proc.stdout
+    assert _snapshot(repo) == before

@@ -43,21 +43,30 @@ def _snapshot(repo: Path) -> Snapshot:
     }
 
 
-@pytest.fixture(scope="module")
-def readonly_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Snapshot]]:
-    repo = tmp_path_factory.mktemp("tune_api_route") / "models"
-    shutil.copytree(
-        ROOT / "fixtures" / "models" / "batcher", repo / "batcher", ignore=shutil.ignore_patterns("__pycache__")
-    )
+def _make_readonly(repo: Path, models: tuple[str, ...]) -> Snapshot:
+    for model in models:
+        shutil.copytree(
+            ROOT / "fixtures" / "models" / model, repo / model, ignore=shutil.ignore_patterns("__pycache__")
+        )
     # the python backend's stub writes model.py's bytecode beside it when none is there (and tests may run
     # as root, whom chmod does not stop): compiled beforehand, so any write to the repository shows
     compileall.compile_dir(str(repo), quiet=1)
     for p in sorted(repo.rglob("*"), reverse=True):  # files first, then their folders
         os.chmod(p, stat.S_IMODE(p.stat().st_mode) & ~0o222)
     os.chmod(repo, 0o555)
-    yield repo, _snapshot(repo)
+    return _snapshot(repo)
+
+
+def _make_writable(repo: Path) -> None:
     for p in (repo, *repo.rglob("*")):
         os.chmod(p, 0o755)
+
+
+@pytest.fixture(scope="module")
+def readonly_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Snapshot]]:
+    repo = tmp_path_factory.mktemp("tune_api_route") / "models"
+    yield repo, _make_readonly(repo, ("batcher",))
+    _make_writable(repo)
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +177,33 @@ def test_dry_run_plans_from_the_served_config(
     counts = {parse_config(p.read_text()).instance_group[0].count for p in written}
     assert counts == {1, 2}, proc.stdout
     assert _snapshot(repo) == before
+
+
+def test_an_ensemble_is_tuned_through_the_api_on_a_readonly_repository(tmp_path: Path) -> None:
+    """--apply-via api with a readable (not writable) repository: the pipeline is read from it, every
+    step's candidates go through the API, and every step and the ensemble serve their originals after."""
+    repo = tmp_path / "models"
+    steps = ("preprocess", "batcher")
+    before = _make_readonly(repo, ("pipeline", *steps))
+    try:
+        with launch_local(LocalLaunch(repo, models=("pipeline", *steps))) as s:
+            originals = {m: served_config(s, m) for m in ("pipeline", *steps)}
+            out = tmp_path / "out"
+            args = [sys.executable, "-m", "perfkit", "tune", "-m", "pipeline", "-u", s.endpoints.http_url,
+                    "--apply-via", "api", "--model-repository", str(repo), "-o", str(out), "--trials", "2",
+                    "--confirm", "0", "--latency-budget", "500ms", "--load", "concurrency", "--max-concurrency", "4",
+                    "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
+                    "--instance-counts", "1,2"]  # fmt: skip
+            proc = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=600)
+            log = proc.stdout + proc.stderr
+            assert proc.returncode == 0, log
+            for model, cfg in originals.items():
+                now = served_config(s, model)
+                assert not applied_differences(cfg, now, previous=now), (model, log)
+            assert s.model_stats("pipeline")  # the ensemble still loaded and answering
+        rec = from_dict(TuneRecord, json.loads((out / "tune.json").read_text()))
+        assert rec.status == "ok" and rec.route == "api" and rec.original_from == "repository"
+        assert len([t for t in rec.trials if t.state == "complete"]) == 2, log
+        assert _snapshot(repo) == before, "the repository's files changed (bytes, mtime or mode)"
+    finally:
+        _make_writable(repo)

@@ -8,14 +8,18 @@ which perfkit never touched) on every ending. For servers whose repository perfk
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-from perfkit.errors import ServerError
+from perfkit.errors import ConfigError, PerfkitError, ServerError
 from perfkit.server.api_route import ApiConfigRoute, check_explicit_model_control, served_config, served_config_text
 from perfkit.server.base import Server
+from perfkit.server.modelconfig import read_config
+
+log = logging.getLogger(__name__)
 
 
 class ApiRoute:
@@ -37,7 +41,18 @@ class ApiRoute:
         if route is None:  # outside a guard: compared with what the server serves now
             route = ApiConfigRoute(server, model)
             route.original = served_config(server, model)
-        route.apply(text)
+        # A field the candidate dropped must be gone from what the server applies: dropped from the
+        # config the candidate was made from, the repository's file where readable (the server fills
+        # in defaults the file never had), else the served config.
+        served = route.original
+        try:
+            route.original = read_config(config_path)
+        except (ConfigError, OSError):
+            route.original = served
+        try:
+            route.apply(text)
+        finally:
+            route.original = served
 
     def guard(
         self, server: Server, paths: Mapping[str, Path], *, reload_last: Sequence[str] = ()
@@ -52,6 +67,7 @@ class ApiRoute:
         check_explicit_model_control(server)
         routes: list[ApiConfigRoute] = []
         with ExitStack() as stack:
+            stack.callback(self._reload, server, last)  # after every model is back: the ensembles see their steps
             for model in (*last, *models):  # entered first, left last
                 routes.append(stack.enter_context(ApiConfigRoute(server, model)))
                 self._active[model] = routes[-1]
@@ -63,6 +79,15 @@ class ApiRoute:
                 "the original config was not restored on the server: " + "; ".join(failed),
                 hint="load the model again (POST /v2/repository/models/M/load) and check the server log",
             )
+
+    @staticmethod
+    def _reload(server: Server, models: Sequence[str]) -> None:
+        """Load each model again (without an override) where it was never sent one: an ensemble."""
+        for model in models:
+            try:
+                server.load_model(model)
+            except PerfkitError as err:
+                log.warning("%s: not reloaded after its steps: %s", model, err.one_line())
 
     def original_text(self, server: Server, model: str) -> str:
         """model's config as the server serves it, as config.pbtxt text (where no repository is readable)."""

@@ -207,3 +207,31 @@ def test_an_ensemble_is_tuned_through_the_api_on_a_readonly_repository(tmp_path:
         assert _snapshot(repo) == before, "the repository's files changed (bytes, mtime or mode)"
     finally:
         _make_writable(repo)
+
+
+def test_a_traffic_mix_is_tuned_through_the_api_on_a_readonly_repository(tmp_path: Path) -> None:
+    """Two models sharing the server, searched jointly through the API: both serve their originals after."""
+    repo = tmp_path / "models"
+    models = ("batcher", "hungry")
+    before = _make_readonly(repo, models)
+    try:
+        with launch_local(LocalLaunch(repo, models=models)) as s:
+            originals = {m: served_config(s, m) for m in models}
+            out = tmp_path / "out"
+            args = [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "-m", "hungry", "--mix",
+                    "batcher:3,hungry:1", "--latency-budget", "batcher:60ms,hungry:120ms", "-u", s.endpoints.http_url,
+                    "--apply-via", "api", "--model-repository", str(repo), "-o", str(out), "--trials", "2",
+                    "--confirm", "0", "--load", "concurrency", "--max-concurrency", "4", "--measurement-interval",
+                    "300", "--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2"]  # fmt: skip
+            proc = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=600)
+            log = proc.stdout + proc.stderr
+            assert proc.returncode == 0, log
+            for model, cfg in originals.items():
+                now = served_config(s, model)
+                assert not applied_differences(cfg, now, previous=now), (model, log)
+        rec = from_dict(TuneRecord, json.loads((out / "tune.json").read_text()))
+        assert rec.status == "ok" and rec.route == "api" and rec.mix == (("batcher", 3), ("hungry", 1))
+        assert len([t for t in rec.trials if t.state == "complete"]) == 2, log
+        assert _snapshot(repo) == before, "the repository's files changed (bytes, mtime or mode)"
+    finally:
+        _make_writable(repo)

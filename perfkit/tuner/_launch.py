@@ -43,20 +43,28 @@ def run_tune(
     describes, or with --ray on one server per Ray worker sharing one study; returns the folder
     whose tune.json holds every trial. `say` prints a line of the outcome, `note(text, newline)`
     a line for stderr. `apply_via`: "file" (rewrite config.pbtxt in --model-repository) or "api"
-    (config overrides through the server's API, nothing written; the default without a repository).
+    (config overrides through the server's API, nothing written; the default for -u without a repository).
     Raises UsageError for options that do not go together, MeasurementError
     when every Ray worker failed, and as tune() does."""
-    via = apply_via or ("file" if opts.model_repository is not None else "api")
+    # a running server (-u) and no repository: through its API; anything else: the file route
+    via = apply_via or (
+        "api" if opts.model_repository is None and opts.mode == "remote" and not ray.address else "file"
+    )
     if via == "file" and opts.model_repository is None:
         raise UsageError(
             "perfkit tune needs --model-repository DIR: the folder holding the model's config.pbtxt",
-            hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit),"
-            " or --apply-via api to tune through the server's API",
+            hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit);"
+            " -u URL alone tunes through the server's API",
         )
     if via == "api" and opts.mode != "remote":
         raise UsageError("--apply-via api tunes a running server: give -u HOST:PORT", hint="or --apply-via file")
     if via == "api" and ray.address:
-        raise UsageError("--ray tunes through the model repository: drop --apply-via api (or --ray)")
+        raise UsageError("--ray tunes through the model repository each worker reads: drop --apply-via api (or --ray)")
+    if via == "api" and settings.apply:
+        raise UsageError(
+            "--apply writes the best config into the model repository: nothing to write with --apply-via api",
+            hint="drop --apply and install -o DIR's best/config.pbtxt in the server's repository yourself",
+        )
     route = ApiRoute() if via == "api" else None
     repository = opts.model_repository
     pipeline = (

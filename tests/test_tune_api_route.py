@@ -104,6 +104,10 @@ def test_a_whole_tune_through_the_api_leaves_the_repository_and_the_server_as_th
     assert _serves(server, original)
     rec = from_dict(TuneRecord, json.loads((out / "tune.json").read_text()))
     assert rec.status == "ok" and rec.route == "api" and rec.original_from == "served"
+    older = {
+        k: v for k, v in json.loads((out / "tune.json").read_text()).items() if k not in ("route", "original_from")
+    }
+    assert (TuneRecord.from_dict(older).route, TuneRecord.from_dict(older).original_from) == ("file", "repository")
     assert parse_config(rec.original_config) == original  # the served config, as text
     measured = [t for t in rec.trials if t.state == "complete"]
     assert len(measured) == 2, log

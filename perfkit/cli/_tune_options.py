@@ -84,6 +84,14 @@ _OPTIONS = [
     click.option("--study-name", help="Study name (default tune-<model>); naming one joins it if it exists."),
     click.option("--apply", is_flag=True, help="Write the best config into the repository (backup kept)."),
     click.option(
+        "--apply-via",
+        type=click.Choice(["file", "api"]),
+        default=None,
+        help="How candidates reach the server: file (rewrite config.pbtxt in --model-repository; the default with one)"
+        " or api (load each as a config override through the server's API, writing nothing; the default for -u"
+        " without --model-repository; --apply is refused).",
+    ),
+    click.option(
         "--objective",
         type=click.Choice(list(objectives.NAMES)),
         default=None,
@@ -199,7 +207,11 @@ _OPTIONS = [
         "--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these."
     ),
     click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=None, help="Default: http."),
-    click.option("-u", "--url", help="A running Triton (explicit model control) to tune on; needs --model-repository."),
+    click.option(
+        "-u",
+        "--url",
+        help="A running Triton (explicit model control) to tune on (without --model-repository: via its API).",
+    ),
     click.option(
         "--report",
         "report_path",

@@ -49,18 +49,24 @@ def dry_run(
     budget_metric: str,
     gpus: int,
     output_dir: Path | None,
+    served_text: str | None = None,
 ) -> None:
     """Print the space and the candidates (every step's and the joint ones for a pipeline); exit 3
-    (ConfigError) when nothing can be tuned."""
+    (ConfigError) when nothing can be tuned. repository None: one model planned from `served_text`
+    (the config a running server serves)."""
     if composing or is_pipeline(repository, model):
         _pipeline(model, space, repository, composing, latency_budget_ms=latency_budget_ms, gpus=gpus,
                   output_dir=output_dir)  # fmt: skip
         return
-    if repository is None:
-        raise UsageError("perfkit tune --dry-run needs --model-repository DIR: the folder holding the model")
+    if repository is None and served_text is None:
+        raise UsageError(
+            "perfkit tune --dry-run needs --model-repository DIR: the folder holding the model",
+            hint="or -u HOST:PORT of a server serving it (planned from its served config)",
+        )
     the_preview = preview(
-        space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus, budget_metric=budget_metric
-    )
+        space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus, budget_metric=budget_metric,
+        served_text=served_text,
+    )  # fmt: skip
     for line in describe(the_preview):
         click.echo(line)
     if the_preview.refused:

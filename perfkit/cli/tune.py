@@ -43,6 +43,18 @@ def _note(text: str, newline: bool) -> None:
     click.echo(text, err=True, nl=newline)
 
 
+def _served_text(kwargs: dict[str, Any], url: str, model: str) -> str:
+    """--dry-run with -u and no repository: the config the server at url serves for model, as text."""
+    from perfkit.server.api_route import served_config_text
+    from perfkit.server.launch import open_server
+
+    opts = build_server_options(kwargs, url=url, models=(model,))
+    with open_server(opts) as server:
+        text = served_config_text(server, model)
+    click.echo(f"perfkit: planning from the config {url} serves for {model!r} (no model repository given)", err=True)
+    return text
+
+
 @click.command(name="tune")
 @metrics_options
 @tune_options
@@ -56,6 +68,7 @@ def command(  # noqa: PLR0917
     storage: str | None,
     study_name: str | None,
     apply: bool,
+    apply_via: str | None,
     dry_run: bool,
     assume_gpu: bool,
     composing_models: str | None,
@@ -98,9 +111,13 @@ def command(  # noqa: PLR0917
         raise UsageError("--assume-gpu plans a server: use it with --dry-run")
     composing = parse_composing(composing_models)
     if dry_run:
+        served = None
+        if kwargs.get("model_repository") is None and url and not composing:
+            served = _served_text(dict(kwargs), url, models[0])
         preview_dry_run(models[0], space, kwargs.get("model_repository"), composing,
                         latency_budget_ms=budget.latency_budget_ms, budget_metric=budget.metric,
-                        gpus=planned_gpus(kwargs.get("gpus"), assume_gpu), output_dir=output_dir)  # fmt: skip
+                        gpus=planned_gpus(kwargs.get("gpus"), assume_gpu), output_dir=output_dir,
+                        served_text=served)  # fmt: skip
         return
     settings = TuneSettings.from_mapping(
         models[0],
@@ -120,8 +137,8 @@ def command(  # noqa: PLR0917
     )
     opts = build_server_options(kwargs, url=url, models=(*models, *composing))
     ray = RayPlacement(ray_address, tune_workers, gpus_per_worker)
-    out = run_tune(opts, settings, space, composing=composing, ray=ray, on_event=_echo_event, say=click.echo,
-                   note=_note)  # fmt: skip
+    out = run_tune(opts, settings, space, composing=composing, ray=ray, apply_via=apply_via, on_event=_echo_event,
+                   say=click.echo, note=_note)  # fmt: skip
     if report_path is not None:
         from perfkit.report import load_inputs, write_tune_report
 

@@ -102,6 +102,12 @@ class TuneRecord:
     mix: tuple[tuple[str, int], ...] = ()
     mix_budgets_ms: dict[str, float] = field(default_factory=dict)
     calibration: Calibration | None = None  # the fitted server model of a predicted search (--search predict)
+    # How candidates reached the server: "file" (config.pbtxt rewritten in the repository, what
+    # records before this field did) or "api" (loaded as config overrides, no file written); and
+    # where original_config (and best_config, rendered as edits of it) came from: "repository"
+    # (the model's config.pbtxt) or "served" (the config the server served, in protobuf order).
+    route: str = "file"
+    original_from: str = "repository"
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
 

@@ -12,6 +12,7 @@ from perfkit.errors import MeasurementError, UsageError
 from perfkit.server.launch import ServerOptions, open_server
 from perfkit.tuner._events import OnEvent
 from perfkit.tuner._pipeline import is_pipeline
+from perfkit.tuner._route_api import ApiRoute
 from perfkit.tuner._run import tune
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._space import TuneSpace
@@ -33,6 +34,7 @@ def run_tune(
     *,
     composing: Sequence[str] = (),
     ray: RayPlacement = RayPlacement(),
+    apply_via: str | None = None,
     on_event: OnEvent,
     say: Callable[[str], None],
     note: Callable[[str, bool], None],
@@ -40,14 +42,34 @@ def run_tune(
     """Tune what settings name (one model, a pipeline, a traffic mix) on the server `opts`
     describes, or with --ray on one server per Ray worker sharing one study; returns the folder
     whose tune.json holds every trial. `say` prints a line of the outcome, `note(text, newline)`
-    a line for stderr. Raises UsageError for options that do not go together, MeasurementError
+    a line for stderr. `apply_via`: "file" (rewrite config.pbtxt in --model-repository) or "api"
+    (config overrides through the server's API, nothing written; the default for -u without a repository).
+    Raises UsageError for options that do not go together, MeasurementError
     when every Ray worker failed, and as tune() does."""
-    if opts.model_repository is None:
+    # a running server (-u) and no repository: through its API; anything else: the file route
+    via = apply_via or (
+        "api" if opts.model_repository is None and opts.mode == "remote" and not ray.address else "file"
+    )
+    if via == "file" and opts.model_repository is None:
         raise UsageError(
             "perfkit tune needs --model-repository DIR: the folder holding the model's config.pbtxt",
-            hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit)",
+            hint="for -u URL, the folder that server reads (started with --model-control-mode=explicit);"
+            " -u URL alone tunes through the server's API",
         )
-    pipeline = not settings.mix and (bool(composing) or is_pipeline(opts.model_repository, settings.model))
+    if via == "api" and opts.mode != "remote":
+        raise UsageError("--apply-via api tunes a running server: give -u HOST:PORT", hint="or --apply-via file")
+    if via == "api" and ray.address:
+        raise UsageError("--ray tunes through the model repository each worker reads: drop --apply-via api (or --ray)")
+    if via == "api" and settings.apply:
+        raise UsageError(
+            "--apply writes the best config into the model repository: nothing to write with --apply-via api",
+            hint="drop --apply and install -o DIR's best/config.pbtxt in the server's repository yourself",
+        )
+    route = ApiRoute() if via == "api" else None
+    repository = opts.model_repository
+    pipeline = (
+        repository is not None and not settings.mix and (bool(composing) or is_pipeline(repository, settings.model))
+    )
     if settings.mix:
         mix = ",".join(f"{m}:{w}" for m, w in settings.mix)
         budgets = ", ".join(f"{m} {b:g} ms" for m, b in settings.mix_budgets_ms)
@@ -65,8 +87,13 @@ def run_tune(
     with open_server(opts) as server:
         if opts.mode != "remote":
             note(f" ready at {server.endpoints.http_url}", True)
-        result = tune(server, settings, space, model_repository=opts.model_repository, composing=composing,
-                      on_event=on_event)  # fmt: skip
+        if via == "api":
+            note("perfkit: candidates applied through the server's API (config overrides); no file is written", True)
+        result = tune(server, settings, space, model_repository=repository, composing=composing,
+                      on_event=on_event, route=route)  # fmt: skip
+    if result.record.original_from == "served" and result.record.best_config is not None:
+        note(f"perfkit: {result.output_dir}/best/config.pbtxt and best.diff are rendered from the config the server"
+             " served (no model repository readable here): protobuf order, defaults filled in", True)  # fmt: skip
     return result.output_dir
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from perfkit.budget import check_budget_metric
 from perfkit.errors import CandidateRejectedError, ConfigError, InputError
-from perfkit.server.modelconfig import ModelConfig, config_pbtxt_sha256, read_config, render_config
+from perfkit.server.modelconfig import ModelConfig, config_pbtxt_sha256, parse_config, read_config, render_config
 from perfkit.tuner._space import (
     KNOBS,
     ResolvedSpace,
@@ -95,7 +95,7 @@ class Preview:
 
 def preview(
     space: TuneSpace,
-    model_repository: Path,
+    model_repository: Path | None,
     model: str,
     *,
     latency_budget_us: float,
@@ -104,19 +104,31 @@ def preview(
     limit: int = DEFAULT_CANDIDATE_LIMIT,
     seed: int = 0,
     budget_metric: str = "latency",
+    served_text: str | None = None,
 ) -> Preview:
     """Resolve the space of model in model_repository for a server with `gpus` GPUs and list the
-    candidates (validated, deduplicated). Reads only; raises InputError/ConfigError for a missing
-    or unparsable config, UsageError for flags that contradict the model."""
-    model_dir = Path(model_repository) / model
-    if not model_dir.is_dir():
-        raise InputError(f"model {model!r} is not in the model repository {model_repository}", hint="check -m")
-    config_path = model_dir / "config.pbtxt"
-    try:
-        original = read_config(config_path)
-    except ConfigError as err:
-        raise explain_unknown_field(err) from None
-    original_text = config_path.read_bytes().decode("utf-8")
+    candidates (validated, deduplicated). model_repository None: plan from `served_text`, the config
+    a server serves (perfkit.server.api_route.served_config_text). Reads only; raises
+    InputError/ConfigError for a missing or unparsable config, UsageError for flags that contradict the model."""
+    if model_repository is None:
+        if served_text is None:
+            raise ValueError("preview needs a model repository or the served config's text")
+        model_dir = Path(f"served:{model}")  # no folder: nothing is read there
+        try:
+            original = parse_config(served_text, source=f"the config served for {model!r}")
+        except ConfigError as err:
+            raise explain_unknown_field(err) from None
+        original_text = served_text
+    else:
+        model_dir = Path(model_repository) / model
+        if not model_dir.is_dir():
+            raise InputError(f"model {model!r} is not in the model repository {model_repository}", hint="check -m")
+        config_path = model_dir / "config.pbtxt"
+        try:
+            original = read_config(config_path)
+        except ConfigError as err:
+            raise explain_unknown_field(err) from None
+        original_text = config_path.read_bytes().decode("utf-8")
     rs = resolve(
         space, original, model_dir, latency_budget_us=latency_budget_us, gpus=gpus, cpu_cores=cpu_cores, refuse=False
     )

@@ -46,6 +46,8 @@ def build_record(
         percentile=t.s.percentile,
         objective=t.s.objective,
         original_config=t.subject.original_text,
+        route=getattr(t.subject.route, "name", "file"),
+        original_from=getattr(t.subject, "original_from", "repository"),
         best_config=None,
         best_trial=None,
         trials=trials,

@@ -20,6 +20,8 @@ from perfkit.tuner._repo_guard import RepoGuard
 class ConfigRoute(Protocol):
     """The way candidate configs are served and the originals put back."""
 
+    name: str  # recorded in the tune record: "file" or "api"
+
     def serve(self, server: Server, model: str, config_path: Path, text: str) -> None:
         """Make the server serve `text` as `model`'s config (config_path: where the repository
         holds it). Raises ModelLoadError (the server refused it), CandidateNotAppliedError (the
@@ -37,6 +39,8 @@ class ConfigRoute(Protocol):
 
 class FileRoute:
     """Rewrite config.pbtxt in the model repository and reload (the server must read that folder)."""
+
+    name = "file"
 
     def serve(self, server: Server, model: str, config_path: Path, text: str) -> None:
         """Write, reload, verify (see perfkit.server.modelconfig.apply_config)."""

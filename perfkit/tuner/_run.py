@@ -13,6 +13,7 @@ import optuna
 
 from perfkit.errors import PerfkitError, UsageError
 from perfkit.records import TuneRecord
+from perfkit.server.api_route import check_explicit_model_control
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import config_pbtxt_sha256
 from perfkit.tuner import _outputs, _predict, _study, _trial_state
@@ -22,6 +23,7 @@ from perfkit.tuner._load_search import Measure
 from perfkit.tuner._record import build_record, summary
 from perfkit.tuner._repo_guard import apply_all
 from perfkit.tuner._route import ConfigRoute
+from perfkit.tuner._route_api import ApiRoute
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
@@ -158,7 +160,7 @@ def tune(
     settings: TuneSettings,
     space: TuneSpace,
     *,
-    model_repository: Path,
+    model_repository: Path | None,
     composing: Sequence[str] = (),
     measure: Measure | None = None,
     on_event: OnEvent | None = None,
@@ -178,6 +180,10 @@ def tune(
     to settings.output_dir. Raises UsageError/InputError/ConfigError for bad settings or configs,
     ServerError when the server dies or an original no longer loads, KeyboardInterrupt after
     cleanup and partial outputs.
+
+    model_repository None: candidates go through the API route (perfkit.tuner._route_api; route
+    defaults to it) and the original is the config the server serves; --apply is refused there
+    (UsageError: no file to write), as with any route but the file one.
     """
     sink = on_event or _ignore
 
@@ -186,7 +192,21 @@ def tune(
         if echo is not None:
             echo(event.line())
 
-    subject = open_subject(settings, space, model_repository, composing=composing, route=route)
+    served_text = None
+    if model_repository is None:
+        route = route or ApiRoute()
+        if not isinstance(route, ApiRoute):
+            raise UsageError("tuning without --model-repository goes through the API route: give --apply-via api")
+    if settings.apply and route is not None and getattr(route, "name", "file") != "file":
+        raise UsageError(
+            "--apply writes the best config into the model repository: nothing to write with --apply-via api",
+            hint="drop --apply and install -o DIR's best/config.pbtxt in the server's repository yourself",
+        )
+    if model_repository is None:
+        assert isinstance(route, ApiRoute)
+        check_explicit_model_control(server)
+        served_text = route.original_text(server, settings.model)
+    subject = open_subject(settings, space, model_repository, composing=composing, route=route, served_text=served_text)
     t = TrialRunner(server, settings, subject, measure, emit_to)
     if settings.search == "predict":
         rec, result_paths = _predict.run_predicted(t, run_search)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from perfkit.errors import InputError
+from perfkit.errors import InputError, UsageError
 from perfkit.records import ProfileSpec, RunRecord, TuneRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import ModelConfig
@@ -134,20 +134,30 @@ def model_folder(repository: Path, model: str) -> Path:
 def open_subject(
     settings: TuneSettings,
     space: TuneSpace,
-    repository: Path,
+    repository: Path | None,
     *,
     composing: Sequence[str] = (),
     route: ConfigRoute | None = None,
+    served_text: str | None = None,
 ) -> Subject:
     """The subject settings describe: a traffic mix (settings.mix), a pipeline (`composing` given,
-    or settings.model an ensemble), else one model. Raises InputError/ConfigError/UsageError as
-    the subject's module does (a model missing, a config that cannot be tuned)."""
+    or settings.model an ensemble), else one model. repository None (the API route on a server whose
+    repository is not readable here): one model whose original is `served_text`. Raises
+    InputError/ConfigError/UsageError as the subject's module does (a model missing, a config that cannot be tuned)."""
     from perfkit.tuner._pipeline import is_pipeline
     from perfkit.tuner._subject_mix import mix_subject
     from perfkit.tuner._subject_model import ModelSubject
     from perfkit.tuner._subject_pipeline import pipeline_subject
 
     route = route or FileRoute()
+    if repository is None:
+        if settings.mix or composing:
+            raise UsageError(
+                "tuning a traffic mix or a pipeline needs --model-repository DIR (readable here)",
+                hint="give the folder the server reads, or tune each model on its own",
+            )
+        return ModelSubject(settings.model, space, None, latency_budget_ms=settings.latency_budget_ms, route=route,
+                            served_text=served_text)  # fmt: skip
     model_folder(repository, settings.model)
     if settings.mix:
         return mix_subject(settings, space, repository, route=route)

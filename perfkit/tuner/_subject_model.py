@@ -1,5 +1,6 @@
 """One model as the subject of a tune: its config.pbtxt, edited in place (comments and layout
-kept) for each candidate, served through the route, put back by the route's guard."""
+kept) for each candidate, served through the route, put back by the route's guard. Where no
+repository is readable (the API route), the original is the config the server serves."""
 
 from __future__ import annotations
 
@@ -27,18 +28,37 @@ class ModelSubject:
     """A single model of the repository."""
 
     def __init__(
-        self, model: str, space: TuneSpace, repository: Path, *, latency_budget_ms: float, route: ConfigRoute
+        self,
+        model: str,
+        space: TuneSpace,
+        repository: Path | None,
+        *,
+        latency_budget_ms: float,
+        route: ConfigRoute,
+        served_text: str | None = None,
     ) -> None:
-        """Raises InputError when the model is not in the repository, ConfigError for a config
-        perfkit cannot read or tune."""
-        folder = model_folder(repository, model)
+        """repository None: the original is `served_text` (the served config as config.pbtxt text;
+        config_path then names no file). Raises InputError when the model is not in the repository,
+        ConfigError for a config perfkit cannot read or tune."""
         self.model = self.title = model
         self.default_study_name = f"tune-{model}"
-        self.repository = Path(repository)
         self.route = route
-        self.config_path = folder / "config.pbtxt"
-        self.original_cfg = read_config(self.config_path)
-        self.original_text = self.config_path.read_bytes().decode("utf-8")
+        if repository is None:
+            if served_text is None:
+                raise ValueError("ModelSubject needs a repository or the served config's text")
+            folder = Path(f"served:{model}")  # named in messages only: nothing is read or written there
+            self.repository = folder
+            self.original_from = "served"
+            self.config_path = folder / "config.pbtxt"
+            self.original_cfg = parse_config(served_text, source=f"the config served for {model!r}")
+            self.original_text = served_text
+        else:
+            folder = model_folder(repository, model)
+            self.repository = Path(repository)
+            self.original_from = "repository"
+            self.config_path = folder / "config.pbtxt"
+            self.original_cfg = read_config(self.config_path)
+            self.original_text = self.config_path.read_bytes().decode("utf-8")
         self.space = resolve(
             space, self.original_cfg, folder, latency_budget_us=latency_budget_ms * 1e3, gpu_available=gpu_available()
         )

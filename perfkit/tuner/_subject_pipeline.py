@@ -112,7 +112,7 @@ class PipelineSubject:
         self.space = p.space
         self.step_names = [s.model for s in p.steps]
         self._also = also
-        self._served_once = False
+        self._served: dict[str, str] = {}  # step -> the text last served (known to be served)
 
     @property
     def paths(self) -> Mapping[str, Path]:
@@ -136,11 +136,13 @@ class PipelineSubject:
         texts = _pipeline.unbundle(text)
         for s in self.pipeline.searched_steps:
             want = texts.get(s.model, s.original_text)
-            if s.config_path.read_bytes() != want.encode() or not self._served_once:
+            # what the server serves, not the file (a route may write none): re-served when unknown
+            if self._served.get(s.model) != want:
+                self._served.pop(s.model, None)
                 self.route.serve(server, s.model, s.config_path, want)
+                self._served[s.model] = want
         if self.pipeline.kind == "ensemble":
             server.load_model(self.model)  # Triton checks the ensemble against its steps here
-        self._served_once = True
 
     def restore(self, server: Server) -> None:
         try:

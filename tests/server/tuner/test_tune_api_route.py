@@ -26,9 +26,9 @@ from perfkit.server.local import LocalServer
 from perfkit.server.modelconfig import ModelConfig, applied_differences, parse_config
 from tests.conftest import wait_until
 
-pytestmark = [pytest.mark.server, pytest.mark.slow]
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CHEAP = ["--latency-budget", "50ms", "--load", "concurrency", "--max-concurrency", "2", "--measurement-interval",
          "300", "--trials", "2", "--confirm", "0", "--max-batch-sizes", "8", "--no-dynamic-batching",
          "--instance-counts", "1,2", "--precisions", "fp32"]  # fmt: skip

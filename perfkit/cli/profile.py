@@ -95,6 +95,8 @@ def command(**kw: Any) -> int:
     out = kw["output"] or Path("runs") / f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
     fleet = None
     if ray_address:
+        from perfkit.distributed import fleet_hosts  # Ray is imported only for a distributed run
+
         hosts = fleet_hosts(ray_address, client_hosts, client_resource)
         fleet = _Fleet(ray_address, hosts, tuple(urls[1:]), client_resource)
     return unstable_exit(run_profile(opts, spec, out, kw["csv_path"], kw["report_path"], fleet=fleet))
@@ -152,13 +154,6 @@ def run_profile(
     click.echo(f"perfkit: run record saved to {out}", err=True)
     _fail_if_nothing_measured(record)
     return record
-
-
-def fleet_hosts(address: str, client_hosts: int | None, client_resource: str | None) -> int:
-    """--ray: how many load workers to place (connects to the cluster)."""
-    from perfkit.distributed import fleet_hosts as hosts_on
-
-    return hosts_on(address, client_hosts, client_resource)
 
 
 def _fail_if_nothing_measured(record: RunRecord) -> None:

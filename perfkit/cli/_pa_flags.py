@@ -130,9 +130,11 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--request-parameter",),
         True,
-        "refused",
-        "custom request parameters are not sent by perfkit (the `perf_analyzer` command first refuses, as perf_analyzer"
-        " 2.60, a value not NAME:VALUE:TYPE and any use over HTTP)",
+        "differs",
+        "gRPC: set in every request's parameters as perf_analyzer 2.60 sets them (string; int read by std::stoi; bool"
+        " true only for 'true'; other types not sent, said on stderr); an int 2.60 would abort on at its first request"
+        " is refused before measuring; `perfkit profile` also sends them over HTTP (JSON `parameters`), where the"
+        " `perf_analyzer` command refuses as 2.60",
     ),
     PaFlag(("--request-rate-range",), True, "differs", "open loop; late and dropped sends counted"),
     PaFlag(("--request-distribution",), True, "same", "constant or poisson", lower_value=True),

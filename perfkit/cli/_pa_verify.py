@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import click
+
 from perfkit.cli._pa_compat import walk_argv
 from perfkit.errors import UsageError
 
@@ -54,6 +56,36 @@ def _atoi(value: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _request_parameter_as_sent(value: str) -> str | None:
+    """NAME:VALUE:TYPE as perf_analyzer 2.60's gRPC client sends it (tritonclient's grpc_client.cc,
+    PreRunProcessing): TYPE lower-cased; "int" read by std::stoi; "bool" true only for "true"; any other
+    TYPE not sent at all (None, with a line on stderr). An int std::stoi cannot read aborts perf_analyzer
+    at its first request: refused here, before anything is measured."""
+    name, text, kind = value.split(":")
+    kind = kind.lower()
+    if kind == "int":
+        m = _INT.match(text)
+        if m is None or not _INT32[0] <= int(m.group(1)) <= _INT32[1]:
+            raise UsageError(
+                f"--request-parameter {value}: {text!r} is no int perf_analyzer can read (std::stoi: an int32);"
+                " it would abort at its first request"
+            )
+        return f"{name}:{int(m.group(1))}:int"
+    if kind == "bool":
+        return f"{name}:{'true' if text == 'true' else 'false'}:bool"
+    if kind == "string":
+        return f"{name}:{text}:string"
+    click.echo(
+        f"perfkit: --request-parameter {value}: not sent (perf_analyzer 2.60 sends types string, int and bool"
+        f" only, and skips {kind!r})",
+        err=True,
+    )
+    return None
+
+
 def verify_like_pa(args: list[str]) -> tuple[list[str], PaTraceSettings | None]:
     """Refuse what perf_analyzer 2.60 refuses when parsing `args` (UsageError, its words); return the
     command line with perf_analyzer's readings applied (--percentile -1 dropped, --percentile read as
@@ -61,8 +93,9 @@ def verify_like_pa(args: list[str]) -> tuple[list[str], PaTraceSettings | None]:
     out: list[str] = []
     trace: dict[str, str] = {}
     protocol = "http"
-    streaming = collect = metrics_url = metrics_interval = request_parameter = False
+    streaming = collect = metrics_url = metrics_interval = False
     percentile: int | None = None
+    params: dict[str, str] = {}
     for name, flag, value in walk_argv(args):
         if flag is None or value is None:
             streaming |= name == "--streaming"
@@ -92,7 +125,8 @@ def verify_like_pa(args: list[str]) -> tuple[list[str], PaTraceSettings | None]:
         if name == "--request-parameter":
             if len(value.split(":")) != 3:
                 raise UsageError("Failed to parse --request-parameter. The value does not match <name:value:type>.")
-            request_parameter = True
+            params[value.split(":")[0]] = value  # perf_analyzer keeps them in a map: the last of a name wins
+            continue
         if name == "--trace-level":
             if value not in TRACE_LEVELS:
                 raise UsageError(
@@ -120,7 +154,7 @@ def verify_like_pa(args: list[str]) -> tuple[list[str], PaTraceSettings | None]:
         raise UsageError("Streaming is only allowed with gRPC protocol and Triton C API.")
     if percentile is not None and percentile != -1 and not 1 <= percentile <= 99:
         raise UsageError("Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100).")
-    if request_parameter and protocol != "grpc":
+    if params and protocol != "grpc":
         raise UsageError("The --request-parameter option is currently only supported by gRPC protocol.")
     if metrics_url and not collect:
         raise UsageError("Must specify --collect-metrics when using the --metrics-url option.")
@@ -128,4 +162,8 @@ def verify_like_pa(args: list[str]) -> tuple[list[str], PaTraceSettings | None]:
         raise UsageError("Must specify --collect-metrics when using the --metrics-interval option.")
     if percentile is not None and percentile != -1:
         out += ["--percentile", str(percentile)]
+    for value in params.values():
+        sent = _request_parameter_as_sent(value)
+        if sent is not None:
+            out += ["--request-parameter", sent]
     return out, (PaTraceSettings(tuple(trace.items())) if trace else None)

@@ -15,6 +15,7 @@ import click
 from perfkit.cli._metrics_options import metrics_options
 from perfkit.cli._pa_compat import input_data_sources, pa_options, pa_spec_fields
 from perfkit.cli._pa_tls import tls_options
+from perfkit.cli._request_parameters import read_request_parameters, request_parameter_option
 from perfkit.cli._server_options import server_options
 from perfkit.cli._streaming_options import streaming_options, streaming_spec_fields
 from perfkit.errors import UsageError
@@ -160,6 +161,7 @@ def build_spec(
         tail_percentiles=_percentiles(kw["tail_percentiles"]),
         **streaming_spec_fields(kw),
         **pa_spec_fields(kw),
+        request_parameters=read_request_parameters(kw["request_parameters"]),
         tls=tls,
     )
 
@@ -326,6 +328,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     ),
     streaming_options(),
     pa_options(),
+    request_parameter_option(),
     tls_options(),
     server_options(),
 ]

@@ -69,8 +69,11 @@ def _units(
         if url is None:
             raise UsageError("-i grpc needs every server's gRPC URL", hint="pass -u HOST:GRPC_PORT with -i grpc")
         host, port = parse_host_port(url)
+        params = spec.request_parameters
         payload = (
-            http_payload(io, step, server.endpoints.http_url) if spec.protocol == "http" else grpc_payload(io, step)
+            http_payload(io, step, server.endpoints.http_url, parameters=params)
+            if spec.protocol == "http"
+            else grpc_payload(io, step, parameters=params)
         )
         cfg = EngineConfig(
             spec.protocol, host, port, (payload,), intervals, seed=spec.seed, max_outstanding=spec.max_outstanding

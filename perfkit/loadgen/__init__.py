@@ -72,7 +72,17 @@ from perfkit.loadgen._inputdata import (
 from perfkit.loadgen._inputdir import read_sources
 from perfkit.loadgen._loops import PeriodicSpec
 from perfkit.loadgen._native_engine import NativeEngine, make_engine, native_available
-from perfkit.loadgen._requests import ModelIO, ShmBinding, Tensor, grpc_payload, http_payload, to_wire
+from perfkit.loadgen._requests import (
+    PARAMETER_TYPES,
+    ModelIO,
+    RequestParameters,
+    ShmBinding,
+    Tensor,
+    grpc_payload,
+    http_payload,
+    parameter_values,
+    to_wire,
+)
 from perfkit.loadgen._requests import synthetic_tensors as synthetic_tensors
 from perfkit.loadgen._sequences import SequenceSpec
 from perfkit.loadgen._stream_sse import http_infer_path, http_sequence_body, sse_payload
@@ -91,7 +101,9 @@ __all__ = [
     "InputData",
     "LoadGenerator",
     "ModelIO",
+    "PARAMETER_TYPES",
     "PeriodicSpec",
+    "RequestParameters",
     "SequenceSpec",
     "StreamConfig",
     "ShmBinding",
@@ -110,6 +122,7 @@ __all__ = [
     "http_payload",
     "make_engine",
     "native_available",
+    "parameter_values",
     "read_input_data",
     "read_sources",
     "sleep_until",

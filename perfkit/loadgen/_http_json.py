@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from perfkit.loadgen._requests import ModelIO, Tensor, http_payload
+from perfkit.loadgen._requests import ModelIO, RequestParameters, Tensor, http_payload, json_header
 from perfkit.loadgen._stream_sse import _json_data, http_infer_path
 
 
@@ -17,11 +16,12 @@ def http_json_payload(
     input_json: bool,
     output_json: bool,
     headers: tuple[tuple[str, str], ...] = (),
+    parameters: RequestParameters = (),
 ) -> bytes:
     """A complete HTTP/1.1 infer request: inputs as JSON `data` (else binary), outputs asked as JSON
-    (`binary_data: false`, else binary). Built once, before the hot path."""
+    (`binary_data: false`, else binary), request `parameters` in its JSON. Built once, before the hot path."""
     if not input_json and not output_json:
-        return http_payload(io, tensors, host, headers=headers)
+        return http_payload(io, tensors, host, headers=headers, parameters=parameters)
     inputs: list[dict[str, Any]] = []
     binary = []
     for t in tensors:
@@ -33,7 +33,7 @@ def http_json_payload(
             binary.append(t.data)
         inputs.append(entry)
     outputs = [{"name": n, "parameters": {"binary_data": not output_json}} for n in io.outputs]
-    top = json.dumps({"inputs": inputs, "outputs": outputs}, separators=(",", ":")).encode()
+    top = json_header(inputs, outputs, parameters)
     body = top + b"".join(binary)
     head = f"POST {http_infer_path(io)} HTTP/1.1\r\nHost: {host}\r\n"
     if binary:

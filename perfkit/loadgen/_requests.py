@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,6 +155,30 @@ def synthetic_tensors(
 
 # -- payloads ------------------------------------------------------------------------------------
 
+# Custom request parameters (perf_analyzer's --request-parameter): (name, value, type) with type
+# "string", "int" or "bool" and the value as text ("true"/"false" for bool), read by `parameter_values`.
+RequestParameters = tuple[tuple[str, str, str], ...]
+PARAMETER_TYPES = ("string", "int", "bool")
+
+
+def parameter_values(parameters: RequestParameters) -> dict[str, bool | int | str]:
+    """Each parameter's typed value by name (the last of a repeated name wins, as in perf_analyzer);
+    raises InputError for a type or value that is not one of PARAMETER_TYPES' forms."""
+    out: dict[str, bool | int | str] = {}
+    for name, value, kind in parameters:
+        if kind == "string":
+            out[name] = value
+        elif kind == "bool" and value in ("true", "false"):
+            out[name] = value == "true"
+        elif kind == "int" and re.fullmatch(r"[+-]?\d+", value) and -(2**63) <= int(value) < 2**63:
+            out[name] = int(value)
+        else:
+            raise InputError(
+                f"request parameter {name}:{value}:{kind} is not a string, an int64 or a bool (true/false)",
+                hint="give NAME:VALUE:TYPE with TYPE one of " + ", ".join(PARAMETER_TYPES),
+            )
+    return out
+
 
 @dataclass(frozen=True)
 class ShmBinding:
@@ -172,9 +197,10 @@ def http_payload(
     shm_inputs: dict[str, ShmBinding] | None = None,
     shm_outputs: dict[str, ShmBinding] | None = None,
     headers: tuple[tuple[str, str], ...] = (),
+    parameters: RequestParameters = (),
 ) -> bytes:
     """A complete HTTP/1.1 request (headers and body) using the binary tensor extension; `headers`
-    are added as given (perf_analyzer's -H)."""
+    are added as given (perf_analyzer's -H), `parameters` go in the request's JSON `parameters`."""
     inputs = []
     body_parts = []
     for t in tensors:
@@ -206,7 +232,7 @@ def http_payload(
             )
         else:
             outputs.append({"name": name, "parameters": {"binary_data": True}})
-    header = json.dumps({"inputs": inputs, "outputs": outputs}, separators=(",", ":")).encode()
+    header = json_header(inputs, outputs, parameters)
     body = header + b"".join(body_parts)
     path = f"/v2/models/{io.name}" + (f"/versions/{io.version}" if io.version else "") + "/infer"
     head = (
@@ -218,17 +244,34 @@ def http_payload(
     return head.encode() + body
 
 
+def json_header(inputs: list[Any], outputs: list[Any], parameters: RequestParameters = ()) -> bytes:
+    """An HTTP infer request's JSON: request `parameters` (if any) first, then inputs and outputs."""
+    top: dict[str, Any] = {"parameters": parameter_values(parameters)} if parameters else {}
+    top.update(inputs=inputs, outputs=outputs)
+    return json.dumps(top, separators=(",", ":")).encode()
+
+
 def grpc_payload(
     io: ModelIO,
     tensors: list[Tensor],
     *,
     shm_inputs: dict[str, ShmBinding] | None = None,
     shm_outputs: dict[str, ShmBinding] | None = None,
+    parameters: RequestParameters = (),
 ) -> bytes:
-    """A serialized ModelInferRequest (sent as raw bytes: no protobuf work per request)."""
+    """A serialized ModelInferRequest (sent as raw bytes: no protobuf work per request); `parameters`
+    are its `parameters` map (InferParameter bool_param, int64_param or string_param, as
+    perf_analyzer's gRPC client sets them)."""
     from tritonclient.grpc import service_pb2
 
     req = service_pb2.ModelInferRequest(model_name=io.name, model_version=io.version)
+    for name, value in parameter_values(parameters).items():
+        if isinstance(value, bool):
+            req.parameters[name].bool_param = value
+        elif isinstance(value, int):
+            req.parameters[name].int64_param = value
+        else:
+            req.parameters[name].string_param = value
     for t in tensors:
         inp = req.inputs.add(name=t.name, datatype=t.datatype, shape=list(t.shape))
         if shm_inputs and t.name in shm_inputs:

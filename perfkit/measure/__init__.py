@@ -117,25 +117,36 @@ def _payloads(server: Server, io: ModelIO, spec: ProfileSpec, steps: list[list[T
         if spec.protocol == "http":
             yield tuple(
                 http_json_payload(
-                    io, s, host, headers=spec.http_headers,
+                    io, s, host, headers=spec.http_headers, parameters=spec.request_parameters,
                     input_json=spec.input_tensor_format == "json", output_json=spec.output_tensor_format == "json",
                 )
                 for s in steps
             )  # fmt: skip
         else:
-            yield tuple(grpc_payload(io, s) for s in steps)
+            yield tuple(grpc_payload(io, s, parameters=spec.request_parameters) for s in steps)
         return
     if "json" in (spec.input_tensor_format, spec.output_tensor_format):
         raise UsageError("JSON tensor formats carry tensors in the request; with --shared-memory they live in regions")
     with SharedMemory(server, spec.shared_memory, io, steps, spec.output_shared_memory_size, spec.batch_size) as shm:
         if spec.protocol == "http":
             yield tuple(
-                http_payload(io, s, host, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs, headers=spec.http_headers)
+                http_payload(
+                    io,
+                    s,
+                    host,
+                    shm_inputs=shm.inputs[i],
+                    shm_outputs=shm.outputs,
+                    headers=spec.http_headers,
+                    parameters=spec.request_parameters,
+                )
                 for i, s in enumerate(steps)
             )
         else:
             yield tuple(
-                grpc_payload(io, s, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs) for i, s in enumerate(steps)
+                grpc_payload(
+                    io, s, shm_inputs=shm.inputs[i], shm_outputs=shm.outputs, parameters=spec.request_parameters
+                )
+                for i, s in enumerate(steps)
             )
 
 

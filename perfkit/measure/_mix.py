@@ -148,10 +148,20 @@ def mix_engine_config(
         if spec.protocol == "http":
             url = server.endpoints.http_url
             payloads.append(
-                (http_json_payload(io, tensors, url, headers=spec.http_headers, input_json=False, output_json=False),)
+                (
+                    http_json_payload(
+                        io,
+                        tensors,
+                        url,
+                        headers=spec.http_headers,
+                        parameters=spec.request_parameters,
+                        input_json=False,
+                        output_json=False,
+                    ),
+                )  # fmt: skip
             )
         else:
-            payloads.append((grpc_payload(io, tensors),))
+            payloads.append((grpc_payload(io, tensors, parameters=spec.request_parameters),))
     return EngineConfig(
         spec.protocol,
         host,

@@ -161,11 +161,14 @@ def trace_config(
         -1 if entries[i].session is None else names.setdefault(str(entries[i].session), len(names)) for i in order
     )
     if spec.protocol == "grpc":
-        payloads = tuple(grpc_payload(io, steps[i]) for i in order)
+        payloads = tuple(grpc_payload(io, steps[i], parameters=spec.request_parameters) for i in order)
         transport = "grpc"
     else:
         if sequence is not None:
             raise UsageError(f"sequence model {spec.model!r} is replayed over gRPC streaming", hint="add -i grpc")
+        if spec.request_parameters:
+            raise UsageError("--request-parameter: a trace is replayed over HTTP as generate_stream calls, which"
+                             " take no request parameters", hint="add -i grpc")  # fmt: skip
         payloads = tuple(sse_payload(io, steps[i], f"{host}:{port}", spec.http_headers) for i in order)
         transport = "sse"
     span_s = max(schedule[-1] / 1e9, 1e-3)

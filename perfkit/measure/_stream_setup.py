@@ -103,6 +103,13 @@ def stream_config(
             f"--workers {spec.workers}: streamed requests run in one process (one stream carries them all)",
             hint="drop --workers",
         )
+    if spec.protocol != "grpc" and spec.request_parameters:
+        raise UsageError(
+            "--request-parameter over HTTP goes in plain infer requests; "
+            + ("a sequence model's" if sequence else "generate_stream's")
+            + " requests over HTTP carry none",
+            hint="add -i grpc (perf_analyzer sends request parameters over gRPC only)",
+        )
     if spec.protocol != "grpc" and sequence and not spec.streaming:
         if spec.shared_memory != "none":
             raise UsageError(f"sequence model {spec.model!r} over HTTP sends JSON inputs, not shared memory")

@@ -137,6 +137,9 @@ class ProfileSpec:
     bls_composing_models: tuple[str, ...] = ()
     # perf_analyzer's -H: extra HTTP headers (name, value) on every HTTP infer request
     http_headers: tuple[tuple[str, str], ...] = ()
+    # perf_analyzer's --request-parameter: (name, value, type) with type "string", "int" or "bool", set in
+    # every infer request's parameters (gRPC's map, HTTP's JSON `parameters`)
+    request_parameters: tuple[tuple[str, str, str], ...] = ()
     # perf_analyzer's --profile-export-file: every request's timestamps, in perf_analyzer's JSON layout
     profile_export_file: str | None = None
     # perf_analyzer's --grpc-compression-algorithm: "", "gzip" or "deflate" (unary gRPC requests)

@@ -55,6 +55,10 @@ REFUSED = [
      "The --request-parameter option is currently only supported by gRPC protocol."),
     (["-i", "grpc", "--request-parameter", "a:1"],
      "Failed to parse --request-parameter. The value does not match <name:value:type>."),
+    (["-i", "grpc", "--request-parameter", "a:1:2:int"],
+     "Failed to parse --request-parameter. The value does not match <name:value:type>."),
+    (["--request-parameter", "a:x:int"],  # VerifyOptions' protocol check comes before perfkit's read of the int
+     "The --request-parameter option is currently only supported by gRPC protocol."),
     (["--trace-level", "foo"], _TRACE_LEVEL),
     (["--trace-count", "-2"], "Failed to parse --trace-count. The value must be >= 0 or set to -1 (default)."),
     (["--log-frequency", "-1"], "Failed to parse --log-frequency. The value must be >= 0."),
@@ -84,11 +88,51 @@ def test_refused_as_perf_analyzer_260_refuses(
         (["-vp2000", "-l", "0", "-s", "0"], ["-v", "-p", "2000", "-l", "0", "-s", "0"]),
         (["-i", "GRPC", "--streaming"], ["-i", "GRPC", "--streaming"]),
         (["--collect-metrics", "--metrics-interval", "50"], ["--collect-metrics", "--metrics-interval", "50"]),
+        # --request-parameter as 2.60's gRPC client sends it (tritonclient grpc_client.cc): type lower-cased, int by
+        # std::stoi, bool true only for "true", the last of a name wins, other types not sent
+        (
+            [
+                "-i",
+                "grpc",
+                "--request-parameter",
+                "a:07x:INT",
+                "--request-parameter",
+                "b:True:bool",
+                "--request-parameter",
+                "a: 8:int",
+                "--request-parameter",
+                "c:1:uint",
+                "--request-parameter",
+                "d:x y:String",
+            ],
+            [
+                "-i",
+                "grpc",
+                "--request-parameter",
+                "a:8:int",
+                "--request-parameter",
+                "b:false:bool",
+                "--request-parameter",
+                "d:x y:string",
+            ],
+        ),
     ],
 )
 def test_accepted_as_perf_analyzer_260_reads_them(args: list[str], read_as: list[str]) -> None:
     out, trace = verify_like_pa(args)
     assert out == read_as and trace is None
+
+
+@pytest.mark.parametrize("value", ["a:x:int", f"a:{2**31}:int"])
+def test_an_int_260_would_abort_on_is_refused_before_measuring(
+    value: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2.60 accepts these as it parses, then its gRPC client's std::stoi throws at the first request (the
+    process aborts): refused here, exit 99, nothing sent (the unreachable URL would fail otherwise)."""
+    monkeypatch.delenv("PERFKIT_EXIT_CODES", raising=False)
+    assert main(["-m", "nomodel", "-u", "127.0.0.1:1", "-i", "grpc", "--request-parameter", value]) == 99
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"perfkit: error: --request-parameter {value}: ") and "std::stoi" in line
 
 
 def test_trace_flags_become_one_settings_update_last_wins() -> None:

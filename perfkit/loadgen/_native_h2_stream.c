@@ -409,8 +409,8 @@ static void on_frame(Core *c, conn_t *k, const h2frame_t *f) {
         const hpack_result_t *res = h2_block_meaning(k, block, n, &fresh, err, sizeof err);
         if (!res)
             ended(c, k, c->st_protocol, err);
-        else if (end)
-            stream_done(c, k, sid, res);
+        else if (end || (sid == h->long_sid && res->http_status >= 0 && res->http_status != 200))
+            stream_done(c, k, sid, res); /* an answer other than 200 ends it at its head: its body is never read */
         break;
     }
     case F_SETTINGS:

@@ -18,6 +18,10 @@
    (recv MSG_TRUNC) instead of copied out: perfkit records a response's status and time, never its
    outputs, on this path. */
 #define DISCARD_MIN_BYTES 65536
+/* Any other response (an error, or one nobody asked for) is read whole, up to this: one whose
+   Content-Length announces more ends its request with its status and why, unread, and its
+   connection closes; nothing is allocated for it (a bogus length once ended in ENOMEM). */
+#define ERROR_BODY_MAX_BYTES (1 << 20)
 
 enum { PIPE_UNTRIED = 0, PIPE_OPEN, PIPE_IMPOSSIBLE };
 
@@ -254,6 +258,19 @@ int http1_head(const char *p, size_t n, size_t *head, ssize_t *body, int *code) 
     return 1;
 }
 
+/* An answer whose announced body is past ERROR_BODY_MAX_BYTES: its request (if one is owed) ends with
+   the answer's status and a message saying so; the connection, whose stream position is lost, closes. */
+static void oversized_answer(Core *c, h1conn_t *k, int code, ssize_t body) {
+    int64_t due = k->due, sent = k->sent;
+    char msg[200];
+    int n = snprintf(msg, sizeof msg,
+                     "HTTP %d answer announcing a %zd-byte body, past the %d bytes perfkit reads of an answer"
+                     " other than 200: not read, connection closed",
+                     code, body, ERROR_BODY_MAX_BYTES);
+    conn_close_ours(c, &k->k, 1);
+    if (sent >= 0) finish(c, due, sent, now_ns(), code ? code : c->st_protocol, msg, (size_t)n);
+}
+
 /* Take responses whole in k->buf, each recorded and its connection put back to work. A 200 response
    whose body goes DISCARD_MIN_BYTES past what is buffered leaves the rest to conn_readable's discard
    (k->skip): its body is never read, so the kernel need not copy it out. */
@@ -273,6 +290,10 @@ static void take_responses(Core *c, h1conn_t *k) {
                 memcpy(msg, b->buf, show);
                 conn_close_ours(c, b, 1); /* the stream position is lost: the connection is unusable */
                 if (sent >= 0) finish(c, due, sent, now_ns(), c->st_protocol, msg, show);
+                return;
+            }
+            if (!(code == 200 && k->sent >= 0) && body > ERROR_BODY_MAX_BYTES) {
+                oversized_answer(c, k, code, body);
                 return;
             }
             k->need = (ssize_t)(head + 4) + body;

@@ -66,6 +66,8 @@ CASES = [
     "tests/server/loadgen/test_native_stream.py::test_responses_across_frames_errors_and_unreadable_messages",
     "tests/server/loadgen/test_native_stream.py::test_a_stream_the_server_ends_fails_what_it_carried_and_is_replaced",
     "tests/server/loadgen/test_native_stream.py::test_open_loop_drops_past_max_outstanding_and_the_level_end_replaces_the_stream",
+    "tests/server/loadgen/test_native_error_bodies.py::test_an_error_answer_announcing_a_huge_body_ends_its_request_unread",
+    "tests/server/loadgen/test_native_error_bodies.py::test_a_stream_answered_other_than_200_ends_at_its_head",
 ]
 
 # Loaded by the subprocess's pytest (-p) before perfkit: the sanitized build is found first when

@@ -20,13 +20,17 @@ setup(
             "perfkit.loadgen._native",
             [
                 "perfkit/loadgen/_native.c",  # the CPython type: picks the protocol, drives the core
-                "perfkit/loadgen/_native_core.c",  # the loop, connections, ledger, loop modes
+                "perfkit/loadgen/_native_core.c",  # the loop, loop modes, commands
+                "perfkit/loadgen/_native_conns.c",  # below the loop: connections, the pending FIFO, the ledger
                 "perfkit/loadgen/_native_control.c",  # the core's commands, as the Python type gives them
                 "perfkit/loadgen/_native_http1.c",  # protocol: HTTP/1.1
+                "perfkit/loadgen/_native_http1_head.c",  # HTTP/1.1 response heads (a leaf parser)
                 "perfkit/loadgen/_native_h2.c",  # HTTP/2 connections and frames in, for the two below
                 "perfkit/loadgen/_native_h2_write.c",  # HTTP/2 frames out
                 "perfkit/loadgen/_native_h2_unary.c",  # protocol: unary gRPC
+                "perfkit/loadgen/_native_h2_unary_flow.c",  # its calls waiting for flow-control window
                 "perfkit/loadgen/_native_h2_stream.c",  # protocol: streamed gRPC requests (ModelStreamInfer)
+                "perfkit/loadgen/_native_h2_stream_recv.c",  # its requests' ends: records, responses read
                 "perfkit/loadgen/_native_pb.c",  # the fields of a ModelStreamInferResponse it reads
                 "perfkit/loadgen/_native_hpack.c",  # HPACK decoding of the server's header blocks
             ],
@@ -34,6 +38,9 @@ setup(
                 "perfkit/loadgen/_native_core.h",
                 "perfkit/loadgen/_native_protocols.h",
                 "perfkit/loadgen/_native_h2.h",
+                "perfkit/loadgen/_native_h2_unary.h",
+                "perfkit/loadgen/_native_h2_stream.h",
+                "perfkit/loadgen/_native_http1_head.h",
                 "perfkit/loadgen/_native_hpack.h",
                 "perfkit/loadgen/_native_pb.h",
                 "perfkit/loadgen/_native_hpack_tables.h",

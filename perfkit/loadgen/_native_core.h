@@ -1,16 +1,21 @@
 /* The compiled sender's core: the root every other file of it includes, and the only header they
- * share. It declares the event loop, the connections and the ledger (_native_core.c), and the one
- * table of functions (`proto_ops_t`) through which the core reaches the protocol a sender speaks:
+ * share. It declares the event loop (_native_core.c), the connections and the ledger below it
+ * (_native_conns.c), and the one table of functions (`proto_ops_t`) through which the core reaches
+ * the protocol a sender speaks:
  *
- *     _native_core.h ── _native_core.c       the loop, connections, ledger, loop modes
+ *     _native_core.h ── _native_core.c       the loop, loop modes, commands
+ *        ├── _native_conns.c                 connections, the pending FIFO, the ledger
  *        ├── _native_control.c               the commands and their arguments, under `mu`
  *        ├── _native_http1.c                 protocol: HTTP/1.1
  *        ├── _native_h2.h                    HTTP/2 connections and frames, for the two below
  *        │     ├── _native_h2.c, _native_h2_write.c
  *        │     ├── _native_h2_unary.c        protocol: unary gRPC
+ *        │     │     └── _native_h2_unary_flow.c      its calls waiting for window (_native_h2_unary.h)
  *        │     └── _native_h2_stream.c       protocol: streamed gRPC (ModelStreamInfer)
+ *        │           └── _native_h2_stream_recv.c     its requests' ends, responses read (_native_h2_stream.h)
  *        └── _native.c                       the CPython type (picks the protocol, calls the core)
- *     _native_hpack.h ── _native_hpack.c     HPACK decoding (a leaf: no sender types)
+ *     _native_http1_head.h ── _native_http1_head.c   HTTP/1.1 response heads (a leaf: no sender types)
+ *     _native_hpack.h ── _native_hpack.c     HPACK decoding (a leaf)
  *     _native_pb.h ── _native_pb.c           a ModelStreamInferResponse's fields (a leaf)
  *
  * Protocols call the core's services declared here and never each other; the core calls a
@@ -175,12 +180,14 @@ static inline int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* -- the core's services, for the protocols (_native_core.c) -- */
+/* -- the core's services, for the protocols (_native_conns.c unless said) -- */
 int grow(void **ptr, size_t *cap, size_t need, size_t item);
 size_t take_payload(Core *c); /* the next payload's index, in turn */
 /* the ledger */
 void note_example(Core *c, int32_t status, const char *text, size_t len);
+void add_record(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status); /* one record, nothing else */
 void record_end(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len);
+/* the loop's (_native_core.c) */
 void finish(Core *c, int64_t due, int64_t sent, int64_t done, int32_t status, const char *msg, size_t len);
 void on_done(Core *c, int32_t status); /* the loop mode's turn after a request ended (finish: both) */
 /* requests waiting for a connection */
@@ -194,6 +201,9 @@ void conn_drop(Core *c, conn_t *k);
 void conn_close_ours(Core *c, conn_t *k, int abort_it);
 void idle_push(Core *c, conn_t *k);
 conn_t *idle_pop(Core *c); /* NULL: none idle */
+/* for the loop only */
+void conns_close_all(Core *c);
+void conns_bury(Core *c);
 
 /* -- the core's lifecycle (_native_core.c) and control (_native_control.c), for the CPython type
    (and test harnesses): each takes mu itself -- */

@@ -339,6 +339,15 @@ const hpack_result_t *h2_block_meaning(conn_t *k, const uint8_t *block, size_t n
     return fresh;
 }
 
+int h2_headers(conn_t *k, const h2frame_t *f, hpack_result_t *fresh, const hpack_result_t **res, uint32_t *sid,
+               int *end_stream, char *err, size_t err_size) {
+    const uint8_t *block;
+    size_t n;
+    if (!h2_header_block(k, f, &block, &n, sid, end_stream)) return 0;
+    *res = h2_block_meaning(k, block, n, fresh, err, err_size);
+    return *res ? 1 : -1;
+}
+
 int32_t h2_call_status(Core *c, const hpack_result_t *res, int32_t ok) {
     if (!res) return ok;
     if (res->http_status == -2 || res->grpc_status == -2) return c->st_protocol; /* not a number */

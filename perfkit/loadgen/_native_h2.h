@@ -159,6 +159,10 @@ int h2_header_block(conn_t *k, const h2frame_t *f, const uint8_t **block, size_t
    it cannot be decoded (err says why: the connection is then unusable). */
 const hpack_result_t *h2_block_meaning(conn_t *k, const uint8_t *block, size_t n, hpack_result_t *fresh, char *err,
                                        size_t err_size);
+/* Both, for a HEADERS or CONTINUATION frame: 0 while its block is not whole, 1 with *res (in *fresh
+   or the cache), *sid and *end_stream set, -1 when the block cannot be decoded (err says why). */
+int h2_headers(conn_t *k, const h2frame_t *f, hpack_result_t *fresh, const hpack_result_t **res, uint32_t *sid,
+               int *end_stream, char *err, size_t err_size);
 /* The status a stream's end gives its call: from the trailers (res; NULL when a DATA frame ended
    the stream), else `ok`: a non-200 HTTP status as is, a gRPC status as st_grpc_base + code, a
    status that is not a number a protocol error. */
@@ -173,5 +177,41 @@ void out_data(h2conn_t *h, uint32_t sid, const char *ptr, size_t n, int last);
 void out_flush(Core *c, conn_t *k);
 void out_bytes(Core *c, conn_t *k, const void *p, size_t n); /* one frame's bytes, written now */
 void out_writable(Core *c, conn_t *k);                        /* EPOLLOUT: what the kernel did not take */
+
+/* -- what both protocols do alike, inlined into each (their functions called directly) -- */
+typedef void (*h2_on_frame_fn)(Core *c, conn_t *k, const h2frame_t *f);
+typedef void (*h2_lost_fn)(Core *c, conn_t *k, int err);
+
+/* A protocol's ops->event: what waits goes out on EPOLLOUT; each whole frame read goes to on_frame
+   until the socket is drained or k is gone; a connection lost on the way, or broken by a write,
+   goes to lost. */
+static inline void h2_event(Core *c, conn_t *k, uint32_t events, h2_on_frame_fn on_frame, h2_lost_fn lost) {
+    h2conn_t *h = H2(k);
+    if (events & EPOLLOUT && h->wlen > h->woff) out_writable(c, k);
+    if (!h->broken && events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
+        h2frame_t f;
+        int r, err = 0;
+        while ((r = h2_next_frame(c, k, &f, &err)) > 0) {
+            on_frame(c, k, &f);
+            if (k->dead) return;
+        }
+        if (r < 0) {
+            lost(c, k, err);
+            return;
+        }
+    }
+    if (!k->dead && h->broken) lost(c, k, h->broken);
+}
+
+/* Connections open until those in rotation and those opening make g->want; one that cannot even
+   start ends the attempts (open_failed: the protocol refuses what waits, if nothing else opens). */
+static inline void h2_open_wanted(Core *c, void (*open_failed)(Core *c)) {
+    h2core_t *g = H2CORE(c);
+    while ((int)g->n_usable + c->opening < g->want) {
+        int before = c->opening;
+        if (!h2_open(c)) open_failed(c);
+        if (c->opening == before) break; /* it could not even start */
+    }
+}
 
 #endif

@@ -20,62 +20,12 @@
  * connection lost) fails what was written to it (`_stream_ended`), the connection counts as lost
  * and a fresh one opens; requests waiting for it are written once it settles.
  */
-#include "_native_h2.h"
+#include "_native_h2_stream.h"
 #include "_native_protocols.h"
-#include "_native_pb.h"
-
-#define MAX_MESSAGE_BYTES (1u << 30) /* a length past this is no message of ours: the stream is out of step */
-#define SUFFIX_ROOM 256
-#define SX_WAITING 0
-#define SX_ANY UINT64_MAX
-
-typedef struct { /* a streamed request, in the ring by its id */
-    int64_t due, sent;
-    uint64_t gen; /* the connection it was written to; 0: waiting for one */
-    size_t payload;
-    int live;
-    int64_t *resp; /* arrival times of its responses with outputs (the buffer stays with the slot) */
-    uint32_t n_resp, cap_resp;
-} sreq_t;
-
-typedef struct {
-    h2core_t g;
-    char *suffix; /* what follows a request's id: the final-response flag (_stream_parts.request_suffix) */
-    size_t suffix_len;
-    sreq_t *ring; /* requests by id: ids [base, next) at [id & (rcap - 1)]; ring[base] is live */
-    size_t rcap;
-    uint64_t base, next;
-} score_t;
-
-/* A connection: its one stream is h.long_sid (0 until its HEADERS went out). */
-typedef struct {
-    h2conn_t h;
-    int64_t sx_window; /* the stream's send window */
-    char *mbuf;        /* a response message cut across DATA frames, so far */
-    size_t mlen, mcap;
-    char *qbuf; /* request bytes waiting for flow-control window: [qoff, qlen) */
-    size_t qlen, qoff, qcap;
-} sconn_t;
-
-static inline sconn_t *S(conn_t *k) {
-    return (sconn_t *)k;
-}
-
-static inline score_t *SCORE(Core *c) {
-    return (score_t *)c->proto;
-}
 
 static void open_one(Core *c);
 static void retire(Core *c, conn_t *k);
 static void ended(Core *c, conn_t *k, int32_t status, const char *msg);
-
-static inline sreq_t *slot_of(score_t *g, uint64_t id) {
-    return &g->ring[id & (g->rcap - 1)];
-}
-
-static int is_live(score_t *g, uint64_t id) {
-    return id >= g->base && id < g->next && slot_of(g, id)->live;
-}
 
 /* Room for one more id in the ring (it doubles, the live window keeping its places by id). */
 static int ring_room(score_t *g) {
@@ -200,35 +150,6 @@ static void sx_settled(Core *c, conn_t *k) {
     }
 }
 
-/* -- ending requests -------------------------------------------------------------------------- */
-/* Request id's one record, with its responses' times (the record takes them: next_count). */
-static void end_request(Core *c, uint64_t id, int64_t done, int32_t status, const char *msg, size_t len) {
-    score_t *g = SCORE(c);
-    sreq_t *r = slot_of(g, id);
-    int64_t due = r->due, sent = r->sent;
-    uint32_t n = r->n_resp;
-    r->live = 0;
-    r->n_resp = 0;
-    if (n && grow((void **)&c->resp_ns, &c->cap_resp_ns, c->n_resp_ns + n, sizeof(int64_t)) == 0) {
-        memcpy(c->resp_ns + c->n_resp_ns, r->resp, n * sizeof(int64_t));
-        c->n_resp_ns += n;
-        c->next_count = n;
-    }
-    while (g->base < g->next && !slot_of(g, g->base)->live) g->base++;
-    finish(c, due, sent, done, status, msg, len); /* may start the next request: the ring may move */
-}
-
-/* Every live request written to connection `gen` (SX_WAITING: those waiting for one; SX_ANY: all)
-   ends with `status`. */
-static void sx_fail(Core *c, uint64_t gen, int32_t status, const char *msg, size_t len) {
-    score_t *g = SCORE(c);
-    int64_t now = now_ns();
-    for (uint64_t id = g->base; id < g->next; id++) {
-        sreq_t *r = slot_of(g, id);
-        if (r->live && (gen == SX_ANY || r->gen == gen)) end_request(c, id, now, status, msg, len);
-    }
-}
-
 /* A level's end with requests still in flight: they end unfinished and the stream is replaced
    (perfkit closes its connection), so that late responses cannot answer into the next level. */
 static void sx_abort(Core *c) {
@@ -240,85 +161,6 @@ static void sx_abort(Core *c) {
         conn_close_ours(c, k, 1);
     }
     sx_fail(c, SX_ANY, c->st_unfinished, c->unfinished_message, strlen(c->unfinished_message));
-}
-
-/* -- receiving -------------------------------------------------------------------------------- */
-static void on_message(Core *c, int compressed, const uint8_t *m, size_t n, int64_t now) {
-    score_t *g = SCORE(c);
-    pb_response_t s;
-    if (compressed || pb_scan_response(m, n, &s) < 0) {
-        if (g->base < g->next) {
-            char msg[120];
-            int len = snprintf(msg, sizeof msg, "a ModelStreamInferResponse perfkit cannot read (%zu bytes%s)", n,
-                               compressed ? ", compressed" : "");
-            end_request(c, g->base, now, c->st_protocol, msg, (size_t)len);
-        }
-        return;
-    }
-    if (s.err_len) { /* an error ends the request it names, else the oldest in flight */
-        uint64_t id = s.has_id && is_live(g, s.id) ? s.id : g->base;
-        if (is_live(g, id)) end_request(c, id, now, c->st_stream_error, s.err, s.err_len);
-        return;
-    }
-    if (!s.has_id || !is_live(g, s.id)) return; /* a request that already ended (or not ours) */
-    sreq_t *r = slot_of(g, s.id);
-    if (s.outputs) {
-        if (r->n_resp == r->cap_resp) {
-            uint32_t cap = r->cap_resp ? r->cap_resp * 2 : 16;
-            int64_t *p = realloc(r->resp, cap * sizeof(int64_t));
-            if (!p) return; /* out of memory: this response's time is lost */
-            r->resp = p;
-            r->cap_resp = cap;
-        }
-        r->resp[r->n_resp++] = now;
-    }
-    if (s.final) end_request(c, s.id, now, 0, NULL, 0);
-}
-
-/* A DATA frame of the stream: the gRPC messages it completes (a message may span frames). */
-static void sx_data(Core *c, conn_t *k, int flags, const uint8_t *p, size_t n) {
-    sconn_t *h = S(k);
-    if (flags & FL_PADDED) {
-        if (n < 1 || p[0] > n - 1) return;
-        n -= 1 + (size_t)p[0];
-        p++;
-    }
-    int64_t now = now_ns();
-    const uint8_t *b = p;
-    size_t len = n;
-    if (h->mlen) { /* a message begun in an earlier frame */
-        if (grow((void **)&h->mbuf, &h->mcap, h->mlen + n, 1) < 0) {
-            ended(c, k, c->st_protocol, "out of memory");
-            return;
-        }
-        memcpy(h->mbuf + h->mlen, p, n);
-        h->mlen += n;
-        b = (const uint8_t *)h->mbuf;
-        len = h->mlen;
-    }
-    size_t pos = 0;
-    while (len - pos >= 5) {
-        uint32_t m = get32(b + pos + 1);
-        if (m > MAX_MESSAGE_BYTES) {
-            ended(c, k, c->st_protocol, "a gRPC message length past 1 GiB: the stream is out of step");
-            return;
-        }
-        if (len - pos - 5 < m) break;
-        on_message(c, b[pos], b + pos + 5, m, now);
-        pos += 5 + m;
-    }
-    size_t rest = len - pos;
-    if (b != p) { /* buffered: keep the rest at the front */
-        if (pos) memmove(h->mbuf, h->mbuf + pos, rest);
-        h->mlen = rest;
-    } else if (rest) {
-        if (grow((void **)&h->mbuf, &h->mcap, rest, 1) < 0) {
-            ended(c, k, c->st_protocol, "out of memory");
-            return;
-        }
-        memcpy(h->mbuf, b + pos, rest);
-        h->mlen = rest;
-    }
 }
 
 /* -- the connection --------------------------------------------------------------------------- */
@@ -339,11 +181,7 @@ static void retire(Core *c, conn_t *k) {
 static int sx_prepare(Core *c) {
     h2core_t *g = H2CORE(c);
     g->want = 1;
-    while ((int)g->n_usable + c->opening < g->want) {
-        int before = c->opening;
-        open_one(c);
-        if (c->opening == before) break; /* it could not even start */
-    }
+    h2_open_wanted(c, open_failed);
     return 1; /* the first requests wait for the server's SETTINGS */
 }
 
@@ -392,22 +230,21 @@ static void on_frame(Core *c, conn_t *k, const h2frame_t *f) {
     case F_DATA:
         h->received += f->n;
         if (f->sid == h->long_sid && f->sid) {
-            sx_data(c, k, f->flags, f->p, f->n);
+            const char *why = sx_data(c, k, f->flags, f->p, f->n);
+            if (why) ended(c, k, c->st_protocol, why);
             if (k->dead) break;
         }
         if (f->flags & FL_END_STREAM) stream_done(c, k, f->sid, NULL);
         break;
     case F_HEADERS:
     case F_CONT: {
-        const uint8_t *block;
-        size_t n;
-        uint32_t sid;
-        int end;
-        if (!h2_header_block(k, f, &block, &n, &sid, &end)) break;
         hpack_result_t fresh;
+        const hpack_result_t *res = NULL;
+        uint32_t sid;
+        int end, whole;
         char err[120];
-        const hpack_result_t *res = h2_block_meaning(k, block, n, &fresh, err, sizeof err);
-        if (!res)
+        if (!(whole = h2_headers(k, f, &fresh, &res, &sid, &end, err, sizeof err))) break;
+        if (whole < 0)
             ended(c, k, c->st_protocol, err);
         else if (end || (sid == h->long_sid && res->http_status >= 0 && res->http_status != 200))
             stream_done(c, k, sid, res); /* an answer other than 200 ends it at its head: its body is never read */
@@ -451,21 +288,7 @@ static void on_frame(Core *c, conn_t *k, const h2frame_t *f) {
 }
 
 static void sx_event(Core *c, conn_t *k, uint32_t events) {
-    h2conn_t *h = H2(k);
-    if (events & EPOLLOUT && h->wlen > h->woff) out_writable(c, k);
-    if (!h->broken && events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-        h2frame_t f;
-        int r, err = 0;
-        while ((r = h2_next_frame(c, k, &f, &err)) > 0) {
-            on_frame(c, k, &f);
-            if (k->dead) return;
-        }
-        if (r < 0) {
-            lost(c, k, err);
-            return;
-        }
-    }
-    if (!k->dead && h->broken) lost(c, k, h->broken);
+    h2_event(c, k, events, on_frame, lost);
 }
 
 static void sx_tick(Core *c) {

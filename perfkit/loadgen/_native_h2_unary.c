@@ -18,87 +18,8 @@
  * one included; so a write error only marks the connection broken (its epoll event then ends
  * it), and owed requests are taken off a connection before they are recorded.
  */
-#include "_native_h2.h"
+#include "_native_h2_unary.h"
 #include "_native_protocols.h"
-
-#define MSG_GOAWAY "server sent GOAWAY; request not processed"
-
-typedef struct {
-    uint32_t sid;
-    int64_t due, sent;
-} stream_t;
-
-typedef struct { /* a request waiting for flow-control window; sid 0 until its HEADERS are written */
-    size_t payload, offset;
-    int64_t due, window;
-    uint32_t sid;
-} blocked_t;
-
-typedef struct {
-    h2conn_t h;
-    stream_t *streams; /* in the order they were opened */
-    size_t n_streams, cap_streams;
-    blocked_t *blocked; /* FIFO [blk_head, blk_head + blk_len) */
-    size_t blk_head, blk_len, blk_cap;
-} uconn_t;
-
-static inline uconn_t *U(conn_t *k) {
-    return (uconn_t *)k;
-}
-
-/* -- streams ---------------------------------------------------------------------------------- */
-static void add_stream(uconn_t *u, uint32_t sid, int64_t due, int64_t sent) {
-    if (grow((void **)&u->streams, &u->cap_streams, u->n_streams + 1, sizeof(stream_t)) < 0) {
-        u->h.broken = ENOMEM;
-        return;
-    }
-    u->streams[u->n_streams++] = (stream_t){sid, due, sent};
-}
-
-static int take_stream(uconn_t *u, uint32_t sid, stream_t *out) {
-    for (size_t i = 0; i < u->n_streams; i++)
-        if (u->streams[i].sid == sid) {
-            *out = u->streams[i];
-            memmove(u->streams + i, u->streams + i + 1, (u->n_streams - i - 1) * sizeof(stream_t));
-            u->n_streams--;
-            return 1;
-        }
-    return 0;
-}
-
-/* Send the blocked requests, head first, as far as the windows allow (H2Conn._pump). */
-static void pump(Core *c, conn_t *k) {
-    uconn_t *u = U(k);
-    h2conn_t *h = &u->h;
-    h2core_t *g = H2CORE(c);
-    while (u->blk_len && !h->broken) {
-        blocked_t *b = &u->blocked[u->blk_head];
-        size_t size = c->payload_lens[b->payload];
-        if (!b->sid) {
-            if ((int64_t)size > h->send_window && h->send_window < (int64_t)h->max_frame)
-                break; /* wait for connection window before opening the stream */
-            b->sid = h->next_sid;
-            h->next_sid += 2;
-            b->window = h->stream_window;
-            add_stream(u, b->sid, b->due, now_ns());
-            out_head(h, g->block_len, F_HEADERS, FL_END_HEADERS, b->sid);
-            out_ref(h, g->block, g->block_len);
-        }
-        int64_t n = (int64_t)(size - b->offset);
-        if (h->send_window < n) n = h->send_window;
-        if (b->window < n) n = b->window;
-        if (n <= 0 && size > 0) break;
-        int last = b->offset + (size_t)n == size;
-        out_data(h, b->sid, c->payloads[b->payload] + b->offset, (size_t)n, last);
-        b->offset += (size_t)n;
-        h->send_window -= n;
-        b->window -= n;
-        if (!last) break;
-        u->blk_head++;
-        if (--u->blk_len == 0) u->blk_head = 0;
-    }
-    out_flush(c, k);
-}
 
 /* Start one call on k (H2Conn.send). */
 static void send_call(Core *c, conn_t *k, size_t payload, int64_t due) {
@@ -107,17 +28,7 @@ static void send_call(Core *c, conn_t *k, size_t payload, int64_t due) {
     h2core_t *g = H2CORE(c);
     size_t size = c->payload_lens[payload];
     if (u->blk_len || (int64_t)size > h->send_window || (int64_t)size > h->stream_window) {
-        if (u->blk_head + u->blk_len == u->blk_cap && u->blk_head) {
-            memmove(u->blocked, u->blocked + u->blk_head, u->blk_len * sizeof(blocked_t));
-            u->blk_head = 0;
-        }
-        if (grow((void **)&u->blocked, &u->blk_cap, u->blk_head + u->blk_len + 1, sizeof(blocked_t)) < 0) {
-            h->broken = ENOMEM; /* owed from now on: it ends closed with the connection */
-            add_stream(u, h->next_sid, due, -1);
-            return;
-        }
-        u->blocked[u->blk_head + u->blk_len++] = (blocked_t){payload, 0, due, 0, 0};
-        pump(c, k);
+        u_block(c, k, payload, due);
         return;
     }
     uint32_t sid = h->next_sid;
@@ -147,11 +58,7 @@ static int u_prepare(Core *c) {
     int share = c->arg_share;
     g->want = c->mode == MODE_CLOSED ? (share < g->connections ? (share > 1 ? share : 1) : g->connections)
                                      : g->connections;
-    while ((int)g->n_usable + c->opening < g->want) {
-        int before = c->opening;
-        open_one(c);
-        if (c->opening == before) break; /* it could not even start */
-    }
+    h2_open_wanted(c, open_failed);
     return 1; /* the first requests wait for the server's SETTINGS */
 }
 
@@ -241,7 +148,7 @@ static void on_settings(Core *c, conn_t *k, const uint8_t *p, size_t n) {
     for (size_t j = 0; j < u->blk_len; j++) /* RFC 9113 6.9.2: open streams' windows move by the change */
         if (u->blocked[u->blk_head + j].sid) u->blocked[u->blk_head + j].window += delta;
     if (!u->h.settled) settle(c, k);
-    if (!k->dead) pump(c, k);
+    if (!k->dead) u_pump(c, k);
 }
 
 static void on_goaway(Core *c, conn_t *k, const uint8_t *p, size_t n) {
@@ -286,15 +193,13 @@ static void on_frame(Core *c, conn_t *k, const h2frame_t *f) {
         break;
     case F_HEADERS:
     case F_CONT: {
-        const uint8_t *block;
-        size_t n;
-        uint32_t sid;
-        int end;
-        if (!h2_header_block(k, f, &block, &n, &sid, &end)) break;
         hpack_result_t fresh;
+        const hpack_result_t *res = NULL;
+        uint32_t sid;
+        int end, whole;
         char err[120];
-        const hpack_result_t *res = h2_block_meaning(k, block, n, &fresh, err, sizeof err);
-        if (!res)
+        if (!(whole = h2_headers(k, f, &fresh, &res, &sid, &end, err, sizeof err))) break;
+        if (whole < 0)
             failed(c, k, err);
         else if (end)
             stream_done(c, k, sid, res);
@@ -313,7 +218,7 @@ static void on_frame(Core *c, conn_t *k, const h2frame_t *f) {
                 h->send_window += inc;
             else if (u->blk_len && u->blocked[u->blk_head].sid == f->sid)
                 u->blocked[u->blk_head].window += inc;
-            pump(c, k);
+            u_pump(c, k);
         }
         break;
     case F_RST: {
@@ -339,21 +244,7 @@ static void on_frame(Core *c, conn_t *k, const h2frame_t *f) {
 }
 
 static void u_event(Core *c, conn_t *k, uint32_t events) {
-    h2conn_t *h = H2(k);
-    if (events & EPOLLOUT && h->wlen > h->woff) out_writable(c, k);
-    if (!h->broken && events & (EPOLLIN | EPOLLERR | EPOLLHUP)) {
-        h2frame_t f;
-        int r, err = 0;
-        while ((r = h2_next_frame(c, k, &f, &err)) > 0) {
-            on_frame(c, k, &f);
-            if (k->dead) return;
-        }
-        if (r < 0) {
-            lost(c, k, err);
-            return;
-        }
-    }
-    if (!k->dead && h->broken) lost(c, k, h->broken);
+    h2_event(c, k, events, on_frame, lost);
 }
 
 /* -- requests --------------------------------------------------------------------------------- */

@@ -5,13 +5,10 @@
 #define PERFKIT_NATIVE_PROTOCOLS_H
 
 #include "_native_core.h"
+#include "_native_http1_head.h"
 
-/* HTTP/1.1 (_native_http1.c) */
+/* HTTP/1.1 (_native_http1.c; its response heads: _native_http1_head.c) */
 int http1_setup(Core *c);
-/* A response head at the front of [p, p+n): 1 with its length up to the blank line, its body's
-   length (Content-Length) and its status code; 0 while it is not whole; -1 when it is whole but
-   unframed (no Content-Length, or too short for a status line). */
-int http1_head(const char *p, size_t n, size_t *head, ssize_t *body, int *code);
 
 /* unary gRPC over HTTP/2 (_native_h2_unary.c): `block` the request's HPACK header block, payloads
    gRPC messages, over `connections` connections; stream ids from first_sid (odd) */

@@ -34,14 +34,17 @@ SOURCES = ROOT / "perfkit" / "loadgen"
 # the extension's sources, as setup.py lists them (the CPython type first)
 CORE = (
     "_native_core",
+    "_native_conns",
     "_native_control",
     "_native_http1",
     "_native_h2",
     "_native_h2_write",
     "_native_h2_unary",
+    "_native_h2_unary_flow",
     "_native_h2_stream",
+    "_native_h2_stream_recv",
 )
-LEAF = ("_native_hpack", "_native_pb")
+LEAF = ("_native_hpack", "_native_pb", "_native_http1_head")
 PROTOCOLS = ("_native_http1", "_native_h2_unary", "_native_h2_stream")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
 REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer|UndefinedBehaviorSanitizer")
@@ -210,14 +213,24 @@ def test_the_sources_call_each_other_as_a_tree(objects):
     symbols = {name: _symbols(str(nm), obj) for name, obj in objects.items()}
     owner = {sym: name for name, (defined, _) in symbols.items() for sym in defined}
     calls = {name: {owner[s] for s in needed if s in owner} - {name} for name, (_, needed) in symbols.items()}
-    assert calls["_native_core"] == set(), calls  # the core reaches a protocol only through c->ops
-    assert calls["_native_control"] <= {"_native_core"}, calls
+    # the core (the loop, and below it the connections and ledger) reaches a protocol only through c->ops
+    assert calls["_native_core"] <= {"_native_conns"}, calls
+    assert calls["_native_conns"] == set(), calls
+    assert calls["_native_control"] <= {"_native_core", "_native_conns"}, calls
     for leaf in LEAF:
         assert calls[leaf] == set(), calls
     for name in PROTOCOLS:
         assert not calls[name] & set(PROTOCOLS), (name, calls[name])
-    assert calls["_native_h2"] <= {"_native_core", "_native_h2_write", "_native_hpack"}, calls
-    assert calls["_native_h2_write"] <= {"_native_core"}, calls
+    assert calls["_native_h2"] <= {"_native_core", "_native_conns", "_native_h2_write", "_native_hpack"}, calls
+    assert calls["_native_h2_write"] <= {"_native_core", "_native_conns"}, calls
+    # a protocol's second file serves it alone, and never calls back into it
+    assert calls["_native_h2_unary_flow"] <= {"_native_core", "_native_conns", "_native_h2_write"}, calls
+    assert calls["_native_h2_stream_recv"] <= {"_native_core", "_native_conns", "_native_pb"}, calls
+    for second, protocol in (
+        ("_native_h2_unary_flow", "_native_h2_unary"),
+        ("_native_h2_stream_recv", "_native_h2_stream"),
+    ):
+        assert not any(second in calls[n] for n in calls if n != protocol), calls
 
     # no circle anywhere: a depth-first walk never meets a file it is inside of
     def walk(name: str, inside: tuple[str, ...]) -> None:

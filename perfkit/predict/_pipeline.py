@@ -142,10 +142,7 @@ def step_departures(
                     t0, exceeded = deadline, True
                 queued = bisect.bisect_right(arr, t0, h) - h
             pending = min(queued, big)
-            if not exceeded and pending >= pmin:
-                m = pref[bisect.bisect_right(pref, pending) - 1]
-            else:
-                m = pending
+            m = pref[bisect.bisect_right(pref, pending) - 1] if not exceeded and pending >= pmin else pending
             m = max(1, min(m, n - h))
         s = table[m]
         if f > 0:

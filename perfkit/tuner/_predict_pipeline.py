@@ -1,0 +1,408 @@
+"""The predicted search on a pipeline (`perfkit tune --search predict` on an ensemble): every step
+calibrated in one run through the ensemble, each step's configs scored alone, the best few per
+step (the slowest step given the most) combined and predicted end to end with the pipeline
+simulator (perfkit.predict, steps fed by the departures of the steps they read from), the best
+predicted sets measured first; each checked trial names the bottleneck step with its predicted
+and measured time in step. A BLS model's calls are code the simulator cannot see: its pipelines
+go to the measured search, which the tuner says.
+
+Why calibrate through the ensemble rather than step by step: one run gives every step's
+per-batch-size statistics at once (N closed-loop clients answered together reach each step as one
+batch, since Triton forwards a step's outputs as soon as they are ready), so the batch-size part
+costs the same for three steps as for one, and the overhead measured is the pipeline's own
+(client, protocol and the ensemble's forwarding). Contention is the exception: a step's saturated
+rate at two instance counts must be the step's, so each step with two instance counts in the
+space is loaded directly. The budget: (2 + log2 of the largest max_batch_size) levels through the
+ensemble, plus 2 levels per step with two instance counts, each CALIBRATION_LEVEL_S (plus its
+warm-up) and one reload per config change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from perfkit import predict
+from perfkit.errors import MeasurementError, PerfkitError
+from perfkit.records import Calibration, CalibrationPoint
+from perfkit.tuner import _pipeline, _trial_state
+from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._predict import (
+    CALIBRATION_DELAY_US,
+    CONTENTION_CLIENTS_PER_INSTANCE,
+    PREDICTED_ATTR,
+    PREDICTION_TOLERANCE,
+    SIMULATED,
+    TOP_MEASURED,
+    Predicted,
+    PredictedSearch,
+    _label,
+    _level,
+    _Note,
+    _spec,
+    batcher_from,
+    check_predictable,
+    dimension_values,
+)
+from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
+from perfkit.tuner._subject_pipeline import PipelineSubject, step_rows
+from perfkit.tuner._trial import TrialRunner
+
+SEP = _pipeline.SEP
+PER_STEP_BEST = 3  # configs of the slowest step combined with the others'
+PER_STEP_OTHERS = 2  # configs of every other step
+
+
+@dataclass(frozen=True)
+class PipelineCalibrated(TuneEvent):
+    """Each step's fitted service model and the pipeline's overhead."""
+
+    cal: Calibration
+    levels: int
+
+    def line(self) -> str:
+        c = self.cal
+        rows = []
+        for s in c.steps:
+            sizes = ", ".join(f"{p.batch_size}:{p.service_us / 1e3:.2f}ms" for p in s.points)
+            shared = f", shared fraction {s.shared_fraction:.2f}" if s.instance_counts else ""
+            rows.append(
+                f"  {s.model}: {s.fixed_us / 1e3:.2f} ms + {s.per_item_us / 1e3:.3f} ms per item (fit error"
+                f" {s.fit_rms_rel:.1%} rms, {s.fit_max_rel:.1%} worst; batch:ms {sizes}){shared}"
+            )
+        return (
+            f"calibrated {len(c.steps)} steps in {c.duration_s:.0f} s ({self.levels} levels), overhead outside the"
+            f" steps {c.overhead_us / 1e3:.2f} ms:\n" + "\n".join(rows)
+        )
+
+
+@dataclass(frozen=True)
+class StepsChecked(TuneEvent):
+    """A measured trial's steps next to the pipeline simulator's, at the rate measured."""
+
+    number: int
+    rate_rps: float
+    rows: tuple[tuple[str, float, float, float | None, float | None], ...]  # step, pred us, pred batch, meas us, batch
+    bottleneck: str
+
+    def line(self) -> str:
+        cells = []
+        for m, want, wb, got, gb in self.rows:
+            meas = "-" if got is None else f"{got / 1e3:.2f} ms (batch {gb:.1f}, {_off(want, got)})"
+            cells.append(f"{m} {want / 1e3:.2f} ms (batch {wb:.1f}) / {meas}")
+        m, want, _, got, _ = next(r for r in self.rows if r[0] == self.bottleneck)
+        meas = "not reported" if got is None else f"{got / 1e3:.2f} ms"
+        return (
+            f"  trial {self.number} steps at {self.rate_rps:.0f} req/s, time in step predicted / measured: "
+            + "; ".join(cells)
+            + f"\n  bottleneck: {m}, predicted {want / 1e3:.2f} ms in step, measured {meas}"
+        )
+
+
+def _off(want: float, got: float) -> str:
+    return f"{got / want - 1:+.0%}" if want > 0 else "n/a"
+
+
+def _points(s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every point of one step's space the simulator tells apart (its own knob names)."""
+    dims = [d for d in s.space.dimensions if d.name in SIMULATED]
+    points: list[dict[str, Any]] = [dict(base)]
+    for d in dims:
+        points = [{**p, d.name: v} for p in points for v in dimension_values(d)]
+    out, seen = [], set()
+    for p in points:
+        db = bool(p.get(P_DB, s.space.original_params.get(P_DB)))
+        p = {k: v for k, v in p.items() if db or not next((d for d in dims if d.name == k), None) or
+             not next(d for d in dims if d.name == k).when_dynamic_batching}  # fmt: skip
+        key = tuple(sorted(p.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def step_order(p: _pipeline.Pipeline) -> list[tuple[str, tuple[str, ...]]]:
+    """The steps in an order where each follows those it reads from, each with those it reads
+    from (its inputs' producers in the ensemble's input_map/output_map). A nested ensemble or a
+    model on several steps: the steps in series, in the pipeline's order."""
+    names = [s.model for s in p.steps]
+    steps = list(p.original_cfg.ensemble_scheduling.step)
+    if p.nested or len(steps) != len(set(st.model_name for st in steps)):
+        return [(m, (names[i - 1],) if i else ()) for i, m in enumerate(names)]
+    producer = {v: st.model_name for st in steps for v in st.output_map.values()}
+    reads = {st.model_name: tuple(sorted({producer[v] for v in st.input_map.values() if v in producer}))
+             for st in steps}  # fmt: skip
+    out: list[tuple[str, tuple[str, ...]]] = []
+    done: set[str] = set()
+    while len(out) < len(reads):
+        ready = [m for m in names if m not in done and all(r in done for r in reads.get(m, ()))]
+        if not ready:  # a cycle: Triton refuses it before this; keep the listed order
+            return [(m, (names[i - 1],) if i else ()) for i, m in enumerate(names)]
+        out.append((ready[0], reads.get(ready[0], ())))
+        done.add(ready[0])
+    return out
+
+
+@dataclass
+class PipelinePredictedSearch(PredictedSearch):
+    """The predicted search over a pipeline's joint space."""
+
+    order: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    models: dict[str, tuple[predict.ServiceModel, predict.Contention]] = field(default_factory=dict)
+    steps_seen: dict[int, StepsChecked] = field(default_factory=dict)
+
+    @property
+    def pipeline(self) -> _pipeline.Pipeline:
+        assert isinstance(self.t.subject, PipelineSubject)
+        return self.t.subject.pipeline
+
+    def key(self, params: Mapping[str, Any]) -> Any:
+        return tuple(self.configs(params))
+
+    def configs(self, params: Mapping[str, Any]) -> list[predict.BatcherConfig]:
+        """Each step's batcher config at a joint point, in step order (held steps as they are)."""
+        per = _pipeline.split(params)
+        p = self.pipeline
+        return [batcher_from(p.step(m).space.original_params, per.get(m, {})) for m, _ in self.order]
+
+    def steps(self, configs: Sequence[predict.BatcherConfig]) -> list[predict.PipelineStep]:
+        index = {m: i for i, (m, _) in enumerate(self.order)}
+        return [
+            predict.PipelineStep(m, cfg, *self.models[m], after=tuple(index[r] for r in reads))
+            for (m, reads), cfg in zip(self.order, configs, strict=True)
+        ]
+
+    def seed(self, study: optuna.Study) -> None:
+        try:
+            self.calibration = calibrate_pipeline(self.t)
+        except MeasurementError as err:
+            self.fell_back = True
+            self.t.emit(_Note(f"calibration failed ({err.message}): going on with the measured search"))
+            return
+        cal = self.calibration
+        self.order = step_order(self.pipeline)
+        self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
+        started = time.perf_counter()
+        budget_us = self.t.s.latency_budget_ms * 1e3
+        base = _pipeline.split(self.t.original_fixed_params())
+        # Each step alone, within the budget less what the other steps take at least.
+        picks: dict[str, list[dict[str, Any]]] = {}
+        best_alone: dict[str, float] = {}
+        scored = 0
+        for s in self.pipeline.steps:
+            if not s.searched:
+                picks[s.model] = [{}]
+                continue
+            svc, cont = self.models[s.model]
+            rest = sum(self.models[m][0].service_us(1) for m, _ in self.order if m != s.model) + cal.overhead_us
+            points = _points(s, base.get(s.model, {}))
+            cfgs = [batcher_from(s.space.original_params, q) for q in points]
+            results = predict.score_space(
+                cfgs, svc, max(budget_us - rest, 0.1 * budget_us), percentile=self.t.s.percentile,
+                contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST,
+            )  # fmt: skip
+            scored += len(cfgs)
+            by_cfg = {r.config: r for r in results}
+            pairs = sorted(zip(points, [by_cfg[c] for c in cfgs], strict=True), key=_by_rate)
+            picks[s.model] = _distinct(pairs)
+            best_alone[s.model] = max((r.rate_rps for r in results if not r.bounded), default=0.0)
+        # The slowest step alone gets the most configs in the joint product, the others fewer.
+        slowest = min(best_alone, key=lambda m: best_alone[m]) if best_alone else None
+        picks = {m: q if m == slowest else q[:PER_STEP_OTHERS] for m, q in picks.items()}
+        joint = [
+            _pipeline.join({m: {**base.get(m, {}), **q} for m, q in zip(picks, combo, strict=True) if q})
+            for combo in itertools.product(*picks.values())
+        ]
+        original = dict(self.t.original_fixed_params())
+        cands = [self.steps(self.configs(q)) for q in joint]
+        scored_sets = predict.score_pipelines(
+            [*cands, self.steps(self.configs(original))], budget_us, percentile=self.t.s.percentile,
+            overhead_us=cal.overhead_us, keep=TOP_MEASURED,
+        )  # fmt: skip
+        by_key = {r.configs: r for r in scored_sets}
+        self.predicted = {k: r.rate_rps for k, r in by_key.items() if not r.bounded and r.rate_rps > 0}
+        top: list[dict[str, Any]] = []
+        for q in sorted(joint, key=lambda q: -by_key[self.key(q)].rate_rps):
+            r = by_key[self.key(q)]
+            if len(top) >= TOP_MEASURED or r.rate_rps <= 0:
+                break
+            if r.bounded or any(self.key(o) == self.key(q) for o in top):
+                continue
+            top.append(q)
+            study.enqueue_trial(q, user_attrs={PREDICTED_ATTR: r.rate_rps}, skip_if_exists=True)
+        seconds = time.perf_counter() - started
+        best = tuple((f"{_label_joint(q)} (slowest step {by_key[self.key(q)].bottleneck})",
+                      by_key[self.key(q)].rate_rps) for q in top)  # fmt: skip
+        self.t.emit(Predicted(scored + len(cands), sum(1 for r in scored_sets if not r.bounded), seconds, best))
+
+    def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
+        if measured_rps is None or not self.models:
+            return
+        params = {**self.t.original_fixed_params(), **st.params}
+        overhead_us = self.calibration.overhead_us if self.calibration else 0.0
+        pred = predict.simulate_pipeline(self.steps(self.configs(params)), measured_rps, overhead_us=overhead_us)
+        rows = []
+        for f in pred.steps:
+            q, c, b = (st.metrics.get(f"{f.name}.{k}") for k in ("queue_us", "compute_us", "batch"))
+            got = q + c if q is not None and c is not None else None
+            rows.append((f.name, f.mean_in_step_us, f.mean_batch, got, b))
+        ev = StepsChecked(number, measured_rps, tuple(rows), pred.bottleneck().name)
+        self.steps_seen[number] = ev
+        self.t.emit(ev)
+
+
+_SIM_STEP_REQUESTS = 4_000
+
+
+def _by_rate(pair: tuple[dict[str, Any], predict.RateResult]) -> float:
+    return -pair[1].rate_rps
+
+
+def _distinct(ranked: Sequence[tuple[dict[str, Any], predict.RateResult]]) -> list[dict[str, Any]]:
+    """The best PER_STEP_BEST points that differ in batch size or instances (or by more than 1%)."""
+    out: list[tuple[dict[str, Any], predict.RateResult]] = []
+    for q, r in ranked:
+        if len(out) >= PER_STEP_BEST or r.bounded or r.rate_rps <= 0:
+            break
+        c = r.config
+        if not any(
+            o.config.max_batch_size == c.max_batch_size
+            and o.config.instances == c.instances
+            and abs(o.rate_rps - r.rate_rps) <= 0.01 * r.rate_rps
+            for _, o in out
+        ):
+            out.append((q, r))
+    if not out:  # nothing sustains the budget alone: the best bound still competes
+        return [dict(ranked[0][0])] if ranked else [{}]
+    return [q for q, _ in out]
+
+
+def _label_joint(params: Mapping[str, Any]) -> str:
+    per = _pipeline.split(params)
+    return " | ".join(f"{m}: {_label(q)}" for m, q in per.items())
+
+
+def calibrate_pipeline(t: TrialRunner) -> Calibration:
+    """Every step of an ensemble measured in one run through it: each searched step at its largest
+    max_batch_size, dynamic batching with a wide queue delay and one instance, while 1, 2, 4, ...
+    closed-loop clients (up to the largest max_batch_size) load the ensemble; each step's
+    execution time per batch size read from its own per-batch-size statistics; the overhead
+    outside every step from one client; a step's saturated rates at its two smallest instance
+    counts measured on the step itself. Every step's config is put back after. Raises UsageError
+    for a load the prediction does not model, MeasurementError when a step executed nothing, and
+    what measuring raises."""
+    check_predictable(t)
+    subject = t.subject
+    assert isinstance(subject, PipelineSubject)
+    p = subject.pipeline
+    started = time.monotonic()
+    point = dict(t.original_fixed_params())
+    top = 0
+    counted: dict[str, list[int]] = {}
+    for s in p.searched_steps:
+        dims = {d.name: d for d in s.space.dimensions}
+        sizes = dimension_values(dims[P_MBS]) if P_MBS in dims else []
+        mbs = max([int(s.space.original_params.get(P_MBS) or 0), *sizes])
+        top = max(top, mbs)
+        if P_COUNT in dims:
+            choices = sorted(int(c) for c in dimension_values(dims[P_COUNT]))
+            point[f"{s.model}{SEP}{P_COUNT}"] = choices[0]
+            if len(choices) >= 2:
+                counted[s.model] = choices[:2]
+        if mbs > 1 and (P_DB not in dims or True in dims[P_DB].choices):
+            for knob, value in ((P_MBS, mbs), (P_DB, True), (P_DELAY, CALIBRATION_DELAY_US), (P_PREF, "none")):
+                if knob in dims:
+                    point[f"{s.model}{SEP}{knob}"] = value
+    names = [s.model for s in p.steps]
+    levels = 0
+    contention: dict[str, tuple[list[int], list[float], tuple[CalibrationPoint, ...]]] = {}
+    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
+        try:
+            t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
+            before = {m: t.server.model_stats(m) for m in names}
+            light = _level(t, _spec(t, 1))
+            for n in pow2_sizes(top) if top > 1 else []:
+                _level(t, _spec(t, n))
+            after = {m: t.server.model_stats(m) for m in names}
+            levels = 1 + (len(pow2_sizes(top)) if top > 1 else 0)
+            for m, counts in counted.items():
+                rates: list[float] = []
+                loaded: tuple[CalibrationPoint, ...] = ()
+                for c in counts:
+                    solo = {**point, f"{m}{SEP}{P_COUNT}": c}
+                    if f"{m}{SEP}{P_DB}" in solo:
+                        solo[f"{m}{SEP}{P_DB}"] = False
+                    t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
+                    first = t.server.model_stats(m)
+                    spec = dataclasses.replace(_spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c), model=m)
+                    rates.append(_level(t, spec).throughput_infer_per_s)
+                    levels += 1
+                    if c == 1:
+                        loaded = predict.batch_points(first, t.server.model_stats(m), m)
+                contention[m] = (counts, rates, loaded)
+        finally:
+            try:
+                subject.restore(t.server)  # what the subject knows it serves: the originals again
+            except PerfkitError:
+                pass  # the guard puts the files back and reports what it could not
+    inside = sum(q + c for _, q, c, _ in step_rows(light, names))
+    overhead = max(0.0, light.service.mean_us - inside) if inside > 0 else 0.0
+    steps = []
+    for m in names:
+        counts, rates, loaded = contention.get(m, ([], [], ()))
+        steps.append(
+            predict.calibration(
+                m,
+                predict.merge_points(predict.batch_points(before[m], after[m], m), loaded),
+                instance_counts=tuple(counts) if rates else (),
+                saturated_rps=tuple(rates),
+            )
+        )
+    cal = Calibration(
+        model=p.model,
+        points=(),
+        fixed_us=0.0,
+        per_item_us=0.0,
+        fit_rms_rel=max(s.fit_rms_rel for s in steps),
+        fit_max_rel=max(s.fit_max_rel for s in steps),
+        overhead_us=overhead,
+        duration_s=time.monotonic() - started,
+        steps=tuple(steps),
+    )
+    t.emit(PipelineCalibrated(cal, levels))
+    return cal
+
+
+def bls_fallback(t: TrialRunner) -> None:
+    """Say why a BLS pipeline goes to the measured search."""
+    subject = t.subject
+    assert isinstance(subject, PipelineSubject)
+    calls = ", ".join(subject.step_names[1:])
+    t.emit(
+        _Note(
+            f"--search predict: {subject.model!r} is a BLS model; the calls its code makes to {calls} (their order,"
+            " fan-out and the instance held while it waits) cannot be simulated from a calibration: going on with"
+            " the measured search"
+        )
+    )
+
+
+def bottleneck_summary(ps: PipelinePredictedSearch, best: int | None) -> TuneEvent | None:
+    """The best trial's bottleneck step with its predicted and measured figures, if it was checked."""
+    ev = ps.steps_seen.get(best) if best is not None else None
+    if ev is None:
+        return None
+    m, want, wb, got, gb = next(r for r in ev.rows if r[0] == ev.bottleneck)
+    meas = "not reported" if got is None else f"{got / 1e3:.2f} ms in step (batch {gb:.1f}, {_off(want, got)})"
+    held = got is not None and want > 0 and abs(got / want - 1) <= PREDICTION_TOLERANCE
+    return _Note(
+        f"bottleneck of the best (trial {best}): {m}, predicted {want / 1e3:.2f} ms in step (batch {wb:.1f}) at"
+        f" {ev.rate_rps:.0f} req/s, measured {meas}" + ("" if held or math.isnan(want) else "; step prediction off")
+    )

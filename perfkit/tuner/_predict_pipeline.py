@@ -77,11 +77,11 @@ def _points(s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
     points: list[dict[str, Any]] = [dict(base)]
     for d in dims:
         points = [{**p, d.name: v} for p in points for v in dimension_values(d)]
+    batching_only = {d.name for d in dims if d.when_dynamic_batching}
     out, seen = [], set()
     for p in points:
         db = bool(p.get(P_DB, s.space.original_params.get(P_DB)))
-        p = {k: v for k, v in p.items() if db or not next((d for d in dims if d.name == k), None) or
-             not next(d for d in dims if d.name == k).when_dynamic_batching}  # fmt: skip
+        p = {k: v for k, v in p.items() if db or k not in batching_only}
         key = tuple(sorted(p.items()))
         if key not in seen:
             seen.add(key)

@@ -10,7 +10,6 @@ go to the measured search, which the tuner says. The calibration: tuner/_pipelin
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,6 @@ from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline_calibrate import calibrate_pipeline
 from perfkit.tuner._predict import (
     PREDICTED_ATTR,
-    PREDICTION_TOLERANCE,
     SIMULATED,
     TOP_MEASURED,
     Predicted,
@@ -45,26 +43,70 @@ PER_STEP_OTHERS = 2  # configs of every other step
 
 
 @dataclass(frozen=True)
+class StepCheck:
+    """One step of a measured trial: the simulator's figures at the rate measured, and what
+    Triton's per-model statistics reported for the step during the trial (None: not reported)."""
+
+    predicted: predict.StepFigures
+    queue_us: float | None
+    compute_us: float | None
+    batch: float | None
+
+    def cells(self) -> str:
+        f = self.predicted
+        out = f"{f.name} compute {_ms(f.mean_exec_us)} / {_ms(self.compute_us)}"
+        if self.compute_us is not None:
+            out += f" ({_off(f.mean_exec_us, self.compute_us)})"
+        batch = "-" if self.batch is None else f"{self.batch:.1f}"
+        return out + f", batch {f.mean_batch:.1f} / {batch}, queue {_ms(f.mean_wait_us)} / {_ms(self.queue_us)}"
+
+
+@dataclass(frozen=True)
 class StepsChecked(TuneEvent):
-    """A measured trial's steps next to the pipeline simulator's, at the rate measured."""
+    """A measured trial's steps next to the pipeline simulator's at the rate measured, the
+    bottleneck named: the step with the least predicted capacity (the one the rate leans on), and
+    whether Triton's breakdown (most queue + compute time) points at the same step."""
 
     number: int
     rate_rps: float
-    rows: tuple[tuple[str, float, float, float | None, float | None], ...]  # step, pred us, pred batch, meas us, batch
-    bottleneck: str
+    steps: tuple[StepCheck, ...]
+
+    @property
+    def bottleneck(self) -> StepCheck:
+        return min(self.steps, key=lambda c: c.predicted.capacity_rps)
+
+    def measured_bottleneck(self) -> str | None:
+        seen = [c for c in self.steps if c.queue_us is not None and c.compute_us is not None]
+        if not seen:
+            return None
+        return max(seen, key=lambda c: (c.queue_us or 0.0) + (c.compute_us or 0.0)).predicted.name
+
+    def bottleneck_line(self) -> str:
+        c = self.bottleneck
+        f = c.predicted
+        meas = self.measured_bottleneck()
+        agree = (
+            "Triton's breakdown reports no step" if meas is None
+            else "Triton's breakdown puts the most time there too" if meas == f.name
+            else f"Triton's breakdown puts the most time in {meas}"
+        )  # fmt: skip
+        off = f" ({_off(f.mean_exec_us, c.compute_us)})" if c.compute_us is not None else ""
+        return (
+            f"{f.name} (predicted capacity {f.capacity_rps:.0f} req/s): compute {f.mean_exec_us / 1e3:.2f} ms"
+            f" predicted, {_ms(c.compute_us)} measured{off}; queue {f.mean_wait_us / 1e3:.2f} ms predicted,"
+            f" {_ms(c.queue_us)} measured; {agree}"
+        )
 
     def line(self) -> str:
-        cells = []
-        for m, want, wb, got, gb in self.rows:
-            meas = "-" if got is None else f"{got / 1e3:.2f} ms (batch {gb:.1f}, {_off(want, got)})"
-            cells.append(f"{m} {want / 1e3:.2f} ms (batch {wb:.1f}) / {meas}")
-        m, want, _, got, _ = next(r for r in self.rows if r[0] == self.bottleneck)
-        meas = "not reported" if got is None else f"{got / 1e3:.2f} ms"
         return (
-            f"  trial {self.number} steps at {self.rate_rps:.0f} req/s, time in step predicted / measured: "
-            + "; ".join(cells)
-            + f"\n  bottleneck: {m}, predicted {want / 1e3:.2f} ms in step, measured {meas}"
+            f"  trial {self.number} steps at {self.rate_rps:.0f} req/s, predicted / measured: "
+            + "; ".join(c.cells() for c in self.steps)
+            + f"\n  bottleneck: {self.bottleneck_line()}"
         )
+
+
+def _ms(us: float | None) -> str:
+    return "-" if us is None else f"{us / 1e3:.2f} ms"
 
 
 def _off(want: float, got: float) -> str:
@@ -209,12 +251,11 @@ class PipelinePredictedSearch(PredictedSearch):
         params = {**self.t.original_fixed_params(), **st.params}
         overhead_us = self.calibration.overhead_us if self.calibration else 0.0
         pred = predict.simulate_pipeline(self.steps(self.configs(params)), measured_rps, overhead_us=overhead_us)
-        rows = []
+        checks = []
         for f in pred.steps:
             q, c, b = (st.metrics.get(f"{f.name}.{k}") for k in ("queue_us", "compute_us", "batch"))
-            got = q + c if q is not None and c is not None else None
-            rows.append((f.name, f.mean_in_step_us, f.mean_batch, got, b))
-        ev = StepsChecked(number, measured_rps, tuple(rows), pred.bottleneck().name)
+            checks.append(StepCheck(f, q, c, b))
+        ev = StepsChecked(number, measured_rps, tuple(checks))
         self.steps_seen[number] = ev
         self.t.emit(ev)
 
@@ -269,10 +310,4 @@ def bottleneck_summary(ps: PipelinePredictedSearch, best: int | None) -> TuneEve
     ev = ps.steps_seen.get(best) if best is not None else None
     if ev is None:
         return None
-    m, want, wb, got, gb = next(r for r in ev.rows if r[0] == ev.bottleneck)
-    meas = "not reported" if got is None else f"{got / 1e3:.2f} ms in step (batch {gb:.1f}, {_off(want, got)})"
-    held = got is not None and want > 0 and abs(got / want - 1) <= PREDICTION_TOLERANCE
-    return _Note(
-        f"bottleneck of the best (trial {best}): {m}, predicted {want / 1e3:.2f} ms in step (batch {wb:.1f}) at"
-        f" {ev.rate_rps:.0f} req/s, measured {meas}" + ("" if held or math.isnan(want) else "; step prediction off")
-    )
+    return _Note(f"bottleneck of the best (trial {best}, at {ev.rate_rps:.0f} req/s): {ev.bottleneck_line()}")

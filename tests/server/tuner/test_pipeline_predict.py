@@ -58,9 +58,16 @@ def test_predicted_ensemble_tune_calibrates_each_step_and_names_the_bottleneck(t
     assert 5_000 <= decode.fixed_us <= 12_000 and decode.per_item_us < 2_000, decode
     assert cal.steps[2].fixed_us < decode.fixed_us, cal.steps  # the cheap postprocess
     assert re.search(r"predicted \d+ configs in", proc.stdout), text
-    # Every checked trial's steps: predicted vs measured time in step, and the bottleneck named.
-    checks = re.findall(r"bottleneck: (stage_\w+), predicted ([\d.]+) ms in step, measured ([\d.]+) ms", proc.stdout)
-    assert checks and all(m in STEPS for m, _, _ in checks), text
+    # Every checked trial's steps, predicted vs measured at the rate measured, and the bottleneck
+    # named with both figures: the decoder or the inferrer (the cheap postprocess never is), its
+    # execution time within the test's tolerance of the calibrated one.
+    checks = re.findall(
+        r"bottleneck: (stage_\w+) \(predicted capacity \d+ req/s\): compute ([\d.]+) ms predicted,"
+        r" ([\d.]+) ms measured",
+        proc.stdout,
+    )
+    assert checks and all(m in ("stage_decode", "stage_infer") for m, _, _ in checks), text
+    assert all(abs(float(got) / float(want) - 1) <= MEASURED_SPREAD for _, want, got in checks), checks
     predicted = [t for t in rec.trials if "predicted_rps" in t.metrics and t.feasible]
     assert predicted, text
     first = predicted[0] if predicted[0].number != 0 else predicted[-1]
@@ -73,7 +80,7 @@ def test_predicted_ensemble_tune_calibrates_each_step_and_names_the_bottleneck(t
     assert best_predicted.params.get("stage_infer.dynamic_batching") is True, best_predicted.params
     # Either the predictions held and the search stopped, or it said so and went on measuring.
     assert "their predictions held" in proc.stdout or "going on with the measured search" in proc.stdout, text
-    assert "bottleneck of the best (trial" in proc.stdout or rec.best_trial is None or "OFF BY" in proc.stdout, text
+    assert rec.best_trial is None or "bottleneck of the best (trial" in proc.stdout or "OFF BY" in proc.stdout, text
     with open(out / "trials.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert "predicted_rps" in rows[0] and all(rows[0][f"{m}.compute_us"] for m in STEPS)

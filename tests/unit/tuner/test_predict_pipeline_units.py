@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from perfkit.predict import StepFigures
 from perfkit.records import Calibration, CalibrationPoint, TuneRecord
 from perfkit.records._serial import from_dict, to_dict
 from perfkit.tuner import _pipeline
-from perfkit.tuner._predict_pipeline import _points, step_order
+from perfkit.tuner._predict_pipeline import StepCheck, StepsChecked, _points, step_order
 from perfkit.tuner._space import TuneSpace
 from tests.conftest import copy_models
 
@@ -68,3 +69,20 @@ def test_a_pipeline_calibration_round_trips_and_old_calibrations_load():
     del old["steps"]  # a record written before pipelines were calibrated
     assert from_dict(Calibration, old) == step
     assert TuneRecord.__dataclass_fields__["calibration"].default is None
+
+
+def test_the_bottleneck_is_the_step_of_least_predicted_capacity_checked_against_tritons_breakdown():
+    decode = StepFigures("stage_decode", 300_000.0, 9_900.0, 7.9, 713.0, 1.0)
+    infer = StepFigures("stage_infer", 100.0, 10_480.0, 7.9, 1_400.0, 0.5)
+    agree = StepsChecked(2, 809.0, (StepCheck(decode, 97_810.0, 9_450.0, 7.9), StepCheck(infer, 360.0, 9_650.0, 7.9)))
+    assert agree.bottleneck.predicted.name == "stage_decode" and agree.measured_bottleneck() == "stage_decode"
+    line = agree.line()
+    assert (
+        "bottleneck: stage_decode (predicted capacity 713 req/s): compute 9.90 ms predicted, 9.45 ms measured (-5%)"
+        in line
+    )
+    assert "breakdown puts the most time there too" in line
+    differ = StepsChecked(3, 500.0, (StepCheck(decode, 100.0, 9_000.0, 4.0), StepCheck(infer, 50_000.0, 9_000.0, 4.0)))
+    assert "breakdown puts the most time in stage_infer" in differ.line()
+    unknown = StepsChecked(4, 500.0, (StepCheck(decode, None, None, None), StepCheck(infer, None, None, None)))
+    assert unknown.measured_bottleneck() is None and "9.90 ms predicted, - measured" in unknown.line()

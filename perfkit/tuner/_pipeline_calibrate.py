@@ -7,7 +7,7 @@ batch, since Triton forwards a step's outputs as soon as they are ready), so the
 costs the same for three steps as for one, and the overhead measured is the pipeline's own
 (client, protocol and the ensemble's forwarding). Contention is the exception: a step's saturated
 rate at two instance counts must be the step's, so each step with two instance counts in the
-space is loaded directly. The budget: (2 + log2 of the largest max_batch_size) levels through the
+space is loaded directly. The budget: (1 + log2 of the largest max_batch_size) levels through the
 ensemble, plus 2 levels per step with two instance counts, each CALIBRATION_LEVEL_S (plus its
 warm-up) and one reload per config change.
 """

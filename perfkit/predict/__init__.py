@@ -15,6 +15,16 @@ from perfkit.predict._calibrate import (
     service_model,
 )
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
+from perfkit.predict._pipeline import (
+    PipelinePrediction,
+    PipelineRate,
+    PipelineStep,
+    StepFigures,
+    pipeline_rate,
+    score_pipelines,
+    simulate_pipeline,
+    step_departures,
+)
 from perfkit.predict._rate import RateResult, capacity_rps, score_space, sustainable_rate
 from perfkit.predict._sim import simulate, unit_arrivals
 
@@ -30,6 +40,14 @@ __all__ = [
     "Contention",
     "Load",
     "Prediction",
+    "PipelinePrediction",
+    "PipelineRate",
+    "PipelineStep",
+    "StepFigures",
+    "pipeline_rate",
+    "score_pipelines",
+    "simulate_pipeline",
+    "step_departures",
     "RateResult",
     "ServiceModel",
     "capacity_rps",

@@ -1,6 +1,7 @@
 """What a calibration measured and fitted: a model's execution time per batch size (from the
 server's per-batch-size statistics), its per-request overhead, and how its instances share the
-device. Stored with the tune record it served (TuneRecord.calibration)."""
+device. Stored with the tune record it served (TuneRecord.calibration); a pipeline's holds one
+per step."""
 
 from __future__ import annotations
 
@@ -23,7 +24,12 @@ class Calibration:
     fixed_us + per_item_us * n, off the points by fit_rms_rel (execution-weighted RMS of the
     relative residuals) and fit_max_rel at worst. overhead_us: what a request spends outside the
     instance. shared_fraction: the part of an execution on a device every instance shares, from
-    the saturated rates measured at instance_counts (0: independent instances)."""
+    the saturated rates measured at instance_counts (0: independent instances).
+
+    A pipeline's calibration names the pipeline (the ensemble): `steps` holds each step's own
+    calibration (fitted from that step's statistics during the same run, overhead_us 0), and
+    overhead_us is what a request spends outside every step's instances, end to end; its own
+    points are empty and its fit errors the worst of its steps'."""
 
     model: str
     points: tuple[CalibrationPoint, ...]
@@ -36,3 +42,4 @@ class Calibration:
     saturated_rps: tuple[float, ...] = ()
     shared_fraction: float = 0.0
     duration_s: float = 0.0
+    steps: tuple[Calibration, ...] = ()  # a pipeline's: one per step, in the pipeline's order

@@ -24,7 +24,7 @@ from perfkit.errors import UsageError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
+from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, Dimension, pow2_sizes
 from perfkit.tuner._space._knob_batching import pref_sizes
 from perfkit.tuner._subject_model import ModelSubject
 from perfkit.tuner._trial import TrialRunner
@@ -112,7 +112,14 @@ class PredictedSearch:
     fell_back: bool = False
     # Every config the simulator scored to a rate (not bounded below the best): the original's
     # trial, measured anyway, is checked against its prediction too.
-    predicted: dict[predict.BatcherConfig, float] = field(default_factory=dict)
+    predicted: dict[Any, float] = field(default_factory=dict)  # key(params) -> predicted rate
+
+    def key(self, params: Mapping[str, Any]) -> Any:
+        """What tells two points apart for the simulator (the predicted dict's key)."""
+        return batcher_config(self.t, params)
+
+    def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
+        """After a trial is checked against its prediction (a pipeline's search adds its steps)."""
 
     def seed(self, study: optuna.Study) -> None:
         """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
@@ -160,7 +167,7 @@ class PredictedSearch:
             st = _trial_state.read(ft)
             want = st.predicted_rps
             if want is None and st.is_original:  # measured anyway: its prediction is free evidence
-                want = self.predicted.get(batcher_config(self.t, {**self.t.original_fixed_params(), **st.params}))
+                want = self.predicted.get(self.key({**self.t.original_fixed_params(), **st.params}))
             if want is None:
                 continue
             self.checked.add(ft.number)
@@ -168,6 +175,7 @@ class PredictedSearch:
             measured = float(got) if st.feasible and got is not None and got > 0 else None
             held = measured is not None and abs(measured / want - 1) <= PREDICTION_TOLERANCE
             self.t.emit(PredictionChecked(ft.number, want, measured, held))
+            self.checked_trial(ft.number, st, measured)
             if not held and not self.fell_back:
                 self.fell_back = True
                 self.t.emit(
@@ -210,20 +218,7 @@ def space_points(t: TrialRunner) -> list[dict[str, Any]]:
     the queue delay at 0 and log-spaced values, every preferred-size choice and instance count;
     other dimensions (precision, kind) stay at the original's values."""
     base = t.original_fixed_params()
-    values: dict[str, list[Any]] = {}
-    for d in t.space.dimensions:
-        if d.name not in (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT):
-            continue
-        if d.is_range:
-            assert d.low is not None and d.high is not None
-            lo, hi = max(1, d.low), d.high
-            n = 8
-            vals = sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)}) if hi > lo else [lo]
-            if d.name == P_MBS:
-                vals = sorted({v for v in pow2_sizes(hi) if v >= lo} | {lo, hi})
-            values[d.name] = vals
-        else:
-            values[d.name] = list(d.choices)
+    values = {d.name: dimension_values(d) for d in t.space.dimensions if d.name in SIMULATED}
     points: list[dict[str, Any]] = [dict(base)]
     for name, vals in values.items():
         points = [{**p, name: v} for p in points for v in vals]
@@ -238,9 +233,29 @@ def space_points(t: TrialRunner) -> list[dict[str, Any]]:
     return out
 
 
+SIMULATED = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT)  # the knobs the simulator tells apart
+
+
+def dimension_values(d: Dimension) -> list[Any]:
+    """The values of a dimension the prediction scores: a range's 8 log-spaced points (a batch
+    size's powers of two), a choice's every choice."""
+    if not d.is_range:
+        return list(d.choices)
+    assert d.low is not None and d.high is not None
+    lo, hi = max(1, d.low), d.high
+    if d.name == P_MBS:
+        return sorted({v for v in pow2_sizes(hi) if v >= lo} | {lo, hi})
+    n = 8
+    return sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)}) if hi > lo else [lo]
+
+
 def batcher_config(t: TrialRunner, params: Mapping[str, Any]) -> predict.BatcherConfig:
     """The simulator's view of a point: its batching and instance parameters over the original's."""
-    orig = t.space.original_params
+    return batcher_from(t.space.original_params, params)
+
+
+def batcher_from(orig: Mapping[str, Any], params: Mapping[str, Any]) -> predict.BatcherConfig:
+    """The simulator's view of `params` (one model's knob names) over the original's `orig`."""
     mbs = int(params.get(P_MBS, orig.get(P_MBS) or 0))
     db = bool(params.get(P_DB, orig.get(P_DB, False))) and mbs > 0
     pref = tuple(pref_sizes(params.get(P_PREF), mbs, list(orig.get("preferred_sizes", []) or []))) if db else ()
@@ -274,14 +289,10 @@ def calibrate(t: TrialRunner) -> Calibration:
     the prediction does not model, and what measuring raises."""
     if not isinstance(t.subject, ModelSubject):
         raise UsageError(
-            "--search predict tunes one model; pipelines and traffic mixes are searched by measurement",
+            "--search predict tunes one model or an ensemble; traffic mixes are searched by measurement",
             hint="use --search measure",
         )
-    if not t.judge.open_loop or t.judge.load_mode == "trace":
-        raise UsageError(
-            "--search predict predicts open-loop arrival rates only",
-            hint="drop --load concurrency/trace, or use --search measure",
-        )
+    check_predictable(t)
     started = time.monotonic()
     orig = t.space.original_params
     mbs_dim = next((d for d in t.space.dimensions if d.name == P_MBS), None)
@@ -326,6 +337,15 @@ def calibrate(t: TrialRunner) -> Calibration:
     )
 
 
+def check_predictable(t: TrialRunner) -> None:
+    """Raises UsageError for a load the prediction does not model (closed loop, a trace)."""
+    if not t.judge.open_loop or t.judge.load_mode == "trace":
+        raise UsageError(
+            "--search predict predicts open-loop arrival rates only",
+            hint="drop --load concurrency/trace, or use --search measure",
+        )
+
+
 def _overhead_us(level: LevelResult) -> float:
     """Client latency minus the server's queue and compute time, at one client."""
     s = level.server
@@ -341,9 +361,23 @@ RunSearch = Callable[..., tuple[TuneRecord, dict[str, Path]]]
 def run_predicted(t: TrialRunner, run_search: RunSearch) -> tuple[TuneRecord, dict[str, Path]]:
     """The predicted search through the tuner's own run_search: calibration and predictions seed
     the study, one more stop rule ends it once the predictions held; the calibration goes into
-    the record. Raises as calibrate and run_search do."""
-    ps = PredictedSearch(t)
+    the record. An ensemble is predicted end to end (tuner/_predict_pipeline.py); a BLS pipeline
+    goes to the measured search, which the tuner says. Raises as calibrate and run_search do."""
+    # The pipeline search builds on this module: imported here, where it is used.
+    from perfkit.tuner import _predict_pipeline as pipe  # noqa: PLC0415
+    from perfkit.tuner._subject_pipeline import PipelineSubject  # noqa: PLC0415
+
+    kind = t.subject.pipeline.kind if isinstance(t.subject, PipelineSubject) else None
+    if kind == "bls":
+        check_predictable(t)
+        pipe.bls_fallback(t)
+        return run_search(t)
+    ps = pipe.PipelinePredictedSearch(t) if kind == "ensemble" else PredictedSearch(t)
     rec, paths = run_search(t, seed=ps.seed, stop=ps.stop)
+    if isinstance(ps, pipe.PipelinePredictedSearch):
+        summary = pipe.bottleneck_summary(ps, rec.best_trial)
+        if summary is not None:
+            t.emit(summary)
     if ps.calibration is not None:
         rec = dataclasses.replace(rec, calibration=ps.calibration)
         rec.save(t.out_dir / "tune.json")

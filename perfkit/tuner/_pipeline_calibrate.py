@@ -1,0 +1,152 @@
+"""The calibration of a pipeline for the predicted search (tuner/_predict_pipeline.py): every step
+of an ensemble measured in one run through it.
+
+Why calibrate through the ensemble rather than step by step: one run gives every step's
+per-batch-size statistics at once (N closed-loop clients answered together reach each step as one
+batch, since Triton forwards a step's outputs as soon as they are ready), so the batch-size part
+costs the same for three steps as for one, and the overhead measured is the pipeline's own
+(client, protocol and the ensemble's forwarding). Contention is the exception: a step's saturated
+rate at two instance counts must be the step's, so each step with two instance counts in the
+space is loaded directly. The budget: (1 + log2 of the largest max_batch_size) levels through the
+ensemble, plus 2 levels per step with two instance counts, each CALIBRATION_LEVEL_S (plus its
+warm-up) and one reload per config change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from perfkit import predict
+from perfkit.errors import PerfkitError
+from perfkit.records import Calibration, CalibrationPoint
+from perfkit.tuner import _pipeline
+from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._predict import (
+    CALIBRATION_DELAY_US,
+    CONTENTION_CLIENTS_PER_INSTANCE,
+    _level,
+    _spec,
+    check_predictable,
+    dimension_values,
+)
+from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
+from perfkit.tuner._subject_pipeline import PipelineSubject, step_rows
+from perfkit.tuner._trial import TrialRunner
+
+SEP = _pipeline.SEP
+
+
+@dataclass(frozen=True)
+class PipelineCalibrated(TuneEvent):
+    """Each step's fitted service model and the pipeline's overhead."""
+
+    cal: Calibration
+    levels: int
+
+    def line(self) -> str:
+        c = self.cal
+        rows = []
+        for s in c.steps:
+            sizes = ", ".join(f"{p.batch_size}:{p.service_us / 1e3:.2f}ms" for p in s.points)
+            shared = f", shared fraction {s.shared_fraction:.2f}" if s.instance_counts else ""
+            rows.append(
+                f"  {s.model}: {s.fixed_us / 1e3:.2f} ms + {s.per_item_us / 1e3:.3f} ms per item (fit error"
+                f" {s.fit_rms_rel:.1%} rms, {s.fit_max_rel:.1%} worst; batch:ms {sizes}){shared}"
+            )
+        return (
+            f"calibrated {len(c.steps)} steps in {c.duration_s:.0f} s ({self.levels} levels), overhead outside the"
+            f" steps {c.overhead_us / 1e3:.2f} ms:\n" + "\n".join(rows)
+        )
+
+
+def calibrate_pipeline(t: TrialRunner) -> Calibration:
+    """Every step of an ensemble measured in one run through it: each searched step at its largest
+    max_batch_size, dynamic batching with a wide queue delay and one instance, while 1, 2, 4, ...
+    closed-loop clients (up to the largest max_batch_size) load the ensemble; each step's
+    execution time per batch size read from its own per-batch-size statistics; the overhead
+    outside every step from one client; a step's saturated rates at its two smallest instance
+    counts measured on the step itself. Every step's config is put back after. Raises UsageError
+    for a load the prediction does not model, MeasurementError when a step executed nothing, and
+    what measuring raises."""
+    check_predictable(t)
+    subject = t.subject
+    assert isinstance(subject, PipelineSubject)
+    p = subject.pipeline
+    started = time.monotonic()
+    point = dict(t.original_fixed_params())
+    top = 0
+    counted: dict[str, list[int]] = {}
+    for s in p.searched_steps:
+        dims = {d.name: d for d in s.space.dimensions}
+        sizes = dimension_values(dims[P_MBS]) if P_MBS in dims else []
+        mbs = max([int(s.space.original_params.get(P_MBS) or 0), *sizes])
+        top = max(top, mbs)
+        if P_COUNT in dims:
+            choices = sorted(int(c) for c in dimension_values(dims[P_COUNT]))
+            point[f"{s.model}{SEP}{P_COUNT}"] = choices[0]
+            if len(choices) >= 2:
+                counted[s.model] = choices[:2]
+        if mbs > 1 and (P_DB not in dims or True in dims[P_DB].choices):
+            for knob, value in ((P_MBS, mbs), (P_DB, True), (P_DELAY, CALIBRATION_DELAY_US), (P_PREF, "none")):
+                if knob in dims:
+                    point[f"{s.model}{SEP}{knob}"] = value
+    names = [s.model for s in p.steps]
+    levels = 0
+    contention: dict[str, tuple[list[int], list[float], tuple[CalibrationPoint, ...]]] = {}
+    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
+        try:
+            t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
+            before = {m: t.server.model_stats(m) for m in names}
+            light = _level(t, _spec(t, 1))
+            for n in pow2_sizes(top) if top > 1 else []:
+                _level(t, _spec(t, n))
+            after = {m: t.server.model_stats(m) for m in names}
+            levels = 1 + (len(pow2_sizes(top)) if top > 1 else 0)
+            for m, counts in counted.items():
+                rates: list[float] = []
+                loaded: tuple[CalibrationPoint, ...] = ()
+                for c in counts:
+                    solo = {**point, f"{m}{SEP}{P_COUNT}": c}
+                    if f"{m}{SEP}{P_DB}" in solo:
+                        solo[f"{m}{SEP}{P_DB}"] = False
+                    t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
+                    first = t.server.model_stats(m)
+                    spec = dataclasses.replace(_spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c), model=m)
+                    rates.append(_level(t, spec).throughput_infer_per_s)
+                    levels += 1
+                    if c == 1:
+                        loaded = predict.batch_points(first, t.server.model_stats(m), m)
+                contention[m] = (counts, rates, loaded)
+        finally:
+            try:
+                subject.restore(t.server)  # what the subject knows it serves: the originals again
+            except PerfkitError:
+                pass  # the guard puts the files back and reports what it could not
+    inside = sum(q + c for _, q, c, _ in step_rows(light, names))
+    overhead = max(0.0, light.service.mean_us - inside) if inside > 0 else 0.0
+    steps = []
+    for m in names:
+        counts, rates, loaded = contention.get(m, ([], [], ()))
+        steps.append(
+            predict.calibration(
+                m,
+                predict.merge_points(predict.batch_points(before[m], after[m], m), loaded),
+                instance_counts=tuple(counts) if rates else (),
+                saturated_rps=tuple(rates),
+            )
+        )
+    cal = Calibration(
+        model=p.model,
+        points=(),
+        fixed_us=0.0,
+        per_item_us=0.0,
+        fit_rms_rel=max(s.fit_rms_rel for s in steps),
+        fit_max_rel=max(s.fit_max_rel for s in steps),
+        overhead_us=overhead,
+        duration_s=time.monotonic() - started,
+        steps=tuple(steps),
+    )
+    t.emit(PipelineCalibrated(cal, levels))
+    return cal

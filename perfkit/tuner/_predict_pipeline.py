@@ -1,0 +1,313 @@
+"""The predicted search on a pipeline (`perfkit tune --search predict` on an ensemble): every step
+calibrated in one run through the ensemble, each step's configs scored alone, the best few per
+step (the slowest step given the most) combined and predicted end to end with the pipeline
+simulator (perfkit.predict, steps fed by the departures of the steps they read from), the best
+predicted sets measured first; each checked trial names the bottleneck step with its predicted
+and measured time in step. A BLS model's calls are code the simulator cannot see: its pipelines
+go to the measured search, which the tuner says. The calibration: tuner/_pipeline_calibrate.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+
+from perfkit import predict
+from perfkit.errors import MeasurementError
+from perfkit.tuner import _pipeline, _trial_state
+from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._pipeline_calibrate import calibrate_pipeline
+from perfkit.tuner._predict import (
+    PREDICTED_ATTR,
+    SIMULATED,
+    TOP_MEASURED,
+    Predicted,
+    PredictedSearch,
+    _label,
+    _Note,
+    batcher_from,
+    dimension_values,
+)
+from perfkit.tuner._space import P_DB
+from perfkit.tuner._subject_pipeline import PipelineSubject
+from perfkit.tuner._trial import TrialRunner
+
+SEP = _pipeline.SEP
+PER_STEP_BEST = 3  # configs of the slowest step combined with the others'
+PER_STEP_OTHERS = 2  # configs of every other step
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """One step of a measured trial: the simulator's figures at the rate measured, and what
+    Triton's per-model statistics reported for the step during the trial (None: not reported)."""
+
+    predicted: predict.StepFigures
+    queue_us: float | None
+    compute_us: float | None
+    batch: float | None
+
+    def cells(self) -> str:
+        f = self.predicted
+        out = f"{f.name} compute {_ms(f.mean_exec_us)} / {_ms(self.compute_us)}"
+        if self.compute_us is not None:
+            out += f" ({_off(f.mean_exec_us, self.compute_us)})"
+        batch = "-" if self.batch is None else f"{self.batch:.1f}"
+        return out + f", batch {f.mean_batch:.1f} / {batch}, queue {_ms(f.mean_wait_us)} / {_ms(self.queue_us)}"
+
+
+@dataclass(frozen=True)
+class StepsChecked(TuneEvent):
+    """A measured trial's steps next to the pipeline simulator's at the rate measured, the
+    bottleneck named: the step with the least predicted capacity (the one the rate leans on), and
+    whether Triton's breakdown (most queue + compute time) points at the same step."""
+
+    number: int
+    rate_rps: float
+    steps: tuple[StepCheck, ...]
+
+    @property
+    def bottleneck(self) -> StepCheck:
+        return min(self.steps, key=lambda c: c.predicted.capacity_rps)
+
+    def measured_bottleneck(self) -> str | None:
+        seen = [c for c in self.steps if c.queue_us is not None and c.compute_us is not None]
+        if not seen:
+            return None
+        return max(seen, key=lambda c: (c.queue_us or 0.0) + (c.compute_us or 0.0)).predicted.name
+
+    def bottleneck_line(self) -> str:
+        c = self.bottleneck
+        f = c.predicted
+        meas = self.measured_bottleneck()
+        agree = (
+            "Triton's breakdown reports no step" if meas is None
+            else "Triton's breakdown puts the most time there too" if meas == f.name
+            else f"Triton's breakdown puts the most time in {meas}"
+        )  # fmt: skip
+        off = f" ({_off(f.mean_exec_us, c.compute_us)})" if c.compute_us is not None else ""
+        return (
+            f"{f.name} (predicted capacity {f.capacity_rps:.0f} req/s): compute {f.mean_exec_us / 1e3:.2f} ms"
+            f" predicted, {_ms(c.compute_us)} measured{off}; queue {f.mean_wait_us / 1e3:.2f} ms predicted,"
+            f" {_ms(c.queue_us)} measured; {agree}"
+        )
+
+    def line(self) -> str:
+        return (
+            f"  trial {self.number} steps at {self.rate_rps:.0f} req/s, predicted / measured: "
+            + "; ".join(c.cells() for c in self.steps)
+            + f"\n  bottleneck: {self.bottleneck_line()}"
+        )
+
+
+def _ms(us: float | None) -> str:
+    return "-" if us is None else f"{us / 1e3:.2f} ms"
+
+
+def _off(want: float, got: float) -> str:
+    return f"{got / want - 1:+.0%}" if want > 0 else "n/a"
+
+
+def _points(s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every point of one step's space the simulator tells apart (its own knob names)."""
+    dims = [d for d in s.space.dimensions if d.name in SIMULATED]
+    points: list[dict[str, Any]] = [dict(base)]
+    for d in dims:
+        points = [{**p, d.name: v} for p in points for v in dimension_values(d)]
+    batching_only = {d.name for d in dims if d.when_dynamic_batching}
+    out, seen = [], set()
+    for p in points:
+        db = bool(p.get(P_DB, s.space.original_params.get(P_DB)))
+        p = {k: v for k, v in p.items() if db or k not in batching_only}
+        key = tuple(sorted(p.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def step_order(p: _pipeline.Pipeline) -> list[tuple[str, tuple[str, ...]]]:
+    """The steps in an order where each follows those it reads from, each with those it reads
+    from (its inputs' producers in the ensemble's input_map/output_map). A nested ensemble or a
+    model on several steps: the steps in series, in the pipeline's order."""
+    names = [s.model for s in p.steps]
+    steps = list(p.original_cfg.ensemble_scheduling.step)
+    if p.nested or len(steps) != len(set(st.model_name for st in steps)):
+        return [(m, (names[i - 1],) if i else ()) for i, m in enumerate(names)]
+    producer = {v: st.model_name for st in steps for v in st.output_map.values()}
+    reads = {st.model_name: tuple(sorted({producer[v] for v in st.input_map.values() if v in producer}))
+             for st in steps}  # fmt: skip
+    out: list[tuple[str, tuple[str, ...]]] = []
+    done: set[str] = set()
+    while len(out) < len(reads):
+        ready = [m for m in names if m not in done and all(r in done for r in reads.get(m, ()))]
+        if not ready:  # a cycle: Triton refuses it before this; keep the listed order
+            return [(m, (names[i - 1],) if i else ()) for i, m in enumerate(names)]
+        out.append((ready[0], reads.get(ready[0], ())))
+        done.add(ready[0])
+    return out
+
+
+@dataclass
+class PipelinePredictedSearch(PredictedSearch):
+    """The predicted search over a pipeline's joint space."""
+
+    order: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    models: dict[str, tuple[predict.ServiceModel, predict.Contention]] = field(default_factory=dict)
+    steps_seen: dict[int, StepsChecked] = field(default_factory=dict)
+
+    @property
+    def pipeline(self) -> _pipeline.Pipeline:
+        assert isinstance(self.t.subject, PipelineSubject)
+        return self.t.subject.pipeline
+
+    def key(self, params: Mapping[str, Any]) -> Any:
+        return tuple(self.configs(params))
+
+    def configs(self, params: Mapping[str, Any]) -> list[predict.BatcherConfig]:
+        """Each step's batcher config at a joint point, in step order (held steps as they are)."""
+        per = _pipeline.split(params)
+        p = self.pipeline
+        return [batcher_from(p.step(m).space.original_params, per.get(m, {})) for m, _ in self.order]
+
+    def steps(self, configs: Sequence[predict.BatcherConfig]) -> list[predict.PipelineStep]:
+        index = {m: i for i, (m, _) in enumerate(self.order)}
+        return [
+            predict.PipelineStep(m, cfg, *self.models[m], after=tuple(index[r] for r in reads))
+            for (m, reads), cfg in zip(self.order, configs, strict=True)
+        ]
+
+    def seed(self, study: optuna.Study) -> None:
+        try:
+            self.calibration = calibrate_pipeline(self.t)
+        except MeasurementError as err:
+            self.fell_back = True
+            self.t.emit(_Note(f"calibration failed ({err.message}): going on with the measured search"))
+            return
+        cal = self.calibration
+        self.order = step_order(self.pipeline)
+        self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
+        started = time.perf_counter()
+        budget_us = self.t.s.latency_budget_ms * 1e3
+        base = _pipeline.split(self.t.original_fixed_params())
+        # Each step alone, within the budget less what the other steps take at least.
+        picks: dict[str, list[dict[str, Any]]] = {}
+        best_alone: dict[str, float] = {}
+        scored = 0
+        for s in self.pipeline.steps:
+            if not s.searched:
+                picks[s.model] = [{}]
+                continue
+            svc, cont = self.models[s.model]
+            rest = sum(self.models[m][0].service_us(1) for m, _ in self.order if m != s.model) + cal.overhead_us
+            points = _points(s, base.get(s.model, {}))
+            cfgs = [batcher_from(s.space.original_params, q) for q in points]
+            results = predict.score_space(
+                cfgs, svc, max(budget_us - rest, 0.1 * budget_us), percentile=self.t.s.percentile,
+                contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST,
+            )  # fmt: skip
+            scored += len(cfgs)
+            by_cfg = {r.config: r for r in results}
+            pairs = sorted(zip(points, [by_cfg[c] for c in cfgs], strict=True), key=_by_rate)
+            picks[s.model] = _distinct(pairs)
+            best_alone[s.model] = max((r.rate_rps for r in results if not r.bounded), default=0.0)
+        # The slowest step alone gets the most configs in the joint product, the others fewer.
+        slowest = min(best_alone, key=lambda m: best_alone[m]) if best_alone else None
+        picks = {m: q if m == slowest else q[:PER_STEP_OTHERS] for m, q in picks.items()}
+        joint = [
+            _pipeline.join({m: {**base.get(m, {}), **q} for m, q in zip(picks, combo, strict=True) if q})
+            for combo in itertools.product(*picks.values())
+        ]
+        original = dict(self.t.original_fixed_params())
+        cands = [self.steps(self.configs(q)) for q in joint]
+        scored_sets = predict.score_pipelines(
+            [*cands, self.steps(self.configs(original))], budget_us, percentile=self.t.s.percentile,
+            overhead_us=cal.overhead_us, keep=TOP_MEASURED,
+        )  # fmt: skip
+        by_key = {r.configs: r for r in scored_sets}
+        self.predicted = {k: r.rate_rps for k, r in by_key.items() if not r.bounded and r.rate_rps > 0}
+        top: list[dict[str, Any]] = []
+        for q in sorted(joint, key=lambda q: -by_key[self.key(q)].rate_rps):
+            r = by_key[self.key(q)]
+            if len(top) >= TOP_MEASURED or r.rate_rps <= 0:
+                break
+            if r.bounded or any(self.key(o) == self.key(q) for o in top):
+                continue
+            top.append(q)
+            study.enqueue_trial(q, user_attrs={PREDICTED_ATTR: r.rate_rps}, skip_if_exists=True)
+        seconds = time.perf_counter() - started
+        best = tuple((f"{_label_joint(q)} (slowest step {by_key[self.key(q)].bottleneck})",
+                      by_key[self.key(q)].rate_rps) for q in top)  # fmt: skip
+        self.t.emit(Predicted(scored + len(cands), sum(1 for r in scored_sets if not r.bounded), seconds, best))
+
+    def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
+        if measured_rps is None or not self.models:
+            return
+        params = {**self.t.original_fixed_params(), **st.params}
+        overhead_us = self.calibration.overhead_us if self.calibration else 0.0
+        pred = predict.simulate_pipeline(self.steps(self.configs(params)), measured_rps, overhead_us=overhead_us)
+        checks = []
+        for f in pred.steps:
+            q, c, b = (st.metrics.get(f"{f.name}.{k}") for k in ("queue_us", "compute_us", "batch"))
+            checks.append(StepCheck(f, q, c, b))
+        ev = StepsChecked(number, measured_rps, tuple(checks))
+        self.steps_seen[number] = ev
+        self.t.emit(ev)
+
+
+_SIM_STEP_REQUESTS = 4_000
+
+
+def _by_rate(pair: tuple[dict[str, Any], predict.RateResult]) -> float:
+    return -pair[1].rate_rps
+
+
+def _distinct(ranked: Sequence[tuple[dict[str, Any], predict.RateResult]]) -> list[dict[str, Any]]:
+    """The best PER_STEP_BEST points that differ in batch size or instances (or by more than 1%)."""
+    out: list[tuple[dict[str, Any], predict.RateResult]] = []
+    for q, r in ranked:
+        if len(out) >= PER_STEP_BEST or r.bounded or r.rate_rps <= 0:
+            break
+        c = r.config
+        if not any(
+            o.config.max_batch_size == c.max_batch_size
+            and o.config.instances == c.instances
+            and abs(o.rate_rps - r.rate_rps) <= 0.01 * r.rate_rps
+            for _, o in out
+        ):
+            out.append((q, r))
+    if not out:  # nothing sustains the budget alone: the best bound still competes
+        return [dict(ranked[0][0])] if ranked else [{}]
+    return [q for q, _ in out]
+
+
+def _label_joint(params: Mapping[str, Any]) -> str:
+    per = _pipeline.split(params)
+    return " | ".join(f"{m}: {_label(q)}" for m, q in per.items())
+
+
+def bls_fallback(t: TrialRunner) -> None:
+    """Say why a BLS pipeline goes to the measured search."""
+    subject = t.subject
+    assert isinstance(subject, PipelineSubject)
+    calls = ", ".join(subject.step_names[1:])
+    t.emit(
+        _Note(
+            f"--search predict: {subject.model!r} is a BLS model; the calls its code makes to {calls} (their order,"
+            " fan-out and the instance held while it waits) cannot be simulated from a calibration: going on with"
+            " the measured search"
+        )
+    )
+
+
+def bottleneck_summary(ps: PipelinePredictedSearch, best: int | None) -> TuneEvent | None:
+    """The best trial's bottleneck step with its predicted and measured figures, if it was checked."""
+    ev = ps.steps_seen.get(best) if best is not None else None
+    if ev is None:
+        return None
+    return _Note(f"bottleneck of the best (trial {best}, at {ev.rate_rps:.0f} req/s): {ev.bottleneck_line()}")

@@ -1,0 +1,111 @@
+"""perfkit tune --search predict on pipelines against a real Triton: on the `stages` ensemble every
+step is calibrated in one run through it, the joint space is predicted end to end, the best
+predicted set is measured and confirmed, each checked trial names the bottleneck step with its
+predicted and measured time in step, and the measured best is within the test's stated tolerance
+of its prediction; a BLS pipeline (whose calls the simulator cannot see) says so and is searched
+by measurement."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfkit.records import TuneRecord
+from tests.conftest import CHEAP_CONFIRM, copy_models
+
+pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
+
+STEPS = ("stage_decode", "stage_infer", "stage_post")
+# The stated tolerance of this test on a 2-core machine shared with other jobs: the measured rate of
+# one config moves by up to 2x from run to run there (the tail of 400 ms windows; the server's own
+# CPU caps the ensemble near 700 req/s, which the simulator does not model), so the test holds the
+# measured best to within 60% of its prediction; the tuner's own tolerance (25%) decides the search.
+MEASURED_SPREAD = 0.6
+# A cheap space: batching on or off per step at max_batch_size 8 (the ensemble's; a step may not go
+# below it), the queue delay fixed, one instance.
+SPACE = ["--max-batch-sizes", "8", "--instance-counts", "1", "--queue-delays-us", "2000",
+         "--preferred-batch-sizes", "none", "--latency-budget", "200ms", "--measurement-interval", "400",
+         *CHEAP_CONFIRM]  # fmt: skip
+
+
+def _tune(repo: Path, out: Path, model: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "perfkit", "tune", "-m", model, "--model-repository", str(repo), "-o", str(out),
+           "--search", "predict", *extra]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=900)
+
+
+def test_predicted_ensemble_tune_calibrates_each_step_and_names_the_bottleneck(tmp_path: Path):
+    repo = copy_models(tmp_path, ["stages", *STEPS])
+    before = {m: (repo / m / "config.pbtxt").read_bytes() for m in STEPS}
+    out = tmp_path / "out"
+    proc = _tune(repo, out, "stages", "--trials", "4", *SPACE)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    assert {m: (repo / m / "config.pbtxt").read_bytes() for m in STEPS} == before  # calibration put back
+    assert "calibrated 3 steps in" in proc.stdout, text
+    rec = TuneRecord.load(out / "tune.json")
+    cal = rec.calibration
+    assert cal is not None and cal.model == "stages" and [s.model for s in cal.steps] == list(STEPS)
+    # Each step batched on purpose up to 8 (the fixtures: fixed_ms + per_item_ms * N under a lock).
+    decode = cal.steps[0]
+    assert {p.batch_size for p in decode.points} >= {1, 8}, decode
+    assert 5_000 <= decode.fixed_us <= 12_000 and decode.per_item_us < 2_000, decode
+    assert cal.steps[2].fixed_us < decode.fixed_us, cal.steps  # the cheap postprocess
+    assert re.search(r"predicted \d+ configs in", proc.stdout), text
+    predicted = [t for t in rec.trials if "predicted_rps" in t.metrics and t.feasible]
+    assert predicted, text
+    # The best predicted set batches both hungry steps (batching one alone leaves the other the
+    # bottleneck), and its measured rate is within the test's tolerance of its prediction.
+    best_predicted = max(predicted, key=lambda t: t.metrics["predicted_rps"])
+    assert best_predicted.throughput_infer_per_s is not None
+    ratio = best_predicted.throughput_infer_per_s / best_predicted.metrics["predicted_rps"]
+    assert abs(ratio - 1) <= MEASURED_SPREAD, (ratio, text)
+    assert best_predicted.params.get("stage_decode.dynamic_batching") is True, best_predicted.params
+    assert best_predicted.params.get("stage_infer.dynamic_batching") is True, best_predicted.params
+    # Every checked trial's steps, predicted vs measured at the rate measured, and the bottleneck
+    # named with both figures. For the best predicted set it is the decoder or the inferrer (the
+    # cheap postprocess batches too), its execution time within the test's tolerance of the
+    # calibrated one. (An unbatched postprocess may be named on another trial: a calibration on a
+    # busy machine can read its 1 ms as 3.)
+    checks = {
+        int(n): (m, float(want), float(got))
+        for n, m, want, got in re.findall(
+            r"^  trial (\d+) steps at .*\n  bottleneck: (stage_\w+) \(predicted capacity \d+ req/s\): compute"
+            r" ([\d.]+) ms predicted, ([\d.]+) ms measured",
+            proc.stdout,
+            flags=re.M,
+        )
+    }
+    assert best_predicted.number in checks, text
+    step, want, got = checks[best_predicted.number]
+    assert step in ("stage_decode", "stage_infer") and abs(got / want - 1) <= MEASURED_SPREAD, (step, want, got)
+    # Either the predictions held and the search stopped, or it said so and went on measuring.
+    assert "their predictions held" in proc.stdout or "going on with the measured search" in proc.stdout, text
+    assert rec.best_trial is None or "bottleneck of the best (trial" in proc.stdout or "OFF BY" in proc.stdout, text
+    with open(out / "trials.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert "predicted_rps" in rows[0] and all(rows[0][f"{m}.compute_us"] for m in STEPS)
+
+
+def test_a_bls_pipeline_says_it_cannot_be_predicted_and_is_searched_by_measurement(tmp_path: Path):
+    repo = copy_models(tmp_path, ["bls_stages", "stage_decode", "stage_infer"])
+    out = tmp_path / "out"
+    proc = _tune(repo, out, "bls_stages", "--composing-models", "stage_decode,stage_infer", "--trials", "2",
+                 "--no-dynamic-batching", "--confirm", "0", "--max-batch-sizes", "8", "--instance-counts", "1,2",
+                 "--latency-budget", "500ms", "--measurement-interval", "300")  # fmt: skip
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    assert "is a BLS model" in proc.stdout and "going on with the measured search" in proc.stdout, text
+    assert "calibrated" not in proc.stdout and "predicted" not in proc.stdout.split("going on with")[1], text
+    rec = TuneRecord.load(out / "tune.json")
+    assert rec.calibration is None and len(rec.trials) >= 2
+    # A closed-loop load is refused up front, as for one model.
+    refused = _tune(repo, tmp_path / "out2", "bls_stages", "--composing-models", "stage_decode,stage_infer",
+                    "--load", "concurrency", "--latency-budget", "500ms", "--trials", "1")  # fmt: skip
+    assert refused.returncode != 0 and "open-loop arrival rates only" in refused.stdout + refused.stderr

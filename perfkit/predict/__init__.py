@@ -2,7 +2,8 @@
 
 A discrete-event simulator of Triton's dynamic batcher and instance scheduling (_sim), each
 config's sustainable rate within a latency budget (_rate), and the calibration that fits the
-service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy only.
+service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy only,
+and the simulator's event loop compiled (_simloop.c) where it was built, with its Python twin.
 """
 
 from perfkit.predict._calibrate import (
@@ -15,8 +16,8 @@ from perfkit.predict._calibrate import (
     service_model,
 )
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
-from perfkit.predict._rate import RateResult, capacity_rps, score_space, sustainable_rate
-from perfkit.predict._sim import simulate, unit_arrivals
+from perfkit.predict._rate import RateResult, behaviour, capacity_rps, score_space, sustainable_rate
+from perfkit.predict._sim import compiled_loop, simulate, simulate_within, unit_arrivals
 
 __all__ = [
     "batch_points",
@@ -32,9 +33,12 @@ __all__ = [
     "Prediction",
     "RateResult",
     "ServiceModel",
+    "behaviour",
     "capacity_rps",
+    "compiled_loop",
     "score_space",
     "simulate",
+    "simulate_within",
     "sustainable_rate",
     "unit_arrivals",
 ]

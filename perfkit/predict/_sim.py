@@ -36,6 +36,7 @@ and a fixed per-request overhead outside the instance.
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
 
@@ -44,10 +45,19 @@ import numpy as np
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 
+try:
+    from perfkit.predict import _simloop  # type: ignore[attr-defined]  # a C extension: mypy sees no stub for it
+except ImportError as err:  # not built (no C compiler at install): the Python loop runs, ~30x slower
+    _simloop = None
+    SIMLOOP_IMPORT_ERROR = str(err)
+else:
+    SIMLOOP_IMPORT_ERROR = ""
+
 # The p99 of 10k simulated requests moves the M/D/1 sustainable rate by about 5% from seed to
 # seed (4k: 9%, 50k: 2.5%); batched configs, whose executions hold many requests, by less.
 DEFAULT_REQUESTS = 10_000
 WARMUP_FRACTION = 0.1
+LOOPS = ("compiled", "python", "reference")
 
 
 def unit_arrivals(kind: str, requests: int, seed: int = 0) -> np.ndarray:
@@ -63,7 +73,15 @@ def unit_arrivals(kind: str, requests: int, seed: int = 0) -> np.ndarray:
 
 def _service_table(service: ServiceModel, largest: int) -> list[float]:
     """Execution time (s) by batch size 0..largest."""
-    return [0.0] + [service.service_us(n) / 1e6 for n in range(1, largest + 1)]
+    return list(_service_array(service, largest).tolist())
+
+
+@functools.lru_cache(maxsize=256)
+def _service_array(service: ServiceModel, largest: int) -> np.ndarray:
+    """_service_table as a read-only array, kept: a space's configs share a few service models."""
+    table = np.array([0.0] + [service.service_us(n) / 1e6 for n in range(1, largest + 1)], dtype=np.float64)
+    table.flags.writeable = False
+    return table
 
 
 def _batch_plan(cfg: BatcherConfig) -> tuple[int, int, int, list[int], float]:
@@ -108,7 +126,101 @@ def _run_open(
 ) -> tuple[list[int], list[float]] | None:
     """Dispatch every request of a known arrival list; returns each batch's size and end (s).
     give_up = (latency bound s, first counted request, how many may exceed it): None as soon as
-    more requests than that exceed the bound (the percentile is then past it, whatever follows)."""
+    more requests than that exceed the bound (the percentile is then past it, whatever follows).
+
+    The rules of _dispatch, inlined (this loop is where scoring a space spends its time): the
+    reference loop it must agree with, batch for batch, is _run_open_reference."""
+    big, pmin, _pmax, pref, delay = _batch_plan(cfg)
+    table = _service_table(service, big)
+    f, g = contention.shared_fraction, 1 - contention.shared_fraction
+    free = [arr[0]] * cfg.instances
+    dev = 0.0
+    sizes: list[int] = []
+    ends: list[float] = []
+    h, n = 0, len(arr)
+    bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
+    over = 0
+    replace = heapq.heapreplace
+    right, left = bisect.bisect_right, bisect.bisect_left
+    single = len(pref) == 1
+    add_size, add_end = sizes.append, ends.append
+    while h < n:
+        tf = free[0]
+        a_h = arr[h]
+        td = tf if tf > a_h else a_h
+        if big == 1:  # each request its own execution (rule 1): no batch to form
+            m = 1
+        else:
+            # Requests queued at td, counted up to max_batch_size only: the batch never holds more.
+            top = h + big if h + big < n else n
+            queued = right(arr, td, h, top) - h
+            deadline = a_h + delay
+            exceeded = delay > 0 and td >= deadline
+            if delay > 0 and not exceeded and queued < pmin:
+                k = h + pmin - 1
+                if k < n and arr[k] < deadline:
+                    td = arr[k]
+                else:
+                    td, exceeded = deadline, True
+                queued = right(arr, td, h, top) - h
+            m = queued  # the delay ran out, no delay, or nothing preferred reached: what is pending
+            if not exceeded and queued >= pmin:
+                m = pmin if single else pref[right(pref, queued) - 1]
+        s = table[m]
+        if f > 0:
+            start = td + g * s
+            if dev > start:  # noqa: PLR1730 - the builtin max() costs a call per execution in the hot loop
+                start = dev
+            end = dev = start + f * s
+        else:
+            end = td + s
+        replace(free, end)
+        add_size(m)
+        add_end(end)
+        if end - a_h > bound and h >= counted_from:
+            over += left(arr, end - bound, h, h + m) - h
+            if over > allowed:
+                return None
+        h += m
+    return sizes, ends
+
+
+def compiled_loop() -> bool:
+    """Whether the open-loop event loop runs compiled (perfkit/predict/_simloop.c) here."""
+    return _simloop is not None
+
+
+def _run_open_compiled(
+    due: np.ndarray,
+    cfg: BatcherConfig,
+    service: ServiceModel,
+    contention: Contention,
+    give_up: tuple[float, int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """_run_open in _simloop.c: the same batches and ends, as arrays (sizes, ends)."""
+    assert _simloop is not None
+    big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
+    arr = np.ascontiguousarray(due, dtype=np.float64)
+    sizes = np.empty(len(arr), dtype=np.int64)
+    ends = np.empty(len(arr), dtype=np.float64)
+    bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
+    batches = _simloop.run_open(
+        arr, np.asarray(pref, dtype=np.int64), _service_array(service, big),
+        sizes, ends, cfg.instances, big, delay, contention.shared_fraction, bound, counted_from, allowed,
+    )  # fmt: skip
+    if batches < 0:
+        return None
+    return sizes[:batches], ends[:batches]
+
+
+def _run_open_reference(
+    arr: list[float],
+    cfg: BatcherConfig,
+    service: ServiceModel,
+    contention: Contention,
+    give_up: tuple[float, int, int] | None = None,
+) -> tuple[list[int], list[float]] | None:
+    """_run_open as the rules read, one _dispatch call a batch: the loop the fast one is held to."""
     plan = _batch_plan(cfg)
     table = _service_table(service, plan[0])
     f, g = contention.shared_fraction, 1 - contention.shared_fraction
@@ -119,25 +231,17 @@ def _run_open(
     h, n = 0, len(arr)
     bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
     over = 0
-    replace = heapq.heapreplace
     while h < n:
         tf = free[0]
-        if plan[0] == 1:  # each request its own execution (rule 1): no batch to form
-            td = tf if tf > arr[h] else arr[h]
-            m = 1
-        else:
-            td, m = _dispatch(arr, h, tf, plan)
-            if h + m > n:
-                m = n - h
+        td, m = _dispatch(arr, h, tf, plan)
+        m = min(m, n - h)
         s = table[m]
         if f > 0:
-            start = td + g * s
-            if dev > start:  # noqa: PLR1730 - the builtin max() costs a call per execution in the hot loop
-                start = dev
+            start = max(td + g * s, dev)
             end = dev = start + f * s
         else:
             end = td + s
-        replace(free, end)
+        heapq.heapreplace(free, end)
         sizes.append(m)
         ends.append(end)
         if end - arr[h] > bound and h >= counted_from:
@@ -194,12 +298,14 @@ def simulate(
     requests: int = DEFAULT_REQUESTS,
     seed: int = 0,
     unit: np.ndarray | None = None,
+    loop: str = "compiled",
 ) -> Prediction:
     """Run `requests` requests of `load` through the batcher and instances of `cfg`; latency is
     counted from each request's due time to its answer (plus the service's overhead), over the
-    requests after the first WARMUP_FRACTION. `unit` reuses rate-1 arrivals (see unit_arrivals).
-    Raises UsageError for a load or config the simulator cannot run."""
-    p = simulate_within(cfg, service, load, contention, requests=requests, seed=seed, unit=unit)
+    requests after the first WARMUP_FRACTION. `unit` reuses rate-1 arrivals (see unit_arrivals);
+    `loop` picks the event loop (see simulate_within). Raises UsageError for a load or config the
+    simulator cannot run."""
+    p = simulate_within(cfg, service, load, contention, requests=requests, seed=seed, unit=unit, loop=loop)
     assert p is not None  # no budget given: never cut short
     return p
 
@@ -215,13 +321,21 @@ def simulate_within(
     unit: np.ndarray | None = None,
     budget_us: float | None = None,
     percentile: float = 99.0,
+    loop: str = "compiled",
 ) -> Prediction | None:
     """simulate(), cut short (None) once more requests than the percentile allows exceed
-    budget_us: its percentile would be past the budget. Open-loop loads only are cut short."""
+    budget_us: its percentile would be past the budget. Open-loop loads only are cut short.
+    loop: which open-loop event loop runs, all giving the same batches: "compiled" (the C one
+    where it is built, else "python"), "python", or "reference" (the rules one call a batch).
+    Raises UsageError for an unknown loop."""
+    if loop not in LOOPS:
+        raise UsageError(f"simulator loop {loop!r} unknown", hint=f"use one of {', '.join(LOOPS)}")
     contention = contention or Contention()
     if cfg.batching and any(n < 1 for n in (cfg.max_batch_size,)):
         raise UsageError(f"max_batch_size={cfg.max_batch_size}: must be >= 1", hint="give 1 or more")
     overhead_s = service.overhead_us / 1e6
+    sizes: list[int] | np.ndarray
+    ends: list[float] | np.ndarray
     if load.kind == "concurrency":
         arr, sizes, ends = _run_closed(load.concurrency, requests, cfg, service, contention)
         due = np.asarray(arr)
@@ -237,11 +351,20 @@ def simulate_within(
             skip = int(len(due) * WARMUP_FRACTION)
             allowed = int((len(due) - skip) * (1 - percentile / 100.0))
             give_up = (budget_us / 1e6 - overhead_s, skip, allowed)
-        run = _run_open(due.tolist(), cfg, service, contention, give_up)
-        if run is None:
-            return None
-        sizes, ends = run
-    done = np.repeat(np.asarray(ends), sizes)
+        if _simloop is not None and loop == "compiled":
+            fast = _run_open_compiled(due, cfg, service, contention, give_up)
+            if fast is None:
+                return None
+            sizes, ends = fast
+        else:
+            run = (_run_open_reference if loop == "reference" else _run_open)(
+                due.tolist(), cfg, service, contention, give_up
+            )
+            if run is None:
+                return None
+            sizes, ends = run
+    batch = np.asarray(sizes, dtype=np.int64)
+    done = np.repeat(np.asarray(ends), batch)
     latency = done - due + overhead_s
     skip = int(len(latency) * WARMUP_FRACTION)
     kept = latency[skip:]
@@ -251,8 +374,7 @@ def simulate_within(
     first, last = float(done[skip:].min()), float(done[skip:].max())
     span = last - first if last > first else 1e-9
     offered = (count - 1) / (due[-1] - due[skip]) if due[-1] > due[skip] else math.inf
-    table = _service_table(service, max(sizes))
-    exec_s = np.repeat(np.asarray(table)[sizes], sizes)[skip:]
+    exec_s = np.repeat(_service_array(service, int(batch.max()))[batch], batch)[skip:]
     return Prediction(
         p50_us=float(p50) * 1e6,
         p90_us=float(p90) * 1e6,
@@ -262,6 +384,6 @@ def simulate_within(
         mean_wait_us=float((kept - exec_s - overhead_s).mean()) * 1e6,
         completed_rps=int(np.count_nonzero(done[skip:] > first)) / span if last > first else 0.0,
         offered_rps=offered,
-        mean_batch=float(np.mean(sizes)),
+        mean_batch=float(batch.mean()),
         requests=count,
     )

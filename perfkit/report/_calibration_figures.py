@@ -73,7 +73,9 @@ def service_figure(cal: Calibration) -> LineFigure:
     """Execution time (ms) vs batch size: the measured points and the fitted line."""
     points = tuple((float(p.batch_size), p.service_us / 1e3) for p in sorted(cal.points, key=lambda p: p.batch_size))
     top = max([p.batch_size for p in cal.points] + [1])
-    xs = sorted({1.0, float(top)} | {float(p.batch_size) for p in cal.points})
+    # The line sampled densely enough to read as the straight line it is on a log axis too.
+    grid = {float(round(top ** (i / 31), 3)) for i in range(32)} if top > 1 else set()
+    xs = sorted({1.0, float(top)} | {float(p.batch_size) for p in cal.points} | grid)
     line = tuple((x, fitted_service_ms(cal, x)) for x in xs)
     return LineFigure(
         key="calibration-service",

@@ -130,6 +130,7 @@ def command(
         result = {"target_rps": target, "headroom": room, "replicas": None, "measured_error": err.message}
         if not as_json:
             click.echo(f"measured: no plan ({err.message})")
+    pred: PredictedPlan | None = None
     if want_predicted:
         assert isinstance(rec, TuneRecord)
         pred = _predicted_plan(rec, choice, budget_ms, target, room)
@@ -155,7 +156,7 @@ def command(
 
         if the_plan is None:
             raise UsageError("--report draws the measured plan, and there is none", hint="see the 'measured:' line")
-        write_plan_report(the_plan, report_path, result.get("verification"))
+        write_plan_report(the_plan, report_path, result.get("verification"), pred)
         click.echo(f"perfkit: plan report written to {report_path}", err=True)
     if not ok:
         raise MeasurementError("the fleet did not hold the plan", hint="see the verification line above")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,20 @@ def test_cli_shows_the_predicted_plan_beside_the_measured_one(tmp_path: Path, ca
     capsys.readouterr()
     assert main(["plan", str(folder), "--target-rate", "2k/s", "--predict"]) == ExitCode.INPUT
     assert "no calibration" in capsys.readouterr().err
+
+
+def test_the_plan_page_shows_the_predicted_plan_beside_the_measured_one(tmp_path: Path):
+    folder = tmp_path / "tune"
+    folder.mkdir()
+    _tune().save(folder / "tune.json")
+    page = tmp_path / "plan.html"
+    rc = main(["plan", str(folder), "--target-rate", "2k/s", "--instance-counts", "2", "--no-dynamic-batching",
+               "--report", str(page)])  # fmt: skip
+    assert rc == 0
+    text = page.read_text()
+    assert 'data-table="evidence"' in text and 'data-table="predicted"' in text
+    assert "a prediction, not a measurement" in text and "±4.0%" in text
+    found = re.search(r'<script type="application/json" id="perfkit-data">(.*?)</script>', text, re.S)
+    assert found is not None
+    data = json.loads(found.group(1))
+    assert data["predicted"]["config"]["instance_count"] == 2 and data["replicas"] >= 1

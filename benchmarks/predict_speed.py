@@ -14,8 +14,10 @@ like config's rate), every config simulated and with the best 3 kept (the tuner'
 whose capacity bound is below the 3rd best are not simulated); the same space with the Python
 loop and warm starts (what a machine without a C compiler gets); then the large space, now. The
 anchor is one M/D/1 sustainable-rate search (the Python reference loop) timed in the same run,
-with its error against Erlang's exact sustainable rate; and how far the new scores are from the
-old ones (they differ only where holding the budget is not monotone in the rate).
+with its error against Erlang's exact sustainable rate; each figure also gives the CPU seconds
+the process spent (on a shared machine the wall time moves with the others' load); and how far
+the new scores are from the old ones (they differ only where holding the budget is not
+monotone in the rate).
 
     .venv/bin/python benchmarks/predict_speed.py            # both spaces (~1 minute)
     .venv/bin/python benchmarks/predict_speed.py --quick    # max_batch_size up to 16, no large space
@@ -62,15 +64,21 @@ def space(largest: int, delays: tuple[float, ...] = DELAYS_US, instances: int = 
     return list(dict.fromkeys(out))
 
 
+CPU_S: dict[float, float] = {}  # wall seconds of a timed call -> the CPU seconds this process spent in it
+
+
 def _timed(cfgs: list[BatcherConfig], requests: int, **how: object) -> tuple[list[RateResult], float]:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     out = score_space(cfgs, SERVICE, BUDGET_US, contention=SHARED, requests=requests, **how)  # type: ignore[arg-type]  # the benchmark's own keyword sets
-    return out, time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    CPU_S[wall] = time.process_time() - c0
+    return out, wall
 
 
 def _line(what: str, n: int, seconds: float, anchor_s: float, extra: str = "") -> str:
     rate = f"{n / seconds:.0f} configs/s, {seconds / anchor_s:.1f}x the anchor"
-    return f"{what}: {n} configs in {seconds:.2f} s ({rate}){extra}"
+    cpu = f", {CPU_S[seconds]:.2f} s of CPU" if seconds in CPU_S else ""
+    return f"{what}: {n} configs in {seconds:.2f} s ({rate}{cpu}){extra}"
 
 
 def main() -> None:

@@ -1,10 +1,8 @@
-"""The compiled parts of perfkit: the HTTP/1.1 and gRPC sender (perfkit/loadgen/_native*.c) and the
-batcher simulator's event loop (perfkit/predict/_simloop.c).
+"""The compiled part of perfkit: the HTTP/1.1 and gRPC sender (perfkit/loadgen/_native*.c).
 
 Everything else is declared in pyproject.toml. The extension is optional: where it cannot be
 built (no C compiler, not Linux) perfkit installs without it and sends from Python
-(`perfkit.loadgen.native_available()` says which), and the simulator runs its Python loop
-(`perfkit.predict.compiled_loop()` says which).
+(`perfkit.loadgen.native_available()` says which).
 """
 
 import os
@@ -44,13 +42,6 @@ setup(
             define_macros=[("PERFKIT_HPACK_NGHTTP2", "1")] if NGHTTP2 else [],
             libraries=["nghttp2"] if NGHTTP2 else [],
             optional=True,
-        ),
-        Extension(
-            "perfkit.predict._simloop",
-            ["perfkit/predict/_simloop.c"],
-            # no fused multiply-add: the compiled loop rounds as the Python one does
-            extra_compile_args=["-O2", "-Wall", "-Wextra", "-fvisibility=hidden", "-ffp-contract=off"],
-            optional=True,
-        ),
+        )
     ]
 )

@@ -9,10 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 stamp=.venv/.perfkit-installed
-# setup.py and the C source: the compiled sender (perfkit/loadgen/_native.c) and the simulator's loop
-# (perfkit/predict/_simloop.c) are built in place by the install
+# setup.py and the C source: the compiled sender (perfkit/loadgen/_native.c) is built in place by the install
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ setup.py -nt "$stamp" ] \
-  || [ -n "$(find perfkit/loadgen perfkit/predict \( -name '_native*.[ch]' -o -name '_simloop.c' \) -newer "$stamp")" ]; then
+  || [ -n "$(find perfkit/loadgen -name '_native*.[ch]' -newer "$stamp")" ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
   .venv/bin/python -m pip install -q -e ".[server,dev,docs]"
   touch "$stamp"

@@ -2,8 +2,8 @@
 
 A discrete-event simulator of Triton's dynamic batcher and instance scheduling (_sim), each
 config's sustainable rate within a latency budget (_rate), and the calibration that fits the
-service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy only,
-and the simulator's event loop compiled (_simloop.c) where it was built, with its Python twin.
+service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy, and
+numba for the simulator's event loop (_simloop), imported on the first simulation only.
 """
 
 from perfkit.predict._calibrate import (
@@ -17,7 +17,7 @@ from perfkit.predict._calibrate import (
 )
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._rate import RateResult, behaviour, capacity_rps, score_space, sustainable_rate
-from perfkit.predict._sim import compiled_loop, simulate, simulate_within, unit_arrivals
+from perfkit.predict._sim import simulate, simulate_within, unit_arrivals
 
 __all__ = [
     "batch_points",
@@ -35,7 +35,6 @@ __all__ = [
     "ServiceModel",
     "behaviour",
     "capacity_rps",
-    "compiled_loop",
     "score_space",
     "simulate",
     "simulate_within",

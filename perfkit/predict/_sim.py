@@ -30,9 +30,9 @@ The rules it follows, each from triton-inference-server/core:
 
 What it adds to Triton's rules: the execution time (ServiceModel), how instances share a device
 (Contention: the shared part of each execution queues for one device, first come first served),
-and a fixed per-request overhead outside the instance. The open-loop event loop exists three
-times, forming the same batches: _run_open_reference (the rules as read), _run_open (inlined, the
-fallback) and _simloop.c (compiled, what scoring a space runs).
+and a fixed per-request overhead outside the instance. The open-loop event loop exists twice,
+forming the same batches: _run_open_reference (the rules as read, one _dispatch call a batch) and
+_simloop.run_open (compiled by numba, what _run_open and so scoring a space run).
 """
 
 from __future__ import annotations
@@ -41,25 +41,18 @@ import bisect
 import functools
 import heapq
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 
-try:
-    from perfkit.predict import _simloop  # type: ignore[attr-defined]  # a C extension: mypy sees no stub for it
-except ImportError as err:  # not built (no C compiler at install): the Python loop runs, ~30x slower
-    _simloop = None
-    SIMLOOP_IMPORT_ERROR = str(err)
-else:
-    SIMLOOP_IMPORT_ERROR = ""
-
 # The p99 of 10k simulated requests moves the M/D/1 sustainable rate by about 5% from seed to
 # seed (4k: 9%, 50k: 2.5%); batched configs, whose executions hold many requests, by less.
 DEFAULT_REQUESTS = 10_000
 WARMUP_FRACTION = 0.1
-LOOPS = ("compiled", "python", "reference")
+LOOPS = ("compiled", "reference")
 
 
 def unit_arrivals(kind: str, requests: int, seed: int = 0) -> np.ndarray:
@@ -119,74 +112,6 @@ def _dispatch(arr: list[float], h: int, tf: float, plan: tuple[int, int, int, li
     return t0, pending
 
 
-def _run_open(
-    arr: list[float],
-    cfg: BatcherConfig,
-    service: ServiceModel,
-    contention: Contention,
-    give_up: tuple[float, int, int] | None = None,
-) -> tuple[list[int], list[float]] | None:
-    """Dispatch every request of a known arrival list; returns each batch's size and end (s).
-    give_up = (latency bound s, first counted request, how many may exceed it): None as soon as
-    more requests than that exceed the bound (the percentile is then past it, whatever follows).
-
-    The rules of _dispatch, inlined (this loop is where scoring a space spends its time): the
-    reference loop it must agree with, batch for batch, is _run_open_reference."""
-    big, pmin, _pmax, pref, delay = _batch_plan(cfg)
-    table = _service_table(service, big)
-    f, g = contention.shared_fraction, 1 - contention.shared_fraction
-    free = [arr[0]] * cfg.instances
-    dev = 0.0
-    sizes: list[int] = []
-    ends: list[float] = []
-    h, n = 0, len(arr)
-    bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
-    over = 0
-    replace = heapq.heapreplace
-    right, left = bisect.bisect_right, bisect.bisect_left
-    single = len(pref) == 1
-    add_size, add_end = sizes.append, ends.append
-    while h < n:
-        tf = free[0]
-        a_h = arr[h]
-        td = tf if tf > a_h else a_h
-        if big == 1:  # each request its own execution (rule 1): no batch to form
-            m = 1
-        else:
-            # Requests queued at td, counted up to max_batch_size only: the batch never holds more.
-            top = h + big if h + big < n else n
-            queued = right(arr, td, h, top) - h
-            deadline = a_h + delay
-            exceeded = delay > 0 and td >= deadline
-            if delay > 0 and not exceeded and queued < pmin:
-                k = h + pmin - 1
-                if k < n and arr[k] < deadline:
-                    td = arr[k]
-                else:
-                    td, exceeded = deadline, True
-                queued = right(arr, td, h, top) - h
-            m = queued  # the delay ran out, no delay, or nothing preferred reached: what is pending
-            if not exceeded and queued >= pmin:
-                m = pmin if single else pref[right(pref, queued) - 1]
-        s = table[m]
-        if f > 0:
-            start = td + g * s
-            if dev > start:  # noqa: PLR1730 - the builtin max() costs a call per execution in the hot loop
-                start = dev
-            end = dev = start + f * s
-        else:
-            end = td + s
-        replace(free, end)
-        add_size(m)
-        add_end(end)
-        if end - a_h > bound and h >= counted_from:
-            over += left(arr, end - bound, h, h + m) - h
-            if over > allowed:
-                return None
-        h += m
-    return sizes, ends
-
-
 _KEPT_PERCENTILES = np.array([50.0, 90.0, 95.0, 99.0]) / 100
 
 
@@ -202,32 +127,46 @@ def _percentiles(x: np.ndarray) -> np.ndarray:
     return np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)
 
 
-def compiled_loop() -> bool:
-    """Whether the open-loop event loop runs compiled (perfkit/predict/_simloop.c) here."""
-    return _simloop is not None
-
-
-def _run_open_compiled(
-    due: np.ndarray,
+def _run_open(
+    due: np.ndarray | list[float],
     cfg: BatcherConfig,
     service: ServiceModel,
     contention: Contention,
     give_up: tuple[float, int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """_run_open in _simloop.c: the same batches and ends, as arrays (sizes, ends)."""
-    assert _simloop is not None
+    """Dispatch every request of a known, sorted arrival list (s); returns each batch's size and
+    end (s), as arrays. give_up = (latency bound s, first counted request, how many may exceed it):
+    None as soon as more requests than that exceed the bound (the percentile is then past it,
+    whatever follows). Runs the compiled loop (_simloop.run_open), which must agree with
+    _run_open_reference batch for batch; the first call in a process imports numba."""
+    run_open = _compiled_loop()
     big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
     arr = np.ascontiguousarray(due, dtype=np.float64)
     sizes = np.empty(len(arr), dtype=np.int64)
     ends = np.empty(len(arr), dtype=np.float64)
     bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
-    batches = _simloop.run_open(
+    batches = run_open(
         arr, np.asarray(pref, dtype=np.int64), _service_array(service, big),
         sizes, ends, cfg.instances, big, delay, contention.shared_fraction, bound, counted_from, allowed,
     )  # fmt: skip
     if batches < 0:
         return None
     return sizes[:batches], ends[:batches]
+
+
+@functools.cache
+def _compiled_loop() -> Callable[..., int]:
+    """_simloop.run_open, imported on first use: importing numba costs ~0.7 s, which no command
+    that never simulates should pay. Raises UsageError where numba is missing (a broken install:
+    perfkit depends on it)."""
+    try:
+        from perfkit.predict import _simloop
+    except ImportError as err:
+        raise UsageError(
+            f"the batcher simulator needs numba, which did not import ({err})",
+            hint="reinstall perfkit (pip install perfkit): numba is one of its dependencies",
+        ) from None
+    return _simloop.run_open
 
 
 def _run_open_reference(
@@ -342,9 +281,9 @@ def simulate_within(
 ) -> Prediction | None:
     """simulate(), cut short (None) once more requests than the percentile allows exceed
     budget_us: its percentile would be past the budget. Open-loop loads only are cut short.
-    loop: which open-loop event loop runs, all giving the same batches: "compiled" (the C one
-    where it is built, else "python"), "python", or "reference" (the rules one call a batch).
-    Raises UsageError for an unknown loop."""
+    loop: which open-loop event loop runs, both giving the same batches: "compiled" (numba's, see
+    _simloop) or "reference" (in Python, the rules one call a batch, ~50x slower). Raises
+    UsageError for an unknown loop."""
     if loop not in LOOPS:
         raise UsageError(f"simulator loop {loop!r} unknown", hint=f"use one of {', '.join(LOOPS)}")
     contention = contention or Contention()
@@ -368,18 +307,14 @@ def simulate_within(
             skip = int(len(due) * WARMUP_FRACTION)
             allowed = int((len(due) - skip) * (1 - percentile / 100.0))
             give_up = (budget_us / 1e6 - overhead_s, skip, allowed)
-        if _simloop is not None and loop == "compiled":
-            fast = _run_open_compiled(due, cfg, service, contention, give_up)
-            if fast is None:
-                return None
-            sizes, ends = fast
-        else:
-            run = (_run_open_reference if loop == "reference" else _run_open)(
-                due.tolist(), cfg, service, contention, give_up
-            )
-            if run is None:
-                return None
-            sizes, ends = run
+        run = (
+            _run_open(due, cfg, service, contention, give_up)
+            if loop == "compiled"
+            else _run_open_reference(due.tolist(), cfg, service, contention, give_up)
+        )
+        if run is None:
+            return None
+        sizes, ends = run
     batch = np.asarray(sizes, dtype=np.int64)
     done = np.repeat(np.asarray(ends), batch)
     latency = done - due + overhead_s

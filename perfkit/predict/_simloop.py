@@ -5,19 +5,26 @@ ends. Scoring a space runs this loop tens of millions of times; in Python it is 
 
 numba, not hand-written C (the project's rule: a well-kept library before code of its own; the
 load generator's hot path is the one place for hand-tuned code). Importing this module imports
-numba (~0.7 s) and loads the loop's machine code from numba's cache (cache=True: __pycache__
-beside this file, or numba's user-wide cache directory where that is not writable, or
-NUMBA_CACHE_DIR); the first process on a machine compiles it (a few seconds) and writes the
-cache. _sim imports this module on the first simulation only, so commands that never simulate
-never pay for numba. Without fastmath numba emits no fused multiply-add, so the doubles are
-Python's. NUMBA_DISABLE_JIT=1 runs the same function as plain Python.
+numba (0.2-0.7 s) and loads the loop's machine code from numba's cache (0.1-0.3 s): NUMBA_CACHE_DIR
+where set, else __pycache__ beside this file, else numba's user-wide cache directory
+(~/.cache/numba); the first process on a machine compiles it (1-3 s) and writes the cache (files
+written whole and renamed into place: processes started together each compile or load, none
+fails). Where no cache directory is writable, each process compiles it for itself. _sim imports
+this module on the first simulation only, so commands that never simulate never pay for numba.
+Without fastmath numba emits no fused multiply-add, so the doubles are Python's.
+NUMBA_DISABLE_JIT=1 runs the same function as plain Python.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+
 import numba
 import numpy as np
 from numba import types
+
+_log = logging.getLogger(__name__)
 
 _F64 = types.Array(types.float64, 1, "C")
 _I64 = types.Array(types.int64, 1, "C")
@@ -54,8 +61,7 @@ def _left_of(a: np.ndarray, x: float, lo: int, hi: int) -> int:
     return lo
 
 
-@numba.njit(_SIGNATURE, cache=True, nogil=True, boundscheck=False)
-def run_open(
+def _run_open(
     arr: np.ndarray,
     pref: np.ndarray,
     table: np.ndarray,
@@ -133,3 +139,19 @@ def run_open(
                 return -1
         h += m
     return batches
+
+
+def _compiled(func: Callable[..., int]) -> Callable[..., int]:
+    """func compiled for _SIGNATURE, from or into numba's cache where a cache directory is
+    writable, else for this process only (numba refuses cache=True with no writable directory)."""
+    try:
+        return numba.njit(_SIGNATURE, cache=True, nogil=True)(func)
+    except RuntimeError as err:
+        if "cannot cache" not in str(err):
+            raise
+        _log.warning("the simulator's loop is compiled for this process only: %s (set NUMBA_CACHE_DIR to a"
+                     " writable directory to compile it once)", err)  # fmt: skip
+        return numba.njit(_SIGNATURE, nogil=True)(func)
+
+
+run_open = _compiled(_run_open)

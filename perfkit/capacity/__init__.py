@@ -1,6 +1,7 @@
 """Capacity planning: how many replicas carry a target arrival rate within a latency budget,
-from the evidence in a tune or profile record, and the check that a fleet does. Analysis over
-records (what `perfkit plan` prints and the plan page of a report shows); it loads no optimizer.
+from the evidence in a tune or profile record, and the check that a fleet does; for configs never
+measured, from a rate the batcher simulator predicts with a predicted tune's calibration. Analysis
+over records (what `perfkit plan` prints and the plan page of a report shows); it loads no optimizer.
 """
 
 from perfkit.capacity._plan import (
@@ -12,16 +13,32 @@ from perfkit.capacity._plan import (
     plan_capacity,
     verification_spec,
 )
+from perfkit.capacity._predicted import (
+    KnobChoice,
+    PredictedEvidence,
+    PredictedPlan,
+    knob_choice,
+    plan_predicted,
+    predict_evidence,
+    predicted_space,
+)
 from perfkit.units import parse_percent, parse_rate_rps
 
 __all__ = [
     "CapacityPlan",
+    "KnobChoice",
+    "PredictedEvidence",
+    "PredictedPlan",
     "ReplicaEvidence",
     "evidence_from_run",
     "evidence_from_tune",
     "judge_verification",
+    "knob_choice",
     "parse_percent",
     "parse_rate_rps",
     "plan_capacity",
+    "plan_predicted",
+    "predict_evidence",
+    "predicted_space",
     "verification_spec",
 ]

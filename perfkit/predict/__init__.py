@@ -2,7 +2,8 @@
 
 A discrete-event simulator of Triton's dynamic batcher and instance scheduling (_sim), each
 config's sustainable rate within a latency budget (_rate), and the calibration that fits the
-service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy only.
+service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy, and
+numba for the simulator's event loop (_simloop), imported on the first simulation only.
 """
 
 from perfkit.predict._calibrate import (
@@ -25,8 +26,8 @@ from perfkit.predict._pipeline import (
     simulate_pipeline,
     step_departures,
 )
-from perfkit.predict._rate import RateResult, capacity_rps, score_space, sustainable_rate
-from perfkit.predict._sim import simulate, unit_arrivals
+from perfkit.predict._rate import RateResult, behaviour, capacity_rps, score_space, sustainable_rate
+from perfkit.predict._sim import simulate, simulate_within, unit_arrivals
 
 __all__ = [
     "batch_points",
@@ -50,9 +51,11 @@ __all__ = [
     "step_departures",
     "RateResult",
     "ServiceModel",
+    "behaviour",
     "capacity_rps",
     "score_space",
     "simulate",
+    "simulate_within",
     "sustainable_rate",
     "unit_arrivals",
 ]

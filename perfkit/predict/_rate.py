@@ -3,6 +3,7 @@ a budget, by bisection on the simulated rate; and a whole space scored with it."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -11,21 +12,21 @@ import numpy as np
 
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
-from perfkit.predict._sim import DEFAULT_REQUESTS, simulate_within, unit_arrivals
+from perfkit.predict._sim import DEFAULT_REQUESTS, _service_array, simulate_within, unit_arrivals
 
 BISECTION_STEPS = 8  # the bracket [1/16, 1] of the capacity bound, geometric: to within 1.1%
+LATTICE = 2**BISECTION_STEPS  # lattice points from the bound down to 1/16 of it (see sustainable_rate)
+BOTTOM = LATTICE + 2 ** (BISECTION_STEPS + 2)  # and on down to LOWEST_RATE_FRACTION of it
 LOWEST_RATE_FRACTION = 1e-4
+GUESS_ABOVE = 1.02  # a like config's rate is tried this much higher first
 
 
 def capacity_rps(cfg: BatcherConfig, service: ServiceModel, contention: Contention) -> float:
     """An upper bound on the completed rate of `cfg`: every execution full (the largest batch the
     batcher sends), every instance busy, the shared device never idle."""
     size = cfg.max_batch_size if cfg.batching else 1
-    best = 0.0
-    for n in range(1, size + 1):
-        s = service.service_us(n) / 1e6
-        best = max(best, n / s * contention.instance_scaling(cfg.instances))
-    return best
+    table = _service_array(service, size)[1:]
+    return float(np.max(np.arange(1, size + 1) / table)) * contention.instance_scaling(cfg.instances)
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,14 @@ def sustainable_rate(
     requests: int = DEFAULT_REQUESTS,
     seed: int = 0,
     unit: np.ndarray | None = None,
+    guess_rps: float | None = None,
+    loop: str = "compiled",
 ) -> RateResult:
     """The highest `arrival` rate ('poisson' or 'constant') at which the simulated `percentile`
-    of latency is within budget_us. Raises UsageError for a budget that is not positive."""
+    of latency is within budget_us. guess_rps, a rate near the answer (a like config's), starts
+    the search there: the same answer where holding is monotone in the rate, in fewer
+    simulations. loop: the simulator's event loop (see simulate_within). Raises UsageError for a
+    budget that is not positive."""
     if budget_us <= 0:
         raise UsageError(f"latency budget {budget_us} us: must be > 0", hint="give a positive budget")
     contention = contention or Contention()
@@ -63,31 +69,74 @@ def sustainable_rate(
     if floor > budget_us:
         return RateResult(cfg, 0.0, floor, 1.0)
     cap = capacity_rps(cfg, service, contention) * 1.02
-    lo_lat, lo_batch = floor, 1.0
 
     def within(rate: float) -> Prediction | None:
         p = simulate_within(cfg, service, Load(arrival, rate_rps=rate), contention, requests=len(base), unit=base,
-                            budget_us=budget_us, percentile=percentile)  # fmt: skip
+                            budget_us=budget_us, percentile=percentile, loop=loop)  # fmt: skip
         ok = p is not None and p.percentile_us(percentile) <= budget_us and p.completed_rps >= 0.95 * p.offered_rps
         return p if ok else None
 
-    # Most configs sustain a good part of their bound: try 1/16 of it first, and bisect (geometric)
-    # the upper bracket to ~1% in 8 steps; below that, the lower bracket down to 1e-4 of it.
-    split = cap / 16
-    first = within(split)
-    if first is not None:
-        lo, hi, steps = split, cap, BISECTION_STEPS
-        lo_lat, lo_batch = first.percentile_us(percentile), first.mean_batch
+    # The rates tried lie on a lattice: k = 1..LATTICE is cap * 16^(-k/LATTICE) (~1.1% apart, down
+    # to 1/16 of the bound), k = LATTICE..BOTTOM goes on down to LOWEST_RATE_FRACTION of it (~0.6%
+    # apart); k = 0 (the bound) is taken not to hold and k = BOTTOM to hold. The answer is the
+    # smallest k that holds. Without a guess: a bisection whose first try is 1/16 of the bound
+    # (most configs sustain more), 9-11 tries. With a guess near the answer (a like config's):
+    # from there by doubling steps until the answer is bracketed, then bisected, 2-5 tries. Both
+    # find the same k wherever holding is monotone in the rate (common random numbers keep it so
+    # but for the simulator's own noise near the answer).
+    tried: dict[int, Prediction | None] = {}
+
+    def holds(k: int) -> bool:
+        if k >= BOTTOM:
+            return True
+        if k not in tried:
+            tried[k] = within(_lattice_rps(cap, k))
+        return tried[k] is not None
+
+    if guess_rps is None or not 0 < guess_rps < cap:
+        lo_k, hi_k = (LATTICE, 0) if holds(LATTICE) else (BOTTOM, LATTICE)
     else:
-        lo, hi, steps = cap * LOWEST_RATE_FRACTION, split, BISECTION_STEPS + 2
-    for _ in range(steps):
-        mid = math.sqrt(lo * hi)
-        p = within(mid)
-        if p is not None:
-            lo, lo_lat, lo_batch = mid, p.percentile_us(percentile), p.mean_batch
+        k0 = _lattice_index(cap, guess_rps)
+        step = 1
+        if holds(k0):
+            lo_k = k0
+            while lo_k - step >= 1 and holds(lo_k - step):
+                lo_k -= step
+                step *= 2
+            hi_k = max(0, lo_k - step)
         else:
-            hi = mid
-    return RateResult(cfg, lo, lo_lat, lo_batch)
+            hi_k = k0
+            while hi_k + step < BOTTOM and not holds(hi_k + step):
+                hi_k += step
+                step *= 2
+            lo_k = min(BOTTOM, hi_k + step)
+    while lo_k - hi_k > 1:
+        mid = (lo_k + hi_k) // 2
+        if holds(mid):
+            lo_k = mid
+        else:
+            hi_k = mid
+    best = tried.get(lo_k)
+    if best is None:  # nothing tried held: the lowest rate, alone on the server
+        return RateResult(cfg, _lattice_rps(cap, BOTTOM), floor, 1.0)
+    return RateResult(cfg, _lattice_rps(cap, lo_k), best.percentile_us(percentile), best.mean_batch)
+
+
+def _lattice_rps(cap: float, k: int) -> float:
+    """The rate at lattice point k (see sustainable_rate)."""
+    if k <= LATTICE:
+        return float(cap * 16.0 ** (-k / LATTICE))
+    return float(cap / 16 * (16 * LOWEST_RATE_FRACTION) ** ((k - LATTICE) / (BOTTOM - LATTICE)))
+
+
+def _lattice_index(cap: float, rate: float) -> int:
+    """The lattice point nearest a rate below the bound, within 1..BOTTOM - 1."""
+    x = math.log(cap / rate)
+    if x <= math.log(16.0):
+        k = round(LATTICE * x / math.log(16.0))
+    else:
+        k = LATTICE + round((BOTTOM - LATTICE) * (x - math.log(16.0)) / -math.log(16 * LOWEST_RATE_FRACTION))
+    return min(BOTTOM - 1, max(1, k))
 
 
 def floor_us(cfg: BatcherConfig, service: ServiceModel) -> float:
@@ -108,11 +157,15 @@ def score_space(
     requests: int = DEFAULT_REQUESTS,
     keep: int | None = None,
     seed: int = 0,
+    warm_start: bool = True,
+    loop: str = "compiled",
 ) -> list[RateResult]:
     """Every config's sustainable rate, best first. `service` is one model for all, or one per
     config. With keep=k only configs whose capacity bound could still reach the k-th best rate
     found so far are simulated (the others come back bounded, with their bound): the ranking of
-    the best k is the same as simulating all. Duplicate configs are simulated once."""
+    the best k is the same as simulating all. Configs the simulator cannot tell apart (see
+    behaviour) are simulated once. warm_start: each search starts at a like config's rate (see
+    sustainable_rate's guess_rps); off, each bisects from the bound. loop: see simulate_within."""
     cfgs = list(configs)
     models = list(service) if isinstance(service, Sequence) else [service] * len(cfgs)
     if len(models) != len(cfgs):
@@ -121,22 +174,47 @@ def score_space(
     base = unit_arrivals(arrival, requests, seed)
     bounds = [capacity_rps(c, m, contention) for c, m in zip(cfgs, models, strict=True)]
     order = sorted(range(len(cfgs)), key=lambda i: -bounds[i])
-    done: dict[tuple[BatcherConfig, ServiceModel], RateResult] = {}
+    done: dict[tuple[tuple[object, ...], ServiceModel], RateResult] = {}
+    # A config's sustainable rate as a fraction of its bound, by what it shares with others (batch
+    # size, instances, preferred sizes): configs that differ only in queue delay land near each
+    # other, so the last like one's fraction, a step high (a try past the answer gives up early),
+    # starts the next one's search there: the same answer, in fewer simulations.
+    near: dict[tuple[object, ...], float] = {}
     rates: list[float] = []
     out: list[RateResult] = []
     for i in order:
-        key = (cfgs[i], models[i])
+        cfg = cfgs[i]
+        key = (behaviour(cfg), models[i])
         if key in done:
-            out.append(done[key])
+            out.append(dataclasses.replace(done[key], config=cfg))
             continue
         if keep is not None and len(rates) >= keep and bounds[i] <= sorted(rates, reverse=True)[keep - 1]:
-            out.append(RateResult(cfgs[i], bounds[i], float("nan"), float("nan"), bounded=True))
+            out.append(RateResult(cfg, bounds[i], float("nan"), float("nan"), bounded=True))
             continue
+        groups = _likeness(cfg)
+        frac = next((near[g] for g in groups if g in near), None) if warm_start else None
         r = sustainable_rate(
-            cfgs[i], models[i], budget_us, percentile=percentile, contention=contention, unit=base, arrival=arrival
-        )
+            cfg, models[i], budget_us, percentile=percentile, contention=contention, unit=base, arrival=arrival,
+            guess_rps=None if frac is None else frac * bounds[i] * 1.02 * GUESS_ABOVE, loop=loop,
+        )  # fmt: skip
+        if r.rate_rps > 0:
+            near.update(dict.fromkeys(groups, r.rate_rps / (bounds[i] * 1.02)))
         done[key] = r
         rates.append(r.rate_rps)
         out.append(r)
     out.sort(key=lambda r: (r.bounded, -r.rate_rps))
     return out
+
+
+def _likeness(cfg: BatcherConfig) -> tuple[tuple[object, ...], ...]:
+    """The keys of the configs whose rate starts this one's search, the likest first."""
+    size = cfg.max_batch_size if cfg.batching else 1
+    return ((size, cfg.instances, cfg.batching and cfg.preferred()), (size, cfg.instances), (size,))
+
+
+def behaviour(cfg: BatcherConfig) -> tuple[object, ...]:
+    """What of a config the simulator can tell apart: configs with the same key are simulated
+    alike (no batching at any max_batch_size; preferred sizes as Triton applies them)."""
+    if not cfg.batching:
+        return (False, cfg.instances)
+    return (True, cfg.max_batch_size, cfg.preferred(), cfg.max_queue_delay_us, cfg.instances)

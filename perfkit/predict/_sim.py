@@ -30,14 +30,18 @@ The rules it follows, each from triton-inference-server/core:
 
 What it adds to Triton's rules: the execution time (ServiceModel), how instances share a device
 (Contention: the shared part of each execution queues for one device, first come first served),
-and a fixed per-request overhead outside the instance.
+and a fixed per-request overhead outside the instance. The open-loop event loop exists twice,
+forming the same batches: _run_open_reference (the rules as read, one _dispatch call a batch) and
+_simloop.run_open (compiled by numba, what _run_open and so scoring a space run).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -48,6 +52,7 @@ from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, 
 # seed (4k: 9%, 50k: 2.5%); batched configs, whose executions hold many requests, by less.
 DEFAULT_REQUESTS = 10_000
 WARMUP_FRACTION = 0.1
+LOOPS = ("compiled", "reference")
 
 
 def unit_arrivals(kind: str, requests: int, seed: int = 0) -> np.ndarray:
@@ -63,7 +68,15 @@ def unit_arrivals(kind: str, requests: int, seed: int = 0) -> np.ndarray:
 
 def _service_table(service: ServiceModel, largest: int) -> list[float]:
     """Execution time (s) by batch size 0..largest."""
-    return [0.0] + [service.service_us(n) / 1e6 for n in range(1, largest + 1)]
+    return list(_service_array(service, largest).tolist())
+
+
+@functools.lru_cache(maxsize=256)
+def _service_array(service: ServiceModel, largest: int) -> np.ndarray:
+    """_service_table as a read-only array, kept: a space's configs share a few service models."""
+    table = np.array([0.0] + [service.service_us(n) / 1e6 for n in range(1, largest + 1)], dtype=np.float64)
+    table.flags.writeable = False
+    return table
 
 
 def _batch_plan(cfg: BatcherConfig) -> tuple[int, int, int, list[int], float]:
@@ -99,16 +112,71 @@ def _dispatch(arr: list[float], h: int, tf: float, plan: tuple[int, int, int, li
     return t0, pending
 
 
+_KEPT_PERCENTILES = np.array([50.0, 90.0, 95.0, 99.0]) / 100
+
+
+def _percentiles(x: np.ndarray) -> np.ndarray:
+    """np.percentile(x, [50, 90, 95, 99]) (its default, linear interpolation) from one partial
+    sort at the ranks needed: np.percentile's own bookkeeping costs more than the sort here."""
+    n = len(x)
+    rank = _KEPT_PERCENTILES * (n - 1)
+    lo = np.floor(rank).astype(np.intp)
+    hi = np.minimum(lo + 1, n - 1)
+    part = np.partition(x, np.union1d(lo, hi))
+    a, b, t = part[lo], part[hi], rank - lo
+    return np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)
+
+
 def _run_open(
+    due: np.ndarray | list[float],
+    cfg: BatcherConfig,
+    service: ServiceModel,
+    contention: Contention,
+    give_up: tuple[float, int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Dispatch every request of a known, sorted arrival list (s); returns each batch's size and
+    end (s), as arrays. give_up = (latency bound s, first counted request, how many may exceed it):
+    None as soon as more requests than that exceed the bound (the percentile is then past it,
+    whatever follows). Runs the compiled loop (_simloop.run_open), which must agree with
+    _run_open_reference batch for batch; the first call in a process imports numba."""
+    run_open = _compiled_loop()
+    big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
+    arr = np.ascontiguousarray(due, dtype=np.float64)
+    sizes = np.empty(len(arr), dtype=np.int64)
+    ends = np.empty(len(arr), dtype=np.float64)
+    bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
+    batches = run_open(
+        arr, np.asarray(pref, dtype=np.int64), _service_array(service, big),
+        sizes, ends, cfg.instances, big, delay, contention.shared_fraction, bound, counted_from, allowed,
+    )  # fmt: skip
+    if batches < 0:
+        return None
+    return sizes[:batches], ends[:batches]
+
+
+@functools.cache
+def _compiled_loop() -> Callable[..., int]:
+    """_simloop.run_open, imported on first use: importing numba costs ~0.7 s, which no command
+    that never simulates should pay. Raises UsageError where numba is missing (a broken install:
+    perfkit depends on it)."""
+    try:
+        from perfkit.predict import _simloop
+    except ImportError as err:
+        raise UsageError(
+            f"the batcher simulator needs numba, which did not import ({err})",
+            hint="reinstall perfkit (pip install perfkit): numba is one of its dependencies",
+        ) from None
+    return _simloop.run_open
+
+
+def _run_open_reference(
     arr: list[float],
     cfg: BatcherConfig,
     service: ServiceModel,
     contention: Contention,
     give_up: tuple[float, int, int] | None = None,
 ) -> tuple[list[int], list[float]] | None:
-    """Dispatch every request of a known arrival list; returns each batch's size and end (s).
-    give_up = (latency bound s, first counted request, how many may exceed it): None as soon as
-    more requests than that exceed the bound (the percentile is then past it, whatever follows)."""
+    """_run_open as the rules read, one _dispatch call a batch: the loop the fast one is held to."""
     plan = _batch_plan(cfg)
     table = _service_table(service, plan[0])
     f, g = contention.shared_fraction, 1 - contention.shared_fraction
@@ -119,25 +187,17 @@ def _run_open(
     h, n = 0, len(arr)
     bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
     over = 0
-    replace = heapq.heapreplace
     while h < n:
         tf = free[0]
-        if plan[0] == 1:  # each request its own execution (rule 1): no batch to form
-            td = tf if tf > arr[h] else arr[h]
-            m = 1
-        else:
-            td, m = _dispatch(arr, h, tf, plan)
-            if h + m > n:
-                m = n - h
+        td, m = _dispatch(arr, h, tf, plan)
+        m = min(m, n - h)
         s = table[m]
         if f > 0:
-            start = td + g * s
-            if dev > start:  # noqa: PLR1730 - the builtin max() costs a call per execution in the hot loop
-                start = dev
+            start = max(td + g * s, dev)
             end = dev = start + f * s
         else:
             end = td + s
-        replace(free, end)
+        heapq.heapreplace(free, end)
         sizes.append(m)
         ends.append(end)
         if end - arr[h] > bound and h >= counted_from:
@@ -194,12 +254,14 @@ def simulate(
     requests: int = DEFAULT_REQUESTS,
     seed: int = 0,
     unit: np.ndarray | None = None,
+    loop: str = "compiled",
 ) -> Prediction:
     """Run `requests` requests of `load` through the batcher and instances of `cfg`; latency is
     counted from each request's due time to its answer (plus the service's overhead), over the
-    requests after the first WARMUP_FRACTION. `unit` reuses rate-1 arrivals (see unit_arrivals).
-    Raises UsageError for a load or config the simulator cannot run."""
-    p = simulate_within(cfg, service, load, contention, requests=requests, seed=seed, unit=unit)
+    requests after the first WARMUP_FRACTION. `unit` reuses rate-1 arrivals (see unit_arrivals);
+    `loop` picks the event loop (see simulate_within). Raises UsageError for a load or config the
+    simulator cannot run."""
+    p = simulate_within(cfg, service, load, contention, requests=requests, seed=seed, unit=unit, loop=loop)
     assert p is not None  # no budget given: never cut short
     return p
 
@@ -215,13 +277,21 @@ def simulate_within(
     unit: np.ndarray | None = None,
     budget_us: float | None = None,
     percentile: float = 99.0,
+    loop: str = "compiled",
 ) -> Prediction | None:
     """simulate(), cut short (None) once more requests than the percentile allows exceed
-    budget_us: its percentile would be past the budget. Open-loop loads only are cut short."""
+    budget_us: its percentile would be past the budget. Open-loop loads only are cut short.
+    loop: which open-loop event loop runs, both giving the same batches: "compiled" (numba's, see
+    _simloop) or "reference" (in Python, the rules one call a batch, ~50x slower). Raises
+    UsageError for an unknown loop."""
+    if loop not in LOOPS:
+        raise UsageError(f"simulator loop {loop!r} unknown", hint=f"use one of {', '.join(LOOPS)}")
     contention = contention or Contention()
     if cfg.batching and any(n < 1 for n in (cfg.max_batch_size,)):
         raise UsageError(f"max_batch_size={cfg.max_batch_size}: must be >= 1", hint="give 1 or more")
     overhead_s = service.overhead_us / 1e6
+    sizes: list[int] | np.ndarray
+    ends: list[float] | np.ndarray
     if load.kind == "concurrency":
         arr, sizes, ends = _run_closed(load.concurrency, requests, cfg, service, contention)
         due = np.asarray(arr)
@@ -237,31 +307,35 @@ def simulate_within(
             skip = int(len(due) * WARMUP_FRACTION)
             allowed = int((len(due) - skip) * (1 - percentile / 100.0))
             give_up = (budget_us / 1e6 - overhead_s, skip, allowed)
-        run = _run_open(due.tolist(), cfg, service, contention, give_up)
+        run = (
+            _run_open(due, cfg, service, contention, give_up)
+            if loop == "compiled"
+            else _run_open_reference(due.tolist(), cfg, service, contention, give_up)
+        )
         if run is None:
             return None
         sizes, ends = run
-    done = np.repeat(np.asarray(ends), sizes)
+    batch = np.asarray(sizes, dtype=np.int64)
+    done = np.repeat(np.asarray(ends), batch)
     latency = done - due + overhead_s
     skip = int(len(latency) * WARMUP_FRACTION)
     kept = latency[skip:]
-    p50, p90, p95, p99 = np.percentile(kept, [50, 90, 95, 99])
+    p50, p90, p95, p99 = _percentiles(kept)
     count = len(kept)
     # Rates over the kept requests: completions from the first kept one's answer to the last's.
     first, last = float(done[skip:].min()), float(done[skip:].max())
     span = last - first if last > first else 1e-9
     offered = (count - 1) / (due[-1] - due[skip]) if due[-1] > due[skip] else math.inf
-    table = _service_table(service, max(sizes))
-    exec_s = np.repeat(np.asarray(table)[sizes], sizes)[skip:]
+    exec_s = np.repeat(_service_array(service, int(batch.max()))[batch], batch)[skip:]
     return Prediction(
         p50_us=float(p50) * 1e6,
         p90_us=float(p90) * 1e6,
         p95_us=float(p95) * 1e6,
         p99_us=float(p99) * 1e6,
-        mean_us=float(kept.mean()) * 1e6,
-        mean_wait_us=float((kept - exec_s - overhead_s).mean()) * 1e6,
+        mean_us=float(np.add.reduce(kept)) / count * 1e6,
+        mean_wait_us=float(np.add.reduce(kept - exec_s - overhead_s)) / count * 1e6,
         completed_rps=int(np.count_nonzero(done[skip:] > first)) / span if last > first else 0.0,
         offered_rps=offered,
-        mean_batch=float(np.mean(sizes)),
+        mean_batch=float(np.add.reduce(batch)) / len(batch),
         requests=count,
     )

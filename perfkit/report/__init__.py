@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from perfkit.capacity import CapacityPlan
+from perfkit.capacity import CapacityPlan, PredictedPlan
 from perfkit.errors import InputError
 from perfkit.gate import GateOptions, GateResult
 from perfkit.history import ChangePoint, Series
@@ -38,12 +38,18 @@ __all__ = [
 ]
 
 
-def write_plan_report(plan: CapacityPlan, path: Path | str, verification: dict[str, Any] | None = None) -> Path:
-    """Write the capacity plan page (replicas, evidence, the fleet check if one ran); returns path.
+def write_plan_report(
+    plan: CapacityPlan,
+    path: Path | str,
+    verification: dict[str, Any] | None = None,
+    predicted: PredictedPlan | None = None,
+) -> Path:
+    """Write the capacity plan page (replicas, evidence, the fleet check if one ran, the plan from
+    a predicted rate beside it if given); returns path.
 
     Raises InputError when path cannot be written.
     """
-    return write(plan_page(plan, verification), path)
+    return write(plan_page(plan, verification, predicted), path)
 
 
 def write_profile_report(records: list[RunRecord], path: Path | str) -> Path:

@@ -8,6 +8,7 @@ from typing import Any
 from perfkit.gate import GateOptions, GateResult
 from perfkit.gate.compare import VERDICT_ORDER
 from perfkit.records import RunRecord, TuneRecord
+from perfkit.report import _calibration_figures as CAL
 from perfkit.report import _compare as C
 from perfkit.report import _figures as F
 from perfkit.report import _tune as T
@@ -110,6 +111,14 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
     if steps is not None:
         s = b.section("steps", "Pipeline steps", "Where each step's time went, in the original and the best pipeline.")
         b.table(s, steps)
+
+    if tune.calibration is not None:
+        cal = tune.calibration
+        s = b.section("calibration", "Calibration", CAL.fit_error_sentence(cal))
+        b.figure(s, CAL.service_figure(cal), CAL.calibration_table(cal))
+        scaling = CAL.scaling_figure(cal)
+        if scaling is not None:
+            b.figure(s, scaling)
 
     s = b.section("pareto", "Pareto front", "The trade-off between throughput and latency across trials.")
     front = set(T.pareto_front(tune))

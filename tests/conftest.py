@@ -57,12 +57,33 @@ except BinaryNotFoundError:
     REAL_TRITONSERVER = None
 
 
+# Under pytest-xdist (scripts/test.sh runs `-n N --dist loadgroup`) the tests of one file run on one
+# worker, so a module-scoped server or tune is started once, as it is without xdist. Harness parts one
+# machine holds once go to one worker for all the files that use them: the Ray cluster, the Docker engine.
+_PINNED_GROUPS = {"ray_cluster": "ray", "docker_daemon": "docker"}
+
+
+def _xdist_groups(items: list[pytest.Item]) -> None:
+    group_of: dict[str, str] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        pinned = next((g for f, g in _PINNED_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
+        if pinned is not None:
+            group_of[module] = pinned
+        group_of.setdefault(module, module)
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group_of[item.nodeid.split("::", 1)[0]]))
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `server` every test that starts a real server: its fixtures include `tritonserver`."""
+    """Mark `server` every test that starts a real server: its fixtures include `tritonserver`;
+    and give every test its xdist group (its file, or the harness part it shares)."""
     for item in items:
         if "tritonserver" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
+    _xdist_groups(items)
 
 
 _GUARD_SAVED: dict[str, str | None] = {}

@@ -57,33 +57,45 @@ except BinaryNotFoundError:
     REAL_TRITONSERVER = None
 
 
-# Under pytest-xdist (scripts/test.sh runs `-n N --dist loadgroup`) the tests of one file run on one
-# worker, so a module-scoped server or tune is started once, as it is without xdist. Harness parts one
-# machine holds once go to one worker for all the files that use them: the Ray cluster, the Docker engine.
-_PINNED_GROUPS = {"ray_cluster": "ray", "docker_daemon": "docker"}
-
-
-def _xdist_groups(items: list[pytest.Item]) -> None:
-    group_of: dict[str, str] = {}
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        pinned = next((g for f, g in _PINNED_GROUPS.items() if f in getattr(item, "fixturenames", ())), None)
-        if pinned is not None:
-            group_of[module] = pinned
-        group_of.setdefault(module, module)
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group_of[item.nodeid.split("::", 1)[0]]))
-
-
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark `server` every test that starts a real server: its fixtures include `tritonserver`;
-    and give every test its xdist group (its file, or the harness part it shares)."""
+    """Mark `server` every test that starts a real server: its fixtures include `tritonserver`."""
     for item in items:
         if "tritonserver" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.server)
-    _xdist_groups(items)
+
+
+# Under pytest-xdist with `--dist loadfile` (scripts/test.sh) every test file runs on one worker, so
+# a module-scoped server or tune starts once, as without xdist; and the files that use a harness part
+# this machine holds once (the Ray cluster, the Docker engine) all go to one worker, which starts it once.
+_SHARED_PARTS = {"ray_cluster": "ray", "docker_daemon": "docker"}
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist is a dev dependency; without it the suite runs in one process
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+
+    class _FileScheduling(LoadScopeScheduling):  # type: ignore[misc,valid-type]  # xdist is untyped here
+        """loadfile, except that files using one of _SHARED_PARTS share one scope (one worker)."""
+
+        _scopes: dict[str, str] = {}
+
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            if file not in self._scopes:
+                try:
+                    text = (ROOT / file).read_text(encoding="utf-8")
+                except OSError:
+                    text = ""
+                self._scopes[file] = next((g for f, g in _SHARED_PARTS.items() if f in text), file)
+            return self._scopes[file]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        """`--dist loadfile`: by file, the users of a shared harness part together (other modes: xdist's own)."""
+        return _FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
 _GUARD_SAVED: dict[str, str | None] = {}

@@ -69,6 +69,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # a module-scoped server or tune starts once, as without xdist; and the files that use a harness part
 # this machine holds once (the Ray cluster, the Docker engine) all go to one worker, which starts it once.
 _SHARED_PARTS = {"ray_cluster": "ray", "docker_daemon": "docker"}
+# Files whose assertions are verdicts on measurement noise (a gate on an unchanged model passes): one
+# scope, so that two of them never load the machine at the same time.
+_NOISE_VERDICT_FILES = ("tests/server/gate/test_gate_server.py", "tests/server/cli/test_defaults.py")
 
 try:
     from xdist.scheduler import LoadScopeScheduling
@@ -78,7 +81,8 @@ except ImportError:  # pytest-xdist is a dev dependency; without it the suite ru
 if LoadScopeScheduling is not None:
 
     class _FileScheduling(LoadScopeScheduling):  # type: ignore[misc,valid-type]  # xdist is untyped here
-        """loadfile, except that files using one of _SHARED_PARTS share one scope (one worker)."""
+        """loadfile, except that files using one of _SHARED_PARTS share one scope (one worker), as do
+        the _NOISE_VERDICT_FILES."""
 
         _scopes: dict[str, str] = {}
 
@@ -89,7 +93,8 @@ if LoadScopeScheduling is not None:
                     text = (ROOT / file).read_text(encoding="utf-8")
                 except OSError:
                     text = ""
-                self._scopes[file] = next((g for f, g in _SHARED_PARTS.items() if f in text), file)
+                shared = next((g for f, g in _SHARED_PARTS.items() if f in text), file)
+                self._scopes[file] = "noise-verdicts" if file in _NOISE_VERDICT_FILES else shared
             return self._scopes[file]
 
     @pytest.hookimpl(tryfirst=True)

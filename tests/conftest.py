@@ -65,6 +65,44 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.server)
 
 
+# Under pytest-xdist with `--dist loadfile` (scripts/test.sh) every test file runs on one worker, so
+# a module-scoped server or tune starts once, as without xdist; and the files that use a harness part
+# this machine holds once (the Ray cluster, the Docker engine) all go to one worker, which starts it once.
+_SHARED_PARTS = {"ray_cluster": "ray", "docker_daemon": "docker"}
+# Files whose assertions are verdicts on measurement noise (a gate on an unchanged model passes): one
+# scope, so that two of them never load the machine at the same time.
+_NOISE_VERDICT_FILES = ("tests/server/gate/test_gate_server.py", "tests/server/cli/test_defaults.py")
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist is a dev dependency; without it the suite runs in one process
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+
+    class _FileScheduling(LoadScopeScheduling):  # type: ignore[misc,valid-type]  # xdist is untyped here
+        """loadfile, except that files using one of _SHARED_PARTS share one scope (one worker), as do
+        the _NOISE_VERDICT_FILES."""
+
+        _scopes: dict[str, str] = {}
+
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            if file not in self._scopes:
+                try:
+                    text = (ROOT / file).read_text(encoding="utf-8")
+                except OSError:
+                    text = ""
+                shared = next((g for f, g in _SHARED_PARTS.items() if f in text), file)
+                self._scopes[file] = "noise-verdicts" if file in _NOISE_VERDICT_FILES else shared
+            return self._scopes[file]
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+        """`--dist loadfile`: by file, the users of a shared harness part together (other modes: xdist's own)."""
+        return _FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
 _GUARD_SAVED: dict[str, str | None] = {}
 _GUARD_LOG = Path(tempfile.gettempdir()) / f"perfkit-server-guard-{os.getpid()}.log"
 

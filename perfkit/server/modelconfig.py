@@ -8,6 +8,7 @@ perfkit has no config parser of its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -80,6 +81,13 @@ def format_config(cfg: ModelConfig) -> str:
     return str(text_format.MessageToString(cfg))
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed_original(original_text: str) -> ModelConfig:
+    """The original config parsed once: a search renders every candidate from the same text
+    (text-format parsing is pure Python and dominated the cost of a dry run's preview)."""
+    return parse_config(original_text, source="original config")
+
+
 def render_config(original_text: str, cfg: ModelConfig) -> str:
     """cfg as config.pbtxt text made by editing original_text: only the fields whose values
     differ change; comments, order and formatting of everything else are kept byte for byte.
@@ -89,7 +97,8 @@ def render_config(original_text: str, cfg: ModelConfig) -> str:
     the original's leading comment block, and logs a warning. Raises ConfigError when
     original_text itself does not parse.
     """
-    original = parse_config(original_text, source="original config")
+    original = ModelConfig()
+    original.CopyFrom(_parsed_original(original_text))  # a copy: the cached message stays as parsed
     if original == cfg:
         return original_text
     try:

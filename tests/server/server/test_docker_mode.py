@@ -25,7 +25,7 @@ from perfkit.errors import InputError, ServerError, ServerStartError, UsageError
 from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.server.docker import DockerServer, launch_docker
 from perfkit.server.launch import ServerOptions, open_server
-from tests.conftest import ROOT, Lines, copy_models
+from tests.conftest import CHEAP_CONFIRM, ROOT, Lines, copy_models
 from tests.docker_engine import DockerDaemon
 
 pytestmark = [pytest.mark.usefixtures("tritonserver")]
@@ -261,7 +261,7 @@ def test_cli_tune_in_a_container_restores_the_config_and_removes_it(tmp_path, do
     args = _perfkit("tune", "-m", "batcher", "--model-repository", str(repo), "-o", str(out), "--trials", "2",
                     "--seed", "1", "--latency-budget", "500ms", "--load", "concurrency", "--max-concurrency", "2",
                     "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
-                    "--instance-counts", "1,2", "--precisions", "fp32", daemon=docker_daemon,
+                    "--instance-counts", "1,2", "--precisions", "fp32", *CHEAP_CONFIRM, daemon=docker_daemon,
                     image=triton_image)  # fmt: skip
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=420)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -194,7 +194,7 @@ def test_pareto_objective_and_apply_write_the_pick_with_a_backup(model_repo: Pat
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("int8",))
     settings = TuneSettings(model="batcher", latency_budget_ms=20, trials=3, output_dir=tmp_path / "out",
                             max_concurrency=4, measurement_interval_ms=300, objective="pareto", apply=True,
-                            load="concurrency")  # fmt: skip
+                            load="concurrency", confirm_repeats=2, confirm_time_s=1)  # fmt: skip
     with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
         result = tune(server, settings, space, model_repository=model_repo, echo=lambda s: None)
         applied = server.model_config("batcher")
@@ -236,7 +236,7 @@ def test_accuracy_guard_and_rejected_candidates_on_the_real_server(model_repo: P
                       precisions=("fp32", "fp16", "int8"))  # fmt: skip
     settings = TuneSettings(model="hungry", latency_budget_ms=200, trials=6, output_dir=tmp_path / "out",
                             max_concurrency=2, measurement_interval_ms=300, sampler="grid",
-                            load="concurrency")  # fmt: skip
+                            load="concurrency", confirm_repeats=2, confirm_time_s=1)  # fmt: skip
     events = []
     with launch_local(LocalLaunch(model_repo, models=("hungry",))) as server:
         loaded: list[str] = []

@@ -63,6 +63,7 @@ def test_sweep_files_read_the_same_defaults(tmp_path):
     assert _measuring_fields(plan.spec) == _measuring_fields(ProfileSpec(model="identity", levels=()))
 
 
+@pytest.mark.quiet
 def test_profile_twice_then_gate_passes_on_an_unchanged_model(triton, tmp_path, capsys):
     url = triton.endpoints.http_url
     runs = []

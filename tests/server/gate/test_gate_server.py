@@ -63,6 +63,7 @@ def baseline(sleeper_server: tuple[LocalServer, Path]) -> RunRecord:
     return measure.profile(server, SPEC)
 
 
+@pytest.mark.quiet
 def test_same_config_passes_five_times_in_a_row(sleeper_server, baseline):
     server, _ = sleeper_server
     verdicts = []
@@ -97,6 +98,7 @@ def test_improvement_is_reported_and_passes(sleeper_server, baseline):
     assert "regression" not in {f.verdict for f in result.findings}
 
 
+@pytest.mark.quiet
 @pytest.mark.usefixtures("tritonserver")
 def test_ab_mode_catches_the_regression_and_restores_the_config(tmp_path, capsys):
     repo = copy_models(tmp_path, ["sleeper"])

@@ -209,6 +209,7 @@ def test_close_after_n_requests(triton, transport, mode):
         assert run.samples.reconnects > 0  # every connection died and was replaced
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_idle_connections_reaped_by_a_proxy(triton, transport):
     # The Kubernetes / load-balancer case: connections idle 100 ms are closed; at 8 req/s

@@ -139,6 +139,7 @@ def _settings(out: Path, trials: int) -> TuneSettings:
                         confirm_repeats=2, confirm_time_s=1)  # fmt: skip
 
 
+@pytest.mark.quiet
 def test_a_candidate_that_fails_to_load_is_a_failed_trial_and_the_search_goes_on(model_repo: Path, tmp_path: Path):
     cfg_path = model_repo / "batcher" / "config.pbtxt"
     original = cfg_path.read_bytes()

@@ -27,7 +27,7 @@ from perfkit.predict._pipeline import (
     step_departures,
 )
 from perfkit.predict._rate import RateResult, behaviour, capacity_rps, score_space, sustainable_rate
-from perfkit.predict._sim import simulate, simulate_within, unit_arrivals
+from perfkit.predict._sim import departures, simulate, simulate_within, unit_arrivals
 
 __all__ = [
     "batch_points",
@@ -53,6 +53,7 @@ __all__ = [
     "ServiceModel",
     "behaviour",
     "capacity_rps",
+    "departures",
     "score_space",
     "simulate",
     "simulate_within",

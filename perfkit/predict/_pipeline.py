@@ -18,8 +18,6 @@ instances (network, HTTP/gRPC, the ensemble's forwarding) is one figure for the 
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,7 +27,7 @@ import numpy as np
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Prediction, ServiceModel
 from perfkit.predict._rate import capacity_rps
-from perfkit.predict._sim import WARMUP_FRACTION, unit_arrivals
+from perfkit.predict._sim import WARMUP_FRACTION, departures, unit_arrivals
 
 PIPELINE_REQUESTS = 4_000  # per simulated run; the p99 then rests on the slowest 36 of 3,600 kept
 BISECTION_STEPS = 9  # the bracket [1/32, 1.02] of the slowest step's capacity: to within ~2%
@@ -109,57 +107,8 @@ def step_departures(
     arrivals_s: np.ndarray, cfg: BatcherConfig, service: ServiceModel, contention: Contention
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each request's answer time (s) at one step given its arrival times there (any order), and
-    the size of the batch it ran in; the rules of perfkit.predict._sim, first come first served."""
-    order = np.argsort(arrivals_s, kind="stable")
-    arr = arrivals_s[order].tolist()
-    n = len(arr)
-    batching = cfg.batching
-    big = cfg.max_batch_size if batching else 1
-    pref = list(cfg.preferred()) if batching else [1]
-    pmin = pref[0]
-    delay = cfg.max_queue_delay_us / 1e6 if batching else 0.0
-    table = [0.0] + [service.service_us(k) / 1e6 for k in range(1, big + 1)]
-    f = contention.shared_fraction
-    g = 1 - f
-    free = [arr[0] if n else 0.0] * cfg.instances
-    dev = 0.0
-    ends = [0.0] * n
-    sizes = [0] * n
-    h = 0
-    while h < n:
-        tf = free[0]
-        t0 = tf if tf > arr[h] else arr[h]
-        m = 1
-        if big > 1:
-            queued = bisect.bisect_right(arr, t0, h) - h
-            deadline = arr[h] + delay
-            exceeded = delay > 0 and t0 >= deadline
-            if delay > 0 and not exceeded and queued < pmin:
-                k = h + pmin - 1
-                if k < n and arr[k] < deadline:
-                    t0 = arr[k]
-                else:
-                    t0, exceeded = deadline, True
-                queued = bisect.bisect_right(arr, t0, h) - h
-            pending = min(queued, big)
-            m = pref[bisect.bisect_right(pref, pending) - 1] if not exceeded and pending >= pmin else pending
-            m = max(1, min(m, n - h))
-        s = table[m]
-        if f > 0:
-            start = max(t0 + g * s, dev)
-            end = dev = start + f * s
-        else:
-            end = t0 + s
-        heapq.heapreplace(free, end)
-        for k in range(h, h + m):
-            ends[k] = end
-            sizes[k] = m
-        h += m
-    out_end = np.empty(n)
-    out_size = np.empty(n)
-    out_end[order] = ends
-    out_size[order] = sizes
-    return out_end, out_size
+    the size of the batch it ran in: perfkit.predict._sim.departures (its rules, its compiled loop)."""
+    return departures(cfg, service, arrivals_s, contention)
 
 
 def _run(
@@ -174,7 +123,7 @@ def _run(
     done = due.copy()
     for s, after in zip(steps, parents, strict=True):
         arrive = due if not after else np.max(np.vstack([per[j][1] for j in after]), axis=0)
-        end, size = step_departures(arrive, s.config, s.service, s.contention)
+        end, size = departures(s.config, s.service, arrive, s.contention)
         per.append((arrive, end, size))
         done = np.maximum(done, end)
         if give_up is not None and np.count_nonzero(done[skip:] - due[skip:] + overhead_s > give_up[0]) > give_up[1]:

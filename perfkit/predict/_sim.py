@@ -32,7 +32,9 @@ What it adds to Triton's rules: the execution time (ServiceModel), how instances
 (Contention: the shared part of each execution queues for one device, first come first served),
 and a fixed per-request overhead outside the instance. The open-loop event loop exists twice,
 forming the same batches: _run_open_reference (the rules as read, one _dispatch call a batch) and
-_simloop.run_open (compiled by numba, what _run_open and so scoring a space run).
+_simloop.run_open (compiled by numba, what _run_open and so scoring a space run). departures()
+gives each request's answer and batch size from the compiled loop: each step of a pipeline
+(perfkit.predict._pipeline) runs through it, so the rules are written here only.
 """
 
 from __future__ import annotations
@@ -142,6 +144,8 @@ def _run_open(
     run_open = _compiled_loop()
     big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
     arr = np.ascontiguousarray(due, dtype=np.float64)
+    if len(arr) == 0:  # no request, no batch (the loop reads the first arrival)
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     sizes = np.empty(len(arr), dtype=np.int64)
     ends = np.empty(len(arr), dtype=np.float64)
     bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
@@ -152,6 +156,27 @@ def _run_open(
     if batches < 0:
         return None
     return sizes[:batches], ends[:batches]
+
+
+def departures(
+    cfg: BatcherConfig, service: ServiceModel, arrivals_s: np.ndarray, contention: Contention
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's answer time (s) and the size of the batch it ran in (int64), in the order of
+    arrivals_s (arrival times, s, any order; requests arriving together are served in the order
+    given): the batches of the compiled loop (_run_open), first come first served. The service's
+    overhead_us is not added. Raises UsageError as _run_open (numba missing)."""
+    arrivals = np.asarray(arrivals_s, dtype=np.float64)
+    if arrivals.ndim != 1:
+        raise UsageError(f"arrival times of shape {arrivals.shape}", hint="give a flat array of times in s")
+    order = np.argsort(arrivals, kind="stable")
+    run = _run_open(arrivals[order], cfg, service, contention)
+    assert run is not None  # no give_up: never cut short
+    sizes, ends = run
+    answer = np.empty(len(arrivals), dtype=np.float64)
+    batch = np.empty(len(arrivals), dtype=np.int64)
+    answer[order] = np.repeat(ends, sizes)
+    batch[order] = np.repeat(sizes, sizes)
+    return answer, batch
 
 
 @functools.cache

@@ -18,6 +18,7 @@ from perfkit.predict import (
     ServiceModel,
     _sim,
     behaviour,
+    departures,
     score_space,
     simulate,
     sustainable_rate,
@@ -79,6 +80,34 @@ def test_the_compiled_loop_gives_up_where_the_reference_does(cfg: BatcherConfig)
     # A bound no request can meet gives up; one every request meets does not.
     assert _sim._run_open(due, cfg, SVC, Contention(0.5), (1e-6, 0, 0)) is None
     assert _sim._run_open(due, cfg, SVC, Contention(0.5), (1e6, 0, 0)) is not None
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=str)
+def test_departures_are_the_reference_loops_batches_request_by_request(cfg: BatcherConfig):
+    # Arrivals given out of order (the burst's ties included): each request gets the end and size
+    # of the reference loop's batch that holds it, requests arriving together in the order given.
+    _require_numba()
+    shuffle = np.random.default_rng(11).permutation
+    for contention in CONTENTIONS:
+        for name, due in _arrivals():
+            ref = _sim._run_open_reference(due.tolist(), cfg, SVC, contention)
+            assert ref is not None
+            given = due[shuffle(len(due))]
+            answer, size = departures(cfg, SVC, given, contention)
+            assert answer.shape == size.shape == given.shape and size.dtype == np.int64
+            served = np.lexsort((np.arange(len(given)), given))  # by arrival, ties in the order given
+            assert answer[served].tolist() == np.repeat(ref[1], ref[0]).tolist(), (name, contention)
+            assert size[served].tolist() == np.repeat(ref[0], ref[0]).tolist(), (name, contention)
+            assert np.all(answer > given)
+
+
+def test_departures_of_no_request_and_of_one():
+    _require_numba()
+    answer, size = departures(CONFIGS[3], SVC, np.empty(0), Contention(0.5))
+    assert answer.shape == size.shape == (0,)
+    answer, size = departures(CONFIGS[3], SVC, np.array([2.5]), Contention(0.0))
+    # Alone it waits out the queue delay (3 ms), then runs as a batch of one.
+    assert size.tolist() == [1] and answer[0] == pytest.approx(2.5 + 0.003 + SVC.service_us(1) / 1e6)
 
 
 def test_every_loop_predicts_the_same():

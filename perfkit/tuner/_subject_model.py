@@ -101,14 +101,17 @@ class ModelSubject:
         try:
             self.serve(server, self.original_text)
         except CandidateNotAppliedError as err:
+            what = self.config_path if self.original_from == "repository" else f"the original config of {self.model!r}"
             raise ServerError(
-                f"the server does not serve {self.config_path} even after restoring it: {err.message}",
-                hint="--model-repository must be the folder the server reads",
+                f"the server does not serve {what} even after restoring it: {err.message}",
+                hint=self.route.restore_hint(server, [self.model]),
             ) from err
         except ModelLoadError as err:
             raise ServerError(
                 f"the original config of {self.model!r} no longer loads after a failed trial: {err.message}",
-                hint="check the server log",
+                hint=self.route.restore_hint(server, [self.model])
+                if self.route.name == "api"
+                else "check the server log",
             ) from err
 
     def profile_spec(self, spec: ProfileSpec) -> ProfileSpec:

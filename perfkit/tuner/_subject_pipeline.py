@@ -151,7 +151,7 @@ class PipelineSubject:
             raise ServerError(
                 f"the pipeline {self.model!r} no longer loads after a failed trial even with its original configs:"
                 f" {err.message}",
-                hint="check the server log; --model-repository must be the folder the server reads",
+                hint=self.route.restore_hint(server, list(dict.fromkeys([*self.step_names, self.model]))),
             ) from err
 
     def profile_spec(self, spec: ProfileSpec) -> ProfileSpec:

@@ -162,6 +162,22 @@ def test_from_mapping_reads_the_example_sweep_file():
     assert settings.trials == 16
 
 
+def test_each_space_key_is_a_flag_of_perfkit_tune_that_reaches_the_space():
+    """The space's keys are listed once (TuneSpace.KEYS): the sweep's [tune] table and the flags read it."""
+    from click.testing import CliRunner
+
+    from perfkit.cli.tune import command
+
+    params = {p.name for p in command.params}
+    assert set(TuneSpace.KEYS) <= params
+    repo = ROOT / "fixtures" / "models"
+    out = CliRunner().invoke(command, ["-m", "batcher", "--model-repository", str(repo), "--latency-budget", "20ms",
+                                       "--dry-run", "--instance-counts", "1,3", "--precisions", "fp32"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    rows = {line.split()[0]: line.split()[1] for line in out.output.splitlines() if line[:1].isalpha()}
+    assert (rows["instance_count"], rows["precision"]) == ("1,3", "fp32"), out.output
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Literal
 
 import optuna
+from optuna.trial import TrialState
 
-from perfkit.errors import PerfkitError, UsageError
+from perfkit.errors import MeasurementError, PerfkitError, UsageError
 from perfkit.records import TuneRecord
 from perfkit.server.api_route import check_explicit_model_control
 from perfkit.server.base import Server
@@ -44,6 +45,11 @@ def search(t: TrialRunner, study: optuna.Study, stop: Callable[[optuna.Study], s
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
+    if t.out_of_time and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        raise MeasurementError(
+            f"--max-time {t.s.max_time_s:g} s ran out before any trial was measured",
+            hint="give more time: a trial measures its load levels one after another, each for several windows",
+        )
     confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats, min_repeat_s=t.s.confirm_time_s))
 
 

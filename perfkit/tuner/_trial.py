@@ -42,7 +42,7 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._load_search import Measure, find_load, start_concurrency
+from perfkit.tuner._load_search import Measure, OutOfTime, find_load, start_concurrency
 from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
@@ -87,6 +87,7 @@ class TrialRunner:
         self.judge = settings.judge_settings(server.endpoints.metrics_url, streaming=self.decoupled)
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()
+        self.out_of_time = False  # a trial's load search reached the search's deadline (--max-time)
         self.done_here = 0
         self.dup_streak = 0
         self.sampler: optuna.samplers.BaseSampler | None = None
@@ -216,11 +217,20 @@ class TrialRunner:
                 outcome = self._evaluate(study, trial, text, number, is_original, record_params)
         except KeyboardInterrupt:
             self._fail(study, trial, "interrupted", interrupted=True)
-            # Queue the same candidate again so --resume measures it instead of losing it.
-            study.enqueue_trial(
-                trial.params, user_attrs={_trial_state.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
-            )
+            self._queue_again(study, trial, is_original)
             raise
+        except OutOfTime as ended:
+            # --max-time came during the load search: the trial ends there, recorded with the levels it
+            # measured, not judged on them (a search cut short would understate the candidate), and
+            # queued again like an interrupted one; the search stops at the next check.
+            self.out_of_time = True
+            n = len(ended.record.levels) if ended.record is not None else 0
+            during = f"during the load search ({n} level{'s' if n != 1 else ''} measured)"
+            reason = f"out of time: --max-time {self.s.max_time_s:g} s reached {during}"
+            self.emit(TrialFailed(number, reason))
+            self._fail(study, trial, reason, interrupted=True)
+            self._queue_again(study, trial, is_original)
+            return
         except ServerError as err:
             self._fail(study, trial, f"server error: {err.one_line()}")
             raise
@@ -229,6 +239,13 @@ class TrialRunner:
             return
         verdict, reload_s, measure_s = outcome
         self._tell(study, trial, verdict, reload_s, measure_s, time.monotonic() - t0)
+
+    @staticmethod
+    def _queue_again(study: optuna.Study, trial: optuna.Trial, is_original: bool) -> None:
+        """Queue a trial cut short again, so --resume measures its candidate instead of losing it."""
+        study.enqueue_trial(
+            trial.params, user_attrs={_trial_state.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
+        )
 
     def _reject(self, study: optuna.Study, trial: optuna.Trial, params: dict[str, Any], err: PerfkitError) -> None:
         """A candidate Triton would reject: recorded as failed (not counted against --trials),
@@ -312,7 +329,11 @@ class TrialRunner:
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
-                               record_path=record_path)  # fmt: skip
+                               record_path=record_path, deadline=self.search_deadline())  # fmt: skip
+        except OutOfTime as ended:
+            if ended.record is not None:
+                ended.record.save(record_path)
+            raise
         except MeasurementError as err:
             self.emit(TrialFailed(number, f"measurement failed: {err.one_line()}"))
             if not self.server.is_ready():
@@ -371,14 +392,21 @@ class TrialRunner:
             return "every point of the grid measured"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated or rejected configs in a row: the search space looks exhausted"
-        if self.s.max_time_s is not None:
-            # --max-time bounds the whole tune: the search leaves time to confirm the pick (at
-            # most half the time), so the claim is not made after the user's deadline.
-            reserve = min(confirmation_reserve_s(self.s), self.s.max_time_s / 2)
-            if time.monotonic() - self.started >= self.s.max_time_s - reserve:
-                left = f" ({reserve:.0f} s left for confirmation)" if reserve > 0 else ""
-                return f"--max-time {self.s.max_time_s:g} s reached{left}"
+        deadline = self.search_deadline()
+        if deadline is not None and (self.out_of_time or time.monotonic() >= deadline):
+            reserve = self.started + (self.s.max_time_s or 0.0) - deadline
+            left = f" ({reserve:.0f} s left for confirmation)" if reserve > 0 else ""
+            return f"--max-time {self.s.max_time_s:g} s reached{left}"
         return None
+
+    def search_deadline(self) -> float | None:
+        """When the search must end (time.monotonic() seconds; None without --max-time): --max-time
+        bounds the whole tune, so the search, the trial in flight included, leaves time to confirm
+        the pick (at most half the time) and the claim is not made after the user's deadline."""
+        if self.s.max_time_s is None:
+            return None
+        reserve = min(confirmation_reserve_s(self.s), self.s.max_time_s / 2)
+        return self.started + self.s.max_time_s - reserve
 
 
 def confirmation_reserve_s(s: TuneSettings) -> float:

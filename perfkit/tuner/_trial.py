@@ -78,7 +78,7 @@ class TrialRunner:
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
         self.study_name = settings.study_name or subject.default_study_name
         self.decoupled = is_decoupled(subject.original_cfg, self.space.backend)
-        check_budget_metric(settings.budget_metric, self.model, self.decoupled)
+        check_budget_metric(settings.budget.metric, self.model, self.decoupled)
         if settings.objective == "goodput" and not self.decoupled:
             raise UsageError(
                 f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {self.model!r} is not decoupled",
@@ -270,7 +270,7 @@ class TrialRunner:
         if verdict.feasible_load is not None:
             _trial_state.store(trial, load=verdict.feasible_load, throughput_infer_per_s=verdict.throughput_infer_per_s,
                                latency_us=verdict.latency_us)  # fmt: skip
-        pct = budget_label(self.s.budget_metric, self.s.percentile)
+        pct = budget_label(self.s.budget.metric, self.s.budget.percentile)
         if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
@@ -288,9 +288,10 @@ class TrialRunner:
         fl = verdict.feasible_load
         conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
         label = fl.label if fl is not None and fl.mode != "concurrency" else None
-        self.emit(TrialMeasured(trial.number, tput, conc, self.s.percentile, lat / 1e3, feasible, reload_s, measure_s,
-                                verdict.levels_measured, self.s.budget_metric,
-                                verdict.metrics.get("output_tokens_per_s"), label))  # fmt: skip
+        b = self.s.budget
+        self.emit(TrialMeasured(trial.number, tput, conc, b.percentile, lat / 1e3, feasible, reload_s, measure_s,
+                                verdict.levels_measured, b.metric, verdict.metrics.get("output_tokens_per_s"),
+                                label))  # fmt: skip
 
     def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
         mode = self.judge.level(1).mode
@@ -354,10 +355,7 @@ class TrialRunner:
             self._fail(study, trial, f"measurement {record.status}: {record.error or ''}")
             return None
         _trial_state.store(trial, served_config_sha256=record.model.served_config_sha256)  # pairs trial and run
-        verdict = judge_trial(
-            record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
-            metric=self.s.budget_metric, mix_scale=self.judge.budget.mix_scale,
-        )  # fmt: skip
+        verdict = judge_trial(record, self.s.budget)
         self.subject.observe(self, study, trial, record, verdict)
         return verdict, reload_s, measure_s
 

@@ -246,14 +246,14 @@ def test_a_failed_restore_through_the_api_says_how_to_reload_the_model(tmp_path:
     load request that puts the repository's own config back (no --model-repository was given)."""
     from perfkit.errors import ServerError
     from perfkit.server.api_route import served_config_text
-    from perfkit.tuner import TuneSpace
+    from perfkit.tuner import Budget, TuneSpace
     from perfkit.tuner._route_api import ApiRoute
     from perfkit.tuner._subject_model import ModelSubject
 
     repo = tmp_path / "models"
     shutil.copytree(ROOT / "fixtures" / "models" / "batcher", repo / "batcher")
     with launch_local(LocalLaunch(repo, models=("batcher",))) as s:
-        subject = ModelSubject("batcher", TuneSpace(), None, latency_budget_ms=50, route=ApiRoute(),
+        subject = ModelSubject("batcher", TuneSpace(), None, budget=Budget(50), route=ApiRoute(),
                                served_text=served_config_text(s, "batcher"))  # fmt: skip
         # the model's files no longer load (its initialize fails)
         (repo / "batcher" / "1" / "model.py").write_text('raise RuntimeError("broken on purpose")\n')

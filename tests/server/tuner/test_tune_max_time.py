@@ -18,7 +18,7 @@ import pytest
 from perfkit.errors import ExitCode
 from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.server import LocalLaunch, launch_local
-from perfkit.tuner import TuneEvent, TuneSettings, TuneSpace, tune
+from perfkit.tuner import Budget, TuneEvent, TuneSettings, TuneSpace, tune
 from perfkit.tuner._events import SearchStopped, TrialFailed
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
@@ -36,7 +36,7 @@ LATE_S = 8.0
 
 
 def _settings(out: Path, **kw: object) -> TuneSettings:
-    base = TuneSettings(model="batcher", latency_budget_ms=60, trials=1, output_dir=out, seed=0, load="concurrency",
+    base = TuneSettings(model="batcher", budget=Budget(60), trials=1, output_dir=out, seed=0, load="concurrency",
                         max_concurrency=2, measurement_interval_ms=300, confirm_repeats=0)  # fmt: skip
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]  # the test's overrides are TuneSettings fields
 

@@ -13,6 +13,7 @@ from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, R
 from perfkit.server.modelconfig import format_config, parse_config, read_config
 from perfkit.tuner import (
     SETTINGS_KEYS,
+    Budget,
     TuneSettings,
     TuneSpace,
     apply_params,
@@ -157,7 +158,7 @@ def test_from_mapping_reads_the_example_sweep_file():
     assert space.precisions == ("fp32", "fp16", "int8")
     assert space.dynamic_batching is None
     settings = TuneSettings.from_mapping("batcher", {k: v for k, v in table.items() if k in SETTINGS_KEYS})
-    assert settings.latency_budget_ms == 20.0
+    assert settings.budget.latency_budget_ms == 20.0
     assert settings.max_time_s == 600.0
     assert settings.trials == 16
 
@@ -258,7 +259,7 @@ def test_resume_without_a_study_is_a_usage_error_and_leaves_nothing_behind(tmp_p
     repo = tmp_path / "models"
     shutil.copytree(FIXTURES / "batcher", repo / "batcher", ignore=shutil.ignore_patterns("__pycache__"))
     unreachable = Server(Endpoints("127.0.0.1", 1, None, None))
-    settings = TuneSettings(model="batcher", latency_budget_ms=20, trials=2, output_dir=tmp_path / "out", resume=True)
+    settings = TuneSettings(model="batcher", budget=Budget(20), trials=2, output_dir=tmp_path / "out", resume=True)
     with pytest.raises(UsageError, match="--resume: no study"):
         tune(unreachable, settings, TuneSpace(), model_repository=repo, echo=lambda s: None)
     assert not (tmp_path / "out").exists()

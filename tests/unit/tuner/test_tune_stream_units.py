@@ -66,8 +66,8 @@ def test_cli_rejects_an_unknown_budget_metric_with_exit_code_2(capsys):
 
 def test_sweep_file_budget_carries_its_metric():
     s = TuneSettings.from_mapping("streamer", {"latency_budget": "itl:20ms", "trials": 2})
-    assert (s.budget_metric, s.latency_budget_ms) == ("itl", pytest.approx(20.0))
-    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).budget_metric == "latency"
+    assert (s.budget.metric, s.budget.latency_budget_ms) == ("itl", pytest.approx(20.0))
+    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).budget.metric == "latency"
 
 
 def test_old_tune_records_read_as_end_to_end_latency_budgets():
@@ -159,7 +159,7 @@ def test_a_stream_budget_on_a_model_that_does_not_stream_is_refused(tmp_path: Pa
 
     repo = tmp_path / "models"
     shutil.copytree(FIXTURES / "batcher", repo / "batcher", ignore=shutil.ignore_patterns("__pycache__"))
-    settings = TuneSettings(model="batcher", latency_budget_ms=300, budget_metric="ttft", trials=1,
+    settings = TuneSettings(model="batcher", budget=Budget(300, metric="ttft"), trials=1,
                             output_dir=tmp_path / "out")  # fmt: skip
     with pytest.raises(UsageError, match="not decoupled"):
         tune(Server(Endpoints("127.0.0.1", 1, None, None)), settings, TuneSpace(), model_repository=repo)

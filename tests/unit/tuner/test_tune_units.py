@@ -329,7 +329,7 @@ def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(cap
     """TuneSettings.load_for is the one rule: --load given wins; else rate, concurrency for a decoupled model."""
     from perfkit.cli import main as cli_main
 
-    default = TuneSettings(model="m", latency_budget_ms=20)
+    default = TuneSettings(model="m", budget=Budget(20))
     assert default.load is None  # nothing asked: the rule decides
     assert default.load_for(decoupled=False) == "rate" and default.load_for(decoupled=True) == "concurrency"
     judge = default.judge_settings(None)
@@ -342,13 +342,13 @@ def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(cap
     assert stream.load_mode == "concurrency" and not stream.open_loop
     assert "closed loop for a decoupled model" in stream.load_line(default=True)
     # what is asked is what runs, decoupled or not
-    closed, open_ = (TuneSettings(model="m", latency_budget_ms=20, load="concurrency"),
-                     TuneSettings(model="m", latency_budget_ms=20, load="rate"))  # fmt: skip
+    closed, open_ = (TuneSettings(model="m", budget=Budget(20), load="concurrency"),
+                     TuneSettings(model="m", budget=Budget(20), load="rate"))  # fmt: skip
     assert closed.load_for(decoupled=False) == closed.load_for(decoupled=True) == "concurrency"
     assert open_.load_for(decoupled=False) == open_.load_for(decoupled=True) == "rate"
-    assert "(the default" not in TuneSettings(model="m", latency_budget_ms=20, load="rate").judge_settings(
-        None
-    ).load_line(default=False)
+    assert "(the default" not in TuneSettings(model="m", budget=Budget(20), load="rate").judge_settings(None).load_line(
+        default=False
+    )
     # a sweep file's [tune] takes the same default, and its load key as given
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).load is None
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "load": "concurrency"}).load == "concurrency"

@@ -243,6 +243,13 @@ class TuneSettings:
             return self.load
         return "concurrency" if decoupled else "rate"
 
+    def search_time_s(self) -> float | None:
+        """How long the search may take (None without --max-time): --max-time bounds the whole tune,
+        so the search leaves confirmation its time (at most half of it)."""
+        if self.max_time_s is None:
+            return None
+        return self.max_time_s - min(confirmation_reserve_s(self), self.max_time_s / 2)
+
     def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
         """How each trial is measured; streaming for a decoupled model."""
         return JudgeSettings(
@@ -266,6 +273,15 @@ class TuneSettings:
             max_rate_rps=self.max_rate_rps,
             mix=self.mix,
         )
+
+
+def confirmation_reserve_s(s: TuneSettings) -> float:
+    """About how long confirming the pick takes: its repeats, each at least --confirm-time or its
+    minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step down)."""
+    if s.confirm_repeats <= 0:
+        return 0.0
+    repeat_s = max(s.confirm_time_s, CONFIRM_MIN_WINDOWS * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0
+    return 2 * s.confirm_repeats * repeat_s
 
 
 def _trace_base(trace: Path | None) -> float:

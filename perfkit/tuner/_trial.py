@@ -44,7 +44,7 @@ from perfkit.tuner._events import (
 )
 from perfkit.tuner._load_search import Measure, OutOfTime, find_load, start_concurrency
 from perfkit.tuner._objective import hardware_units, study_values
-from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
+from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
 from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
@@ -401,19 +401,8 @@ class TrialRunner:
         """When the search must end (time.monotonic() seconds; None without --max-time): --max-time
         bounds the whole tune, so the search, the trial in flight included, leaves time to confirm
         the pick (at most half the time) and the claim is not made after the user's deadline."""
-        if self.s.max_time_s is None:
-            return None
-        reserve = min(confirmation_reserve_s(self.s), self.s.max_time_s / 2)
-        return self.started + self.s.max_time_s - reserve
-
-
-def confirmation_reserve_s(s: TuneSettings) -> float:
-    """About how long confirming the pick takes: its repeats, each at least --confirm-time or its
-    minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step down)."""
-    if s.confirm_repeats <= 0:
-        return 0.0
-    repeat_s = max(s.confirm_time_s, CONFIRM_MIN_WINDOWS * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0
-    return 2 * s.confirm_repeats * repeat_s
+        search_s = self.s.search_time_s()
+        return None if search_s is None else self.started + search_s
 
 
 def _finite(x: float) -> float | None:

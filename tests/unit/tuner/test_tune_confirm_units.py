@@ -232,7 +232,7 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
 
     from perfkit.gate.synthetic import synthetic_record
     from perfkit.tuner._confirm import confirm_one
-    from perfkit.tuner._trial import confirmation_reserve_s
+    from perfkit.tuner._settings import confirmation_reserve_s
 
     measured: list[float] = []
 

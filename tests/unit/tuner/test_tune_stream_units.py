@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.budget import Budget, parse_latency_budget
-from perfkit.errors import CandidateRejectedError, UsageError
+from perfkit.errors import CandidateRejectedError, InputError, UsageError
 from perfkit.records import (
     LatencySummary,
     LevelResult,
@@ -252,3 +252,18 @@ def test_dry_run_shows_the_decoupled_and_sequence_spaces(capsys):
     assert "sequence_strategy" in out and "max_candidate_sequences" in out and "dynamic_batching=" not in out
     assert main([*args, "itl:5ms", "-m", "batcher"]) == 2
     assert "not decoupled" in capsys.readouterr().err
+
+
+def test_the_settings_hold_one_budget_from_a_table_or_from_the_flags():
+    """A [tune] table's latency_budget and percentile, or the budget the flags parsed (a mix's per-model
+    budgets too) held to --percentile: one Budget, the one the load search and the verdicts read."""
+    from perfkit.tuner import parse_budget
+
+    table = TuneSettings.from_mapping("streamer", {"latency_budget": "ttft:300ms", "percentile": 90, "trials": 1})
+    assert table.budget == Budget(300.0, 90.0, "ttft")
+    parsed, mix = parse_budget(["a", "b"], "a:20ms,b:50ms", "a:3,b:1")
+    flags = TuneSettings.from_mapping("a", {}, flags={"percentile": 95.0}, budget=parsed, mix=mix)
+    assert flags.budget == Budget(20.0, 95.0, "latency", (("a", 20.0), ("b", 50.0)))
+    assert flags.judge_settings(None).budget is flags.budget
+    with pytest.raises(InputError, match="percentile"):
+        TuneSettings.from_mapping("m", {"latency_budget": "20ms", "percentile": "high"})

@@ -37,7 +37,7 @@ from perfkit.measure import profile
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import _bundled_backends, _bundled_root
 from perfkit.server.modelconfig import apply_config, parse_config, render_config
-from perfkit.tuner import TuneSettings, TuneSpace, judge_trial, tune
+from perfkit.tuner import Budget, TuneSettings, TuneSpace, judge_trial, tune
 from perfkit.tuner._load_search import find_load
 from perfkit.tuner._pipeline import unbundle
 from perfkit.tuner._repo_guard import RepoGuard
@@ -50,7 +50,7 @@ MODEL = "stages"
 def _settings(out: Path, budget_ms: float, trials: int, sampler: str, max_time_s: float | None) -> TuneSettings:
     return TuneSettings(
         model=MODEL,
-        latency_budget_ms=budget_ms,
+        budget=Budget(budget_ms),
         trials=trials,
         max_time_s=max_time_s,
         output_dir=out,

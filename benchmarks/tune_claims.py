@@ -45,7 +45,7 @@ from perfkit.records import LoadLevel  # noqa: E402
 from perfkit.server import LocalLaunch, launch_local  # noqa: E402
 from perfkit.server.local import LocalServer  # noqa: E402
 from perfkit.server.modelconfig import ConfigGuard  # noqa: E402
-from perfkit.tuner import TuneResult, TuneSettings, tune  # noqa: E402
+from perfkit.tuner import Budget, TuneResult, TuneSettings, tune  # noqa: E402
 from perfkit.tuner._load_search import ladder, rate_ladder, step_below  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,7 +131,7 @@ def settings(model: str, budget_ms: float, max_c: int, out: Path, trials: int, s
              confirm: int, max_time_s: float | None) -> TuneSettings:  # fmt: skip
     return TuneSettings(
         model=model,
-        latency_budget_ms=budget_ms,
+        budget=Budget(budget_ms),
         trials=trials,
         max_time_s=max_time_s,
         output_dir=out,

@@ -37,7 +37,7 @@ from pathlib import Path
 from perfkit.measure import profile
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import ConfigGuard, read_config
-from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, grid_points, judge_trial, resolve, tune
+from perfkit.tuner import Budget, TuneResult, TuneSettings, TuneSpace, grid_points, judge_trial, resolve, tune
 from perfkit.tuner._load_search import find_load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +90,7 @@ def _scenario(name: str, quick: bool) -> Scenario:
 def _settings(sc: Scenario, out: Path, trials: int, sampler: str, seed: int, adaptive: bool = True) -> TuneSettings:
     return TuneSettings(
         model=sc.model,
-        latency_budget_ms=sc.budget_ms,
+        budget=Budget(sc.budget_ms),
         trials=trials,
         output_dir=out,
         sampler=sampler,  # type: ignore[arg-type]  # argparse gives str; the values are the Literal's

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from perfkit import objectives
+from perfkit.tuner import TuneSpace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,19 +38,9 @@ SETTINGS_FLAGS = {
     "trace_file": "trace",
     "max_rate": "max_rate",
 }
-# Flag parameters of the search space (TuneSpace.from_mapping's keys).
-SPACE_FLAGS = (
-    "max_batch_sizes",
-    "dynamic_batching",
-    "queue_delays_us",
-    "preferred_batch_sizes",
-    "instance_counts",
-    "instance_kinds",
-    "precisions",
-    "precision_parameter",
-    "max_batch_size_limit",
-    "trt_engines",
-)
+# Flag parameters of the search space: TuneSpace.from_mapping's keys, one list (TuneSpace.KEYS) that the
+# sweep file's [tune] table and the flags share; each flag's parameter is named as its key.
+SPACE_FLAGS = TuneSpace.KEYS
 
 _OPTIONS = [
     click.option(

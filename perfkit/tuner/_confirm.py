@@ -31,14 +31,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 from optuna.trial import TrialState
 
-from perfkit.budget import budget_label, level_budget_us, level_within_budget, open_loop_shortfall
+from perfkit.budget import Budget, budget_label, open_loop_shortfall
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
 from perfkit.recorder import t95, t95_one_sided
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
@@ -146,13 +146,13 @@ def summarize_repeats(
     levels: Sequence[LevelResult],
     *,
     repeats: int,
-    budget_ms: float,
-    percentile: float,
-    metric: str,
-    mix_scale: Mapping[str, float] | None = None,
+    budget: Budget | None = None,
+    budget_ms: float | None = None,
+    percentile: float = 99.0,
+    metric: str = "latency",
 ) -> Confirmation:
     """The Confirmation of repeated levels at one load (held when all `repeats` ran and each is
-    within the budget).
+    within the budget: the settings' Budget, or given as budget_ms / percentile / metric).
 
     The throughput interval is where an independent re-measurement would read (a 95% prediction
     interval, mean +- t(0.975, n-1) * s * sqrt(1 + 1/n)), not the narrower interval of the mean:
@@ -160,8 +160,12 @@ def summarize_repeats(
     throughput is scaled to the rate asked (its Poisson schedule sent a few percent more or less
     than asked, by chance: the same seeds for every candidate would carry one draw's luck into
     every claim), and a Poisson re-measurement's own count noise is added to the interval."""
+    if budget is None:
+        if budget_ms is None:
+            raise TypeError("summarize_repeats needs a budget (or budget_ms)")
+        budget = Budget(budget_ms, percentile, metric)
     tputs = [lv.throughput_infer_per_s * _schedule_factor(load, lv) for lv in levels]
-    lats = [level_budget_us(lv, percentile, metric, mix_scale) for lv in levels]
+    lats = [budget.level_us(lv) for lv in levels]
     mean = statistics.fmean(tputs) if tputs else 0.0
     half = math.inf
     if len(tputs) > 1:
@@ -181,9 +185,9 @@ def summarize_repeats(
         n = len(lats)
         predicted = statistics.fmean(lats) + t95_one_sided(n - 1) * statistics.stdev(lats) * math.sqrt(1 + 1 / n)
         ucb = max(ucb, predicted)
-    bad = [lv for lv in levels if not level_within_budget(lv, budget_ms, percentile, metric, mix_scale)]
+    bad = [lv for lv in levels if not budget.within(lv)]
     # The margin: the percentile's upper ~95% bound, not only its reading, within the budget.
-    margin_ok = ucb <= budget_ms * 1e3
+    margin_ok = ucb <= budget.latency_budget_ms * 1e3
     held = len(levels) == repeats and not bad and margin_ok
     note = ""
     if len(levels) < repeats:
@@ -216,10 +220,7 @@ def confirm_one(
 
     def at(level: LoadLevel) -> Confirmation:
         levels = _measure_repeats(t, number, level, cs)
-        return summarize_repeats(
-            level, levels, repeats=cs.repeats, budget_ms=t.s.latency_budget_ms, percentile=t.s.percentile,
-            metric=t.s.budget_metric, mix_scale=t.judge.budget.mix_scale,
-        )  # fmt: skip
+        return summarize_repeats(level, levels, repeats=cs.repeats, budget=t.s.budget)
 
     first = at(load)
     if first.held:
@@ -289,7 +290,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
             conf = Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
         study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
-        t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.percentile, t.s.budget_metric)))
+        t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.budget.percentile, t.s.budget.metric)))
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
             held_at = (conf.load.value, per_unit)

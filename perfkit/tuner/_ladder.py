@@ -11,6 +11,22 @@ from collections.abc import Callable, Sequence
 from perfkit.records import LevelResult, RunRecord
 
 
+class OutOfTime(Exception):  # noqa: N818  # an ending of the search, not an error: the tune goes on
+    """The deadline came before the load search could measure its next level. `record` holds every
+    level measured before it (None: none was)."""
+
+    def __init__(self, record: RunRecord | None = None) -> None:
+        super().__init__("the deadline came before the next level could be measured")
+        self.record = record
+
+
+def merged(records: Sequence[RunRecord], results: Sequence[LevelResult]) -> RunRecord | None:
+    """One run record (the last run's) holding the given levels, sorted by load; None without runs."""
+    if not records:
+        return None
+    return dataclasses.replace(records[-1], levels=tuple(sorted(results, key=lambda lv: lv.load.value)))
+
+
 class LadderSearch:
     """The highest ladder concurrency within budget, starting where a similar trial met it.
 
@@ -122,7 +138,14 @@ class LadderSearch:
         return lo, hi
 
     def run(self) -> RunRecord:
-        """Search, then one run record holding every level measured (sorted by load)."""
+        """Search, then one run record holding every level measured (sorted by load). Raises
+        OutOfTime (holding the levels measured) when `measure_one` does."""
+        try:
+            return self._run()
+        except OutOfTime:
+            raise OutOfTime(merged(self.records, list(self.results.values()))) from None
+
+    def _run(self) -> RunRecord:
         first = self._measure(self.start_index)
         if first is False:
             first = self._confirmed_over(self.start_index)
@@ -146,9 +169,9 @@ class LadderSearch:
                 # The level over the budget was not: search on above it, up to the next level read over.
                 above = [i for i, within in self.verdicts.items() if i > hi and not within]
                 bounds = (hi, min(above) if above else None)
-        last = self.records[-1]
-        levels = sorted(self.results.values(), key=lambda lv: lv.load.value)
-        return dataclasses.replace(last, levels=tuple(levels))
+        out = merged(self.records, list(self.results.values()))
+        assert out is not None  # the first level was measured
+        return out
 
 
 def run_level_by_level(
@@ -156,13 +179,17 @@ def run_level_by_level(
 ) -> RunRecord:
     """Measure levels one run each, in order until the first level over the budget, judged here
     rather than by measure (whose threshold is on the end-to-end latency, not a stream's TTFT or
-    ITL). One record holding every level measured."""
+    ITL). One record holding every level measured. Raises OutOfTime (holding the levels measured)
+    when `run_spec` does."""
     records: list[RunRecord] = []
-    for value in sorted(set(values)):
-        rec = run_spec((value,))
-        records.append(rec)
-        if not rec.levels or rec.status != "ok" or not ok(rec.levels[-1]):
-            break
-    last = records[-1]
-    levels = sorted((lv for r in records for lv in r.levels), key=lambda lv: lv.load.value)
-    return dataclasses.replace(last, levels=tuple(levels))
+    try:
+        for value in sorted(set(values)):
+            rec = run_spec((value,))
+            records.append(rec)
+            if not rec.levels or rec.status != "ok" or not ok(rec.levels[-1]):
+                break
+    except OutOfTime:
+        raise OutOfTime(merged(records, [lv for r in records for lv in r.levels])) from None
+    out = merged(records, [lv for r in records for lv in r.levels])
+    assert out is not None  # values holds at least one level
+    return out

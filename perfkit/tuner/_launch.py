@@ -72,8 +72,10 @@ def run_tune(
     )
     if settings.mix:
         mix = ",".join(f"{m}:{w}" for m, w in settings.mix)
-        budgets = ", ".join(f"{m} {b:g} ms" for m, b in settings.mix_budgets_ms)
-        note(f"perfkit: tuning the traffic mix {mix} jointly (p{settings.percentile:g} budgets: {budgets})", True)
+        budgets = ", ".join(f"{m} {b:g} ms" for m, b in settings.budget.per_model_ms)
+        note(
+            f"perfkit: tuning the traffic mix {mix} jointly (p{settings.budget.percentile:g} budgets: {budgets})", True
+        )
     elif pipeline:
         if ray.address:
             raise UsageError("--ray tunes one model; tune a pipeline on one server (drop --ray)")

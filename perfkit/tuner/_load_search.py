@@ -9,11 +9,17 @@ far answer, such as the concurrency a much larger batch needs, is still reached)
 reading over the budget where the answer hinges on it is measured once more (see
 _ladder.LadderSearch). Levels end as soon as they are clearly over or under the budget
 (ProfileSpec.stop_when_decided). Open loop walks a ladder of arrival rates the same way.
+
+A deadline (the tune's --max-time) bounds the search: each level is given at most the windows
+that fit in the time left, a level whose fewest windows do not fit is not started, and the
+search ends there (OutOfTime, holding what it measured).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +28,7 @@ from typing import Any
 from perfkit.budget import Budget
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.base import Server
-from perfkit.tuner._ladder import LadderSearch, run_level_by_level
+from perfkit.tuner._ladder import LadderSearch, OutOfTime, run_level_by_level
 
 Measure = Callable[..., RunRecord]
 
@@ -179,6 +185,21 @@ def _doubling(low: int, high: int) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
+# What a level costs beyond its warm-up and windows (starting the load, draining, the server's
+# statistics): a level is started only when its fewest windows fit in the time left with this.
+LEVEL_OVERHEAD_S = 1.0
+
+
+def fit_to_time_left(spec: ProfileSpec, time_left_s: float) -> ProfileSpec:
+    """spec with at most the windows that fit in time_left_s (one level: its warm-up, its windows,
+    LEVEL_OVERHEAD_S). Raises OutOfTime when fewer than its min_windows fit."""
+    window_s = spec.measurement_interval_ms / 1000.0
+    fit = math.floor((time_left_s - spec.warmup_s - LEVEL_OVERHEAD_S) / window_s) if window_s > 0 else 0
+    if fit < spec.min_windows:
+        raise OutOfTime()
+    return dataclasses.replace(spec, max_trials=min(spec.max_trials, fit))
+
+
 def find_load(
     measure: Measure,
     server: Server,
@@ -188,26 +209,32 @@ def find_load(
     *,
     command: tuple[str, ...] = (),
     record_path: Path | None = None,
+    deadline: float | None = None,
 ) -> RunRecord:
     """Measure a loaded candidate up to its highest load within the budget (concurrency, or
     for open loop the highest sustainable arrival rate); returns one run record holding every
-    level measured (sorted by load). Raises what measure raises."""
+    level measured (sorted by load). `deadline` (time.monotonic() seconds): each level measured
+    one run at a time, given the windows that fit before it. Raises what measure raises, and
+    OutOfTime (its record: the levels measured, None if none) when the next level would not
+    fit before the deadline."""
 
     def ok(lv: LevelResult) -> bool:
         return judge.budget.within(lv)
 
+    def run(spec: ProfileSpec) -> RunRecord:
+        if deadline is not None:
+            spec = fit_to_time_left(spec, deadline - time.monotonic())
+        return measure(server, spec, command=command, record_path=record_path)
+
     def run_spec(values: Sequence[float], bisect: bool) -> RunRecord:
-        levels = tuple(judge.level(v) for v in values)
-        return measure(server, judge.spec(model, levels, bisect=bisect), command=command,
-                       record_path=record_path)  # fmt: skip
+        return run(judge.spec(model, tuple(judge.level(v) for v in values), bisect=bisect))
 
     if judge.open_loop:
         if start is None and judge.load_mode == "trace":
             start = judge.trace_base_rps  # the trace as recorded (speed 1)
+        probed: list[RunRecord] = []
         if start is None:
-            start = _probe_rate(
-                lambda lv: measure(server, judge.spec(model, (lv,)), command=command, record_path=record_path)
-            )
+            start = _probe_rate(lambda lv: _kept(run(judge.spec(model, (lv,))), probed))
         values = rate_ladder(start, judge.max_rate_rps)
         # Double the rate per move, then bisect back to the ladder's resolution: a level below the
         # answer is slow to fill its windows (about 50 requests each), one above it is quick, so
@@ -215,17 +242,21 @@ def find_load(
         # trial's that sustained far less) costs most of a trial.
         search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
                                stride=RATE_STEPS_PER_DOUBLING, ceiling=capacity_ceiling)  # fmt: skip
-        merged = search.run()
+        try:
+            merged = search.run()
+        except OutOfTime as ended:
+            # no rate measured yet: what the probe measured is all the trial has
+            raise OutOfTime(ended.record or (probed[0] if probed else None)) from None
         if record_path is not None:
             merged.save(record_path)
         return merged
     if start is None:
         doubling = _doubling(1, judge.max_concurrency)
-        if judge.judged_by_measure:
+        if judge.judged_by_measure and deadline is None:  # one run; under a deadline a run per level
             first_run = run_spec(doubling, False)
         else:
             first_run = run_level_by_level(lambda v: run_spec(v, False), doubling, ok)
-        if record_path is not None and not judge.judged_by_measure:
+        if record_path is not None and not (judge.judged_by_measure and deadline is None):
             first_run.save(record_path)
         return first_run
     values = tuple(float(v) for v in ladder(int(start), judge.max_concurrency))
@@ -266,6 +297,11 @@ def step_below(values: Sequence[float], value: float) -> float | None:
     """The ladder value one step below value, or None at the bottom."""
     lower = [v for v in values if v < value * (1 - 1e-9)]
     return max(lower) if lower else None
+
+
+def _kept(record: RunRecord, into: list[RunRecord]) -> RunRecord:
+    into.append(record)
+    return record
 
 
 def _probe_rate(measure_level: Callable[[LoadLevel], RunRecord]) -> float:

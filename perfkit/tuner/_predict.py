@@ -131,8 +131,8 @@ class PredictedSearch:
         results = predict.score_space(
             cfgs,
             predict.service_model(self.calibration),
-            self.t.s.latency_budget_ms * 1e3,
-            percentile=self.t.s.percentile,
+            self.t.s.budget.latency_budget_ms * 1e3,
+            percentile=self.t.s.budget.percentile,
             contention=predict.contention(self.calibration),
             requests=SIM_REQUESTS,
             keep=TOP_MEASURED,

@@ -36,6 +36,10 @@ class ConfigRoute(Protocol):
         (an ensemble after its steps)."""
         ...
 
+    def restore_hint(self, server: Server, models: Sequence[str]) -> str:
+        """What the user should do when the server does not serve the originals of `models` again."""
+        ...
+
 
 class FileRoute:
     """Rewrite config.pbtxt in the model repository and reload (the server must read that folder)."""
@@ -54,3 +58,7 @@ class FileRoute:
             model, path = next(iter(paths.items()))
             return ConfigGuard(path, server, model)
         return RepoGuard(paths, server, reload_last=reload_last)
+
+    def restore_hint(self, server: Server, models: Sequence[str]) -> str:
+        """The files are back: the server must be reading them."""
+        return "check the server log; --model-repository must be the folder the server reads"

@@ -77,8 +77,15 @@ class ApiRoute:
         if failed:  # reached only when the block ended normally (an exception in flight is not hidden)
             raise ServerError(
                 "the original config was not restored on the server: " + "; ".join(failed),
-                hint="load the model again (POST /v2/repository/models/M/load) and check the server log",
+                hint=self.restore_hint(server, [r.model for r in routes if r.restore_error]),
             )
+
+    def restore_hint(self, server: Server, models: Sequence[str]) -> str:
+        """Load each model again without an override (the server then reads its own config from its
+        repository), as a command the user can run, then the server log."""
+        url = server.endpoints.http_url.rstrip("/")
+        loads = "; ".join(f"curl -X POST {url}/v2/repository/models/{m}/load" for m in models)
+        return f"load the model again without a config override ({loads}) and check the server log"
 
     @staticmethod
     def _reload(server: Server, models: Sequence[str]) -> None:

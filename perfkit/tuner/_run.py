@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Literal
 
 import optuna
+from optuna.trial import TrialState
 
-from perfkit.errors import PerfkitError, UsageError
+from perfkit.errors import MeasurementError, PerfkitError, UsageError
 from perfkit.records import TuneRecord
 from perfkit.server.api_route import check_explicit_model_control
 from perfkit.server.base import Server
@@ -38,12 +39,18 @@ def search(t: TrialRunner, study: optuna.Study, stop: Callable[[optuna.Study], s
     the best and its rivals re-measured before anything is claimed (one judgment for a model
     and for a pipeline). The candidate last measured may be left serving: the caller's guard puts
     the original back. `stop` is one more stop rule (the predicted search's). Raises as
-    run_trial and confirm_picks do."""
+    run_trial and confirm_picks do, and MeasurementError when --max-time ran out before any
+    trial was measured."""
     t.capture_reference()
     while (why := (stop and stop(study)) or t.should_stop(study)) is None:
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
+    if t.out_of_time and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        raise MeasurementError(
+            f"--max-time {t.s.max_time_s:g} s ran out before any trial was measured",
+            hint="give more time: a trial measures its load levels one after another, each for several windows",
+        )
     confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats, min_repeat_s=t.s.confirm_time_s))
 
 
@@ -59,9 +66,9 @@ def run_search(
     outputs written (the subject's own files too). Raises UsageError for an empty space, and as
     search does (after the outputs are written)."""
     s, subject = t.s, t.subject
-    t.emit(SearchStarted(subject.title, t.space.backend, s.percentile, s.latency_budget_ms,
+    t.emit(SearchStarted(subject.title, t.space.backend, s.budget.percentile, s.budget.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
-                         s.budget_metric, t.judge.load_line(default=s.load is None)))  # fmt: skip
+                         s.budget.metric, t.judge.load_line(default=s.load is None)))  # fmt: skip
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)
@@ -119,18 +126,18 @@ def open_study(t: TrialRunner) -> optuna.Study:
     if known is None:
         study.set_user_attr("original_sha256", sha)
         study.set_user_attr("model", t.model)
-        study.set_user_attr("latency_budget_ms", t.s.latency_budget_ms)
-        study.set_user_attr("percentile", t.s.percentile)
-        study.set_user_attr("budget_metric", t.s.budget_metric)
+        study.set_user_attr("latency_budget_ms", t.s.budget.latency_budget_ms)
+        study.set_user_attr("percentile", t.s.budget.percentile)
+        study.set_user_attr("budget_metric", t.s.budget.metric)
     elif known != sha:
         raise UsageError(
             f"{t.subject.config_path} differs from the config study {t.study_name!r} started from",
             hint="restore that config, or start a new study (another -o DIR or --study-name)",
         )
     elif (
-        study.user_attrs.get("latency_budget_ms") != t.s.latency_budget_ms
-        or study.user_attrs.get("percentile") != t.s.percentile
-        or study.user_attrs.get("budget_metric", "latency") != t.s.budget_metric
+        study.user_attrs.get("latency_budget_ms") != t.s.budget.latency_budget_ms
+        or study.user_attrs.get("percentile") != t.s.budget.percentile
+        or study.user_attrs.get("budget_metric", "latency") != t.s.budget.metric
     ):
         metric = study.user_attrs.get("budget_metric", "latency")
         prefix = "" if metric == "latency" else f"{metric}:"
@@ -178,7 +185,8 @@ def tune(
     --apply installs the best config(s) all or nothing. Progress goes to on_event as typed events
     (and to logging); `echo`, a shorthand for on_event, receives each event's line(). Outputs go
     to settings.output_dir. Raises UsageError/InputError/ConfigError for bad settings or configs,
-    ServerError when the server dies or an original no longer loads, KeyboardInterrupt after
+    ServerError when the server dies or an original no longer loads, MeasurementError when
+    --max-time ran out before any trial was measured (after the outputs), KeyboardInterrupt after
     cleanup and partial outputs.
 
     model_repository None: candidates go through the API route (perfkit.tuner._route_api; route

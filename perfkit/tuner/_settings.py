@@ -3,6 +3,7 @@ and what it hands back (TuneResult)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -69,10 +70,9 @@ class TuneSettings:
     """How to search: budget, objective, bounds, where results and the study go."""
 
     model: str
-    latency_budget_ms: float
-    percentile: float = 99.0
-    # What the budget holds: end-to-end latency, or TTFT / ITL of a decoupled model's stream.
-    budget_metric: str = "latency"
+    # The one budget trials are held to: its value in ms, the percentile, what it holds (end-to-end
+    # latency, or TTFT / ITL of a decoupled model's stream) and, for a traffic mix, each model's own.
+    budget: Budget
     objective: ObjectiveName = "throughput"  # a name of perfkit.objectives
     # --objective goodput: the SLOs a streamed request must meet to count, e.g. {"ttft": 200, "itl": 20}
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)
@@ -116,17 +116,16 @@ class TuneSettings:
     # --measurement-interval (5000 ms), so the claim is read over as long as a re-measurement.
     confirm_time_s: float = 5.0
     # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms): the models
-    # (model is the first) and their weights, and each model's budget (latency_budget_ms is the first's)
+    # (model is the first) and their weights; each model's budget is the budget's per_model_ms
     mix: tuple[tuple[str, int], ...] = ()
-    mix_budgets_ms: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
-        check_percentile(self.percentile)
-        if self.latency_budget_ms <= 0:
+        check_percentile(self.budget.percentile)
+        if self.budget.latency_budget_ms <= 0:
             raise UsageError("--latency-budget must be positive")
-        if self.budget_metric not in BUDGET_METRICS:
+        if self.budget.metric not in BUDGET_METRICS:
             raise UsageError(
-                f"--latency-budget metric {self.budget_metric!r} unknown", hint="use ttft:300ms, itl:20ms or 20ms"
+                f"--latency-budget metric {self.budget.metric!r} unknown", hint="use ttft:300ms, itl:20ms or 20ms"
             )
         if self.trials is not None and self.trials < 1:
             raise UsageError("--trials must be at least 1")
@@ -164,10 +163,11 @@ class TuneSettings:
         """Settings from a sweep file's [tune] table (keys in SETTINGS_KEYS; space keys are
         TuneSpace's) and, for `perfkit tune`, its flags: `flags` holds them under the table's keys
         (and FLAG_KEYS: goodput, trace, max_rate), None for a flag not given. A flag
-        given overrides the table and its errors name the flag (the budget arrives parsed, by
-        parse_budget, in `overrides`). On the command line --max-time alone bounds the search by
-        time (no trial count). Raises InputError/UsageError naming the
-        key or flag."""
+        given overrides the table and its errors name the flag. The budget is the table's
+        latency_budget and percentile, or arrives parsed (by parse_budget, a mix's too) as
+        `budget=` in `overrides`, held to the percentile given here. On the command line
+        --max-time alone bounds the search by time (no trial count). Raises InputError/UsageError
+        naming the key or flag."""
         given = {k: v for k, v in (flags or {}).items() if v is not None}
         data = {**data, **{k: v for k, v in given.items() if k in SETTINGS_KEYS}}
 
@@ -175,16 +175,22 @@ class TuneSettings:
             return "--" + key.replace("_", "-") if key in given else f"{source} {key}"
 
         kw: dict[str, Any] = {}
-        if "latency_budget" not in data and "latency_budget_ms" not in overrides:
+        parsed: Budget | None = overrides.pop("budget", None)
+        if "latency_budget" not in data and parsed is None:
             raise InputError(f"{source}: latency_budget is required", hint='e.g. latency_budget = "20ms"')
-        if "latency_budget" in data:
-            kw["budget_metric"], kw["latency_budget_ms"] = parse_latency_budget(data["latency_budget"])
+        if parsed is None:
+            metric, ms = parse_latency_budget(data["latency_budget"])
+            parsed = Budget(ms, metric=metric)
         if "max_time" in data:
             kw["max_time_s"] = parse_duration_s(data["max_time"], what=named("max_time"))
         if "confirm_time" in data:
             kw["confirm_time_s"] = parse_duration_s(data["confirm_time"], what=named("confirm_time"))
+        try:
+            percentile = float(data.get("percentile", parsed.percentile))
+        except (TypeError, ValueError):
+            raise InputError(f"{source}: percentile = {data['percentile']!r} is not a number") from None
+        kw["budget"] = dataclasses.replace(parsed, percentile=percentile)
         for key, conv in (
-            ("percentile", float),
             ("trials", int),
             ("seed", int),
             ("min_throughput", float),
@@ -237,10 +243,12 @@ class TuneSettings:
             return self.load
         return "concurrency" if decoupled else "rate"
 
-    @property
-    def budget(self) -> Budget:
-        """The budget these settings hold the trials to."""
-        return Budget(self.latency_budget_ms, self.percentile, self.budget_metric, self.mix_budgets_ms)
+    def search_time_s(self) -> float | None:
+        """How long the search may take (None without --max-time): --max-time bounds the whole tune,
+        so the search leaves confirmation its time (at most half of it)."""
+        if self.max_time_s is None:
+            return None
+        return self.max_time_s - min(confirmation_reserve_s(self), self.max_time_s / 2)
 
     def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
         """How each trial is measured; streaming for a decoupled model."""
@@ -265,6 +273,15 @@ class TuneSettings:
             max_rate_rps=self.max_rate_rps,
             mix=self.mix,
         )
+
+
+def confirmation_reserve_s(s: TuneSettings) -> float:
+    """About how long confirming the pick takes: its repeats, each at least --confirm-time or its
+    minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step down)."""
+    if s.confirm_repeats <= 0:
+        return 0.0
+    repeat_s = max(s.confirm_time_s, CONFIRM_MIN_WINDOWS * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0
+    return 2 * s.confirm_repeats * repeat_s
 
 
 def _trace_base(trace: Path | None) -> float:

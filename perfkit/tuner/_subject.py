@@ -156,11 +156,11 @@ def open_subject(
                 "tuning a traffic mix or a pipeline needs --model-repository DIR (readable here)",
                 hint="give the folder the server reads, or tune each model on its own",
             )
-        return ModelSubject(settings.model, space, None, latency_budget_ms=settings.latency_budget_ms, route=route,
+        return ModelSubject(settings.model, space, None, budget=settings.budget, route=route,
                             served_text=served_text)  # fmt: skip
     model_folder(repository, settings.model)
     if settings.mix:
         return mix_subject(settings, space, repository, route=route)
     if composing or is_pipeline(repository, settings.model):
         return pipeline_subject(settings, space, repository, composing=composing, route=route)
-    return ModelSubject(settings.model, space, repository, latency_budget_ms=settings.latency_budget_ms, route=route)
+    return ModelSubject(settings.model, space, repository, budget=settings.budget, route=route)

@@ -96,15 +96,15 @@ class MixBreakdown(TuneEvent):
 
 
 def mix_subject(settings: TuneSettings, space: TuneSpace, repository: Path, *, route: ConfigRoute) -> PipelineSubject:
-    """The models of settings.mix as one subject, each held to its own budget (settings.mix_budgets_ms).
+    """The models of settings.mix as one subject, each held to its own budget (settings.budget.per_model_ms).
     Raises UsageError without a mix, ConfigError when no model of the mix can be tuned."""
-    if not settings.mix or not settings.mix_budgets_ms:
-        raise UsageError("a traffic mix needs settings.mix and settings.mix_budgets_ms")
-    budgets = dict(settings.mix_budgets_ms)
+    if not settings.mix or not settings.budget.per_model_ms:
+        raise UsageError("a traffic mix needs settings.mix and settings.budget.per_model_ms")
+    budgets = dict(settings.budget.per_model_ms)
     p = build_mix(space, repository, [m for m, _ in settings.mix], budgets, gpu_available=gpu_available())
     if p.refused:
         raise ConfigError(p.refused, hint="see each model's reason above")
-    pct = settings.percentile
+    pct = settings.budget.percentile
 
     def breakdown(t: TrialRunner, number: int, level: LevelResult | None) -> None:
         """Each model's throughput and percentile against its own budget, at the level judged."""

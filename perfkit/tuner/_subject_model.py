@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from perfkit.budget import Budget
 from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelLoadError, ServerError
 from perfkit.records import ProfileSpec, RunRecord, TuneRecord
 from perfkit.server.base import Server
@@ -33,7 +34,7 @@ class ModelSubject:
         space: TuneSpace,
         repository: Path | None,
         *,
-        latency_budget_ms: float,
+        budget: Budget,
         route: ConfigRoute,
         served_text: str | None = None,
     ) -> None:
@@ -60,7 +61,11 @@ class ModelSubject:
             self.original_cfg = read_config(self.config_path)
             self.original_text = self.config_path.read_bytes().decode("utf-8")
         self.space = resolve(
-            space, self.original_cfg, folder, latency_budget_us=latency_budget_ms * 1e3, gpu_available=gpu_available()
+            space,
+            self.original_cfg,
+            folder,
+            latency_budget_us=budget.latency_budget_ms * 1e3,
+            gpu_available=gpu_available(),
         )
 
     @property
@@ -101,14 +106,17 @@ class ModelSubject:
         try:
             self.serve(server, self.original_text)
         except CandidateNotAppliedError as err:
+            what = self.config_path if self.original_from == "repository" else f"the original config of {self.model!r}"
             raise ServerError(
-                f"the server does not serve {self.config_path} even after restoring it: {err.message}",
-                hint="--model-repository must be the folder the server reads",
+                f"the server does not serve {what} even after restoring it: {err.message}",
+                hint=self.route.restore_hint(server, [self.model]),
             ) from err
         except ModelLoadError as err:
             raise ServerError(
                 f"the original config of {self.model!r} no longer loads after a failed trial: {err.message}",
-                hint="check the server log",
+                hint=self.route.restore_hint(server, [self.model])
+                if self.route.name == "api"
+                else "check the server log",
             ) from err
 
     def profile_spec(self, spec: ProfileSpec) -> ProfileSpec:

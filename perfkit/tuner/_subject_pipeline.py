@@ -151,7 +151,7 @@ class PipelineSubject:
             raise ServerError(
                 f"the pipeline {self.model!r} no longer loads after a failed trial even with its original configs:"
                 f" {err.message}",
-                hint="check the server log; --model-repository must be the folder the server reads",
+                hint=self.route.restore_hint(server, list(dict.fromkeys([*self.step_names, self.model]))),
             ) from err
 
     def profile_spec(self, spec: ProfileSpec) -> ProfileSpec:
@@ -226,7 +226,7 @@ def pipeline_subject(
     would not load the pipeline as it is, InputError/UsageError as _pipeline.build does."""
     p = _pipeline.build(
         space, repository, settings.model, composing=composing,
-        latency_budget_us=settings.latency_budget_ms * 1e3, gpu_available=gpu_available(),
+        latency_budget_us=settings.budget.latency_budget_ms * 1e3, gpu_available=gpu_available(),
     )  # fmt: skip
     if p.refused:
         raise ConfigError(p.refused, hint="see perfkit tune --dry-run for each step's reasons")

@@ -42,9 +42,9 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._load_search import Measure, find_load, start_concurrency
+from perfkit.tuner._load_search import Measure, OutOfTime, find_load, start_concurrency
 from perfkit.tuner._objective import hardware_units, study_values
-from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS, TuneSettings, default_output_dir
+from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
 from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
@@ -78,7 +78,7 @@ class TrialRunner:
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
         self.study_name = settings.study_name or subject.default_study_name
         self.decoupled = is_decoupled(subject.original_cfg, self.space.backend)
-        check_budget_metric(settings.budget_metric, self.model, self.decoupled)
+        check_budget_metric(settings.budget.metric, self.model, self.decoupled)
         if settings.objective == "goodput" and not self.decoupled:
             raise UsageError(
                 f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {self.model!r} is not decoupled",
@@ -87,6 +87,7 @@ class TrialRunner:
         self.judge = settings.judge_settings(server.endpoints.metrics_url, streaming=self.decoupled)
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()
+        self.out_of_time = False  # a trial's load search reached the search's deadline (--max-time)
         self.done_here = 0
         self.dup_streak = 0
         self.sampler: optuna.samplers.BaseSampler | None = None
@@ -216,11 +217,20 @@ class TrialRunner:
                 outcome = self._evaluate(study, trial, text, number, is_original, record_params)
         except KeyboardInterrupt:
             self._fail(study, trial, "interrupted", interrupted=True)
-            # Queue the same candidate again so --resume measures it instead of losing it.
-            study.enqueue_trial(
-                trial.params, user_attrs={_trial_state.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
-            )
+            self._queue_again(study, trial, is_original)
             raise
+        except OutOfTime as ended:
+            # --max-time came during the load search: the trial ends there, recorded with the levels it
+            # measured, not judged on them (a search cut short would understate the candidate), and
+            # queued again like an interrupted one; the search stops at the next check.
+            self.out_of_time = True
+            n = len(ended.record.levels) if ended.record is not None else 0
+            during = f"during the load search ({n} level{'s' if n != 1 else ''} measured)"
+            reason = f"out of time: --max-time {self.s.max_time_s:g} s reached {during}"
+            self.emit(TrialFailed(number, reason))
+            self._fail(study, trial, reason, interrupted=True)
+            self._queue_again(study, trial, is_original)
+            return
         except ServerError as err:
             self._fail(study, trial, f"server error: {err.one_line()}")
             raise
@@ -229,6 +239,13 @@ class TrialRunner:
             return
         verdict, reload_s, measure_s = outcome
         self._tell(study, trial, verdict, reload_s, measure_s, time.monotonic() - t0)
+
+    @staticmethod
+    def _queue_again(study: optuna.Study, trial: optuna.Trial, is_original: bool) -> None:
+        """Queue a trial cut short again, so --resume measures its candidate instead of losing it."""
+        study.enqueue_trial(
+            trial.params, user_attrs={_trial_state.A_ORIGINAL: True} if is_original else None, skip_if_exists=False
+        )
 
     def _reject(self, study: optuna.Study, trial: optuna.Trial, params: dict[str, Any], err: PerfkitError) -> None:
         """A candidate Triton would reject: recorded as failed (not counted against --trials),
@@ -253,7 +270,7 @@ class TrialRunner:
         if verdict.feasible_load is not None:
             _trial_state.store(trial, load=verdict.feasible_load, throughput_infer_per_s=verdict.throughput_infer_per_s,
                                latency_us=verdict.latency_us)  # fmt: skip
-        pct = budget_label(self.s.budget_metric, self.s.percentile)
+        pct = budget_label(self.s.budget.metric, self.s.budget.percentile)
         if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
@@ -271,9 +288,10 @@ class TrialRunner:
         fl = verdict.feasible_load
         conc = int(fl.value) if fl is not None and fl.mode == "concurrency" else None
         label = fl.label if fl is not None and fl.mode != "concurrency" else None
-        self.emit(TrialMeasured(trial.number, tput, conc, self.s.percentile, lat / 1e3, feasible, reload_s, measure_s,
-                                verdict.levels_measured, self.s.budget_metric,
-                                verdict.metrics.get("output_tokens_per_s"), label))  # fmt: skip
+        b = self.s.budget
+        self.emit(TrialMeasured(trial.number, tput, conc, b.percentile, lat / 1e3, feasible, reload_s, measure_s,
+                                verdict.levels_measured, b.metric, verdict.metrics.get("output_tokens_per_s"),
+                                label))  # fmt: skip
 
     def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
         mode = self.judge.level(1).mode
@@ -312,7 +330,11 @@ class TrialRunner:
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
-                               record_path=record_path)  # fmt: skip
+                               record_path=record_path, deadline=self.search_deadline())  # fmt: skip
+        except OutOfTime as ended:
+            if ended.record is not None:
+                ended.record.save(record_path)
+            raise
         except MeasurementError as err:
             self.emit(TrialFailed(number, f"measurement failed: {err.one_line()}"))
             if not self.server.is_ready():
@@ -333,10 +355,7 @@ class TrialRunner:
             self._fail(study, trial, f"measurement {record.status}: {record.error or ''}")
             return None
         _trial_state.store(trial, served_config_sha256=record.model.served_config_sha256)  # pairs trial and run
-        verdict = judge_trial(
-            record, latency_budget_ms=self.s.latency_budget_ms, percentile=self.s.percentile,
-            metric=self.s.budget_metric, mix_scale=self.judge.budget.mix_scale,
-        )  # fmt: skip
+        verdict = judge_trial(record, self.s.budget)
         self.subject.observe(self, study, trial, record, verdict)
         return verdict, reload_s, measure_s
 
@@ -371,23 +390,19 @@ class TrialRunner:
             return "every point of the grid measured"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated or rejected configs in a row: the search space looks exhausted"
-        if self.s.max_time_s is not None:
-            # --max-time bounds the whole tune: the search leaves time to confirm the pick (at
-            # most half the time), so the claim is not made after the user's deadline.
-            reserve = min(confirmation_reserve_s(self.s), self.s.max_time_s / 2)
-            if time.monotonic() - self.started >= self.s.max_time_s - reserve:
-                left = f" ({reserve:.0f} s left for confirmation)" if reserve > 0 else ""
-                return f"--max-time {self.s.max_time_s:g} s reached{left}"
+        deadline = self.search_deadline()
+        if deadline is not None and (self.out_of_time or time.monotonic() >= deadline):
+            reserve = self.started + (self.s.max_time_s or 0.0) - deadline
+            left = f" ({reserve:.0f} s left for confirmation)" if reserve > 0 else ""
+            return f"--max-time {self.s.max_time_s:g} s reached{left}"
         return None
 
-
-def confirmation_reserve_s(s: TuneSettings) -> float:
-    """About how long confirming the pick takes: its repeats, each at least --confirm-time or its
-    minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step down)."""
-    if s.confirm_repeats <= 0:
-        return 0.0
-    repeat_s = max(s.confirm_time_s, CONFIRM_MIN_WINDOWS * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0
-    return 2 * s.confirm_repeats * repeat_s
+    def search_deadline(self) -> float | None:
+        """When the search must end (time.monotonic() seconds; None without --max-time): --max-time
+        bounds the whole tune, so the search, the trial in flight included, leaves time to confirm
+        the pick (at most half the time) and the claim is not made after the user's deadline."""
+        search_s = self.s.search_time_s()
+        return None if search_s is None else self.started + search_s
 
 
 def _finite(x: float) -> float | None:

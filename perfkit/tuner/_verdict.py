@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from perfkit.budget import level_budget_us, level_within_budget
+from perfkit.budget import Budget, level_budget_us
 from perfkit.records import LevelResult, LoadLevel, RunRecord
 
 
@@ -16,7 +16,7 @@ class ConstraintSettings(Protocol):
     """The settings a verdict is checked against (TuneSettings has them)."""
 
     @property
-    def latency_budget_ms(self) -> float: ...
+    def budget(self) -> Budget: ...
     @property
     def min_throughput(self) -> float | None: ...
     @property
@@ -44,33 +44,37 @@ class TrialVerdict:
 
 def judge_trial(
     record: RunRecord,
+    budget: Budget | None = None,
     *,
-    latency_budget_ms: float,
-    percentile: float,
+    latency_budget_ms: float | None = None,
+    percentile: float = 99.0,
     metric: str = "latency",
-    mix_scale: Mapping[str, float] | None = None,
 ) -> TrialVerdict:
-    """Read a trial's run record against the budget (of `metric`: end-to-end latency, TTFT or
-    ITL). A level counts only without errors.
+    """Read a trial's run record against the budget (the settings' Budget: its value, percentile,
+    and what it holds: end-to-end latency, TTFT or ITL; a mix's per-model budgets). A level counts
+    only without errors. Callers outside the tuner may still give the budget as
+    latency_budget_ms / percentile / metric instead.
 
     The throughput judged stays completed requests per second for every model. For a decoupled
     model output tokens/s is the figure users quote, but the tokens a request streams are set by
     the workload (its inputs, max_tokens), not by the config: tokens/s ranks candidates exactly as
     requests/s does, so the record keeps one throughput meaning for every model and reports
     tokens/s beside it (metrics['output_tokens_per_s'], shown in the summary line)."""
-    budget_us = latency_budget_ms * 1e3
+    if budget is None:
+        if latency_budget_ms is None:
+            raise TypeError("judge_trial needs a budget (or latency_budget_ms)")
+        budget = Budget(latency_budget_ms, percentile, metric)
+    budget_us = budget.latency_budget_ms * 1e3
+    percentile = budget.percentile
     levels = list(record.levels)
     best: LevelResult | None = None
 
-    def _level_latency_us(level: LevelResult, pct: float) -> float:
-        return level_budget_us(level, pct, metric, mix_scale)
-
     for level in levels:
-        ok = level_within_budget(level, latency_budget_ms, percentile, metric, mix_scale)
+        ok = budget.within(level)
         if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
             best = level
     first = levels[0] if levels else None
-    lowest_over = first is None or first.error_count > 0 or _level_latency_us(first, percentile) > budget_us
+    lowest_over = first is None or first.error_count > 0 or budget.level_us(first) > budget_us
     mem = [s.memory_used_bytes for lv in levels for s in lv.metrics if s.memory_used_bytes is not None]
     metrics: dict[str, float] = {"levels_measured": float(len(levels))}
     if best is not None:
@@ -110,10 +114,10 @@ def judge_trial(
     return TrialVerdict(
         feasible_load=best.load if best else None,
         throughput_infer_per_s=best.throughput_infer_per_s if best else None,
-        latency_us=_level_latency_us(best, percentile) if best else None,
+        latency_us=budget.level_us(best) if best else None,
         lowest_over_budget=lowest_over,
         lowest_throughput=first.throughput_infer_per_s if first else 0.0,
-        lowest_latency_us=_level_latency_us(first, percentile) if first else float("inf"),
+        lowest_latency_us=budget.level_us(first) if first else float("inf"),
         levels_measured=len(levels),
         gpu_memory_bytes=max(mem) if mem else None,
         metrics=metrics,
@@ -124,7 +128,7 @@ def constraints(settings: ConstraintSettings, v: TrialVerdict) -> tuple[bool, di
     """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
     the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
     unknown (no metrics) does not break the constraint."""
-    budget_us = settings.latency_budget_ms * 1e3
+    budget_us = settings.budget.latency_budget_ms * 1e3
     lat = v.latency_us if v.latency_us is not None else v.lowest_latency_us
     rel = (lat - budget_us) / budget_us
     cons = {"latency": rel if v.within_budget else max(1e-6, rel)}

@@ -156,6 +156,8 @@ class TuneSpace:
     max_batch_size_limit: int | None = None
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
 
+    # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
+    # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
     KEYS = (
         "max_batch_sizes",
         "dynamic_batching",

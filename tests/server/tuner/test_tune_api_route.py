@@ -239,3 +239,26 @@ def test_a_traffic_mix_is_tuned_through_the_api_on_a_readonly_repository(tmp_pat
         assert _snapshot(repo) == before, "the repository's files changed (bytes, mtime or mode)"
     finally:
         _make_writable(repo)
+
+
+def test_a_failed_restore_through_the_api_says_how_to_reload_the_model(tmp_path: Path) -> None:
+    """A candidate failed and the original, served as an override again, no longer loads: the hint names the
+    load request that puts the repository's own config back (no --model-repository was given)."""
+    from perfkit.errors import ServerError
+    from perfkit.server.api_route import served_config_text
+    from perfkit.tuner import Budget, TuneSpace
+    from perfkit.tuner._route_api import ApiRoute
+    from perfkit.tuner._subject_model import ModelSubject
+
+    repo = tmp_path / "models"
+    shutil.copytree(ROOT / "fixtures" / "models" / "batcher", repo / "batcher")
+    with launch_local(LocalLaunch(repo, models=("batcher",))) as s:
+        subject = ModelSubject("batcher", TuneSpace(), None, budget=Budget(50), route=ApiRoute(),
+                               served_text=served_config_text(s, "batcher"))  # fmt: skip
+        # the model's files no longer load (its initialize fails)
+        (repo / "batcher" / "1" / "model.py").write_text('raise RuntimeError("broken on purpose")\n')
+        with pytest.raises(ServerError) as caught:
+            subject.restore(s)
+    hint = caught.value.hint or ""
+    assert f"curl -X POST {s.endpoints.http_url}/v2/repository/models/batcher/load" in hint, hint
+    assert "without a config override" in hint and "--model-repository" not in caught.value.one_line()

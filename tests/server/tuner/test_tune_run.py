@@ -21,7 +21,7 @@ from perfkit.errors import PerfkitError
 from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import config_pbtxt_sha256, read_config
-from perfkit.tuner import TuneSettings, TuneSpace, judge_trial, tune
+from perfkit.tuner import Budget, TuneSettings, TuneSpace, judge_trial, tune
 from tests.conftest import CHEAP_CONFIRM, wait_until
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
@@ -134,7 +134,7 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
 
 
 def _settings(out: Path, trials: int) -> TuneSettings:
-    return TuneSettings(model="batcher", latency_budget_ms=20, trials=trials, output_dir=out, max_concurrency=4,
+    return TuneSettings(model="batcher", budget=Budget(20), trials=trials, output_dir=out, max_concurrency=4,
                         measurement_interval_ms=300, seed=0, load="concurrency",
                         confirm_repeats=2, confirm_time_s=1)  # fmt: skip
 
@@ -193,7 +193,7 @@ def test_pareto_objective_and_apply_write_the_pick_with_a_backup(model_repo: Pat
     cfg_path = model_repo / "batcher" / "config.pbtxt"
     original = cfg_path.read_bytes()
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("int8",))
-    settings = TuneSettings(model="batcher", latency_budget_ms=20, trials=3, output_dir=tmp_path / "out",
+    settings = TuneSettings(model="batcher", budget=Budget(20), trials=3, output_dir=tmp_path / "out",
                             max_concurrency=4, measurement_interval_ms=300, objective="pareto", apply=True,
                             load="concurrency", confirm_repeats=2, confirm_time_s=1)  # fmt: skip
     with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
@@ -235,7 +235,7 @@ def test_accuracy_guard_and_rejected_candidates_on_the_real_server(model_repo: P
     original = cfg_path.read_bytes()
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2),
                       precisions=("fp32", "fp16", "int8"))  # fmt: skip
-    settings = TuneSettings(model="hungry", latency_budget_ms=200, trials=6, output_dir=tmp_path / "out",
+    settings = TuneSettings(model="hungry", budget=Budget(200), trials=6, output_dir=tmp_path / "out",
                             max_concurrency=2, measurement_interval_ms=300, sampler="grid",
                             load="concurrency", confirm_repeats=2, confirm_time_s=1)  # fmt: skip
     events = []

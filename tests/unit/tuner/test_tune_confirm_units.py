@@ -67,11 +67,11 @@ def test_a_confirmation_run_lasts_at_least_the_confirm_time_however_short_its_wi
     assert repeat_windows(300.0, ConfirmSettings(min_repeat_s=0.0)) == (5, 10)
     from perfkit.tuner import TuneSettings
 
-    assert TuneSettings(model="m", latency_budget_ms=20, trials=1).confirm_time_s == 5.0
+    assert TuneSettings(model="m", budget=Budget(20), trials=1).confirm_time_s == 5.0
     table = TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 1, "confirm_time": "8s"})
     assert table.confirm_time_s == 8.0
     with pytest.raises(UsageError, match="--confirm-time"):
-        TuneSettings(model="m", latency_budget_ms=20, trials=1, confirm_time_s=-1.0)
+        TuneSettings(model="m", budget=Budget(20), trials=1, confirm_time_s=-1.0)
 
 
 def test_the_claimed_interval_is_where_one_re_measurement_reads_and_open_loop_scales_to_the_rate_asked():
@@ -232,7 +232,7 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
 
     from perfkit.gate.synthetic import synthetic_record
     from perfkit.tuner._confirm import confirm_one
-    from perfkit.tuner._trial import confirmation_reserve_s
+    from perfkit.tuner._settings import confirmation_reserve_s
 
     measured: list[float] = []
 
@@ -247,7 +247,7 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
         return synthetic_record([level], model=spec.model)
 
     judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
-    settings = SimpleNamespace(command=(), latency_budget_ms=150.0, percentile=99.0, budget_metric="latency")
+    settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"))
     t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
     cs = ConfirmSettings(repeats=2, min_windows=1, max_windows=1)
     start = judge.level(717.0)
@@ -260,6 +260,6 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
     # --max-time leaves room for this: 2 x repeats x (confirm time + warm-up + 1 s)
     from perfkit.tuner import TuneSettings
 
-    s = TuneSettings(model="m", latency_budget_ms=20, trials=1)
+    s = TuneSettings(model="m", budget=Budget(20), trials=1)
     assert confirmation_reserve_s(s) == pytest.approx(2 * 3 * (5.0 + s.warmup_s + 1.0))
     assert confirmation_reserve_s(dataclasses.replace(s, confirm_repeats=0)) == 0.0

@@ -13,6 +13,7 @@ from perfkit.records import LatencySummary, LevelResult, LoadLevel, Precision, R
 from perfkit.server.modelconfig import format_config, parse_config, read_config
 from perfkit.tuner import (
     SETTINGS_KEYS,
+    Budget,
     TuneSettings,
     TuneSpace,
     apply_params,
@@ -157,9 +158,25 @@ def test_from_mapping_reads_the_example_sweep_file():
     assert space.precisions == ("fp32", "fp16", "int8")
     assert space.dynamic_batching is None
     settings = TuneSettings.from_mapping("batcher", {k: v for k, v in table.items() if k in SETTINGS_KEYS})
-    assert settings.latency_budget_ms == 20.0
+    assert settings.budget.latency_budget_ms == 20.0
     assert settings.max_time_s == 600.0
     assert settings.trials == 16
+
+
+def test_each_space_key_is_a_flag_of_perfkit_tune_that_reaches_the_space():
+    """The space's keys are listed once (TuneSpace.KEYS): the sweep's [tune] table and the flags read it."""
+    from click.testing import CliRunner
+
+    from perfkit.cli.tune import command
+
+    params = {p.name for p in command.params}
+    assert set(TuneSpace.KEYS) <= params
+    repo = ROOT / "fixtures" / "models"
+    out = CliRunner().invoke(command, ["-m", "batcher", "--model-repository", str(repo), "--latency-budget", "20ms",
+                                       "--dry-run", "--instance-counts", "1,3", "--precisions", "fp32"])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    rows = {line.split()[0]: line.split()[1] for line in out.output.splitlines() if line[:1].isalpha()}
+    assert (rows["instance_count"], rows["precision"]) == ("1,3", "fp32"), out.output
 
 
 @pytest.mark.parametrize(
@@ -242,7 +259,7 @@ def test_resume_without_a_study_is_a_usage_error_and_leaves_nothing_behind(tmp_p
     repo = tmp_path / "models"
     shutil.copytree(FIXTURES / "batcher", repo / "batcher", ignore=shutil.ignore_patterns("__pycache__"))
     unreachable = Server(Endpoints("127.0.0.1", 1, None, None))
-    settings = TuneSettings(model="batcher", latency_budget_ms=20, trials=2, output_dir=tmp_path / "out", resume=True)
+    settings = TuneSettings(model="batcher", budget=Budget(20), trials=2, output_dir=tmp_path / "out", resume=True)
     with pytest.raises(UsageError, match="--resume: no study"):
         tune(unreachable, settings, TuneSpace(), model_repository=repo, echo=lambda s: None)
     assert not (tmp_path / "out").exists()

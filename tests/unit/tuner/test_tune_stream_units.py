@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.budget import Budget, parse_latency_budget
-from perfkit.errors import CandidateRejectedError, UsageError
+from perfkit.errors import CandidateRejectedError, InputError, UsageError
 from perfkit.records import (
     LatencySummary,
     LevelResult,
@@ -66,8 +66,8 @@ def test_cli_rejects_an_unknown_budget_metric_with_exit_code_2(capsys):
 
 def test_sweep_file_budget_carries_its_metric():
     s = TuneSettings.from_mapping("streamer", {"latency_budget": "itl:20ms", "trials": 2})
-    assert (s.budget_metric, s.latency_budget_ms) == ("itl", pytest.approx(20.0))
-    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).budget_metric == "latency"
+    assert (s.budget.metric, s.budget.latency_budget_ms) == ("itl", pytest.approx(20.0))
+    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).budget.metric == "latency"
 
 
 def test_old_tune_records_read_as_end_to_end_latency_budgets():
@@ -159,7 +159,7 @@ def test_a_stream_budget_on_a_model_that_does_not_stream_is_refused(tmp_path: Pa
 
     repo = tmp_path / "models"
     shutil.copytree(FIXTURES / "batcher", repo / "batcher", ignore=shutil.ignore_patterns("__pycache__"))
-    settings = TuneSettings(model="batcher", latency_budget_ms=300, budget_metric="ttft", trials=1,
+    settings = TuneSettings(model="batcher", budget=Budget(300, metric="ttft"), trials=1,
                             output_dir=tmp_path / "out")  # fmt: skip
     with pytest.raises(UsageError, match="not decoupled"):
         tune(Server(Endpoints("127.0.0.1", 1, None, None)), settings, TuneSpace(), model_repository=repo)
@@ -252,3 +252,18 @@ def test_dry_run_shows_the_decoupled_and_sequence_spaces(capsys):
     assert "sequence_strategy" in out and "max_candidate_sequences" in out and "dynamic_batching=" not in out
     assert main([*args, "itl:5ms", "-m", "batcher"]) == 2
     assert "not decoupled" in capsys.readouterr().err
+
+
+def test_the_settings_hold_one_budget_from_a_table_or_from_the_flags():
+    """A [tune] table's latency_budget and percentile, or the budget the flags parsed (a mix's per-model
+    budgets too) held to --percentile: one Budget, the one the load search and the verdicts read."""
+    from perfkit.tuner import parse_budget
+
+    table = TuneSettings.from_mapping("streamer", {"latency_budget": "ttft:300ms", "percentile": 90, "trials": 1})
+    assert table.budget == Budget(300.0, 90.0, "ttft")
+    parsed, mix = parse_budget(["a", "b"], "a:20ms,b:50ms", "a:3,b:1")
+    flags = TuneSettings.from_mapping("a", {}, flags={"percentile": 95.0}, budget=parsed, mix=mix)
+    assert flags.budget == Budget(20.0, 95.0, "latency", (("a", 20.0), ("b", 50.0)))
+    assert flags.judge_settings(None).budget is flags.budget
+    with pytest.raises(InputError, match="percentile"):
+        TuneSettings.from_mapping("m", {"latency_budget": "20ms", "percentile": "high"})

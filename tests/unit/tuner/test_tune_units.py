@@ -329,7 +329,7 @@ def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(cap
     """TuneSettings.load_for is the one rule: --load given wins; else rate, concurrency for a decoupled model."""
     from perfkit.cli import main as cli_main
 
-    default = TuneSettings(model="m", latency_budget_ms=20)
+    default = TuneSettings(model="m", budget=Budget(20))
     assert default.load is None  # nothing asked: the rule decides
     assert default.load_for(decoupled=False) == "rate" and default.load_for(decoupled=True) == "concurrency"
     judge = default.judge_settings(None)
@@ -342,13 +342,13 @@ def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(cap
     assert stream.load_mode == "concurrency" and not stream.open_loop
     assert "closed loop for a decoupled model" in stream.load_line(default=True)
     # what is asked is what runs, decoupled or not
-    closed, open_ = (TuneSettings(model="m", latency_budget_ms=20, load="concurrency"),
-                     TuneSettings(model="m", latency_budget_ms=20, load="rate"))  # fmt: skip
+    closed, open_ = (TuneSettings(model="m", budget=Budget(20), load="concurrency"),
+                     TuneSettings(model="m", budget=Budget(20), load="rate"))  # fmt: skip
     assert closed.load_for(decoupled=False) == closed.load_for(decoupled=True) == "concurrency"
     assert open_.load_for(decoupled=False) == open_.load_for(decoupled=True) == "rate"
-    assert "(the default" not in TuneSettings(model="m", latency_budget_ms=20, load="rate").judge_settings(
-        None
-    ).load_line(default=False)
+    assert "(the default" not in TuneSettings(model="m", budget=Budget(20), load="rate").judge_settings(None).load_line(
+        default=False
+    )
     # a sweep file's [tune] takes the same default, and its load key as given
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).load is None
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "load": "concurrency"}).load == "concurrency"
@@ -357,3 +357,39 @@ def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(cap
     assert cli_main(["tune", "--help"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert "Default: rate (open loop" in help_text and "concurrency for a decoupled model" in help_text
+
+
+def test_a_deadline_fits_each_level_to_the_time_left_and_ends_the_search_with_what_it_measured(monkeypatch):
+    """--max-time reaches into the load search: each level gets the windows that fit before the
+    deadline, a level whose fewest windows do not fit is not started, and OutOfTime carries every
+    level measured. A fake clock advances by what each level would take (warm-up + its windows)."""
+    from perfkit.tuner import _load_search
+    from perfkit.tuner._ladder import OutOfTime
+
+    clock = [100.0]
+    monkeypatch.setattr(_load_search.time, "monotonic", lambda: clock[0])
+    system = FakeSystem(1.0)
+    windows: list[int] = []
+
+    def timed(server, spec: ProfileSpec, **kw) -> RunRecord:
+        windows.append(spec.max_trials)
+        clock[0] += spec.warmup_s + spec.max_trials * spec.measurement_interval_ms / 1e3
+        return system(server, spec, **kw)
+
+    judge = dataclasses.replace(JUDGE, measurement_interval_ms=800.0, warmup_s=0.5, min_windows=3, max_windows=6)
+    with pytest.raises(OutOfTime) as ended:
+        find_load(timed, None, judge, "m", start=8, deadline=110.0)
+    # 10 s: a whole level (0.5 + 6 x 0.8 = 5.3 s), then 4 windows fit (4.7 s left, 1 s for starting
+    # and ending a level), then 1 s left holds no 3 windows
+    assert windows == [6, 4] and clock[0] <= 110.0
+    assert ended.value.record is not None and len(ended.value.record.levels) == 2
+    # Without history the doubling runs a level at a time under a deadline, each fitted the same way
+    clock[0], windows[:] = 100.0, []
+    with pytest.raises(OutOfTime) as ended:
+        find_load(timed, None, judge, "m", start=None, deadline=112.0)
+    assert windows == [6, 6] and [lv.load.value for lv in ended.value.record.levels] == [1.0, 2.0]
+    # Nothing fits: nothing is measured
+    clock[0], windows[:] = 100.0, []
+    with pytest.raises(OutOfTime) as ended:
+        find_load(timed, None, judge, "m", start=8, deadline=103.0)
+    assert windows == [] and ended.value.record is None

@@ -193,7 +193,7 @@ class PipelinePredictedSearch(PredictedSearch):
         self.order = step_order(self.pipeline)
         self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
         started = time.perf_counter()
-        budget_us = self.t.s.latency_budget_ms * 1e3
+        budget_us = self.t.s.budget.latency_budget_ms * 1e3
         base = _pipeline.split(self.t.original_fixed_params())
         # Each step alone, within the budget less what the other steps take at least.
         picks: dict[str, list[dict[str, Any]]] = {}
@@ -208,7 +208,7 @@ class PipelinePredictedSearch(PredictedSearch):
             points = _points(s, base.get(s.model, {}))
             cfgs = [batcher_from(s.space.original_params, q) for q in points]
             results = predict.score_space(
-                cfgs, svc, max(budget_us - rest, 0.1 * budget_us), percentile=self.t.s.percentile,
+                cfgs, svc, max(budget_us - rest, 0.1 * budget_us), percentile=self.t.s.budget.percentile,
                 contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST,
             )  # fmt: skip
             scored += len(cfgs)
@@ -226,7 +226,7 @@ class PipelinePredictedSearch(PredictedSearch):
         original = dict(self.t.original_fixed_params())
         cands = [self.steps(self.configs(q)) for q in joint]
         scored_sets = predict.score_pipelines(
-            [*cands, self.steps(self.configs(original))], budget_us, percentile=self.t.s.percentile,
+            [*cands, self.steps(self.configs(original))], budget_us, percentile=self.t.s.budget.percentile,
             overhead_us=cal.overhead_us, keep=TOP_MEASURED,
         )  # fmt: skip
         by_key = {r.configs: r for r in scored_sets}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
+import json
 import math
 import os
 import re
@@ -38,6 +38,12 @@ from benchmarks._anchor import perf_analyzer  # noqa: E402
 from perfkit import measure  # noqa: E402
 from perfkit.gate import GateOptions, compare_records, parse_thresholds  # noqa: E402
 from perfkit.measure import WindowMeasured  # noqa: E402
+from perfkit.measure._coverage import (  # noqa: E402
+    NOMINAL_COMBINED,
+    NOMINAL_INSIDE_OTHER,
+    between_run_rel,
+    pair_coverage,
+)
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord  # noqa: E402
 from perfkit.server import LocalLaunch, launch_local  # noqa: E402
 from perfkit.server.local import LocalServer  # noqa: E402
@@ -134,33 +140,43 @@ def _per_level_windows(runs: list[dict]) -> float:
 # -- 2. coverage of the stated precision -------------------------------------------------------
 
 
-def coverage(figures: list[tuple[float, float]]) -> tuple[float, float, int]:
-    """(share of ordered pairs with j's figure inside i's interval, share whose difference is inside
-    the combined interval, pairs) over (figure, relative half-width) of repeated runs."""
-    inside = combined = n = 0
-    for (xi, hi), (xj, hj) in itertools.permutations(figures, 2):
-        n += 1
-        inside += abs(xj - xi) <= hi * xi
-        combined += abs(xj - xi) <= math.hypot(hi * xi, hj * xj)
-    return inside / max(n, 1), combined / max(n, 1), n
-
-
-def coverage_section(server: LocalServer, model: str, c: int, reps: int) -> None:
+def coverage_section(server: LocalServer, model: str, c: int, runs: int, save: Path | None) -> None:
     spec = ProfileSpec(model=model, levels=(LoadLevel("concurrency", c),), protocol="grpc", percentile=99.0)
-    print(f"\n2. coverage: {model} c{c}, gRPC, perfkit's defaults with --percentile 99, {reps} runs each")
+    print(f"\n2. coverage: {model} c{c}, gRPC, perfkit's defaults with --percentile 99, {runs} runs each; "
+          f"nominal rates: another run's figure inside a run's ~95% interval {NOMINAL_INSIDE_OTHER:.1%} "
+          f"(the difference of two runs has sqrt(2) x one run's spread), the difference within the combined "
+          f"interval {NOMINAL_COMBINED:.0%}")  # fmt: skip
+    rows = []
     for loaded in (False, True):
+        levels = []
+        loads = []
         with competing_load(loaded):
-            levels = [measure.profile(server, spec).levels[0] for _ in range(reps)]
+            for _ in range(runs):
+                loads.append(os.getloadavg()[0])
+                levels.append(measure.profile(server, spec).levels[0])
         tput = [(lv.throughput_infer_per_s, lv.precision.throughput_rel or 0.0) for lv in levels]
         p99 = [(lv.service.p99_us, lv.precision.latency_rel or 0.0) for lv in levels]
+        cond = "loaded" if loaded else "quiet "
         for name, figs in (("throughput", tput), ("p99", p99)):
-            ins, comb, n = coverage(figs)
+            cov = pair_coverage(figs)
+            tau = between_run_rel(figs)
             vals = ", ".join(f"{x:.4g}±{h:.1%}" for x, h in figs)
-            print(f"   {'loaded' if loaded else 'quiet ':6} {name:10}: inside another run's interval {ins:.0%} "
-                  f"(nominal 83%), within the combined interval {comb:.0%} (nominal 95%) over {n} pairs; "
-                  f"{vals}")  # fmt: skip
-        print(f"   {'loaded' if loaded else 'quiet ':6} windows {[len(lv.windows) for lv in levels]}, "
-              f"drift {[lv.drift is not None for lv in levels]}")  # fmt: skip
+            print(f"   {cond} {name:10}: inside another run's interval {cov.inside_other:.0%}, within the combined "
+                  f"interval {cov.combined:.0%} over {cov.pairs} pairs of {cov.runs} runs; between-run sd past "
+                  f"the stated intervals (DerSimonian-Laird) {tau:.1%}; {vals}", flush=True)  # fmt: skip
+        print(f"   {cond} windows {[len(lv.windows) for lv in levels]}, drift "
+              f"{sum(lv.drift is not None for lv in levels)} of {runs}, load average {min(loads):.1f}-"
+              f"{max(loads):.1f}; method {levels[0].precision.method}")  # fmt: skip
+        rows += [
+            {"loaded": loaded, "load_avg": la, "throughput": lv.throughput_infer_per_s,
+             "throughput_rel": lv.precision.throughput_rel, "p99_us": lv.service.p99_us,
+             "p99_rel": lv.precision.latency_rel, "windows": len(lv.windows), "drift": lv.drift is not None,
+             "stable": lv.stable, "method": lv.precision.method}
+            for la, lv in zip(loads, levels)
+        ]  # fmt: skip
+    if save is not None:
+        save.mkdir(parents=True, exist_ok=True)
+        (save / "coverage.json").write_text(json.dumps(rows, indent=1))
 
 
 # -- 3. the gate --------------------------------------------------------------------------------
@@ -228,6 +244,8 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="gate pairs per case")
     ap.add_argument("--levels", default="1:4:3", help="the sweep's --concurrency-range")
     ap.add_argument("--only", choices=["time", "coverage", "gate"], help="one section only")
+    ap.add_argument("--runs", type=int, help="runs per coverage set (default: --reps)")
+    ap.add_argument("--save", type=Path, help="keep the coverage figures and the gate's records in this folder")
     args = ap.parse_args()
     repo = Path(tempfile.mkdtemp()) / "models"
     for model in ("identity", "sleeper"):
@@ -239,7 +257,7 @@ def main() -> None:
         if args.only in (None, "time"):
             time_to_result(server, "identity", args.levels, args.reps)
         if args.only in (None, "coverage"):
-            coverage_section(server, "identity", 4, args.reps)
+            coverage_section(server, "identity", 4, args.runs or args.reps, args.save)
         if args.only in (None, "gate"):
             gate_section(server, repo, args.pairs)
     print(f"\n({time.monotonic() - t0:.0f} s in all)")

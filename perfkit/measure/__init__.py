@@ -53,6 +53,7 @@ from perfkit.measure._periodic import measure_periodic, periodic_level
 from perfkit.measure._replay import replay_profile, trace_mean_rate
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
+from perfkit.measure._stopping import LevelStop
 from perfkit.measure._stream_setup import is_sequence_model, stream_config, streamed_steps, with_composing_sequence
 from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._summary import summary_table
@@ -66,6 +67,7 @@ from perfkit.server.tls import check_handshake
 __all__ = [
     "LevelDone",
     "LevelStarted",
+    "LevelStop",
     "OutputMismatchError",
     "PlacedWorker",
     "Progress",

@@ -71,6 +71,12 @@ def competing_load(on: bool = True) -> Iterator[list[subprocess.Popen[bytes]]]:
 # -- 1. time to a result ----------------------------------------------------------------------
 
 
+def _level_values(levels: str) -> list[int]:
+    parts = [int(x) for x in levels.split(":")]
+    end = parts[1] if len(parts) > 1 else parts[0]
+    return list(range(parts[0], end + 1, parts[2] if len(parts) > 2 else 1))
+
+
 def sweep_perfkit(server: LocalServer, model: str, levels: str) -> dict:
     out = Path(tempfile.mkdtemp()) / "run.json"
     t0 = time.monotonic()
@@ -82,6 +88,8 @@ def sweep_perfkit(server: LocalServer, model: str, levels: str) -> dict:
     rec = RunRecord.load(out)
     return {
         "wall_s": wall,
+        "windows_s": sum(lv.duration_s for lv in rec.levels),
+        "processes": 1,
         "levels": [
             {"windows": len(lv.windows), "stable": lv.stable, "drift": lv.drift is not None} for lv in rec.levels
         ],
@@ -89,26 +97,36 @@ def sweep_perfkit(server: LocalServer, model: str, levels: str) -> dict:
 
 
 def sweep_pa(server: LocalServer, model: str, levels: str) -> dict:
+    """perf_analyzer over the same levels, to the end of the sweep: an unstable level ends its process's
+    sweep, so the levels after it are run by a new process (each process's wall time counted)."""
     binary, env = perf_analyzer()
-    t0 = time.monotonic()
-    pa = subprocess.run([str(binary), "-m", model, "-u", str(server.endpoints.grpc_url), "-i",
-                         "grpc", "--concurrency-range", levels, "-p", "1000", "-v"], stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, env={**os.environ, **env}, timeout=300)  # fmt: skip
-    wall = time.monotonic() - t0
-    # an unstable level ends perf_analyzer's sweep: the levels after it are not measured
-    parts = re.split(r"Request concurrency: \d+", pa.stdout)[1:]
-    lv = []
-    for part in parts:
-        passes = len(re.findall(r"Pass \[\d+\] throughput", part))
-        lv.append({"windows": passes, "stable": "failed to obtain stable" not in part.lower(), "drift": False})
-    return {"wall_s": wall, "levels": lv}
+    values = _level_values(levels)
+    step = values[1] - values[0] if len(values) > 1 else 1
+    wall = 0.0
+    lv: list[dict] = []
+    processes = 0
+    while len(lv) < len(values):
+        first = values[len(lv)]
+        t0 = time.monotonic()
+        pa = subprocess.run([str(binary), "-m", model, "-u", str(server.endpoints.grpc_url), "-i", "grpc",
+                             "--concurrency-range", f"{first}:{values[-1]}:{step}", "-p", "1000", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env},
+                            timeout=300)  # fmt: skip
+        wall += time.monotonic() - t0
+        processes += 1
+        parts = re.split(r"Request concurrency: \d+", pa.stdout)[1:]
+        if not parts:  # it measured nothing: count the level as failed and go on
+            lv.append({"windows": 0, "stable": False, "drift": False})
+        for part in parts:
+            passes = len(re.findall(r"Pass \[\d+\] throughput", part))
+            lv.append({"windows": passes, "stable": "failed to obtain stable" not in part.lower(), "drift": False})
+    return {"wall_s": wall, "windows_s": None, "processes": processes, "levels": lv[: len(values)]}
 
 
 def time_to_result(server: LocalServer, model: str, levels: str, reps: int) -> None:
-    parts = [int(x) for x in levels.split(":")]
-    end = parts[1] if len(parts) > 1 else parts[0]
-    n_levels = len(range(parts[0], end + 1, parts[2] if len(parts) > 2 else 1))
-    print(f"1. time to a result: {model}, gRPC, --concurrency-range {levels}, -p 1000, each tool's defaults")
+    n_levels = len(_level_values(levels))
+    print(f"1. time to a result: {model}, gRPC, --concurrency-range {levels}, -p 1000, each tool's defaults, "
+          f"both to the end of the sweep (perf_analyzer's levels after an unstable one by a new process)")  # fmt: skip
     for loaded in (False, True):
         rows: dict[str, list[dict]] = {"perfkit": [], "perf_analyzer": []}
         for r in range(reps):
@@ -125,7 +143,9 @@ def time_to_result(server: LocalServer, model: str, levels: str, reps: int) -> N
             print(f"   {'loaded' if loaded else 'quiet ':6} {tool:13}: sweep median {walls[len(walls) // 2]:5.1f} s "
                   f"(runs {', '.join(f'{w:.1f}' for w in walls)}); windows per level measured {per_level}; "
                   f"{measured} of {len(runs) * n_levels} levels measured, {unstable} unstable, "
-                  f"{drifts} ended by drift")  # fmt: skip
+                  f"{drifts} ended by drift; {sum(x['processes'] for x in runs)} processes"
+                  + (f"; time in windows {sorted(x['windows_s'] for x in runs)[len(runs) // 2]:.1f} s (median)"
+                     if runs[0]["windows_s"] is not None else ""))  # fmt: skip
         med = {tool: _per_level_windows(runs) for tool, runs in rows.items()}
         print(f"   => {'loaded' if loaded else 'quiet'}: windows per measured level, median: perfkit "
               f"{med['perfkit']:.1f}, perf_analyzer {med['perf_analyzer']:.1f} (ratio "
@@ -154,29 +174,41 @@ def coverage_section(server: LocalServer, model: str, c: int, runs: int, save: P
             for _ in range(runs):
                 loads.append(os.getloadavg()[0])
                 levels.append(measure.profile(server, spec).levels[0])
-        tput = [(lv.throughput_infer_per_s, lv.precision.throughput_rel or 0.0) for lv in levels]
-        p99 = [(lv.service.p99_us, lv.precision.latency_rel or 0.0) for lv in levels]
         cond = "loaded" if loaded else "quiet "
-        for name, figs in (("throughput", tput), ("p99", p99)):
+        for name, fig in (("throughput", lambda lv: lv.throughput_infer_per_s), ("p99", lambda lv: lv.service.p99_us)):
+            within, rerun = _stated(levels, name)
+            figs = [(fig(lv), h) for lv, h in zip(levels, within)]
             cov = pair_coverage(figs)
-            tau = between_run_rel(figs)
+            line = (f"   {cond} {name:10}: within-run interval: inside another run's {cov.inside_other:.0%}, "
+                    f"combined {cov.combined:.0%}")  # fmt: skip
+            if all(h is not None for h in rerun):
+                re_cov = pair_coverage([(fig(lv), h or 0.0) for lv, h in zip(levels, rerun)])
+                line += f"; with the between-run spread: {re_cov.inside_other:.0%}, combined {re_cov.combined:.0%}"
             vals = ", ".join(f"{x:.4g}±{h:.1%}" for x, h in figs)
-            print(f"   {cond} {name:10}: inside another run's interval {cov.inside_other:.0%}, within the combined "
-                  f"interval {cov.combined:.0%} over {cov.pairs} pairs of {cov.runs} runs; between-run sd past "
-                  f"the stated intervals (DerSimonian-Laird) {tau:.1%}; {vals}", flush=True)  # fmt: skip
+            print(f"{line}; over {cov.pairs} pairs of {cov.runs} runs; between-run sd past the within-run "
+                  f"intervals (DerSimonian-Laird) {between_run_rel(figs):.1%}; {vals}", flush=True)  # fmt: skip
         print(f"   {cond} windows {[len(lv.windows) for lv in levels]}, drift "
               f"{sum(lv.drift is not None for lv in levels)} of {runs}, load average {min(loads):.1f}-"
               f"{max(loads):.1f}; method {levels[0].precision.method}")  # fmt: skip
         rows += [
             {"loaded": loaded, "load_avg": la, "throughput": lv.throughput_infer_per_s,
              "throughput_rel": lv.precision.throughput_rel, "p99_us": lv.service.p99_us,
-             "p99_rel": lv.precision.latency_rel, "windows": len(lv.windows), "drift": lv.drift is not None,
+             "p99_rel": lv.precision.latency_rel, "throughput_rerun_rel": lv.precision.throughput_rerun_rel,
+             "p99_rerun_rel": lv.precision.latency_rerun_rel, "windows": len(lv.windows), "drift": lv.drift is not None,
              "stable": lv.stable, "method": lv.precision.method}
             for la, lv in zip(loads, levels)
         ]  # fmt: skip
     if save is not None:
         save.mkdir(parents=True, exist_ok=True)
         (save / "coverage.json").write_text(json.dumps(rows, indent=1))
+
+
+def _stated(levels: list[LevelResult], name: str) -> tuple[list[float], list[float | None]]:
+    """Each run's within-run relative half-width of `name`, and its re-run one (None in older code)."""
+    p = [lv.precision for lv in levels]
+    if name == "throughput":
+        return [x.throughput_rel or 0.0 for x in p], [x.throughput_rerun_rel for x in p]
+    return [x.latency_rel or 0.0 for x in p], [x.latency_rerun_rel for x in p]
 
 
 # -- 3. the gate --------------------------------------------------------------------------------
@@ -205,7 +237,7 @@ def _set_delay(server: LocalServer, repo: Path, delay_ms: int) -> None:
     server.load_model("sleeper")
 
 
-def gate_section(server: LocalServer, repo: Path, pairs: int) -> None:
+def gate_section(server: LocalServer, repo: Path, pairs: int, save: Path | None) -> None:
     print(f"\n3. the gate, stored baseline, throughput:-5% and p90:+10%; the current run's competing load starts "
           f"after window 3; {pairs} pairs per case")  # fmt: skip
     cases = [("identity", 4, 1.0), ("sleeper", 2, 1.0), ("sleeper", 2, 1.3)]
@@ -224,6 +256,10 @@ def gate_section(server: LocalServer, repo: Path, pairs: int) -> None:
                     _set_delay(server, repo, 10)
             result = compare_records(base, cur, GATE)
             verdicts.append(result.verdict)
+            if save is not None:
+                save.mkdir(parents=True, exist_ok=True)
+                for side, rec in (("base", base), ("cur", cur)):
+                    rec.save(save / f"gate_{model}_x{slower:g}_{len(verdicts)}_{side}_{result.verdict}.json")
             lb, lc = base.levels[0], cur.levels[0]
             _print_pair(model, c, slower, lb, lc, result.verdict)
         what = "false REGRESSION" if slower == 1.0 else "caught (REGRESSION)"
@@ -259,7 +295,7 @@ def main() -> None:
         if args.only in (None, "coverage"):
             coverage_section(server, "identity", 4, args.runs or args.reps, args.save)
         if args.only in (None, "gate"):
-            gate_section(server, repo, args.pairs)
+            gate_section(server, repo, args.pairs, args.save)
     print(f"\n({time.monotonic() - t0:.0f} s in all)")
 
 

@@ -35,6 +35,7 @@ from perfkit.loadgen import (
     read_sources,
 )
 from perfkit.measure._context import machine_info, make_record, served_config_sha256, server_info
+from perfkit.measure._coverage import rerun_precision
 from perfkit.measure._csv import levels_frame, write_csv
 from perfkit.measure._events import (
     LevelDone,
@@ -82,6 +83,7 @@ __all__ = [
     "nothing_measured",
     "over_latency_threshold",
     "profile",
+    "rerun_precision",
     "served_config_sha256",
     "validate_outputs",
     "write_csv",

@@ -14,6 +14,7 @@ import numpy as np
 from perfkit.errors import ServerError
 from perfkit.loadgen import LoadGenerator, sleep_until
 from perfkit.measure import _server_stats
+from perfkit.measure._coverage import rerun_precision
 from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._mix import mix_shares
@@ -296,7 +297,7 @@ def _result(
 ) -> LevelResult:
     closed = level.mode == "concurrency"
     c = rec.counts(end_ns)
-    precision = rec.precision(windows, end_ns, spec.percentile)
+    precision = rerun_precision(rec.precision(windows, end_ns, spec.percentile))
     server = None
     if before is not None and after is not None:
         server = _server_stats.delta(before, after, stats_models[0])

@@ -237,11 +237,13 @@ def _set_delay(server: LocalServer, repo: Path, delay_ms: int) -> None:
     server.load_model("sleeper")
 
 
-def gate_section(server: LocalServer, repo: Path, pairs: int, save: Path | None) -> None:
+def gate_section(server: LocalServer, repo: Path, pairs: int, save: Path | None, only: list[str]) -> None:
     print(f"\n3. the gate, stored baseline, throughput:-5% and p90:+10%; the current run's competing load starts "
           f"after window 3; {pairs} pairs per case")  # fmt: skip
     cases = [("identity", 4, 1.0), ("sleeper", 2, 1.0), ("sleeper", 2, 1.3)]
     for model, c, slower in cases:
+        if only and f"{model}x{slower:g}" not in only:
+            continue
         spec = ProfileSpec(model=model, levels=(LoadLevel("concurrency", c),), protocol="grpc",
                            measurement_interval_ms=800, min_windows=8, max_trials=8, tail_percentiles=())  # fmt: skip
         verdicts = []
@@ -280,6 +282,7 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="gate pairs per case")
     ap.add_argument("--levels", default="1:4:3", help="the sweep's --concurrency-range")
     ap.add_argument("--only", choices=["time", "coverage", "gate"], help="one section only")
+    ap.add_argument("--cases", default="", help="gate cases, comma-separated: identityx1, sleeperx1, sleeperx1.3")
     ap.add_argument("--runs", type=int, help="runs per coverage set (default: --reps)")
     ap.add_argument("--save", type=Path, help="keep the coverage figures and the gate's records in this folder")
     args = ap.parse_args()
@@ -295,7 +298,7 @@ def main() -> None:
         if args.only in (None, "coverage"):
             coverage_section(server, "identity", 4, args.runs or args.reps, args.save)
         if args.only in (None, "gate"):
-            gate_section(server, repo, args.pairs, args.save)
+            gate_section(server, repo, args.pairs, args.save, [c for c in args.cases.split(",") if c])
     print(f"\n({time.monotonic() - t0:.0f} s in all)")
 
 

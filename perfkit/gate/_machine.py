@@ -12,18 +12,27 @@ speeds differ by far more, and two signals in the records themselves say so:
   leaves the time outside it (client, HTTP/gRPC frontend, network) as it was; a busier machine
   slows the client and the frontend too.
 
+- windows that flip between states: a machine shared with bursty jobs moves a run's windows back
+  and forth (neither a change point nor a trend); a model does not change during a job, so a
+  run's slower and faster halves of windows differing by far more than a steady process's count
+  noise (and by the drift floor) is the machine moving.
+
 Neither can tell a busier machine from a slower model when the change is larger than the
 machine's own movement: a change up to EXPLAINED_FACTOR times the largest movement seen (log
 ratios; the factor is slack for the figures' own noise) is inconclusive, with the advice to
 measure A/B; a larger one is still judged a regression. A competing load started mid-run moves
 the run's figures by less than its windows moved, so it is not called a regression; a 30%
-slowdown is caught while the machine moves by less than about 21%.
+slowdown is caught while the machine moves by less than about 21%, and whatever it moves when
+even the current run's better half of windows is worse than the baseline's worse half by
+CLEAN_CHANGE or more (significant, past the threshold): the machine's movement then made part of
+the runs worse, but not the part that still shows the change.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perfkit.changepoints import describe_drift, linear_trend, window_drift, window_series
@@ -36,6 +45,13 @@ EXPLAINED_FACTOR = 1.25
 DRIFT_FLOOR = {"throughput": 0.03, "p50": 0.05, "p90": 0.08, "p95": 0.10, "p99": 0.15}
 OUTSIDE_FLOOR = 0.03
 GATE_ALPHA = 0.02  # one look at a finished run, two tests a metric (alpha / 2 each)
+# windows flipping between states: the halves must differ by this many times a steady process's
+# count noise (relative sd of a window's count in closed loop: CV(latency) / sqrt(completions))
+FLIP_NOISE_FACTOR = 4.0
+FLIP_MIN_WINDOWS = 6  # halves of fewer windows cannot tell two states from noise
+# a change this large (|log ratio|, about 18%) between the current run's better half of windows and
+# the baseline's worse half stays a regression, whatever the machine's movement
+CLEAN_CHANGE = 0.2
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,31 @@ def _moved_by(level: LevelResult, drift: Drift, metric: str) -> float:
     return max(base, abs(math.log(after / before)))
 
 
+def halves(series: Sequence[float]) -> tuple[list[int], list[int]]:
+    """The indices of a run's lower and upper half of windows by the metric's value (the middle one,
+    of an odd count, in neither)."""
+    order = sorted(range(len(series)), key=lambda i: series[i])
+    half = len(series) // 2
+    return order[:half], order[len(series) - half :]
+
+
+def _flipped_by(level: LevelResult, metric: str) -> float | None:
+    """How far the run's upper half of windows lies above its lower half for `metric` (|log ratio|),
+    when that is past the drift floor and FLIP_NOISE_FACTOR times a steady process's count noise;
+    else None."""
+    series = window_series(level.windows, metric)
+    if series is None or len(series) < FLIP_MIN_WINDOWS or not all(v > 0 for v in series):
+        return None
+    lo, hi = halves(series)
+    size = math.log(sum(series[i] for i in hi) / len(hi)) - math.log(sum(series[i] for i in lo) / len(lo))
+    counts = [w.completed for w in level.windows if w.completed > 0]
+    lat = level.service
+    cv = lat.std_us / lat.mean_us if lat.mean_us > 0 else 0.0
+    noise = math.hypot(cv, 1.0) / math.sqrt(sum(counts) / len(counts))  # a count's sd, and its +-1 quantization
+    floor = DRIFT_FLOOR.get(metric, DRIFT_FLOOR["p99"])
+    return size if size >= max(math.log1p(floor), FLIP_NOISE_FACTOR * noise) else None
+
+
 def _outside_us(level: LevelResult) -> float | None:
     if level.server is None or level.server.request_count <= 0 or level.service.count <= 0:
         return None
@@ -97,6 +138,13 @@ def machine_move(baseline: LevelResult, current: LevelResult, metric: str = "thr
         if drift is not None and drift.before > 0 and drift.after > 0:
             text = f"the {side} run's own windows drifted: {describe_drift(drift, len(level.windows))}"
             moves.append(MachineMove(_moved_by(level, drift, metric), text))
+        flipped = _flipped_by(level, metric)
+        if flipped is not None:
+            text = (
+                f"the {side} run's own windows moved back and forth: its faster and slower halves of windows "
+                f"differ by {math.expm1(flipped):.0%} in {metric}"
+            )
+            moves.append(MachineMove(flipped, text))
     b_out, c_out = _outside_us(baseline), _outside_us(current)
     if b_out is not None and c_out is not None and baseline.service.mean_us > 0:
         share = (c_out - b_out) / baseline.service.mean_us
@@ -110,19 +158,59 @@ def machine_move(baseline: LevelResult, current: LevelResult, metric: str = "thr
     return max(moves, key=lambda m: m.size) if moves else None
 
 
-def machine_checked(f: Finding, baseline: LevelResult, current: LevelResult) -> Finding:
+@dataclass(frozen=True)
+class Evidence:
+    """A metric's per-window values in both runs, and the gate's decision on any part of them."""
+
+    baseline: Sequence[float]
+    current: Sequence[float]
+    judge: Callable[[list[float], list[float]], Finding]
+
+
+def machine_checked(
+    f: Finding, baseline: LevelResult, current: LevelResult, evidence: Evidence | None = None
+) -> Finding:
     """A stored baseline's regression within what the machine's own movement explains: inconclusive,
     with the reason and the advice to measure A/B (an inconclusive one gets them too, in place of
-    "more windows"); any other finding as it is."""
+    "more windows"); any other finding as it is. With the metric's `evidence`, a regression that the
+    current run's better half of windows still shows against the baseline's worse half, by
+    CLEAN_CHANGE or more, is kept."""
     judged = f.verdict == "regression" or (f.verdict == "inconclusive" and f.past_threshold)
     if not judged or f.baseline is None or f.current is None:
         return f
     move = machine_move(baseline, current, f.metric)
     if move is None or not move.explains(f.baseline, f.current):
         return f
+    if f.verdict == "regression" and evidence is not None:
+        clean = _halves_judged(f, evidence)
+        if clean is not None:
+            return clean
     head = f.reason if f.verdict == "regression" else f.reason.split("; about ")[0]
     reason = (
         f"{head}; but the machine moved ({move.reason}): a stored baseline cannot tell a busier machine "
         "from a slower model at this size, nor can more windows; measure with perfkit gate --ab (both in one job)"
     )
     return dataclasses.replace(f, verdict="inconclusive", reason=reason, more_windows=None)
+
+
+def _halves_judged(f: Finding, evidence: Evidence) -> Finding | None:
+    """The regression judged on the current run's better half of windows against the baseline's worse
+    half, when it still is one there and of CLEAN_CHANGE or more; else None."""
+    b_series, c_series = list(evidence.baseline), list(evidence.current)
+    if len(b_series) < 4 or len(c_series) < 4 or min(b_series + c_series) <= 0:
+        return None
+    b_lo, b_hi = halves(b_series)
+    c_lo, c_hi = halves(c_series)
+    b_worse, c_better = (b_lo, c_hi) if f.metric == "throughput" else (b_hi, c_lo)
+    b_part, c_part = [b_series[i] for i in sorted(b_worse)], [c_series[i] for i in sorted(c_better)]
+    b_mean, c_mean = sum(b_part) / len(b_part), sum(c_part) / len(c_part)
+    if abs(math.log(c_mean / b_mean)) < CLEAN_CHANGE:
+        return None
+    judged = evidence.judge(b_part, c_part)
+    if judged.verdict != "regression":
+        return None
+    reason = (
+        f"{f.reason}; the machine moved, but even the current run's better half of windows is worse than the "
+        f"baseline's worse half ({b_mean:.4g} -> {c_mean:.4g}: {judged.reason})"
+    )
+    return dataclasses.replace(f, reason=reason)

@@ -54,7 +54,7 @@ def test_a_level_whose_model_slows_mid_level_ends_early_with_the_drift(sleeper, 
     assert lv.drift is not None, lv.note
     assert len(lv.windows) < 30 and len(lv.workers) == 2
     moved = lv.drift.after / lv.drift.before
-    assert (moved < 0.6 if lv.drift.metric == "throughput" else moved > 1.6), lv.drift
+    assert moved < 0.6 if lv.drift.metric == "throughput" else moved > 1.6, lv.drift
     assert lv.note.startswith("ended early, the windows drifted: "), lv.note
     assert f"of {len(lv.windows)}" in lv.note or "steadily over" in lv.note
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from statistics import NormalDist
 
 import numpy as np
 import pytest
@@ -53,7 +54,9 @@ def _runs(
 
 
 def test_the_nominal_rate_of_another_runs_figure_inside_an_interval_is_83_percent():
-    assert NOMINAL_INSIDE_OTHER == pytest.approx(0.834, abs=0.001)
+    # X_j - X_i has sqrt(2) x one run's sd: P(|Z| <= 1.96 / sqrt(2))
+    assert math.isclose(NOMINAL_INSIDE_OTHER, 2 * NormalDist().cdf(1.959964 / math.sqrt(2)) - 1, abs_tol=1e-6)
+    assert 0.833 < NOMINAL_INSIDE_OTHER < 0.835
 
 
 def test_autocorrelated_windows_alone_are_covered_at_about_the_nominal_rate():

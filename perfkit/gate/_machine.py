@@ -12,6 +12,9 @@ speeds differ by far more, and two signals in the records themselves say so:
   leaves the time outside it (client, HTTP/gRPC frontend, network) as it was; a busier machine
   slows the client and the frontend too.
 
+- the server's own time that did not move: a slower model, or its batching, makes the server's own
+  request time (queue + compute) per request rise; a client latency that rose while it did not is
+  the machine's (the client, the frontend), whatever its size.
 - windows that flip between states: a machine shared with bursty jobs moves a run's windows back
   and forth (neither a change point nor a trend); a model does not change during a job, so a
   run's slower and faster halves of windows differing by far more than a steady process's count
@@ -24,8 +27,9 @@ measure A/B; a larger one is still judged a regression. A competing load started
 the run's figures by less than its windows moved, so it is not called a regression; a 30%
 slowdown is caught while the machine moves by less than about 21%, and whatever it moves when
 even the current run's better half of windows is worse than the baseline's worse half by
-CLEAN_CHANGE or more (significant, past the threshold): the machine's movement then made part of
-the runs worse, but not the part that still shows the change.
+CLEAN_CHANGE or more (significant, past the threshold), unless the time outside the server alone
+explains it: the machine's movement inside the runs then made part of them worse, but not the part
+that still shows the change, and the machine was not busier throughout the current run.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from perfkit.records import Drift, LevelResult
 EXPLAINED_FACTOR = 1.25
 DRIFT_FLOOR = {"throughput": 0.03, "p50": 0.05, "p90": 0.08, "p95": 0.10, "p99": 0.15}
 OUTSIDE_FLOOR = 0.03
+SERVER_FLOOR = 0.03  # the server's own time per request rising by less than this is "did not rise"
 GATE_ALPHA = 0.02  # one look at a finished run, two tests a metric (alpha / 2 each)
 # windows flipping between states: the halves must differ by this many times a steady process's
 # count noise (relative sd of a window's count in closed loop: CV(latency) / sqrt(completions))
@@ -60,6 +65,7 @@ class MachineMove:
 
     size: float
     reason: str
+    within_run: bool = True  # seen inside one run (a drift, flips); False: between the runs (time outside)
 
     def explains(self, baseline: float, current: float) -> bool:
         """Whether a change from baseline to current is within what this movement can explain."""
@@ -131,7 +137,14 @@ def _outside_us(level: LevelResult) -> float | None:
 def machine_move(baseline: LevelResult, current: LevelResult, metric: str = "throughput") -> MachineMove | None:
     """The largest movement of the machine the two levels show for `metric` (see the module's
     docstring), or None: a drift found in a run's windows (on any metric) sized by how far the
-    metric's own windows moved at it, or the time outside the server that moved."""
+    metric's own windows moved at it, windows that flip between states, or the time outside the
+    server that moved."""
+    moves = machine_moves(baseline, current, metric)
+    return max(moves, key=lambda m: m.size) if moves else None
+
+
+def machine_moves(baseline: LevelResult, current: LevelResult, metric: str = "throughput") -> list[MachineMove]:
+    """Every movement of the machine the two levels show for `metric` (machine_move's largest)."""
     moves: list[MachineMove] = []
     for side, level in (("baseline", baseline), ("current", current)):
         drift = _drift_of(level)
@@ -154,8 +167,28 @@ def machine_move(baseline: LevelResult, current: LevelResult, metric: str = "thr
                 f"{b_out / 1e3:.3g} -> {c_out / 1e3:.3g} ms per request ({share:+.0%} of the latency)"
                 " while a slower model would move the server's time"
             )
-            moves.append(MachineMove(abs(math.log1p(share)) if share > -1 else math.inf, text))
-    return max(moves, key=lambda m: m.size) if moves else None
+            moves.append(MachineMove(abs(math.log1p(share)) if share > -1 else math.inf, text, within_run=False))
+    return moves
+
+
+def _server_flat(baseline: LevelResult, current: LevelResult) -> MachineMove | None:
+    """The server's own request time per request (queue + compute) that did not rise while the client's
+    latency did: a slower model (or its batching) moves the server's time, so a change the client
+    sees beyond it is the machine's; it explains any change (None when the server's time rose by
+    SERVER_FLOOR or more, or either run lacks the server's statistics)."""
+    b, c = baseline.server, current.server
+    if b is None or c is None or b.request_count <= 0 or c.request_count <= 0 or b.request_avg_us <= 0:
+        return None
+    if c.request_avg_us <= 0 or current.service.mean_us <= baseline.service.mean_us:
+        return None
+    if math.log(c.request_avg_us / b.request_avg_us) >= math.log1p(SERVER_FLOOR):
+        return None
+    text = (
+        f"the server's own time per request did not rise ({b.request_avg_us / 1e3:.3g} -> "
+        f"{c.request_avg_us / 1e3:.3g} ms) while the client's latency did "
+        f"({baseline.service.mean_us / 1e3:.3g} -> {current.service.mean_us / 1e3:.3g} ms)"
+    )
+    return MachineMove(math.inf, text, within_run=False)
 
 
 @dataclass(frozen=True)
@@ -178,10 +211,15 @@ def machine_checked(
     judged = f.verdict == "regression" or (f.verdict == "inconclusive" and f.past_threshold)
     if not judged or f.baseline is None or f.current is None:
         return f
-    move = machine_move(baseline, current, f.metric)
-    if move is None or not move.explains(f.baseline, f.current):
+    flat = _server_flat(baseline, current)
+    explaining = [m for m in machine_moves(baseline, current, f.metric) if m.explains(f.baseline, f.current)]
+    explaining += [flat] if flat is not None else []
+    if not explaining:
         return f
-    if f.verdict == "regression" and evidence is not None:
+    move = max(explaining, key=lambda m: m.size)
+    # the halves set aside the movement inside the runs, not one between them (the time outside the server)
+    between = any(not m.within_run for m in explaining)
+    if f.verdict == "regression" and evidence is not None and not between:
         clean = _halves_judged(f, evidence)
         if clean is not None:
             return clean

@@ -45,6 +45,28 @@ def test_a_slowed_model_whose_current_run_also_got_a_competing_load_is_still_a_r
     assert result.verdict == "regression"
 
 
+def test_a_current_run_busier_throughout_is_not_rescued_by_its_better_half():
+    # every window of the current run slower (the machine busier from its start: the time outside the
+    # server 0.34 -> 1.43 ms per request), its better half still 41% below the baseline's worse half
+    base, cur = _pair("identity_busier_throughout")
+    result = compare_records(base, cur, GATE)
+    assert result.verdict == "inconclusive", [f.reason for f in result.findings]
+    tput = next(f for f in result.findings if f.metric == "throughput")
+    assert "better half" not in tput.reason and "gate --ab" in tput.reason
+
+
+def test_a_client_latency_that_rose_while_the_servers_own_time_did_not_is_the_machine():
+    # an unchanged sleep model: p90 +23% at the client, the server's own time per request 4% lower
+    base, cur = _pair("sleeper_server_flat")
+    b, c = base.levels[0].server, cur.levels[0].server
+    assert b is not None and c is not None and c.request_avg_us < b.request_avg_us
+    result = compare_records(base, cur, GATE)
+    p90 = next(f for f in result.findings if f.metric == "p90")
+    assert p90.verdict == "inconclusive", p90.reason
+    assert "the server's own time per request did not rise" in p90.reason and "gate --ab" in p90.reason
+    assert result.verdict != "regression"
+
+
 def test_windows_that_flip_are_machine_movement_and_steady_ones_are_not():
     steady = synthetic_level(concurrency=4, windows=8, noise=0.01, seed=3)
     assert machine_move(steady, steady) is None

@@ -269,6 +269,21 @@ def gate_section(server: LocalServer, repo: Path, pairs: int, save: Path | None,
               f"verdicts {sorted(verdicts)}")  # fmt: skip
 
 
+def regate(folder: Path) -> None:
+    """The gate of today on the pairs a --save folder kept: verdicts per case, as recorded and now."""
+    print(f"\n3. the gate re-run on the records kept in {folder}")
+    cases: dict[str, list[tuple[str, str]]] = {}
+    for cur_path in sorted(folder.glob("gate_*_cur_*.json")):
+        case, recorded = re.match(r"gate_(\w+_x[\d.]+)_\d+_cur_(\w+)\.json", cur_path.name).groups()  # type: ignore[union-attr]  # the benchmark's own names
+        base = RunRecord.load(cur_path.with_name(cur_path.name.replace("_cur_", "_base_")))
+        cases.setdefault(case, []).append((recorded, compare_records(base, RunRecord.load(cur_path), GATE).verdict))
+    for case, pairs in cases.items():
+        was = [r for r, _ in pairs]
+        now = [v for _, v in pairs]
+        print(f"   {case}: {len(pairs)} pairs; REGRESSION as recorded {was.count('regression')}, now "
+              f"{now.count('regression')}; now {sorted(now)}")  # fmt: skip
+
+
 def _print_pair(model: str, c: int, slower: float, b: LevelResult, cur: LevelResult, verdict: str) -> None:
     change = cur.throughput_infer_per_s / b.throughput_infer_per_s - 1
     print(f"   {model} c{c} x{slower:g}: throughput {b.throughput_infer_per_s:.1f} -> {cur.throughput_infer_per_s:.1f} "
@@ -285,7 +300,11 @@ def main() -> None:
     ap.add_argument("--cases", default="", help="gate cases, comma-separated: identityx1, sleeperx1, sleeperx1.3")
     ap.add_argument("--runs", type=int, help="runs per coverage set (default: --reps)")
     ap.add_argument("--save", type=Path, help="keep the coverage figures and the gate's records in this folder")
+    ap.add_argument("--regate", type=Path, help="only re-run the gate on the pairs a --save folder kept")
     args = ap.parse_args()
+    if args.regate:
+        regate(args.regate)
+        return
     repo = Path(tempfile.mkdtemp()) / "models"
     for model in ("identity", "sleeper"):
         shutil.copytree(ROOT / "fixtures" / "models" / model, repo / model)

@@ -3,17 +3,22 @@ slower model: perfkit against perf_analyzer (the anchor) on one server, quiet an
 CPU load started on purpose (one spinning process per core), in one run.
 
   1. time to a result: one sweep (-p 1000, the same concurrency levels) with each tool's defaults
-     (perfkit: windows until precise, a drift or its 10-window budget; perf_analyzer: 3 windows
-     within 10%, at most 10), quiet and loaded; wall time of the process, windows per level;
+     (perfkit: windows until precise, a drift, a precision out of reach or its 10-window budget;
+     perf_analyzer: 3 windows within 10%, at most 10), quiet and loaded, both to the end of the sweep
+     (perf_analyzer's levels after an unstable one by a new process); wall time, windows per level;
   2. coverage: the same level run R times quiet and R times loaded; for every ordered pair of runs,
-     whether run j's figure lies in run i's stated ~95% interval (nominal 83%: two runs' figures
-     differ by sqrt(2) of one's error), and whether the two differ by less than their combined
-     interval sqrt(h_i^2 + h_j^2) (nominal 95%);
+     whether run j's figure lies in run i's stated ~95% interval (nominal 83.4%: two runs' figures
+     differ by sqrt(2) of one's error) and whether the two differ by less than their combined
+     interval sqrt(h_i^2 + h_j^2) (nominal 95%), for the run's own interval and for its re-run
+     interval (the machine's between-run spread added); the DerSimonian-Laird between-run sd;
   3. the gate (stored baseline, throughput:-5%, p90:+10%): unchanged pairs whose current run has the
      competing load started after its 3rd window (false REGRESSIONs), and x1.3 slower pairs (the
-     sleeper's delay 10 -> 13 ms) with the same load (caught as REGRESSION).
+     sleeper's delay 10 -> 13 ms) with the same load (caught as REGRESSION); --save keeps every
+     pair's records, --regate DIR re-runs today's gate on them.
 
-  .venv/bin/python benchmarks/stopping_and_drift.py --reps 4 --pairs 3     # ~6 min on 2 shared cores
+  .venv/bin/python benchmarks/stopping_and_drift.py --only coverage --runs 16 --save DIR      # ~3 min
+  .venv/bin/python benchmarks/stopping_and_drift.py --only gate --pairs 20 --save DIR         # ~15 min
+  .venv/bin/python benchmarks/stopping_and_drift.py --only time --levels 1:4:1 --reps 2       # ~5 min
 """
 
 from __future__ import annotations

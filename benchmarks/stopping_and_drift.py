@@ -3,24 +3,29 @@ slower model: perfkit against perf_analyzer (the anchor) on one server, quiet an
 CPU load started on purpose (one spinning process per core), in one run.
 
   1. time to a result: one sweep (-p 1000, the same concurrency levels) with each tool's defaults
-     (perfkit: windows until precise, a drift or its 10-window budget; perf_analyzer: 3 windows
-     within 10%, at most 10), quiet and loaded; wall time of the process, windows per level;
+     (perfkit: windows until precise, a drift, a precision out of reach or its 10-window budget;
+     perf_analyzer: 3 windows within 10%, at most 10), quiet and loaded, both to the end of the sweep
+     (perf_analyzer's levels after an unstable one by a new process); wall time, windows per level;
   2. coverage: the same level run R times quiet and R times loaded; for every ordered pair of runs,
-     whether run j's figure lies in run i's stated ~95% interval (nominal 83%: two runs' figures
-     differ by sqrt(2) of one's error), and whether the two differ by less than their combined
-     interval sqrt(h_i^2 + h_j^2) (nominal 95%);
+     whether run j's figure lies in run i's stated ~95% interval (nominal 83.4%: two runs' figures
+     differ by sqrt(2) of one's error) and whether the two differ by less than their combined
+     interval sqrt(h_i^2 + h_j^2) (nominal 95%), for the run's own interval and for its re-run
+     interval (the machine's between-run spread added); the DerSimonian-Laird between-run sd;
   3. the gate (stored baseline, throughput:-5%, p90:+10%): unchanged pairs whose current run has the
      competing load started after its 3rd window (false REGRESSIONs), and x1.3 slower pairs (the
-     sleeper's delay 10 -> 13 ms) with the same load (caught as REGRESSION).
+     sleeper's delay 10 -> 13 ms) with the same load (caught as REGRESSION); --save keeps every
+     pair's records, --regate DIR re-runs today's gate on them.
 
-  .venv/bin/python benchmarks/stopping_and_drift.py --reps 4 --pairs 3     # ~6 min on 2 shared cores
+  .venv/bin/python benchmarks/stopping_and_drift.py --only coverage --runs 16 --save DIR      # ~3 min
+  .venv/bin/python benchmarks/stopping_and_drift.py --only gate --pairs 20 --save DIR         # ~15 min
+  .venv/bin/python benchmarks/stopping_and_drift.py --only time --levels 1:4:1 --reps 2       # ~5 min
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
+import json
 import math
 import os
 import re
@@ -38,6 +43,12 @@ from benchmarks._anchor import perf_analyzer  # noqa: E402
 from perfkit import measure  # noqa: E402
 from perfkit.gate import GateOptions, compare_records, parse_thresholds  # noqa: E402
 from perfkit.measure import WindowMeasured  # noqa: E402
+from perfkit.measure._coverage import (  # noqa: E402
+    NOMINAL_COMBINED,
+    NOMINAL_INSIDE_OTHER,
+    between_run_rel,
+    pair_coverage,
+)
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord  # noqa: E402
 from perfkit.server import LocalLaunch, launch_local  # noqa: E402
 from perfkit.server.local import LocalServer  # noqa: E402
@@ -65,6 +76,12 @@ def competing_load(on: bool = True) -> Iterator[list[subprocess.Popen[bytes]]]:
 # -- 1. time to a result ----------------------------------------------------------------------
 
 
+def _level_values(levels: str) -> list[int]:
+    parts = [int(x) for x in levels.split(":")]
+    end = parts[1] if len(parts) > 1 else parts[0]
+    return list(range(parts[0], end + 1, parts[2] if len(parts) > 2 else 1))
+
+
 def sweep_perfkit(server: LocalServer, model: str, levels: str) -> dict:
     out = Path(tempfile.mkdtemp()) / "run.json"
     t0 = time.monotonic()
@@ -76,6 +93,8 @@ def sweep_perfkit(server: LocalServer, model: str, levels: str) -> dict:
     rec = RunRecord.load(out)
     return {
         "wall_s": wall,
+        "windows_s": sum(lv.duration_s for lv in rec.levels),
+        "processes": 1,
         "levels": [
             {"windows": len(lv.windows), "stable": lv.stable, "drift": lv.drift is not None} for lv in rec.levels
         ],
@@ -83,26 +102,36 @@ def sweep_perfkit(server: LocalServer, model: str, levels: str) -> dict:
 
 
 def sweep_pa(server: LocalServer, model: str, levels: str) -> dict:
+    """perf_analyzer over the same levels, to the end of the sweep: an unstable level ends its process's
+    sweep, so the levels after it are run by a new process (each process's wall time counted)."""
     binary, env = perf_analyzer()
-    t0 = time.monotonic()
-    pa = subprocess.run([str(binary), "-m", model, "-u", str(server.endpoints.grpc_url), "-i",
-                         "grpc", "--concurrency-range", levels, "-p", "1000", "-v"], stdout=subprocess.PIPE,
-                        stderr=subprocess.STDOUT, text=True, env={**os.environ, **env}, timeout=300)  # fmt: skip
-    wall = time.monotonic() - t0
-    # an unstable level ends perf_analyzer's sweep: the levels after it are not measured
-    parts = re.split(r"Request concurrency: \d+", pa.stdout)[1:]
-    lv = []
-    for part in parts:
-        passes = len(re.findall(r"Pass \[\d+\] throughput", part))
-        lv.append({"windows": passes, "stable": "failed to obtain stable" not in part.lower(), "drift": False})
-    return {"wall_s": wall, "levels": lv}
+    values = _level_values(levels)
+    step = values[1] - values[0] if len(values) > 1 else 1
+    wall = 0.0
+    lv: list[dict] = []
+    processes = 0
+    while len(lv) < len(values):
+        first = values[len(lv)]
+        t0 = time.monotonic()
+        pa = subprocess.run([str(binary), "-m", model, "-u", str(server.endpoints.grpc_url), "-i", "grpc",
+                             "--concurrency-range", f"{first}:{values[-1]}:{step}", "-p", "1000", "-v"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env},
+                            timeout=300)  # fmt: skip
+        wall += time.monotonic() - t0
+        processes += 1
+        parts = re.split(r"Request concurrency: \d+", pa.stdout)[1:]
+        if not parts:  # it measured nothing: count the level as failed and go on
+            lv.append({"windows": 0, "stable": False, "drift": False})
+        for part in parts:
+            passes = len(re.findall(r"Pass \[\d+\] throughput", part))
+            lv.append({"windows": passes, "stable": "failed to obtain stable" not in part.lower(), "drift": False})
+    return {"wall_s": wall, "windows_s": None, "processes": processes, "levels": lv[: len(values)]}
 
 
 def time_to_result(server: LocalServer, model: str, levels: str, reps: int) -> None:
-    parts = [int(x) for x in levels.split(":")]
-    end = parts[1] if len(parts) > 1 else parts[0]
-    n_levels = len(range(parts[0], end + 1, parts[2] if len(parts) > 2 else 1))
-    print(f"1. time to a result: {model}, gRPC, --concurrency-range {levels}, -p 1000, each tool's defaults")
+    n_levels = len(_level_values(levels))
+    print(f"1. time to a result: {model}, gRPC, --concurrency-range {levels}, -p 1000, each tool's defaults, "
+          f"both to the end of the sweep (perf_analyzer's levels after an unstable one by a new process)")  # fmt: skip
     for loaded in (False, True):
         rows: dict[str, list[dict]] = {"perfkit": [], "perf_analyzer": []}
         for r in range(reps):
@@ -119,7 +148,9 @@ def time_to_result(server: LocalServer, model: str, levels: str, reps: int) -> N
             print(f"   {'loaded' if loaded else 'quiet ':6} {tool:13}: sweep median {walls[len(walls) // 2]:5.1f} s "
                   f"(runs {', '.join(f'{w:.1f}' for w in walls)}); windows per level measured {per_level}; "
                   f"{measured} of {len(runs) * n_levels} levels measured, {unstable} unstable, "
-                  f"{drifts} ended by drift")  # fmt: skip
+                  f"{drifts} ended by drift; {sum(x['processes'] for x in runs)} processes"
+                  + (f"; time in windows {sorted(x['windows_s'] for x in runs)[len(runs) // 2]:.1f} s (median)"
+                     if runs[0]["windows_s"] is not None else ""))  # fmt: skip
         med = {tool: _per_level_windows(runs) for tool, runs in rows.items()}
         print(f"   => {'loaded' if loaded else 'quiet'}: windows per measured level, median: perfkit "
               f"{med['perfkit']:.1f}, perf_analyzer {med['perf_analyzer']:.1f} (ratio "
@@ -134,33 +165,55 @@ def _per_level_windows(runs: list[dict]) -> float:
 # -- 2. coverage of the stated precision -------------------------------------------------------
 
 
-def coverage(figures: list[tuple[float, float]]) -> tuple[float, float, int]:
-    """(share of ordered pairs with j's figure inside i's interval, share whose difference is inside
-    the combined interval, pairs) over (figure, relative half-width) of repeated runs."""
-    inside = combined = n = 0
-    for (xi, hi), (xj, hj) in itertools.permutations(figures, 2):
-        n += 1
-        inside += abs(xj - xi) <= hi * xi
-        combined += abs(xj - xi) <= math.hypot(hi * xi, hj * xj)
-    return inside / max(n, 1), combined / max(n, 1), n
-
-
-def coverage_section(server: LocalServer, model: str, c: int, reps: int) -> None:
+def coverage_section(server: LocalServer, model: str, c: int, runs: int, save: Path | None) -> None:
     spec = ProfileSpec(model=model, levels=(LoadLevel("concurrency", c),), protocol="grpc", percentile=99.0)
-    print(f"\n2. coverage: {model} c{c}, gRPC, perfkit's defaults with --percentile 99, {reps} runs each")
+    print(f"\n2. coverage: {model} c{c}, gRPC, perfkit's defaults with --percentile 99, {runs} runs each; "
+          f"nominal rates: another run's figure inside a run's ~95% interval {NOMINAL_INSIDE_OTHER:.1%} "
+          f"(the difference of two runs has sqrt(2) x one run's spread), the difference within the combined "
+          f"interval {NOMINAL_COMBINED:.0%}")  # fmt: skip
+    rows = []
     for loaded in (False, True):
+        levels = []
+        loads = []
         with competing_load(loaded):
-            levels = [measure.profile(server, spec).levels[0] for _ in range(reps)]
-        tput = [(lv.throughput_infer_per_s, lv.precision.throughput_rel or 0.0) for lv in levels]
-        p99 = [(lv.service.p99_us, lv.precision.latency_rel or 0.0) for lv in levels]
-        for name, figs in (("throughput", tput), ("p99", p99)):
-            ins, comb, n = coverage(figs)
+            for _ in range(runs):
+                loads.append(os.getloadavg()[0])
+                levels.append(measure.profile(server, spec).levels[0])
+        cond = "loaded" if loaded else "quiet "
+        for name, fig in (("throughput", lambda lv: lv.throughput_infer_per_s), ("p99", lambda lv: lv.service.p99_us)):
+            within, rerun = _stated(levels, name)
+            figs = [(fig(lv), h) for lv, h in zip(levels, within)]
+            cov = pair_coverage(figs)
+            line = (f"   {cond} {name:10}: within-run interval: inside another run's {cov.inside_other:.0%}, "
+                    f"combined {cov.combined:.0%}")  # fmt: skip
+            if all(h is not None for h in rerun):
+                re_cov = pair_coverage([(fig(lv), h or 0.0) for lv, h in zip(levels, rerun)])
+                line += f"; with the between-run spread: {re_cov.inside_other:.0%}, combined {re_cov.combined:.0%}"
             vals = ", ".join(f"{x:.4g}±{h:.1%}" for x, h in figs)
-            print(f"   {'loaded' if loaded else 'quiet ':6} {name:10}: inside another run's interval {ins:.0%} "
-                  f"(nominal 83%), within the combined interval {comb:.0%} (nominal 95%) over {n} pairs; "
-                  f"{vals}")  # fmt: skip
-        print(f"   {'loaded' if loaded else 'quiet ':6} windows {[len(lv.windows) for lv in levels]}, "
-              f"drift {[lv.drift is not None for lv in levels]}")  # fmt: skip
+            print(f"{line}; over {cov.pairs} pairs of {cov.runs} runs; between-run sd past the within-run "
+                  f"intervals (DerSimonian-Laird) {between_run_rel(figs):.1%}; {vals}", flush=True)  # fmt: skip
+        print(f"   {cond} windows {[len(lv.windows) for lv in levels]}, drift "
+              f"{sum(lv.drift is not None for lv in levels)} of {runs}, load average {min(loads):.1f}-"
+              f"{max(loads):.1f}; method {levels[0].precision.method}")  # fmt: skip
+        rows += [
+            {"loaded": loaded, "load_avg": la, "throughput": lv.throughput_infer_per_s,
+             "throughput_rel": lv.precision.throughput_rel, "p99_us": lv.service.p99_us,
+             "p99_rel": lv.precision.latency_rel, "throughput_rerun_rel": lv.precision.throughput_rerun_rel,
+             "p99_rerun_rel": lv.precision.latency_rerun_rel, "windows": len(lv.windows), "drift": lv.drift is not None,
+             "stable": lv.stable, "method": lv.precision.method}
+            for la, lv in zip(loads, levels)
+        ]  # fmt: skip
+    if save is not None:
+        save.mkdir(parents=True, exist_ok=True)
+        (save / "coverage.json").write_text(json.dumps(rows, indent=1))
+
+
+def _stated(levels: list[LevelResult], name: str) -> tuple[list[float], list[float | None]]:
+    """Each run's within-run relative half-width of `name`, and its re-run one (None in older code)."""
+    p = [lv.precision for lv in levels]
+    if name == "throughput":
+        return [x.throughput_rel or 0.0 for x in p], [x.throughput_rerun_rel for x in p]
+    return [x.latency_rel or 0.0 for x in p], [x.latency_rerun_rel for x in p]
 
 
 # -- 3. the gate --------------------------------------------------------------------------------
@@ -189,11 +242,13 @@ def _set_delay(server: LocalServer, repo: Path, delay_ms: int) -> None:
     server.load_model("sleeper")
 
 
-def gate_section(server: LocalServer, repo: Path, pairs: int) -> None:
+def gate_section(server: LocalServer, repo: Path, pairs: int, save: Path | None, only: list[str]) -> None:
     print(f"\n3. the gate, stored baseline, throughput:-5% and p90:+10%; the current run's competing load starts "
           f"after window 3; {pairs} pairs per case")  # fmt: skip
     cases = [("identity", 4, 1.0), ("sleeper", 2, 1.0), ("sleeper", 2, 1.3)]
     for model, c, slower in cases:
+        if only and f"{model}x{slower:g}" not in only:
+            continue
         spec = ProfileSpec(model=model, levels=(LoadLevel("concurrency", c),), protocol="grpc",
                            measurement_interval_ms=800, min_windows=8, max_trials=8, tail_percentiles=())  # fmt: skip
         verdicts = []
@@ -208,11 +263,30 @@ def gate_section(server: LocalServer, repo: Path, pairs: int) -> None:
                     _set_delay(server, repo, 10)
             result = compare_records(base, cur, GATE)
             verdicts.append(result.verdict)
+            if save is not None:
+                save.mkdir(parents=True, exist_ok=True)
+                for side, rec in (("base", base), ("cur", cur)):
+                    rec.save(save / f"gate_{model}_x{slower:g}_{len(verdicts)}_{side}_{result.verdict}.json")
             lb, lc = base.levels[0], cur.levels[0]
             _print_pair(model, c, slower, lb, lc, result.verdict)
         what = "false REGRESSION" if slower == 1.0 else "caught (REGRESSION)"
         print(f"   => {model} c{c} x{slower:g}: {what} in {verdicts.count('regression')} of {pairs}; "
               f"verdicts {sorted(verdicts)}")  # fmt: skip
+
+
+def regate(folder: Path) -> None:
+    """The gate of today on the pairs a --save folder kept: verdicts per case, as recorded and now."""
+    print(f"\n3. the gate re-run on the records kept in {folder}")
+    cases: dict[str, list[tuple[str, str]]] = {}
+    for cur_path in sorted(folder.glob("gate_*_cur_*.json")):
+        case, recorded = re.match(r"gate_(\w+_x[\d.]+)_\d+_cur_(\w+)\.json", cur_path.name).groups()  # type: ignore[union-attr]  # the benchmark's own names
+        base = RunRecord.load(cur_path.with_name(cur_path.name.replace("_cur_", "_base_")))
+        cases.setdefault(case, []).append((recorded, compare_records(base, RunRecord.load(cur_path), GATE).verdict))
+    for case, pairs in cases.items():
+        was = [r for r, _ in pairs]
+        now = [v for _, v in pairs]
+        print(f"   {case}: {len(pairs)} pairs; REGRESSION as recorded {was.count('regression')}, now "
+              f"{now.count('regression')}; now {sorted(now)}")  # fmt: skip
 
 
 def _print_pair(model: str, c: int, slower: float, b: LevelResult, cur: LevelResult, verdict: str) -> None:
@@ -228,7 +302,14 @@ def main() -> None:
     ap.add_argument("--pairs", type=int, default=3, help="gate pairs per case")
     ap.add_argument("--levels", default="1:4:3", help="the sweep's --concurrency-range")
     ap.add_argument("--only", choices=["time", "coverage", "gate"], help="one section only")
+    ap.add_argument("--cases", default="", help="gate cases, comma-separated: identityx1, sleeperx1, sleeperx1.3")
+    ap.add_argument("--runs", type=int, help="runs per coverage set (default: --reps)")
+    ap.add_argument("--save", type=Path, help="keep the coverage figures and the gate's records in this folder")
+    ap.add_argument("--regate", type=Path, help="only re-run the gate on the pairs a --save folder kept")
     args = ap.parse_args()
+    if args.regate:
+        regate(args.regate)
+        return
     repo = Path(tempfile.mkdtemp()) / "models"
     for model in ("identity", "sleeper"):
         shutil.copytree(ROOT / "fixtures" / "models" / model, repo / model)
@@ -239,9 +320,9 @@ def main() -> None:
         if args.only in (None, "time"):
             time_to_result(server, "identity", args.levels, args.reps)
         if args.only in (None, "coverage"):
-            coverage_section(server, "identity", 4, args.reps)
+            coverage_section(server, "identity", 4, args.runs or args.reps, args.save)
         if args.only in (None, "gate"):
-            gate_section(server, repo, args.pairs)
+            gate_section(server, repo, args.pairs, args.save, [c for c in args.cases.split(",") if c])
     print(f"\n({time.monotonic() - t0:.0f} s in all)")
 
 

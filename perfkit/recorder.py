@@ -149,6 +149,12 @@ def thin_percentiles(count: int) -> tuple[str, ...]:
     return tuple(name for pct, name in _PERCENTILE_NAMES.items() if count * (100 - pct) / 100 < MIN_TAIL_SAMPLES - 1e-9)
 
 
+def tails_certified(count: int, percentiles: Sequence[float]) -> bool:
+    """Whether `count` latencies put MIN_TAIL_SAMPLES beyond every percentile given (none of them thin)."""
+    thin = set(thin_percentiles(count))
+    return not any(_PERCENTILE_NAMES.get(float(p), "") in thin for p in percentiles)
+
+
 def summarize(kind: LatencyKind, values_us: np.ndarray) -> LatencySummary:
     """LatencySummary of one kind from raw latencies (us); percentiles from the histogram."""
     hist = histogram_of(values_us)
@@ -353,8 +359,7 @@ class LevelRecorder:
         a thin percentile is one no comparison can certify.
         """
         count = self.latencies_us(end_ns, "service" if self.closed_loop else "corrected").size
-        thin = set(thin_percentiles(count))
-        return not any(_PERCENTILE_NAMES.get(float(p), "") in thin for p in percentiles)
+        return tails_certified(count, percentiles)
 
     def latencies_us(self, end_ns: int, kind: LatencyKind) -> np.ndarray:
         """Latencies of the level's requests: service (ok only) or corrected (ok + unfinished)."""

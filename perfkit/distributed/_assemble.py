@@ -9,6 +9,7 @@ from perfkit.distributed._cluster import Placed
 from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest, merge_counts, merge_summaries
 from perfkit.distributed._worker import Unit
 from perfkit.errors import ServerError
+from perfkit.measure import rerun_precision
 from perfkit.measure._server_stats import delta, snapshot
 from perfkit.records import (
     LatencySummary,
@@ -147,7 +148,7 @@ def level_result(
         load=level,
         batch_size=spec.batch_size,
         stable=stable,
-        precision=merged.precision(spec.percentile, closed),
+        precision=rerun_precision(merged.precision(spec.percentile, closed)),
         duration_s=windows * spec.measurement_interval_ms / 1e3,
         **dataclasses.asdict(counts),
         service=service,

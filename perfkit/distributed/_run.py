@@ -20,6 +20,7 @@ from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, s
 from perfkit.measure import (
     LevelDone,
     LevelStarted,
+    LevelStop,
     PlacedWorker,
     Progress,
     WindowMeasured,
@@ -28,6 +29,7 @@ from perfkit.measure import (
 )
 from perfkit.measure._context import make_record, server_info
 from perfkit.measure._server_stats import composing_models
+from perfkit.recorder import tails_certified
 from perfkit.records import (
     LevelResult,
     LoadLevel,
@@ -95,10 +97,6 @@ def _check(spec: ProfileSpec, client_hosts: int, io: ModelIO) -> None:
         raise UsageError(f"-b {spec.batch_size}: model {io.name!r} does not take that batch size")
     if not spec.levels:
         raise UsageError("no load levels to measure")
-
-
-def _target_rel(spec: ProfileSpec) -> tuple[float, float]:
-    return spec.stability_percentage / 200.0, spec.stability_percentage / 100.0
 
 
 def profile_distributed(
@@ -268,8 +266,11 @@ def _measure_level(
     before = snapshots(servers, stats_models)
     merged = MergedWindows()
     by_worker: dict[int, list[list[WindowDigest]]] = {w.index: [] for w in workers}
-    tgt_tput, tgt_lat = _target_rel(spec)
-    stable = died = False
+    # the local loop's stopping rule: precision reached, or a drift, the level's budget, or a precision
+    # out of its reach; the merged windows are the level's windows
+    rule = LevelStop(spec, closed)
+    tgt_tput, tgt_lat = rule.targets
+    died = False
     windows = 0
     for k in range(1, spec.max_trials + 1):
         end = measure_from + k * window_ns
@@ -299,8 +300,9 @@ def _measure_level(
         else:
             throughput_ok = merged.sent > 0 and merged.completed >= merged.sent * (1 - tgt_tput)
         lat_ok = precision.latency_rel is not None and precision.latency_rel <= tgt_lat
-        if k >= spec.min_windows and throughput_ok and lat_ok:
-            stable = True
+        tail_ok = tails_certified(sum(merged.level_n), spec.tail_percentiles)
+        if rule.ends_after(k, merged.windows, precision, throughput_ok=throughput_ok, latency_ok=lat_ok,
+                           tail_ok=tail_ok):  # fmt: skip
             break
     after = None if died else snapshots(servers, stats_models)
     finals = call_all(ray, live, "finish", windows, 0.5 if died else 30.0, timeout_s=CALL_TIMEOUT_S + 30)
@@ -321,8 +323,10 @@ def _measure_level(
                 unit_digests[pos] = partial_digest(per_unit, closed, period_s, spec.batch_size)
     lost = [w for w in live if w.dead]
     result = level_result(
-        servers, workers, live, units, unit_digests, spec, level, merged, windows, stable, before, after, stats_models
-    )
+        servers, workers, live, units, unit_digests, spec, level, merged, windows, rule.stable, before, after,
+        stats_models,
+    )  # fmt: skip
+    result = rule.noted(result)
     if lost:
         note = "; ".join(
             f"worker {w.index} ({w.identity.get('host', '?')}) died after {len(by_worker[w.index])} window(s):"

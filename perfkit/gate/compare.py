@@ -9,6 +9,7 @@ values, one significance rule (a seeded bootstrap over windows).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from perfkit.errors import InputError
-from perfkit.gate._machine import machine_checked
+from perfkit.gate._machine import Evidence, machine_checked
 from perfkit.gate._mix import mix_views, threshold_scope
 from perfkit.gate._pairing import (
     config_changes,
@@ -317,8 +318,22 @@ def _compare_level(
         if invalid or b_win is None or c_win is None:
             out.append(_finding(base, None, None, "invalid", "; ".join(invalid)))
             continue
-        out.append(_decide(base, thr, b_win, c_win, opts, job_sd(thr.metric)))
-    return [machine_checked(f, b, c) for f in out] if comparison == "stored" else out
+        finding = _decide(base, thr, b_win, c_win, opts, job_sd(thr.metric))
+        if comparison == "stored":
+            evidence = Evidence(
+                list(b_win), list(c_win), functools.partial(_decide_part, base, thr, opts, job_sd(thr.metric))
+            )
+            finding = machine_checked(finding, b, c, evidence)
+        out.append(finding)
+    return out
+
+
+def _decide_part(
+    base: dict[str, Any], thr: Threshold, opts: GateOptions, job_sd: float, b_win: list[float], c_win: list[float]
+) -> Finding:
+    """_decide on a part of each run's windows, its figures their means."""
+    part = dict(base, baseline=float(np.mean(b_win)), current=float(np.mean(c_win)))
+    return _decide(part, thr, np.array(b_win, dtype=float), np.array(c_win, dtype=float), opts, job_sd)
 
 
 def _compare_stream_metric(

@@ -35,6 +35,7 @@ from perfkit.loadgen import (
     read_sources,
 )
 from perfkit.measure._context import machine_info, make_record, served_config_sha256, server_info
+from perfkit.measure._coverage import rerun_precision
 from perfkit.measure._csv import levels_frame, write_csv
 from perfkit.measure._events import (
     LevelDone,
@@ -53,6 +54,7 @@ from perfkit.measure._periodic import measure_periodic, periodic_level
 from perfkit.measure._replay import replay_profile, trace_mean_rate
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
+from perfkit.measure._stopping import LevelStop
 from perfkit.measure._stream_setup import is_sequence_model, stream_config, streamed_steps, with_composing_sequence
 from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._summary import summary_table
@@ -66,6 +68,7 @@ from perfkit.server.tls import check_handshake
 __all__ = [
     "LevelDone",
     "LevelStarted",
+    "LevelStop",
     "OutputMismatchError",
     "PlacedWorker",
     "Progress",
@@ -80,6 +83,7 @@ __all__ = [
     "nothing_measured",
     "over_latency_threshold",
     "profile",
+    "rerun_precision",
     "served_config_sha256",
     "validate_outputs",
     "write_csv",

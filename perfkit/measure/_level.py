@@ -11,19 +11,18 @@ from typing import Any
 
 import numpy as np
 
-from perfkit.changepoints import DRIFT_MIN_WINDOWS, latency_metric, window_drift
 from perfkit.errors import ServerError
 from perfkit.loadgen import LoadGenerator, sleep_until
 from perfkit.measure import _server_stats
+from perfkit.measure._coverage import rerun_precision
 from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._mix import mix_shares
-from perfkit.measure._stopping import FUTILITY_MIN_WINDOWS, budget_windows_of, out_of_reach, with_drift, with_futility
+from perfkit.measure._stopping import LevelStop, target_rel
 from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
     STATUS_OK,
-    Drift,
     LevelResult,
     LoadLevel,
     ProfileSpec,
@@ -39,13 +38,6 @@ class LevelOutcome:
     server_died: bool = False
     error: str = ""
     export: dict[str, Any] | None = None  # --profile-export-file's experiment for the level
-
-
-def _target_rel(spec: ProfileSpec) -> tuple[float, float]:
-    # Throughput's CI half-width must be within half the stability percentage; the latency
-    # statistic's within the whole of it (tails are noisier): both stricter than
-    # perf_analyzer's "3 windows within +-10% of their mean", which bounds spread, not error.
-    return spec.stability_percentage / 200.0, spec.stability_percentage / 100.0
 
 
 def measure_level(
@@ -78,20 +70,12 @@ def measure_level(
         before = _server_stats.snapshot(server.model_stats, stats_models)
     except ServerError:
         before = None
-    tgt_tput, tgt_lat = _target_rel(spec)
+    tgt_tput, tgt_lat = target_rel(spec)
     windows: list[Window] = []
-    stable = False
     died = False
     error = ""
     precision = None
-    drift: Drift | None = None
-    futile: int | None = None  # ended because the precision asked would take this many windows
-    # windows of a steady process are exchangeable; a change point among them (a shift or a trend
-    # larger than the precision asked) means the process itself moved: more windows cannot make
-    # the level more precise, so it ends there, flagged, with every window kept
-    drift_rel = {"throughput": tgt_tput, latency_metric(spec.percentile): tgt_lat}
-    budget_windows = budget_windows_of(spec)
-    decided_only = spec.stop_when_decided and spec.latency_threshold_ms is not None
+    rule = LevelStop(spec, closed, decided_only=spec.stop_when_decided and spec.latency_threshold_ms is not None)
     count_windows = spec.measurement_mode == "count_windows" and not spec.request_count
     for k in range(1, 0 if spec.request_count else spec.max_trials + 1):
         if count_windows:
@@ -130,23 +114,9 @@ def measure_level(
         latency_ok = _within(precision.latency_rel, tgt_lat) or decided == "under"
         # what the gate will judge must be certified too, unless the level only had to decide a threshold
         tail_ok = decided == "under" or rec.tail_certified(end_ns, spec.tail_percentiles)
-        if k >= spec.min_windows and throughput_ok and latency_ok and tail_ok:
-            stable = True
+        if rule.ends_after(k, windows, precision, throughput_ok=throughput_ok, latency_ok=latency_ok,
+                           tail_ok=tail_ok):  # fmt: skip
             break
-        # every stop below waits for the samples the gate needs (tail_ok): until then the level
-        # lacks samples, whatever else it lacks
-        if k >= max(spec.min_windows, DRIFT_MIN_WINDOWS) and tail_ok:
-            drift = window_drift(windows, drift_rel)
-            if drift is not None:
-                break
-        if k >= max(spec.min_windows, budget_windows) and tail_ok:
-            break  # the time given is spent and the samples are there: more windows only refine
-        # (not for a level that only has to decide a side of a threshold: the tuner's search)
-        if k >= max(spec.min_windows, FUTILITY_MIN_WINDOWS) and tail_ok and k < budget_windows and not decided_only:
-            futile = out_of_reach(k, precision, tgt_tput if closed else None, None if latency_ok else tgt_lat,
-                                  budget_windows)  # fmt: skip
-            if futile is not None:
-                break
     end_ns = rec.window_end(len(windows))
     if spec.request_count:
         died, error = _until_count(server, gen, rec, spec.request_count, level)
@@ -159,12 +129,10 @@ def measure_level(
     if spec.request_count:
         # one window of exactly the first request_count requests of the level (perf_analyzer's --request-count)
         rec, end_ns = _count_window(rec, spec.request_count)
-        windows, window_ns, stable = rec.windows(1), rec.window_ns, not died
+        windows, window_ns = rec.windows(1), rec.window_ns
+    stable = not died if spec.request_count else rule.stable
     result = _result(rec, spec, level, windows, end_ns, stable, before, after, stats_models, metrics, t0, died)
-    if drift is not None:
-        result = with_drift(result, drift, early=len(windows) < spec.max_trials)
-    elif futile is not None:
-        result = with_futility(result, futile, budget_windows)
+    result = rule.noted(result)
     if spec.mix:
         result = _with_shares(result, rec, spec, level, len(windows), end_ns, before, after, t0, died)
     export = None
@@ -329,7 +297,7 @@ def _result(
 ) -> LevelResult:
     closed = level.mode == "concurrency"
     c = rec.counts(end_ns)
-    precision = rec.precision(windows, end_ns, spec.percentile)
+    precision = rerun_precision(rec.precision(windows, end_ns, spec.percentile))
     server = None
     if before is not None and after is not None:
         server = _server_stats.delta(before, after, stats_models[0])

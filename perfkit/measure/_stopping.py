@@ -1,7 +1,8 @@
-"""When a level stops short of its precision: a time budget, a precision out of its reach, a drift.
+"""When a level stops: at its precision, or short of it on a time budget, a precision out of its
+reach, or a drift.
 
-The level loop (measure_level) asks these after each window; what they decide is said in the
-level's note (one line) and, for a drift, in LevelResult.drift.
+Every level loop (measure_level here, the distributed coordinator's) asks one LevelStop after each
+window; what it decides is said in the level's note (one line) and, for a drift, in LevelResult.drift.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from perfkit.changepoints import describe_drift
+from perfkit.changepoints import DRIFT_MIN_WINDOWS, describe_drift, latency_metric, window_drift
 from perfkit.recorder import MAX_LAG1, t95
-from perfkit.records import Drift, LevelResult, Precision, ProfileSpec
+from perfkit.records import Drift, LevelResult, Precision, ProfileSpec, Window
 
 _log = logging.getLogger(__name__)
 
@@ -89,3 +92,85 @@ def with_futility(result: LevelResult, needed: int, budget_windows: int) -> Leve
     )
     _log.info("%s: %s", result.load.label, line)
     return dataclasses.replace(result, note=(line + "; " + result.note).strip("; "))
+
+
+def target_rel(spec: ProfileSpec) -> tuple[float, float]:
+    """The precision a level is asked for: (throughput's, the latency statistic's) relative ~95% CI
+    half-widths. Throughput's within half the stability percentage, the latency statistic's within
+    the whole of it (tails are noisier): both stricter than perf_analyzer's "3 windows within +-10%
+    of their mean", which bounds spread, not error."""
+    return spec.stability_percentage / 200.0, spec.stability_percentage / 100.0
+
+
+@dataclass
+class LevelStop:
+    """The stopping rule of one level, asked after each window by every level loop.
+
+    A level ends stable once its precision is reached (after min_windows, with the samples the gate's
+    percentiles need); short of it, once its windows drift (a change point or trend larger than the
+    precision asked), once its time budget is spent, or once the precision asked is out of reach
+    within that budget. `decided_only`: a level that only decides a side of a latency threshold
+    (the tuner's search) is never given up as out of reach.
+    """
+
+    spec: ProfileSpec
+    closed_loop: bool
+    decided_only: bool = False
+    stable: bool = False
+    drift: Drift | None = None
+    futile: int | None = None  # the windows the precision asked would take, when out of reach
+    budget_windows: int = field(init=False)
+    targets: tuple[float, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.budget_windows = budget_windows_of(self.spec)
+        self.targets = target_rel(self.spec)
+
+    def ends_after(
+        self,
+        k: int,
+        windows: Sequence[Window],
+        precision: Precision,
+        *,
+        throughput_ok: bool,
+        latency_ok: bool,
+        tail_ok: bool,
+    ) -> bool:
+        """Whether the level ends after its k-th window; why is kept (stable, drift, futile).
+
+        throughput_ok / latency_ok: the loop's own judgement of its precision (closed loop: the CI
+        within its target; open loop: the server keeps up with the offered rate); tail_ok: the
+        percentiles the gate will judge have their samples. Every stop short of precision waits
+        for tail_ok: until then the level lacks samples, whatever else it lacks.
+        """
+        spec = self.spec
+        if k >= spec.min_windows and throughput_ok and latency_ok and tail_ok:
+            self.stable = True
+            return True
+        if not tail_ok:
+            return False
+        tgt_tput, tgt_lat = self.targets
+        # windows of a steady process are exchangeable; a change point among them (a shift or a trend
+        # larger than the precision asked) means the process itself moved: more windows cannot make
+        # the level more precise, so it ends there, flagged, with every window kept
+        if k >= max(spec.min_windows, DRIFT_MIN_WINDOWS):
+            self.drift = window_drift(windows, {"throughput": tgt_tput, latency_metric(spec.percentile): tgt_lat})
+            if self.drift is not None:
+                return True
+        if k >= max(spec.min_windows, self.budget_windows):
+            return True  # the time given is spent and the samples are there: more windows only refine
+        if k >= max(spec.min_windows, FUTILITY_MIN_WINDOWS) and k < self.budget_windows and not self.decided_only:
+            self.futile = out_of_reach(
+                k, precision, tgt_tput if self.closed_loop else None, None if latency_ok else tgt_lat,
+                self.budget_windows,
+            )  # fmt: skip
+            return self.futile is not None
+        return False
+
+    def noted(self, result: LevelResult) -> LevelResult:
+        """The level's result with the one line saying why it ended short of its precision (if it did)."""
+        if self.drift is not None:
+            return with_drift(result, self.drift, early=len(result.windows) < self.spec.max_trials)
+        if self.futile is not None:
+            return with_futility(result, self.futile, self.budget_windows)
+        return result

@@ -45,6 +45,13 @@ def summary_table(record: RunRecord) -> str:
             )
     kind = "corrected (from due time)" if open_loop else "service (from send time)"
     lines.append(f"latency: {kind}; ±: ~95% CI half-width, relative")
+    rerun = [
+        f"{lv.load.label} ±{_pct(lv.precision.throughput_rerun_rel)} tput ±{_pct(lv.precision.latency_rerun_rel)} lat"
+        for lv in record.levels
+        if lv.precision.throughput_rerun_rel is not None or lv.precision.latency_rerun_rel is not None
+    ]
+    if rerun:
+        lines.append(f"with the machine's between-run spread (what another run is expected within): {'; '.join(rerun)}")
     if record.spec.mix:
         lines.append(f"traffic mix {record.spec.mix_label}: each level's first row is the whole mix, then each model")
     lines.extend(_streaming_lines(record))

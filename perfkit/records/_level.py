@@ -95,11 +95,19 @@ class MetricSample:
 
 @dataclass(frozen=True)
 class Precision:
-    """How precisely a level was measured: half-widths of ~95% confidence intervals, relative."""
+    """How precisely a level was measured: half-widths of ~95% confidence intervals, relative.
+
+    throughput_rel / latency_rel: within the run (what more windows shrink; what a level's stopping
+    rule asks for). The *_rerun_rel pair: the same with the machine's between-run spread added
+    (what another run of the level on the same machine is expected to agree within, as measured
+    by benchmarks/stopping_and_drift.py); None in records made before it was stated.
+    """
 
     throughput_rel: float | None
     latency_rel: float | None
     method: str = "batch-means"
+    throughput_rerun_rel: float | None = None
+    latency_rerun_rel: float | None = None
 
 
 @dataclass(frozen=True)

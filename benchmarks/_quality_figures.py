@@ -173,7 +173,7 @@ def markdown(subjects: Sequence[Mapping[str, Any]]) -> str:
             cells = [
                 s["subject"],
                 label,
-                str(run.get("pick", "–")),
+                str(run.get("pick") or ("none held the budget" if "pick" in run else "–")),
                 f"{_f(fig.get('pick_vs_grid_best'))}; {_f(fig.get('pick_remeasured_vs_grid_best'))}"
                 + mark.get("pick", ""),
                 _f(run.get("claim_rps"), "{:.0f}"),

@@ -303,8 +303,17 @@ def main() -> int:
     ap.add_argument("--start-rps", type=float, default=100.0, help="the grid's first rate where none is predicted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="folder for the JSON and table")
+    ap.add_argument("--table", type=Path, help="print the table of a saved JSON (an interrupted run's too) and exit")
     add_version_flag(ap)
     args = ap.parse_args()
+    if args.table:
+        saved = json.loads(args.table.read_text())["subjects"]
+        for s in saved:
+            grid = s.get("grid", {})
+            s["errors"] = prediction_errors(s.get("predicted", {}), grid)
+            s["figures"] = {n: search_figures(r, grid, s.get("kind", "model")) for n, r in s["searches"].items()}
+        print(markdown(saved))
+        return 0
     if args.quick:
         args.trials, args.level_s, args.max_time_s = min(args.trials, 6), min(args.level_s, 2.0), 120.0
     version = use_version(args.pa_version)

@@ -98,3 +98,7 @@ def test_the_table_shows_each_search_a_refusal_and_the_grid_with_predictions() -
     assert "| p | `--search predict` | refused: --search predict tunes one model |" in text
     assert "| z | 500 | – | – |" in text and "| x | 1000 | 900 | -10% |" in text
     assert not math.isnan(one["errors"]["median_abs"])
+    nothing = {**one, "searches": {"predict": {"pick": None, "trials": 2, "wall_s": 1020.0}}}
+    nothing["figures"] = {"predict": search_figures(nothing["searches"]["predict"], GRID, "model")}
+    row = next(line for line in markdown([nothing]).splitlines() if line.startswith("| m | `--search"))
+    assert "none held the budget | –; – ✗" in row and "1020 ✗" in row

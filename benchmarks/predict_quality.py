@@ -228,6 +228,10 @@ def run_search(server: LocalServer, repo: Path, work: Path, sub: Subject, search
     best = result.best
     run: dict[str, Any] = {"wall_s": wall, "load_avg": load_avg()}
     run["trials"] = sum(1 for t in result.record.trials if "reload_s" in t.metrics and "duplicate_of" not in t.metrics)
+    cal = result.record.calibration
+    run["calibration"] = {k: v for k, v in cal.__dict__.items() if k != "points"} if cal else None
+    if cal is not None:
+        run["calibration_points"] = [(p.batch_size, p.executions, p.service_us) for p in cal.points]
     if best is None:
         return {**run, "pick": None}, result
     c = best.confirmation
@@ -235,10 +239,7 @@ def run_search(server: LocalServer, repo: Path, work: Path, sub: Subject, search
                  (best.throughput_infer_per_s, best.load))  # fmt: skip
     texts = pick_texts(result, model, sub.kind)
     pick = {m: variant_of(t) for m, t in texts.items() if (m in STEPS) == (sub.kind == "pipeline")}
-    run.update(pick=key(pick), claim_rps=claim, claim_at_rps=at.value if at else None, params=best.params,
-               calibration=result.record.calibration.__dict__ if result.record.calibration else None)  # fmt: skip
-    if run["calibration"]:
-        run["calibration"] = {k: v for k, v in run["calibration"].items() if k != "points"}
+    run.update(pick=key(pick), claim_rps=claim, claim_at_rps=at.value if at else None, params=best.params)
     print(f"  re-measuring the pick ({run['pick']}, claim {claim:.0f}/s) with perf_analyzer", flush=True)
     put(server, repo, texts, model if sub.kind == "pipeline" else None)
     again = pa_sustainable(server, model, claim or 10.0, sub.budget_ms, args.level_s)

@@ -40,12 +40,14 @@ def sustainable(
     factor: float = 1.5,
     resolution: float = 1.05,
     max_gallop: int = 8,
+    min_rps: float = 0.0,
 ) -> tuple[float, list[Level]]:
     """The highest sustainable rate found by measuring levels: from start_rps, gallop by `factor`
     (up while levels hold, down while they do not) until one level holds and one above it does
     not, then bisect (geometric) until they are within `resolution`. measure(rate) gives
-    (throughput, p99 ms). Returns the throughput of the highest level held (0 if none) and every
-    level measured, in order."""
+    (throughput, p99 ms). Rates below min_rps are not measured (galloping down stops there: the
+    config sustains less than min_rps). Returns the throughput of the highest level held (0 if
+    none) and every level measured, in order."""
     levels: list[Level] = []
 
     def at(rate: float) -> Level:
@@ -69,6 +71,8 @@ def sustainable(
         hi = rate
         for _ in range(max_gallop):
             rate /= factor
+            if rate < min_rps:
+                break
             if at(rate).held:
                 lo = rate
                 break

@@ -32,6 +32,12 @@ def test_the_rate_search_finds_the_highest_held_rate_to_5_percent_from_any_start
     assert len(levels) <= 14  # 8 gallop steps at most, then 3 bisections
 
 
+def test_rates_below_the_floor_are_not_measured() -> None:
+    asked, measure = _server(2.0)
+    best, _ = sustainable(measure, 100.0, budget_ms=50.0, min_rps=5.0)  # type: ignore[arg-type]  # a fake measure
+    assert best == 0.0 and min(asked) >= 5.0
+
+
 def test_a_level_that_completes_too_little_of_the_rate_does_not_hold() -> None:
     assert held(100.0, 96.0, 10.0, 50.0)
     assert not held(100.0, 90.0, 10.0, 50.0)

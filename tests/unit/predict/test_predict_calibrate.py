@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfkit.errors import MeasurementError
@@ -59,6 +60,24 @@ def test_a_line_is_fitted_exactly_and_its_error_is_stated():
     assert fit_service([CalibrationPoint(1, 5, 2_000), CalibrationPoint(8, 5, 1_000)])[1] == 0.0
     with pytest.raises(MeasurementError, match="no batch"):
         fit_service([])
+
+
+def test_a_stalled_batch_size_is_left_out_of_the_fit_but_counted_in_its_error():
+    # Batch sizes as a loaded machine gives them: on the line 30 ms + 0.3 ms an item, but for one
+    # size whose few executions stalled (the calibration of `hungry` at load average 10).
+    line = [CalibrationPoint(n, 20, 30_000 + 300 * n) for n in (1, 2, 4, 8, 16, 32, 64)]
+    stalled = CalibrationPoint(21, 10, 133_000)
+    a, b, _, worst = fit_service([*line, stalled])
+    assert a == pytest.approx(30_000, rel=0.01) and b == pytest.approx(300, rel=0.02)
+    assert worst > 0.7  # the stalled size, 133 ms against 36 ms on the line, is in the stated error
+    # One weighted fit through every point would be pulled up by it (about 35.7 ms + 0.34 ms an item).
+    sizes = [p.batch_size for p in (*line, stalled)]
+    one_fit = np.polyfit(sizes, [p.service_us for p in (*line, stalled)], 1, w=np.sqrt([20.0] * 7 + [10.0]))
+    assert one_fit[1] > 33_000
+    # Misses within 25% are the machine's noise, not stalls: every point stays in the fit.
+    noisy = [CalibrationPoint(n, 20, (30_000 + 300 * n) * (1.2 if n == 8 else 1.0)) for n in (1, 2, 4, 8, 16)]
+    a2, _, _, _ = fit_service(noisy)
+    assert a2 > 30_500
 
 
 @pytest.mark.parametrize(

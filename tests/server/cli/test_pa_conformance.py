@@ -24,7 +24,7 @@ import pytest
 from perfkit.cli._pa_compat import normalize_argv
 from perfkit.cli._pa_flags import PA_FLAGS
 from perfkit.cli.profile import command as profile_command
-from perfkit.errors import ExitCode, UsageError
+from perfkit.errors import ExitCode, PortInUseError, UsageError
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer
 from tests.pa_compat.record_qa import adjacent_free_ports, case_argv, write_testdata
@@ -129,7 +129,6 @@ def qa_server(
     tmp = tmp_path_factory.mktemp("pa_compat")
     repo = tmp / "models"
     shutil.copytree(HERE / "models", repo, ignore=shutil.ignore_patterns("__pycache__"))
-    port = adjacent_free_ports()
     places = {
         "inputdata": str(HERE.parent / "inputdata" / "files"),
         "pa_compat": str(HERE / "files"),
@@ -138,7 +137,16 @@ def qa_server(
         "work": str(tmp),
         "tritonserver_dir": str(tmp / "none"),
     }
-    with launch_local(LocalLaunch(repo, http_port=port, grpc_port=port + 1)) as server:
+    server = None
+    for _ in range(5):  # adjacent ports picked free can be taken by another process before tritonserver binds them
+        port = adjacent_free_ports()
+        try:
+            server = launch_local(LocalLaunch(repo, http_port=port, grpc_port=port + 1))
+            break
+        except PortInUseError:
+            continue
+    assert server is not None, "no pair of adjacent ports stayed free in 5 tries"
+    with server:
         yield server, places
 
 

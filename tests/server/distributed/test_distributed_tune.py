@@ -24,7 +24,7 @@ def test_tune_on_ray_two_servers_lose_and_duplicate_no_trial(ray_cluster, postgr
     out = tmp_path / "out"
     rc = main(["tune", "-m", "batcher", "--model-repository", str(repo), "-o", str(out), "--ray", ray_cluster,
                "--tune-workers", "2", "--storage", postgres_url, "--study-name", "shared", "--trials", str(trials),
-               "--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "2",
+               "--latency-budget", "50ms", "--load", "concurrency", "--max-concurrency", "2",
                "--measurement-interval", "300",
                "--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2,3",
                "--precisions", "fp32,fp16,int8", *CHEAP_CONFIRM])  # fmt: skip

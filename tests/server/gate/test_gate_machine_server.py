@@ -47,6 +47,7 @@ def _hogs() -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
 
 
+@pytest.mark.quiet
 def test_a_competing_load_started_mid_run_makes_an_unchanged_models_gate_inconclusive(identity_server):
     baseline = measure.profile(identity_server, SPEC)
     hogs: list[subprocess.Popen[bytes]] = []

@@ -199,6 +199,7 @@ def _cases() -> Iterator[tuple[str, str]]:
             yield transport, mode
 
 
+@pytest.mark.quiet
 @pytest.mark.parametrize(("transport", "mode"), list(_cases()))
 def test_close_after_n_requests(triton, transport, mode):
     with FaultProxy(_upstream(triton, transport), close_after=7, h2=transport not in HTTP1) as proxy:

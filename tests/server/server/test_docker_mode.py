@@ -224,6 +224,7 @@ def test_container_left_running_is_removed_at_interpreter_exit(tmp_path, docker_
     _no_container_left(docker_daemon)
 
 
+@pytest.mark.quiet
 def test_cli_profile_in_a_container_measures_and_removes_it(tmp_path, docker_daemon, triton_image):
     repo = copy_models(tmp_path, ["identity"])
     rec_path = tmp_path / "run.json"

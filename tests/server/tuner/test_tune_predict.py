@@ -76,6 +76,7 @@ def test_predicted_tune_picks_the_known_best_and_the_measurement_holds_the_predi
     assert "predicted_rps" in frame.columns
 
 
+@pytest.mark.quiet
 def test_a_model_the_simulator_cannot_capture_falls_back_to_the_measured_search(model_repo: Path, tmp_path):
     config = model_repo / "queue" / "config.pbtxt"
     config.write_text(config.read_text().replace('string_value: "deterministic"', 'string_value: "exponential"'))

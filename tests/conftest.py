@@ -103,6 +103,16 @@ if LoadScopeScheduling is not None:
         return _FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
+_FAILED_LIST = os.environ.get("PERFKIT_FAILED_LIST")  # scripts/test.sh: where the parallel run lists its failures
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under scripts/test.sh's parallel run, write each failed test's id, so that it is run again alone."""
+    if _FAILED_LIST and report.failed:
+        with open(_FAILED_LIST, "a", encoding="utf-8") as f:
+            f.write(report.nodeid + "\n")
+
+
 _GUARD_SAVED: dict[str, str | None] = {}
 _GUARD_LOG = Path(tempfile.gettempdir()) / f"perfkit-server-guard-{os.getpid()}.log"
 

@@ -172,14 +172,19 @@ def evidence_from_run(
     return evidence, notes
 
 
+def replicas_for(need_rps: float, per_replica_rps: float) -> int:
+    """The fewest replicas (at least one) that carry need_rps at per_replica_rps each."""
+    return max(1, math.ceil(need_rps / per_replica_rps - 1e-9))
+
+
 def plan_capacity(
     evidence: ReplicaEvidence, *, target_rps: float, headroom: float, notes: list[str] | None = None
 ) -> CapacityPlan:
     """Replicas for target_rps: ceil(target x (1 + headroom) / the evidence's low end)."""
     need = target_rps * (1 + headroom)
     low = evidence.low_rps if evidence.low_rps > 0 else evidence.rate_rps
-    replicas = max(1, math.ceil(need / low - 1e-9))
-    point = max(1, math.ceil(need / evidence.rate_rps - 1e-9))
+    replicas = replicas_for(need, low)
+    point = replicas_for(need, evidence.rate_rps)
     return CapacityPlan(target_rps, headroom, evidence, replicas, point, tuple(notes or ()))
 
 

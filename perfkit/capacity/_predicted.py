@@ -19,6 +19,7 @@ from typing import Any
 
 from perfkit import predict
 from perfkit.budget import budget_label
+from perfkit.capacity._plan import replicas_for
 from perfkit.errors import ConfigError, InputError, UsageError
 from perfkit.records import Calibration, TuneRecord
 from perfkit.server.modelconfig import parse_config
@@ -320,9 +321,9 @@ def plan_predicted(
             hint="plan for a larger budget, or name another config",
         )
     need = target_rps * (1 + headroom)
-    at = max(1, math.ceil(need / evidence.rate_rps - 1e-9))
-    low = max(1, math.ceil(need / evidence.high_rps - 1e-9))
-    high = max(at, math.ceil(need / evidence.low_rps - 1e-9)) if evidence.low_rps > 0 else at
+    at = replicas_for(need, evidence.rate_rps)
+    low = replicas_for(need, evidence.high_rps)
+    high = max(at, replicas_for(need, evidence.low_rps)) if evidence.low_rps > 0 else at
     return PredictedPlan(target_rps, headroom, evidence, at, low, high, tuple(notes))
 
 

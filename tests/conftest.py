@@ -80,7 +80,7 @@ except ImportError:  # pytest-xdist is a dev dependency; without it the suite ru
 
 if LoadScopeScheduling is not None:
 
-    class _FileScheduling(LoadScopeScheduling):  # type: ignore[misc,valid-type]  # xdist is untyped here
+    class _FileScheduling(LoadScopeScheduling):  # type: ignore[misc,valid-type]  # xdist ships no types (misc) and the name is None where it is missing (valid-type); this branch runs only when it imported
         """loadfile, except that files using one of _SHARED_PARTS share one scope (one worker), as do
         the _NOISE_VERDICT_FILES."""
 

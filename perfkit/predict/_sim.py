@@ -8,12 +8,21 @@ The rules it follows, each from triton-inference-server/core:
    waiting executions in arrival order (src/rate_limiter.cc, RateLimiter::EnqueuePayload /
    DequeuePayload).
 2. Preferred sizes default to max_batch_size (src/model_config_utils.cc, NormalizeModelConfig).
-3. The batcher forms a batch only when an instance can take it
-   (DynamicBatchScheduler::BatcherThread calls WaitForPayloadSlotAvailable before
-   GetDynamicBatch). With the default queue policy the rate limiter lets it form a payload
-   ahead and keep growing it while every instance is busy (RateLimiter::PayloadSlotAvailable,
-   support_prefetching); the simulator folds that into "the batch is read off the queue when an
-   instance is free", which takes the same requests when every request is of batch size 1.
+3. The batcher forms payloads ahead (DynamicBatchScheduler::BatcherThread,
+   RateLimiter::PayloadSlotAvailable with the default queue policy's prefetching): while every
+   instance is busy it forms the next payload, up to two an instance waiting, and keeps the
+   latest one (curr_payload_) growable until an instance takes it:
+   - an arrival wakes the batcher only while a payload slot is free and the queued requests
+     reach next_preferred_batch_size_ (DynamicBatchScheduler::Enqueue); that size is set when
+     the batcher waits for a preferred size and reset to 0 with each new payload (NewPayload);
+   - woken, the batcher adds what is queued to the waiting payload while that payload's size is
+     not a preferred one (GetDynamicBatch: "move the pending batch over"), so with a queue delay
+     a formed payload stops growing once the batcher waits for a preferred size, and with no
+     queue delay it grows with every arrival until it reaches the largest preferred size;
+   - an instance takes the first waiting payload and, with a queue delay, merges the ones after
+     it whose oldest request waited longer than the delay, up to max_batch_size
+     (InstanceQueue::Dequeue); taking a payload or ending an execution wakes the batcher
+     (Payload::Callback).
 4. DynamicBatchScheduler::GetDynamicBatch, with Q requests queued, B = max_batch_size,
    P = the preferred sizes and D = max_queue_delay_microseconds:
    - the pending batch takes requests in order up to B;
@@ -30,9 +39,13 @@ The rules it follows, each from triton-inference-server/core:
 
 What it adds to Triton's rules: the execution time (ServiceModel), how instances share a device
 (Contention: the shared part of each execution queues for one device, first come first served),
-and a fixed per-request overhead outside the instance. The open-loop event loop exists twice,
-forming the same batches: _run_open_reference (the rules as read, one _dispatch call a batch) and
-_simloop.run_open (compiled by numba, what _run_open and so scoring a space run). departures()
+and a fixed per-request overhead outside the instance; the batcher's own work takes no time, and
+an instance ending takes the next waiting payload before the batcher, woken by the same ending,
+can grow it. The open-loop event loop exists twice, forming the same batches: _reference.py (the
+rules as read, objects and a heap of events) and _simloop.run_open (compiled by numba, what
+_run_open and so scoring a space run). The closed loop (_run_closed, concurrency loads, which
+no tune predicts) keeps the simpler rule of reading a batch off the queue when an instance is
+free (_dispatch: no payload formed ahead). departures()
 gives each request's answer and batch size from the compiled loop: each step of a pipeline
 (perfkit.predict._pipeline) runs through it, so the rules are written here only.
 """
@@ -49,6 +62,7 @@ import numpy as np
 
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
+from perfkit.predict._reference import run_open_reference
 
 # The p99 of 10k simulated requests moves the M/D/1 sustainable rate by about 5% from seed to
 # seed (4k: 9%, 50k: 2.5%); batched configs, whose executions hold many requests, by less.
@@ -153,6 +167,8 @@ def _run_open(
         arr, np.asarray(pref, dtype=np.int64), _service_array(service, big),
         sizes, ends, cfg.instances, big, delay, contention.shared_fraction, bound, counted_from, allowed,
     )  # fmt: skip
+    if batches == -2:
+        raise AssertionError("the simulator's event loop ran out of events before every request ran")
     if batches < 0:
         return None
     return sizes[:batches], ends[:batches]
@@ -201,36 +217,11 @@ def _run_open_reference(
     contention: Contention,
     give_up: tuple[float, int, int] | None = None,
 ) -> tuple[list[int], list[float]] | None:
-    """_run_open as the rules read, one _dispatch call a batch: the loop the fast one is held to."""
-    plan = _batch_plan(cfg)
-    table = _service_table(service, plan[0])
-    f, g = contention.shared_fraction, 1 - contention.shared_fraction
-    free = [arr[0]] * cfg.instances
-    dev = 0.0
-    sizes: list[int] = []
-    ends: list[float] = []
-    h, n = 0, len(arr)
-    bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
-    over = 0
-    while h < n:
-        tf = free[0]
-        td, m = _dispatch(arr, h, tf, plan)
-        m = min(m, n - h)
-        s = table[m]
-        if f > 0:
-            start = max(td + g * s, dev)
-            end = dev = start + f * s
-        else:
-            end = td + s
-        heapq.heapreplace(free, end)
-        sizes.append(m)
-        ends.append(end)
-        if end - arr[h] > bound and h >= counted_from:
-            over += bisect.bisect_left(arr, end - bound, h, h + m) - h
-            if over > allowed:
-                return None
-        h += m
-    return sizes, ends
+    """_run_open as the rules read (_reference.py): the loop the fast one is held to."""
+    big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
+    table = _service_table(service, big)
+    bounds = give_up if give_up is not None else (math.inf, 0, 0)
+    return run_open_reference(list(arr), big, pref, delay, cfg.instances, table, contention.shared_fraction, bounds)
 
 
 def _run_closed(

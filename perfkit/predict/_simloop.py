@@ -1,7 +1,7 @@
 """The batcher simulator's open-loop event loop, compiled by numba: the rules of _sim's module
-docstring (each cited there from triton-inference-server/core), step for step and in the same
-floating-point operations as _sim._run_open_reference, so that both give the same batches and
-ends. Scoring a space runs this loop tens of millions of times; in Python it is ~0.5 us a batch.
+docstring (each cited there from triton-inference-server/core), event for event and in the same
+floating-point operations as the reference loop (_reference.py), so that both give the same
+batches and ends. Scoring a space runs this loop tens of millions of times; in Python it is ~0.5 us a batch.
 
 numba, not hand-written C (the project's rule: a well-kept library before code of its own; the
 load generator's hot path is the one place for hand-tuned code). Importing this module imports
@@ -80,65 +80,206 @@ def _run_open(
     batches there were, or -1 once more than `allowed` requests from `counted_from` on took longer
     than `bound` (s): the percentile is past it, whatever follows. pref: the preferred sizes,
     rising within 1..big (one of them, big, when there is none); table: execution time (s) by batch
-    size 0..big; f: the shared fraction of an execution (Contention)."""
+    size 0..big; f: the shared fraction of an execution (Contention). The events, the batcher's
+    passes and the instances' takes of _reference._Reference, in the same order."""
     n = arr.shape[0]
+    if n == 0:
+        return 0
+    if big == 1:  # rule 1: a payload a request, no batcher to wait for
+        return _run_unbatched(arr, table, sizes, ends, instances, f, bound, counted_from, allowed)
     npref = pref.shape[0]
+    pmax = pref[npref - 1]
+    g = 1 - f
+    inf = np.inf
+    dev = 0.0
+    over = 0
+    batches = 0
+    done = 0
+    # The scheduler's queue: requests head..arrived-1.
+    head = 0
+    arrived = 0
+    # The batcher: the current payload (the last waiting one, while cur_in), NewPayload pending,
+    # next_preferred_batch_size_, its timer.
+    cur_in = False
+    renew = False
+    next_pref = 0
+    timer = inf
+    # Waiting payloads (a ring of 2 an instance) and the instances' ends (busy while >= 0 flag).
+    slots = 2 * instances
+    wfirst = np.zeros(slots, dtype=np.int64)
+    wsize = np.zeros(slots, dtype=np.int64)
+    whead = 0
+    wcount = 0
+    busy = np.zeros(instances, dtype=np.bool_)
+    until = np.zeros(instances, dtype=np.float64)
+    while done < n:
+        # The next event: an instance ending, then an arrival, then the timer.
+        ie = -1
+        t_end = inf
+        for i in range(instances):
+            if busy[i] and until[i] < t_end:
+                t_end = until[i]
+                ie = i
+        t_arr = arr[arrived] if arrived < n else inf
+        if ie >= 0 and t_end <= t_arr and t_end <= timer:
+            t = t_end
+            busy[ie] = False
+            wake = True
+        elif arrived < n and t_arr <= timer:
+            t = t_arr
+            arrived += 1
+            wake = wcount < slots and (renew or arrived - head >= next_pref)
+        elif timer < inf:
+            t = timer
+            wake = True
+        else:  # nothing can happen: a bug, not a result
+            return -2
+        while True:
+            # Idle instances take waiting payloads (InstanceQueue::Dequeue, merging).
+            for i in range(instances):
+                if busy[i] or wcount == 0:
+                    continue
+                first = wfirst[whead]
+                m = wsize[whead]
+                whead = (whead + 1) % slots
+                wcount -= 1
+                if delay > 0:
+                    while wcount > 0:
+                        nf = wfirst[whead]
+                        ns = wsize[whead]
+                        if not (t > arr[nf] + delay and m + ns <= big):
+                            break
+                        m += ns
+                        whead = (whead + 1) % slots
+                        wcount -= 1
+                if cur_in and wcount == 0:
+                    cur_in = False
+                    renew = True
+                s = table[m]
+                if f > 0:
+                    start = t + g * s
+                    if dev > start:  # noqa: PLR1730 - the same comparison as the reference loop's max()
+                        start = dev
+                    end = start + f * s
+                    dev = end
+                else:
+                    end = t + s
+                busy[i] = True
+                until[i] = end
+                sizes[batches] = m
+                ends[batches] = end
+                batches += 1
+                done += m
+                if end - arr[first] > bound and first >= counted_from:
+                    over += _left_of(arr, end - bound, first, first + m) - first
+                wake = True
+            if over > allowed:
+                return -1
+            if not wake:
+                break
+            # One pass of the batcher's loop (BatcherThread, GetDynamicBatch).
+            wake = False
+            if renew:
+                cur_in = False
+                renew = False
+                next_pref = 0
+            queued = arrived - head
+            timer = inf
+            if queued == 0 or wcount >= slots:
+                continue
+            p_size = wsize[(whead + wcount - 1) % slots] if cur_in else 0
+            room = big - p_size
+            scan = queued if queued < room else room
+            best = 0
+            for j in range(npref):
+                k = pref[j] - p_size
+                if k >= 1 and k <= scan:
+                    best = k
+            exceeded = delay > 0 and t >= arr[head] + delay
+            saturated = False
+            if best > 0 and not exceeded:
+                take = best
+                saturated = delay == 0
+            elif queued > room or p_size + scan >= pmax:
+                take = scan
+                saturated = True
+            elif exceeded or delay == 0:
+                take = scan
+            else:
+                for j in range(npref):
+                    if pref[j] > p_size + scan:
+                        next_pref = pref[j] - p_size
+                        break
+                if p_size != 0 and not _has(pref, p_size):
+                    take = scan
+                else:
+                    timer = arr[head] + delay
+                    continue
+            if cur_in:
+                wsize[(whead + wcount - 1) % slots] += take
+            else:
+                w = (whead + wcount) % slots
+                wfirst[w] = head
+                wsize[w] = take
+                wcount += 1
+                cur_in = True
+            head += take
+            renew = renew or saturated
+            wake = True
+    return batches
+
+
+@numba.njit(nogil=True)
+def _has(pref: np.ndarray, size: int) -> bool:
+    """size in pref (a loop: numba compiles no generator in any())."""
+    for p in pref:  # noqa: SIM110 - any() over a generator does not compile under numba
+        if p == size:
+            return True
+    return False
+
+
+@numba.njit(nogil=True)
+def _run_unbatched(
+    arr: np.ndarray,
+    table: np.ndarray,
+    sizes: np.ndarray,
+    ends: np.ndarray,
+    instances: int,
+    f: float,
+    bound: float,
+    counted_from: int,
+    allowed: int,
+) -> int:
+    """Rule 1: each request its own execution, taken in arrival order by the instance free first
+    (the same batches as the event loop, which a payload a request makes a plain queue)."""
+    n = arr.shape[0]
     g = 1 - f
     dev = 0.0
-    pmin = pref[0]
-    single = npref == 1
     over = 0
-    h = 0
-    batches = 0
+    s = table[1]
     free_at = np.full(instances, arr[0])
-    while h < n:
-        # The instance free first (heapq's smallest; which of equal ones does not matter).
+    for h in range(n):
         first = 0
         for i in range(1, instances):
             if free_at[i] < free_at[first]:
                 first = i
-        tf = free_at[first]
-        a_h = arr[h]
-        td = tf if tf > a_h else a_h
-        if big == 1:  # each request its own execution (rule 1): no batch to form
-            m = 1
-        else:
-            # Requests queued at td, counted up to max_batch_size only: the batch never holds more.
-            top = h + big if h + big < n else n
-            queued = _right_of(arr, td, h, top) - h
-            deadline = a_h + delay
-            exceeded = delay > 0 and td >= deadline
-            if delay > 0 and not exceeded and queued < pmin:
-                # Wait for the request that makes the smallest preferred size, or the delay.
-                k = h + pmin - 1
-                if k < n and arr[k] < deadline:
-                    td = arr[k]
-                else:
-                    td = deadline
-                    exceeded = True
-                queued = _right_of(arr, td, h, top) - h
-            m = queued  # the delay ran out, no delay, or nothing preferred reached: what is pending
-            if not exceeded and queued >= pmin:
-                m = pmin if single else pref[_right_of(pref, queued, 0, npref) - 1]
-        s = table[m]
+        t = free_at[first] if free_at[first] > arr[h] else arr[h]
         if f > 0:
-            start = td + g * s
+            start = t + g * s
             if dev > start:  # noqa: PLR1730 - the same comparison as the reference loop's max()
                 start = dev
             end = start + f * s
             dev = end
         else:
-            end = td + s
+            end = t + s
         free_at[first] = end
-        sizes[batches] = m
-        ends[batches] = end
-        batches += 1
-        if end - a_h > bound and h >= counted_from:
-            over += _left_of(arr, end - bound, h, h + m) - h
+        sizes[h] = 1
+        ends[h] = end
+        if end - arr[h] > bound and h >= counted_from:
+            over += 1
             if over > allowed:
                 return -1
-        h += m
-    return batches
+    return n
 
 
 def _compiled(func: Callable[..., int]) -> Callable[..., int]:

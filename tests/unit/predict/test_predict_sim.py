@@ -131,15 +131,38 @@ def test_a_smaller_preferred_size_is_sent_before_the_delay_runs_out():
     np.testing.assert_allclose(lat, np.tile([2_000 + 1_200, 1_200], 50), atol=1e-3)
 
 
-def test_a_burst_is_cut_at_the_preferred_size_then_sent_whole_once_the_delay_ran_out():
+def test_a_burst_is_cut_at_the_preferred_size_and_the_next_payload_formed_ahead():
     # 10 requests at once; preferred 4, max 8, delay 3 ms, 1 ms per item. The first batch is the
-    # preferred 4 (0-4 ms); when the instance is free at 4 ms the oldest has waited past the delay,
-    # so the rest (6) goes whole, up to max_batch_size (4-10 ms).
+    # preferred 4 (0-4 ms). While it runs the batcher forms the next preferred 4 ahead (a payload
+    # slot is free: RateLimiter::PayloadSlotAvailable) and then waits with an empty queue; the last
+    # 2 do not wake it (2 < next_preferred_batch_size_ 4, DynamicBatchScheduler::Enqueue). At 4 ms
+    # the instance takes the waiting 4 (4-8 ms) and the batcher, woken, sends the 2 left, past
+    # their delay, as a payload of their own (8-10 ms). Reading the queue only when the instance is
+    # free would have sent the last 6 together (4-10 ms).
     cfg = BatcherConfig(8, True, (4,), 3_000)
     p = simulate(cfg, ServiceModel(0, 1_000), Load("trace", arrivals_s=(0.0,) * 10))
     lat = _latencies_us(cfg, ServiceModel(0, 1_000), [0.0] * 10)
-    np.testing.assert_allclose(lat, [4_000] * 4 + [10_000] * 6, atol=1e-3)
-    assert p.mean_batch == 5.0
+    np.testing.assert_allclose(lat, [4_000] * 4 + [8_000] * 4 + [10_000] * 2, atol=1e-3)
+    assert p.mean_batch == pytest.approx(10 / 3)
+
+
+def test_a_waiting_payload_stops_growing_with_a_queue_delay_and_keeps_growing_without():
+    # One instance, max_batch_size 8, 10 ms an execution at any size. The first request runs alone;
+    # while it runs, one request arrives at 1 ms and four at 2.0-2.3 ms.
+    svc = ServiceModel(10_000, 0)
+    arrivals = [0.0, 1e-3, 2e-3, 2.1e-3, 2.2e-3, 2.3e-3]
+    from perfkit.predict._sim import _run_open
+
+    # Queue delay 0.5 ms: the request at 1 ms waits its delay and is formed into a payload alone
+    # at 1.5 ms (a payload slot is free); the batcher had set next_preferred_batch_size_ to 8 while
+    # it waited, so the four later arrivals do not wake it and wait for the payload after it.
+    # Batches 1, 1, 4 (reading the queue only when the instance is free would give 1, 5).
+    sizes, _ = _run_open(arrivals, BatcherConfig(8, True, (), 500), svc, Contention())
+    assert sizes.tolist() == [1, 1, 4]
+    # No queue delay: next_preferred_batch_size_ stays 0, every arrival wakes the batcher and joins
+    # the waiting payload, which is not a preferred size. Batches 1, 5.
+    sizes0, _ = _run_open(arrivals, BatcherConfig(8, True, (), 0.0), svc, Contention())
+    assert sizes0.tolist() == [1, 5]
 
 
 def test_without_dynamic_batching_each_request_is_its_own_execution():

@@ -1,15 +1,20 @@
 """The predicted search (`perfkit tune --search predict`): calibrate the model on the running
 server, predict every config of the space with the batcher simulator (perfkit.predict), then
-let the trial runner measure the best predicted configs first. While the measurements agree with
-the predictions (within PREDICTION_TOLERANCE) the search stops once the best predictions are
-measured; where they do not, it says so and goes on with the measured search, seeded by the
-predictions already queued. The confirmation that follows is the measured search's own."""
+let the trial runner measure the best predicted configs first; every trial's rate search starts
+at its config's prediction where it has one (the original's too). Each measured trial with a
+prediction is checked against it (tuner/_predict_check.py), two ways, either one enough: its
+sustainable rate within PREDICTION_TOLERANCE of the predicted, or, where the rate is further off,
+the simulator's budget statistic at the rate measured within LATENCY_TOLERANCE of the one
+measured there (near the budget a batching config's p99 is flat in the rate, so a small error in
+latency moves the predicted rate far while the model is right). While the checks hold the search
+stops once the best predictions are measured; where neither holds, it says so and goes on with
+the measured search, seeded by the predictions already queued. The confirmation that follows is
+the measured search's own. The calibration is kept in the record however the search ends."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,6 +29,14 @@ from perfkit.errors import UsageError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._predict_check import (
+    LATENCY_TOLERANCE,
+    PREDICTION_TOLERANCE,
+    PredictionChecked,
+    latency_holds,
+    rate_holds,
+    simulated_latency_us,
+)
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, Dimension, pow2_sizes
 from perfkit.tuner._space._knob_batching import pref_sizes
 from perfkit.tuner._subject_model import ModelSubject
@@ -31,10 +44,6 @@ from perfkit.tuner._trial import TrialRunner
 
 log = logging.getLogger(__name__)
 
-# A measured sustainable rate within 25% of its prediction counts as the prediction holding: the
-# simulator's own seed-to-seed spread at 10k requests is ~5%, the open-loop search's rate ladder
-# ~9% a step, and calibration fit errors of 5-10% are usual on a shared CPU.
-PREDICTION_TOLERANCE = 0.25
 TOP_MEASURED = 3  # the best predicted configs measured before the predictions are trusted
 CALIBRATION_DELAY_US = 5_000  # wide enough that N clients answered together arrive as one batch
 CALIBRATION_LEVEL_S = 1.5  # each calibration level: one window this long
@@ -81,26 +90,6 @@ class Predicted(TuneEvent):
         )
 
 
-@dataclass(frozen=True)
-class PredictionChecked(TuneEvent):
-    """One measured trial next to its prediction."""
-
-    number: int
-    predicted_rps: float
-    measured_rps: float | None
-    held: bool
-
-    def line(self) -> str:
-        if self.measured_rps is None:
-            return f"  trial {self.number}: predicted {self.predicted_rps:.0f} req/s, measured none within budget"
-        off = self.measured_rps / self.predicted_rps - 1 if self.predicted_rps > 0 else math.inf
-        verdict = "within" if self.held else "OFF BY MORE THAN"
-        return (
-            f"  trial {self.number}: predicted {self.predicted_rps:.0f} req/s, measured {self.measured_rps:.0f}"
-            f" ({off:+.0%}, {verdict} {PREDICTION_TOLERANCE:.0%})"
-        )
-
-
 @dataclass
 class PredictedSearch:
     """The state of a predicted search between trials: what was predicted for which params, which
@@ -111,20 +100,56 @@ class PredictedSearch:
     checked: set[int] = field(default_factory=set)
     fell_back: bool = False
     # Every config the simulator scored to a rate (not bounded below the best): the original's
-    # trial, measured anyway, is checked against its prediction too.
+    # trial, measured anyway, is checked against its prediction too, and every trial of a config
+    # in it starts its rate search at its prediction (TrialRunner.predicted_rate).
     predicted: dict[Any, float] = field(default_factory=dict)  # key(params) -> predicted rate
 
     def key(self, params: Mapping[str, Any]) -> Any:
         """What tells two points apart for the simulator (the predicted dict's key)."""
         return batcher_config(self.t, params)
 
+    def predicted_for(self, params: Mapping[str, Any]) -> float | None:
+        """The rate predicted for a point (its params over the original's), None where the
+        simulator did not score it to a rate (bounded below the best, or a value off its grid)."""
+        return self.predicted.get(self.key({**self.t.original_fixed_params(), **params}))
+
+    def latency_at_measured(self, params: Mapping[str, Any], rate_rps: float) -> float | None:
+        """The simulator's budget statistic (the budget's percentile of latency) for a point offered
+        the rate a trial sustained, with the calibration's service model, contention and overhead
+        and the trial's arrival process; None where it cannot say (no calibration, a budget on
+        TTFT/ITL, a percentile it does not keep)."""
+        b = self.t.s.budget
+        if self.calibration is None or b.metric != "latency":
+            return None
+        cfg = self.key({**self.t.original_fixed_params(), **params})
+        return simulated_latency_us(self.calibration, cfg, rate_rps, percentile=b.percentile,
+                                    arrival=self.t.judge.distribution, requests=SIM_REQUESTS)  # fmt: skip
+
     def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
         """After a trial is checked against its prediction (a pipeline's search adds its steps)."""
+
+    def check(self, number: int, st: _trial_state.TrialState, predicted_rps: float) -> PredictionChecked:
+        """A measured trial against its prediction: the rate, and where that is off, the latency
+        at the rate measured (the sustainable level's offered rate, its budget statistic)."""
+        got = st.throughput_infer_per_s
+        measured = float(got) if st.feasible and got is not None and got > 0 else None
+        b = self.t.s.budget
+        ev = PredictionChecked(number, predicted_rps, measured, rate_holds(predicted_rps, measured),
+                               percentile=b.percentile, budget_metric=b.metric)  # fmt: skip
+        if ev.held or measured is None or st.latency_us is None:
+            return ev
+        at = st.load.value if st.load is not None and st.load.mode == "request_rate" else measured
+        simulated = self.latency_at_measured(st.params, at)
+        if simulated is None:
+            return ev
+        pair = (simulated, float(st.latency_us))
+        return dataclasses.replace(ev, held=latency_holds(pair), latency_us=pair, latency_rps=at)
 
     def seed(self, study: optuna.Study) -> None:
         """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
         self.calibration = calibrate(self.t)
         self.t.emit(Calibrated(self.calibration))
+        self.t.predicted_rate = self.predicted_for
         started = time.perf_counter()
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
@@ -167,21 +192,21 @@ class PredictedSearch:
             st = _trial_state.read(ft)
             want = st.predicted_rps
             if want is None and st.is_original:  # measured anyway: its prediction is free evidence
-                want = self.predicted.get(self.key({**self.t.original_fixed_params(), **st.params}))
+                want = self.predicted_for(st.params)
             if want is None:
                 continue
             self.checked.add(ft.number)
-            got = st.throughput_infer_per_s
-            measured = float(got) if st.feasible and got is not None and got > 0 else None
-            held = measured is not None and abs(measured / want - 1) <= PREDICTION_TOLERANCE
-            self.t.emit(PredictionChecked(ft.number, want, measured, held))
-            self.checked_trial(ft.number, st, measured)
-            if not held and not self.fell_back:
+            ev = self.check(ft.number, st, want)
+            self.t.emit(ev)
+            self.checked_trial(ft.number, st, ev.measured_rps)
+            if not ev.held and not self.fell_back:
                 self.fell_back = True
+                latency = f" and the latency at the rate measured by more than {LATENCY_TOLERANCE:.0%}"
                 self.t.emit(
                     _Note(
-                        f"predictions are off by more than {PREDICTION_TOLERANCE:.0%}: going on with the measured"
-                        " search, seeded by the configs measured so far"
+                        f"predictions are off by more than {PREDICTION_TOLERANCE:.0%}"
+                        f"{latency if ev.latency_us is not None else ''}: going on with the measured search, seeded"
+                        " by the configs measured so far"
                     )
                 )
         pending = [
@@ -361,8 +386,9 @@ RunSearch = Callable[..., tuple[TuneRecord, dict[str, Path]]]
 def run_predicted(t: TrialRunner, run_search: RunSearch) -> tuple[TuneRecord, dict[str, Path]]:
     """The predicted search through the tuner's own run_search: calibration and predictions seed
     the study, one more stop rule ends it once the predictions held; the calibration goes into
-    the record. An ensemble is predicted end to end (tuner/_predict_pipeline.py); a BLS pipeline
-    goes to the measured search, which the tuner says. Raises as calibrate and run_search do."""
+    the record run_search writes however the search ends (Ctrl-C and failures included). An
+    ensemble is predicted end to end (tuner/_predict_pipeline.py); a BLS pipeline goes to the
+    measured search, which the tuner says. Raises as calibrate and run_search do."""
     # The pipeline search builds on this module: imported here, where it is used.
     from perfkit.tuner import _predict_pipeline as pipe  # noqa: PLC0415
     from perfkit.tuner._subject_pipeline import PipelineSubject  # noqa: PLC0415
@@ -373,12 +399,16 @@ def run_predicted(t: TrialRunner, run_search: RunSearch) -> tuple[TuneRecord, di
         pipe.bls_fallback(t)
         return run_search(t)
     ps = pipe.PipelinePredictedSearch(t) if kind == "ensemble" else PredictedSearch(t)
-    rec, paths = run_search(t, seed=ps.seed, stop=ps.stop)
+
+    def seed(study: optuna.Study) -> None:
+        try:
+            ps.seed(study)
+        finally:  # the record run_search writes on every ending holds the calibration
+            t.calibration = ps.calibration
+
+    rec, paths = run_search(t, seed=seed, stop=ps.stop)
     if isinstance(ps, pipe.PipelinePredictedSearch):
         summary = pipe.bottleneck_summary(ps, rec.best_trial)
         if summary is not None:
             t.emit(summary)
-    if ps.calibration is not None:
-        rec = dataclasses.replace(rec, calibration=ps.calibration)
-        rec.save(t.out_dir / "tune.json")
     return rec, paths

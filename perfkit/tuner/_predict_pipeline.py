@@ -3,8 +3,10 @@ calibrated in one run through the ensemble, each step's configs scored alone, th
 step (the slowest step given the most) combined and predicted end to end with the pipeline
 simulator (perfkit.predict, steps fed by the departures of the steps they read from), the best
 predicted sets measured first; each checked trial names the bottleneck step with its predicted
-and measured time in step. A BLS model's calls are code the simulator cannot see: its pipelines
-go to the measured search, which the tuner says. The calibration: tuner/_pipeline_calibrate.py.
+and measured time in step, and is checked by its rate alone (no latency check: the steps'
+figures are shown one by one instead). A BLS model's calls are code the simulator cannot see:
+its pipelines go to the measured search, which the tuner says. The calibration:
+tuner/_pipeline_calibrate.py.
 """
 
 from __future__ import annotations
@@ -190,6 +192,7 @@ class PipelinePredictedSearch(PredictedSearch):
             self.t.emit(_Note(f"calibration failed ({err.message}): going on with the measured search"))
             return
         cal = self.calibration
+        self.t.predicted_rate = self.predicted_for
         self.order = step_order(self.pipeline)
         self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
         started = time.perf_counter()
@@ -244,6 +247,11 @@ class PipelinePredictedSearch(PredictedSearch):
         best = tuple((f"{_label_joint(q)} (slowest step {by_key[self.key(q)].bottleneck})",
                       by_key[self.key(q)].rate_rps) for q in top)  # fmt: skip
         self.t.emit(Predicted(scored + len(cands), sum(1 for r in scored_sets if not r.bounded), seconds, best))
+
+    def latency_at_measured(self, params: Mapping[str, Any], rate_rps: float) -> float | None:
+        """No latency check on a pipeline: its trials are checked by the rate, and each step's
+        figures are shown next to Triton's (checked_trial)."""
+        return None
 
     def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
         if measured_rps is None or not self.models:

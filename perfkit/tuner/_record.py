@@ -54,6 +54,7 @@ def build_record(
         importances=_study.param_importances(study, t.s.objective),
         status=status,
         error=error,
+        calibration=t.calibration,
     )
     best = rec.best()
     return dataclasses.replace(

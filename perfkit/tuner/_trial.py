@@ -9,6 +9,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from perfkit.errors import (
     ServerError,
     UsageError,
 )
-from perfkit.records import ProfileSpec, RunRecord
+from perfkit.records import Calibration, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _study, _trial_state
@@ -93,6 +94,11 @@ class TrialRunner:
         self.sampler: optuna.samplers.BaseSampler | None = None
         self.probe: _accuracy.Probe | None = None
         self.reference: dict[str, Any] | None = None
+        # --search predict: the rate predicted for a trial's params (None: not predicted), where its
+        # open-loop rate search starts when the trial was not queued with its prediction; and the
+        # calibration the predictions came from, kept in the record however the search ends.
+        self.predicted_rate: Callable[[Mapping[str, Any]], float | None] | None = None
+        self.calibration: Calibration | None = None
 
     def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
         """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""
@@ -325,7 +331,9 @@ class TrialRunner:
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
         start = start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None
         predicted = _trial_state.read(trial).predicted_rps
-        if self.judge.open_loop and predicted is not None:
+        if predicted is None and self.predicted_rate is not None:
+            predicted = self.predicted_rate(params)
+        if self.judge.open_loop and predicted is not None and predicted > 0:
             start = predicted  # --search predict: the rate search starts at the prediction
         t1 = time.monotonic()
         try:

@@ -1,0 +1,233 @@
+"""The predicted search's check of a measured trial, without a server: the rate within 25% of its
+prediction, or else the simulator's latency at the rate measured within 10% of the measured one
+(holding and not, and the line saying which); every trial's rate search starting at its
+prediction (the original's too); the calibration kept in the record of a tune interrupted after
+it (a whole predicted tune on a stand-in server and measure)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import optuna
+import pytest
+
+from perfkit import predict
+from perfkit.budget import Budget
+from perfkit.errors import MeasurementError, ServerError
+from perfkit.gate.synthetic import synthetic_level, synthetic_record
+from perfkit.records import Calibration, CalibrationPoint, LoadLevel, ProfileSpec, RunRecord, TuneRecord
+from perfkit.server.base import Endpoints
+from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
+from perfkit.tuner._predict import Predicted, PredictedSearch, batcher_from
+from perfkit.tuner._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
+from perfkit.tuner._trial_state import TrialState
+from tests.conftest import copy_models
+
+SERVICE_US = 10_000.0
+OVERHEAD_US = 2_000.0
+# One execution takes 10 ms, 2 ms outside the instance, instances independent.
+CAL = Calibration("queue", (CalibrationPoint(1, 100, SERVICE_US),), SERVICE_US, 0.0, 0.0, 0.0, overhead_us=OVERHEAD_US)
+ORIGINAL = {"max_batch_size": 0, "instance_count": 1}
+
+
+def _search(arrival: str = "constant") -> tuple[PredictedSearch, list[Any]]:
+    """A predicted search over a stand-in runner: the original's params, the budget (p99 <= 100
+    ms), the arrival process its trials are measured with, and the events it emits."""
+    events: list[Any] = []
+    t = SimpleNamespace(
+        s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency")),
+        judge=SimpleNamespace(distribution=arrival),
+        space=SimpleNamespace(original_params=dict(ORIGINAL)),
+        original_fixed_params=lambda: {"instance_count": 1},
+        emit=events.append,
+    )
+    return PredictedSearch(t, calibration=CAL), events  # type: ignore[arg-type]  # a stand-in runner
+
+
+def _measured(rate_rps: float, latency_us: float, **params: Any) -> TrialState:
+    """A trial whose sustainable level was `rate_rps` offered, its p99 `latency_us`."""
+    return TrialState(params=params, feasible=True, load=LoadLevel("request_rate", rate_rps, "constant"),
+                      throughput_infer_per_s=rate_rps * 0.99, latency_us=latency_us)  # fmt: skip
+
+
+def test_a_rate_off_its_prediction_holds_when_the_latency_at_the_rate_measured_is_within_ten_percent():
+    ps, _ = _search()
+    # Constant arrivals 20 ms apart on one instance taking 10 ms: nothing queues, every request
+    # takes its execution plus the overhead, 12 ms: the simulator's p99 at the rate measured.
+    assert ps.latency_at_measured({}, 50.0) == pytest.approx(SERVICE_US + OVERHEAD_US, rel=1e-6)
+    near = ps.check(3, _measured(50.0, 12_500.0), predicted_rps=80.0)  # 38% below, p99 4% off
+    assert not near.rate_held and near.held
+    assert near.latency_us == pytest.approx((12_000.0, 12_500.0)) and near.latency_rps == 50.0
+    far = ps.check(4, _measured(50.0, 14_000.0), predicted_rps=80.0)  # p99 14% off: the model is wrong
+    assert not far.held and far.latency_us == pytest.approx((12_000.0, 14_000.0))
+    # Within 25% of the rate: held without simulating the latency.
+    close = ps.check(5, _measured(70.0, 40_000.0), predicted_rps=80.0)
+    assert close.held and close.latency_us is None
+    # Nothing within the budget: no rate measured, no latency to compare.
+    none = ps.check(6, TrialState(feasible=False), predicted_rps=80.0)
+    assert not none.held and none.measured_rps is None and none.latency_us is None
+
+
+def test_the_latency_is_simulated_with_the_calibrations_service_contention_overhead_and_the_trials_arrivals():
+    ps, _ = _search("poisson")
+    cfg = batcher_from(ORIGINAL, {"instance_count": 2})
+    load = predict.Load("poisson", rate_rps=150.0)
+    want = predict.simulate(cfg, predict.service_model(CAL), load, predict.contention(CAL), requests=6_000).p99_us
+    assert ps.latency_at_measured({"instance_count": 2}, 150.0) == pytest.approx(want)
+    shared = dataclasses.replace(CAL, shared_fraction=1.0)  # two instances taking turns on one device
+    ps.calibration = shared
+    slower = ps.latency_at_measured({"instance_count": 2}, 150.0)
+    assert slower is not None and slower > 1.5 * want
+    # A budget on TTFT, or a percentile the simulator does not keep: no latency check.
+    ps.t.s = SimpleNamespace(budget=Budget(100.0, 99.9, "latency"))
+    assert ps.latency_at_measured({}, 50.0) is None
+    ps.t.s = SimpleNamespace(budget=Budget(100.0, 99.0, "ttft"))
+    assert ps.latency_at_measured({}, 50.0) is None
+
+
+def test_the_search_goes_on_predicted_when_the_latency_holds_and_falls_back_when_neither_does():
+    for latency_us, falls_back in ((12_500.0, False), (14_000.0, True)):
+        ps, events = _search()
+        ps.predicted = {ps.key({"instance_count": 1}): 80.0}
+        study = optuna.create_study()
+        trial = study.ask()
+        st = _measured(50.0, latency_us)
+        for name in ("feasible", "throughput_infer_per_s", "latency_us"):
+            trial.set_user_attr(name, getattr(st, name))
+        trial.set_user_attr("load", {"mode": "request_rate", "value": 50.0, "distribution": "constant"})
+        trial.set_user_attr("is_original", True)
+        study.tell(trial, 49.5)
+        reason = ps.stop(study)
+        assert ps.fell_back is falls_back
+        lines = [e.line() for e in events]
+        assert lines[0].startswith("  trial 0: predicted 80 req/s, measured 50 (-38%,")
+        if falls_back:
+            assert reason is None
+            assert lines[1].startswith(
+                f"predictions are off by more than {PREDICTION_TOLERANCE:.0%} and the latency at the rate measured"
+                f" by more than {LATENCY_TOLERANCE:.0%}: going on with the measured search"
+            )
+        else:
+            assert reason is not None and "their predictions held" in reason and len(lines) == 1
+
+
+def test_the_line_shows_both_latencies_and_which_check_held():
+    rate = PredictionChecked(2, 600.0, 612.0, True)
+    assert rate.line() == "  trial 2: predicted 600 req/s, measured 612 (+2%, within 25%)"
+    latency = PredictionChecked(2, 800.0, 588.0, True, (96_100.0, 97_000.0), 590.0)
+    assert latency.line() == (
+        "  trial 2: predicted 800 req/s, measured 588 (-26%, off by more than 25%; p99 at 590/s: simulated 96.1 ms,"
+        " measured 97.0 ms, within 10%: holds)"
+    )
+    neither = PredictionChecked(2, 800.0, 588.0, False, (80_000.0, 97_000.0), 590.0)
+    assert neither.line() == (
+        "  trial 2: predicted 800 req/s, measured 588 (-26%, OFF BY MORE THAN 25%; p99 at 590/s: simulated 80.0 ms,"
+        " measured 97.0 ms, OFF BY MORE THAN 10%)"
+    )
+    unchecked = PredictionChecked(2, 800.0, 588.0, False)  # a pipeline: the rate alone
+    assert unchecked.line() == "  trial 2: predicted 800 req/s, measured 588 (-26%, OFF BY MORE THAN 25%)"
+    nothing = PredictionChecked(2, 800.0, None, False)
+    assert nothing.line() == "  trial 2: predicted 800 req/s, measured none within budget"
+
+
+def test_predicted_for_reads_a_points_params_over_the_originals():
+    ps, _ = _search()
+    ps.predicted = {ps.key({"instance_count": 2}): 190.0, ps.key({"instance_count": 1}): 95.0}
+    assert ps.predicted_for({"instance_count": 2}) == 190.0
+    assert ps.predicted_for({}) == 95.0  # the original's, its params fitted to the space
+    assert ps.predicted_for({"instance_count": 3}) is None  # not scored to a rate
+
+
+# -- a whole predicted tune on a stand-in server -----------------------------------------------------
+class _Server:
+    """What the tune asks of a server: where it listens, its version, and per-batch-size
+    statistics that grow by what the stand-in measure executed."""
+
+    mode = "external"
+
+    def __init__(self) -> None:
+        self.endpoints = Endpoints("localhost", 8000, None, None)
+        self.executions = 0
+        self.ready = True
+
+    def version(self) -> str:
+        return "stand-in"
+
+    def is_ready(self) -> bool:
+        return self.ready
+
+    def log_tail(self, lines: int = 20) -> str:
+        return ""
+
+    def model_stats(self, name: str = "") -> dict[str, Any]:
+        n = self.executions
+        phases = {"compute_input": 0, "compute_infer": int(n * SERVICE_US * 1e3), "compute_output": 0}
+        stats = {k: {"count": n, "ns": ns} for k, ns in phases.items()}
+        return {"model_stats": [{"name": name, "batch_stats": [{"batch_size": 1, **stats}]}]}
+
+
+class _Route:
+    """Serves nothing and puts nothing back: the stand-in server serves whatever it is told."""
+
+    name = "stand-in"
+
+    def serve(self, server: Any, model: str, config_path: Path, text: str) -> None:
+        pass
+
+    def guard(self, server: Any, paths: Any, *, reload_last: Any = ()) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def restore_hint(self, server: Any, models: Any) -> str:
+        return ""
+
+
+class _Measure:
+    """A closed-loop level reads c clients / 10 ms (the calibration's); at the first open-loop
+    level (a trial's rate search) the user presses Ctrl-C, or the server dies."""
+
+    def __init__(self, server: _Server, ending: str) -> None:
+        self.server = server
+        self.ending = ending
+        self.rates: list[float] = []
+
+    def __call__(self, server: Any, spec: ProfileSpec, **kw: Any) -> RunRecord:
+        lv = spec.levels[0]
+        if lv.mode == "request_rate":
+            self.rates.append(lv.value)
+            if self.ending == "interrupted":
+                raise KeyboardInterrupt
+            self.server.ready = False
+            raise MeasurementError("connection refused")
+        self.server.executions += 100
+        level = synthetic_level(concurrency=lv.value, latency_ms=SERVICE_US / 1e3, noise=0.0)
+        return synthetic_record([level], model=spec.model)
+
+
+@pytest.mark.parametrize(("ending", "raised"), [("interrupted", KeyboardInterrupt), ("failed", ServerError)])
+def test_a_predicted_tune_cut_short_keeps_its_calibration_and_the_original_starts_at_its_prediction(
+    tmp_path: Path, ending: str, raised: type[BaseException]
+):
+    repo = copy_models(tmp_path, ["queue"])
+    out = tmp_path / "out"
+    settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), search="predict", trials=3, output_dir=out,
+                            confirm_repeats=0, max_output_diff=parse_max_output_diff("off"))  # fmt: skip
+    server = _Server()
+    measure = _Measure(server, ending)
+    events: list[Any] = []
+    with pytest.raises(raised):
+        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
+             measure=measure, route=_Route(), on_event=events.append)  # fmt: skip
+    rec = TuneRecord.load(out / "tune.json")
+    assert rec.status == ending
+    assert rec.calibration is not None and rec.calibration.model == "queue"
+    assert rec.calibration.fixed_us == pytest.approx(SERVICE_US) and rec.calibration.instance_counts == (1, 2)
+    # Trial 0 is the original (one instance), queued before the predictions and so without one:
+    # its rate search started at the rate predicted for its config, not from a concurrency-1 probe.
+    assert [t.number for t in rec.trials] == [0] and rec.trials[0].is_original
+    predicted = next(e for e in events if isinstance(e, Predicted))
+    want = dict(predicted.best)["instance_count=1"]
+    assert measure.rates and measure.rates[0] == pytest.approx(want, rel=0.01), (measure.rates, predicted.best)

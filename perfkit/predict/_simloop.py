@@ -89,7 +89,6 @@ def _run_open(
         return _run_unbatched(arr, table, sizes, ends, instances, f, bound, counted_from, allowed)
     npref = pref.shape[0]
     pmax = pref[npref - 1]
-    g = 1 - f
     inf = np.inf
     dev = 0.0
     over = 0
@@ -155,15 +154,9 @@ def _run_open(
                 if cur_in and wcount == 0:
                     cur_in = False
                     renew = True
-                s = table[m]
+                end = _end_of(t, table[m], f, dev)
                 if f > 0:
-                    start = t + g * s
-                    if dev > start:  # noqa: PLR1730 - the same comparison as the reference loop's max()
-                        start = dev
-                    end = start + f * s
                     dev = end
-                else:
-                    end = t + s
                 busy[i] = True
                 until[i] = end
                 sizes[batches] = m
@@ -230,6 +223,19 @@ def _run_open(
 
 
 @numba.njit(nogil=True)
+def _end_of(t: float, s: float, f: float, dev: float) -> float:
+    """When an execution of s seconds handed to an instance at t ends: its own part (1 - f) first,
+    then its shared part f once the device is free (dev, Contention), in the reference loop's
+    floating-point operations."""
+    if f > 0:
+        start = t + (1 - f) * s
+        if dev > start:  # noqa: PLR1730 - the same comparison as the reference loop's max()
+            start = dev
+        return start + f * s
+    return t + s
+
+
+@numba.njit(nogil=True)
 def _has(pref: np.ndarray, size: int) -> bool:
     """size in pref (a loop: numba compiles no generator in any())."""
     for p in pref:  # noqa: SIM110 - any() over a generator does not compile under numba
@@ -253,7 +259,6 @@ def _run_unbatched(
     """Rule 1: each request its own execution, taken in arrival order by the instance free first
     (the same batches as the event loop, which a payload a request makes a plain queue)."""
     n = arr.shape[0]
-    g = 1 - f
     dev = 0.0
     over = 0
     s = table[1]
@@ -264,14 +269,9 @@ def _run_unbatched(
             if free_at[i] < free_at[first]:
                 first = i
         t = free_at[first] if free_at[first] > arr[h] else arr[h]
+        end = _end_of(t, s, f, dev)
         if f > 0:
-            start = t + g * s
-            if dev > start:  # noqa: PLR1730 - the same comparison as the reference loop's max()
-                start = dev
-            end = start + f * s
             dev = end
-        else:
-            end = t + s
         free_at[first] = end
         sizes[h] = 1
         ends[h] = end

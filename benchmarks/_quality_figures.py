@@ -1,7 +1,7 @@
 """The figures of benchmarks/predict_quality.py, as pure functions (no server, no perf_analyzer):
 the sustainable-rate search over perf_analyzer levels, prediction errors per config, the pick
 against the grid's best, the claim against its re-measurement, the goals, and the Markdown table.
-tests/unit/benchmarks/test_quality_figures.py holds them."""
+tests/unit/test_quality_figures.py holds them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ from typing import Any
 PICK_GOAL = 0.95  # the pick's sustainable rate over the grid best's, at least
 CLAIM_GOAL = 0.10  # |claim / re-measured - 1|, at most
 WALL_GOAL_S = {"model": 120.0, "pipeline": 240.0}  # a tune's wall time, at most
-HELD_RATE_FRACTION = 0.95  # an open-loop level holds only if it completed this much of the rate asked
+# An open-loop level holds only if it completed this much of the rate asked. Not 95%: perf_analyzer
+# 2.60's Poisson schedule has a fixed seed, so a level's count is off the rate by its one draw (seen
+# at 13 req/s: three 1 s windows completed 6.7, 8.3 and 14.2 a second); a level of 3 windows of 100
+# requests or more (benchmarks/_pa_rate.py) is still off by ~6% (one standard deviation).
+HELD_RATE_FRACTION = 0.90
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,7 @@ class Level:
 
 
 def held(rate_rps: float, throughput_rps: float, p99_ms: float, budget_ms: float) -> bool:
-    """A level holds when its p99 is within the budget and it completed >= 95% of the rate asked."""
+    """A level holds when its p99 is within the budget and it completed >= 90% of the rate asked."""
     return p99_ms <= budget_ms and throughput_rps >= HELD_RATE_FRACTION * rate_rps
 
 
@@ -39,11 +43,12 @@ def sustainable(
     *,
     factor: float = 1.5,
     resolution: float = 1.05,
-    max_gallop: int = 8,
+    max_gallop: int = 16,
     min_rps: float = 0.0,
 ) -> tuple[float, list[Level]]:
     """The highest sustainable rate found by measuring levels: from start_rps, gallop by `factor`
-    (up while levels hold, down while they do not) until one level holds and one above it does
+    (up while levels hold, down while they do not; at most max_gallop steps: 16 steps of 1.5x
+    reach 657x the start, where 8 stopped a run at 26x) until one level holds and one above it does
     not, then bisect (geometric) until they are within `resolution`. measure(rate) gives
     (throughput, p99 ms). Rates below min_rps are not measured (galloping down stops there: the
     config sustains less than min_rps). Returns the throughput of the highest level held (0 if
@@ -145,6 +150,12 @@ def search_figures(search: Mapping[str, Any], grid: Mapping[str, float], kind: s
     }
 
 
+def goals_met(figures: Mapping[str, Any]) -> bool:
+    """Whether a search's figures (search_figures) meet every goal: a refused search meets none."""
+    goals = figures.get("goals") or {}
+    return bool(goals) and all(goals.values())
+
+
 def _f(x: float | None, fmt: str = "{:.2f}") -> str:
     return "–" if x is None else fmt.format(x)
 
@@ -154,7 +165,7 @@ def _pct(x: float | None) -> str:
 
 
 def markdown(subjects: Sequence[Mapping[str, Any]]) -> str:
-    """The summary table (one row per subject and search) and, per subject, the grid with each
+    """The summary table (one row per subject and search run) and, per subject, the grid with each
     config's measured and predicted rate."""
     head = (
         "| subject | search | pick | pick / grid best (same pass; re-measured) | claim, req/s | perf_analyzer"
@@ -165,7 +176,9 @@ def markdown(subjects: Sequence[Mapping[str, Any]]) -> str:
         err = s.get("errors") or {}
         err_txt = f"{_f(err.get('median_abs'), '{:.0%}')}, {_pct(err.get('worst'))}" if err.get("n") else "–"
         for name in ("predict", "measure"):
-            run = s.get("searches", {}).get(name, {})
+            if name not in s.get("searches", {}):  # not run (benchmarks/predict_quality.py --phases)
+                continue
+            run = s["searches"][name]
             fig = s.get("figures", {}).get(name, {})
             label = "`--search predict`" if name == "predict" else "measured (today's)"
             if fig.get("refused") or run.get("refused"):

@@ -1,71 +1,79 @@
 """Does `perfkit tune --search predict` pick as well as an exhaustive grid, with a claim that holds,
 in minutes? Per subject, in one run against one server: an exhaustive grid of a small space
 measured by the real perf_analyzer, the predicted search and today's measured search on the same
-space and budget, each search's claimed best re-measured by perf_analyzer, and every config's
-predicted sustainable rate against the grid's.
+space and budget (both over gRPC, as the grid), each search's claimed best re-measured by
+perf_analyzer, and every config's predicted sustainable rate against the grid's. --phases sets the
+order of the three phases (predict, grid, measure; default in that order); the JSON records it.
 
 Subjects (private copies of the fixtures, open loop, Poisson arrivals, p99 budget):
 - `hungry`: batch-hungry, an emulated device shared by its instances (30 ms a batch + 0.3 ms an
-  item), p99 <= 100 ms; max_batch_size {8, 32, 64, 128} x dynamic batching (4 ms) x 1-2 instances.
+  item), p99 <= 150 ms (HUNGRY_BUDGET_MS; at 100 ms many configs hold no rate at all: a batch of
+  one executes in 31-35 ms, and waits about as long again on a shared 2-core machine);
+  max_batch_size {8, 32, 64, 128} x dynamic batching (4 ms) x 1-2 instances.
 - `onnx_mlp`: an MLP run by onnxruntime (real arithmetic on the 2 cores), p99 <= 20 ms;
   max_batch_size {8, 32, 128} x dynamic batching (1 ms) x 1-2 instances.
 - `stages`: the three-step ensemble, p99 <= 100 ms end to end; dynamic batching (2 ms, max batch
-  8) on or off per step. The predicted search of a pipeline is refused where it is not yet
-  supported: the run records the refusal and measures the rest.
+  8) on or off per step.
+A search that raises (refuses the subject, or --max-time ran out before any trial) is recorded
+with why, and with its calibration where it made one; the other phases go on.
 
 The grid: each config loaded, then perf_analyzer (gRPC: over HTTP 2.60.0 can hang on an open-loop
-level above capacity, docs/benchmarks.md) at request rates with `--request-rate-range R`
-(Poisson, 3 windows): galloping by 1.5x from the predicted rate (only a starting point), then
-bisecting to 5%; a level holds when its p99 is within the budget and it completed >= 95% of the
-rate asked. Request rate rather than concurrency because the searches' figure is a sustainable
-arrival rate (open loop); a config's figure is the throughput of its highest level held.
+level above capacity, docs/benchmarks.md) at request rates with `--request-rate-range R` (Poisson,
+asynchronous requests from 16 threads, 3 windows of at least WINDOW_REQUESTS requests each):
+galloping by 1.5x (up to 16 steps) from the config's prediction (only a starting point: the
+predicted search's own figure, else the simulator's with its calibration; --start-rps when the
+grid runs before the predicted search), then bisecting to 5%; a level holds when its p99 is within
+the budget and it completed >= 90% of the rate asked (HELD_RATE_FRACTION). Request rate rather
+than concurrency because the searches' figure is a sustainable arrival rate (open loop); a
+config's figure is the throughput of its highest level held.
 Configs with dynamic batching off differ only in max_batch_size, which batch-1 requests without a
 batcher never use: they are measured once per instance count.
 
     PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py                    # all three, ~1 h
     PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py --subjects hungry,onnx_mlp
     PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py --quick --subjects hungry   # smoke run
+    PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py --phases grid,predict   # grid first, no measured search
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
-import math
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
-from benchmarks._quality_figures import markdown, prediction_errors, search_figures, sustainable  # noqa: E402
+from benchmarks._pa_rate import WINDOW_REQUESTS, pa_sustainable  # noqa: E402
+from benchmarks._quality_figures import goals_met, markdown, prediction_errors, search_figures  # noqa: E402
 from perfkit import predict  # noqa: E402
+from perfkit.budget import Budget  # noqa: E402
 from perfkit.errors import PerfkitError  # noqa: E402
-from perfkit.server import LocalLaunch, launch_local  # noqa: E402
-from perfkit.server.local import LocalServer  # noqa: E402
+from perfkit.records import Calibration  # noqa: E402
+from perfkit.server import LocalLaunch, Server, launch_local  # noqa: E402
 from perfkit.server.modelconfig import apply_config, parse_config, render_config  # noqa: E402
 from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, tune  # noqa: E402
-from perfkit.tuner._pipeline import unbundle  # noqa: E402
-from perfkit.tuner._predict import SIM_REQUESTS  # noqa: E402
+from perfkit.tuner._events import TuneEvent  # noqa: E402
+from perfkit.tuner._pipeline import split, unbundle  # noqa: E402
+from perfkit.tuner._pipeline_calibrate import PipelineCalibrated  # noqa: E402
+from perfkit.tuner._predict import PREDICTED_ATTR, SIM_REQUESTS, Calibrated  # noqa: E402
 from perfkit.tuner._space import P_COUNT, P_DB, P_MBS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("stage_decode", "stage_infer", "stage_post")
 
-# Below this rate perf_analyzer's 1 s windows hold too few requests: seen at load 8-10, levels at
-# 1-4 req/s ran past 48 s and 6.4 req/s read 3.0 completed. Not measured; a config that holds no
-# level above it counts 0.
-MIN_RPS = 5.0
+PHASES = ("predict", "grid", "measure")
+HUNGRY_BUDGET_MS = 150.0  # see the module's docstring: at 100 ms many configs hold no rate at all
 
 Variant = tuple[int, bool, int]  # max_batch_size, dynamic batching, instances
 
@@ -86,11 +94,13 @@ def _model_grid(model: str, sizes: tuple[int, ...], counts: tuple[int, ...], ori
 
 def subject(name: str, quick: bool) -> Subject:
     """The subject's budget, space and grid (the space the searches get is the grid's)."""
+    sizes: tuple[int, ...]
+    counts: tuple[int, ...]
     if name == "hungry":
         sizes, counts = ((8, 64), (1,)) if quick else ((8, 32, 64, 128), (1, 2))
         space = TuneSpace(max_batch_sizes=sizes, queue_delay_us=(4000, 4000), preferred_batch_sizes=("none",),
                           instance_counts=counts, precisions=("fp32",))  # fmt: skip
-        return Subject(name, "model", 100.0, 4000, space, _model_grid(name, sizes, counts, 8))
+        return Subject(name, "model", HUNGRY_BUDGET_MS, 4000, space, _model_grid(name, sizes, counts, 8))
     if name == "onnx_mlp":
         sizes, counts = ((8, 32), (1,)) if quick else ((8, 32, 128), (1, 2))
         space = TuneSpace(max_batch_sizes=sizes, queue_delay_us=(1000, 1000), preferred_batch_sizes=("none",),
@@ -142,7 +152,7 @@ def pick_texts(result: TuneResult, model: str, kind: str) -> dict[str, str]:
     return unbundle(text) if kind == "pipeline" else {model: text}
 
 
-def put(server: LocalServer, repo: Path, texts: dict[str, str], ensemble: str | None) -> None:
+def put(server: Server, repo: Path, texts: dict[str, str], ensemble: str | None) -> None:
     for m, text in texts.items():
         if m in STEPS or ensemble is None:
             apply_config(server, m, repo / m / "config.pbtxt", text)
@@ -150,111 +160,136 @@ def put(server: LocalServer, repo: Path, texts: dict[str, str], ensemble: str | 
         server.load_model(ensemble)
 
 
-def pa_level(server: LocalServer, model: str, rate: float, seconds: float) -> tuple[float, float]:
-    """perf_analyzer at one Poisson request rate over gRPC, 3 windows (its stability check off: -s 1000;
-    with -s 100 short windows at low rates end "Failed to obtain stable measurement"): (throughput/s, p99 ms)."""
-    binary, env = perf_analyzer()
-    window_ms = str(int(seconds * 1000 / 3))
-    cmd = [str(binary), "-m", model, "-u", str(server.endpoints.grpc_url), "-i", "grpc", "--request-rate-range",
-           f"{rate:.6g}", "--request-distribution", "poisson", "--max-threads", "256", "--percentile=99",
-           "--measurement-interval", window_ms, "-r", "3", "-s", "1000"]  # fmt: skip
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env}, timeout=seconds * 6 + 30)
-    except subprocess.TimeoutExpired:
-        print(f"    perf_analyzer at {rate:.0f}/s did not finish", flush=True)
-        return 0.0, math.inf
-    out = done.stdout + done.stderr
-    tput, p99 = re.findall(r"Throughput: ([0-9.]+) infer/sec", out), re.findall(r"p99 latency: ([0-9.]+) usec", out)
-    if not tput or not p99:
-        print(f"    perf_analyzer at {rate:.0f}/s gave no figure: {out.strip().splitlines()[-1:]}", flush=True)
-        return 0.0, math.inf
-    return float(tput[-1]), float(p99[-1]) / 1e3
-
-
-def pa_sustainable(server: LocalServer, model: str, start: float, budget_ms: float, seconds: float) -> dict:
-    def measure(rate: float) -> tuple[float, float]:
-        t, p = pa_level(server, model, rate, seconds)
-        print(f"    {rate:8.1f}/s -> {t:8.1f}/s p99 {p:6.1f} ms", flush=True)
-        return t, p
-
-    best, levels = sustainable(measure, start, budget_ms, min_rps=MIN_RPS)
-    return {"rps": best, "levels": [lv.__dict__ for lv in levels]}
-
-
 def load_avg() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def predicted_rates(sub: Subject, pred: TuneResult) -> dict[str, float]:
+def predicted_rates(sub: Subject, cal: Calibration | None, pred: TuneResult | None) -> dict[str, float]:
     """Each grid config's predicted rate: the predicted tune's own figure where it has one for the
-    config, perfkit.predict with the tune's calibration for the rest."""
-    cal = pred.record.calibration
-    if cal is None or sub.kind != "model":
-        out = {}
-        for t in pred.record.trials:
-            if "predicted_rps" in t.metrics and sub.kind == "model":
-                out[key(_trial_config(sub, t.params))] = t.metrics["predicted_rps"]
-        return out
-    sm, ct = predict.service_model(cal), predict.contention(cal)
-    out = {}
-    for config in sub.grid:
-        ((mbs, db, count),) = config.values()
-        cfg = predict.BatcherConfig(mbs, db, (), float(sub.delay_us) if db else 0.0, count)
-        r = predict.sustainable_rate(
-            cfg, sm, sub.budget_ms * 1e3, percentile=99.0, contention=ct, requests=SIM_REQUESTS
-        )
-        out[key(config)] = r.rate_rps
-    for t in pred.record.trials:  # the tune's own figures where it predicted the config
-        if "predicted_rps" in t.metrics:
-            out[key(_trial_config(sub, t.params))] = t.metrics["predicted_rps"]
+    config, else the simulator's (perfkit.predict; a pipeline's end to end, its steps in series)
+    with the tune's calibration (also where the tune ended without a result). Nothing for the
+    rest where the tune calibrated nothing."""
+    out: dict[str, float] = {}
+    if cal is not None:
+        for config in sub.grid:
+            rate = _simulated_rps(sub, cal, config)
+            if rate is not None:
+                out[key(config)] = rate
+    for t in pred.record.trials if pred is not None else ():  # the tune's own figures where it predicted the config
+        if PREDICTED_ATTR in t.metrics:
+            out[key(_trial_config(sub, t.params))] = t.metrics[PREDICTED_ATTR]
     return out
 
 
+def _batcher(sub: Subject, v: Variant) -> predict.BatcherConfig:
+    mbs, db, count = v
+    return predict.BatcherConfig(mbs, db, (), float(sub.delay_us) if db else 0.0, count)
+
+
+def _simulated_rps(sub: Subject, cal: Calibration, config: dict[str, Variant]) -> float | None:
+    budget_us = sub.budget_ms * 1e3
+    if sub.kind == "model":
+        ((v,),) = (config.values(),)
+        r = predict.sustainable_rate(_batcher(sub, v), predict.service_model(cal), budget_us, percentile=99.0,
+                                     contention=predict.contention(cal), requests=SIM_REQUESTS)  # fmt: skip
+        return r.rate_rps
+    by_step = {c.model: c for c in cal.steps}
+    if any(m not in by_step for m in config):
+        return None
+    steps = [predict.PipelineStep(m, _batcher(sub, config[m]), predict.service_model(by_step[m]),
+                                  predict.contention(by_step[m])) for m in STEPS]  # fmt: skip
+    return predict.pipeline_rate(steps, budget_us, percentile=99.0, overhead_us=cal.overhead_us).rate_rps
+
+
 def _trial_config(sub: Subject, params: dict[str, Any]) -> dict[str, Variant]:
-    ((model, (mbs0, _, _)),) = sub.grid[0].items()
-    mbs = int(params.get(P_MBS, mbs0))
-    return {model: (mbs, bool(params.get(P_DB, False)), int(params.get(P_COUNT, 1)))}
+    """A trial's params as a grid config (a knob the trial does not name: the original's)."""
+    per = split(params) if sub.kind == "pipeline" else {next(iter(sub.grid[0])): params}
+    out = {}
+    for model, (mbs0, _, _) in sub.grid[0].items():  # the first config: the originals' knobs
+        p = per.get(model, {})
+        out[model] = (int(p.get(P_MBS, mbs0)), bool(p.get(P_DB, False)), int(p.get(P_COUNT, 1)))
+    return out
 
 
-def run_search(server: LocalServer, repo: Path, work: Path, sub: Subject, search: str, args: argparse.Namespace,
-               originals: dict[str, str]) -> tuple[dict[str, Any], TuneResult | None]:  # fmt: skip
+def run_search(server: Server, repo: Path, work: Path, sub: Subject, search: str, args: argparse.Namespace,
+               originals: dict[str, str]) -> tuple[dict[str, Any], TuneResult | None, Calibration | None]:  # fmt: skip
+    """One search, timed, and its pick re-measured by perf_analyzer: its figures, its result (None
+    where it raised) and its calibration (read from its events, so kept where it raised)."""
     model = "stages" if sub.kind == "pipeline" else sub.name
-    settings = TuneSettings(model=model, latency_budget_ms=sub.budget_ms, trials=args.trials,
-                            max_time_s=args.max_time_s, output_dir=work / search, load="rate",
-                            search=search, seed=args.seed)  # type: ignore[arg-type]  # the Literal's values  # fmt: skip
+    cals: list[Calibration] = []
+
+    def on_event(ev: TuneEvent) -> None:
+        if isinstance(ev, (Calibrated, PipelineCalibrated)):
+            cals.append(ev.cal)
+
+    how: Literal["predict", "measure"] = "predict" if search == "predict" else "measure"
+    settings = TuneSettings(model=model, budget=Budget(sub.budget_ms, 99.0), trials=args.trials,
+                            max_time_s=args.max_time_s, output_dir=work / search, load="rate", protocol="grpc",
+                            search=how, seed=args.seed)  # fmt: skip
     print(f"\n[{sub.name}] perfkit tune --search {search} (load average {load_avg()})", flush=True)
     t0 = time.monotonic()
     try:
-        result = tune(server, settings, sub.space, model_repository=repo, echo=lambda s: print(f"  {s}", flush=True))
+        result = tune(server, settings, sub.space, model_repository=repo, on_event=on_event,
+                      echo=lambda s: print(f"  {s}", flush=True))  # fmt: skip
     except PerfkitError as e:
         print(f"  refused: {e}", flush=True)
-        return {"refused": str(e), "wall_s": time.monotonic() - t0}, None
+        refused = {"refused": str(e), "wall_s": time.monotonic() - t0, "load_avg": load_avg()}
+        return {**refused, **_calibration(cals[-1] if cals else None)}, None, cals[-1] if cals else None
     wall = time.monotonic() - t0
     best = result.best
-    run: dict[str, Any] = {"wall_s": wall, "load_avg": load_avg()}
+    cal = result.record.calibration or (cals[-1] if cals else None)
+    run: dict[str, Any] = {"wall_s": wall, "load_avg": load_avg(), **_calibration(cal)}
     run["trials"] = sum(1 for t in result.record.trials if "reload_s" in t.metrics and "duplicate_of" not in t.metrics)
-    cal = result.record.calibration
-    run["calibration"] = {k: v for k, v in cal.__dict__.items() if k != "points"} if cal else None
-    if cal is not None:
-        run["calibration_points"] = [(p.batch_size, p.executions, p.service_us) for p in cal.points]
     if best is None:
-        return {**run, "pick": None}, result
+        return {**run, "pick": None}, result, cal
     c = best.confirmation
     claim, at = ((c.throughput_infer_per_s, c.load) if c is not None and c.held else
                  (best.throughput_infer_per_s, best.load))  # fmt: skip
     texts = pick_texts(result, model, sub.kind)
     pick = {m: variant_of(t) for m, t in texts.items() if (m in STEPS) == (sub.kind == "pipeline")}
     run.update(pick=key(pick), claim_rps=claim, claim_at_rps=at.value if at else None, params=best.params)
-    print(f"  re-measuring the pick ({run['pick']}, claim {claim:.0f}/s) with perf_analyzer", flush=True)
+    print(f"  re-measuring the pick ({run['pick']}, claim {claim or 0:.0f}/s) with perf_analyzer", flush=True)
     put(server, repo, texts, model if sub.kind == "pipeline" else None)
-    again = pa_sustainable(server, model, claim or 10.0, sub.budget_ms, args.level_s)
+    again = pa_sustainable(server, model, claim or args.start_rps, sub.budget_ms, args.level_s)
     put(server, repo, originals, model if sub.kind == "pipeline" else None)
     run.update(remeasured_rps=again["rps"], remeasure_levels=again["levels"])
-    return run, result
+    return run, result, cal
+
+
+def _calibration(cal: Calibration | None) -> dict[str, Any]:
+    if cal is None:
+        return {"calibration": None}
+    return {"calibration": {k: v for k, v in dataclasses.asdict(cal).items() if k != "points"},
+            "calibration_points": [(p.batch_size, p.executions, p.service_us) for p in cal.points]}  # fmt: skip
+
+
+def run_grid(server: Server, repo: Path, sub: Subject, originals: dict[str, str], args: argparse.Namespace,
+             out: dict[str, Any], save: Callable[[], None]) -> None:  # fmt: skip
+    """Every grid config by perf_analyzer, each from its prediction (--start-rps where none is
+    predicted yet); saved after each config."""
+    model = "stages" if sub.kind == "pipeline" else sub.name
+    ensemble = model if sub.kind == "pipeline" else None
+    print(f"\n[{sub.name}] grid: {len(sub.grid)} configs by perf_analyzer (load average {load_avg()})", flush=True)
+    t0 = time.monotonic()
+    grid: dict[str, float] = {}
+    levels: dict[str, list] = {}
+    starts: dict[str, float] = {}
+    out.update(grid=grid, grid_levels=levels, grid_start_rps=starts)
+    for config in sub.grid:
+        k = key(config)
+        put(server, repo, {m: variant_text(originals[m], v, sub.delay_us) for m, v in config.items()}, ensemble)
+        starts[k] = out["predicted"].get(k) or args.start_rps
+        print(f"  {k} (start {starts[k]:.0f}/s{'' if out['predicted'].get(k) else ', --start-rps'})", flush=True)
+        r = pa_sustainable(server, model, starts[k], sub.budget_ms, args.level_s)
+        grid[k], levels[k] = r["rps"], r["levels"]
+        save()
+    put(server, repo, originals, ensemble)
+    out.update(grid_wall_s=time.monotonic() - t0, load_avg=load_avg())
 
 
 def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: Callable[[], None]) -> None:
-    """Measure one subject into `out` (saved after each phase, so an interrupted run keeps its figures)."""
+    """Measure one subject into `out`, its phases in args.phases' order (saved after each phase and
+    each grid config, so an interrupted run keeps its figures)."""
     sub = subject(name, args.quick)
     work = Path(tempfile.mkdtemp(prefix=f"perfkit-predict-quality-{name}-"))
     repo = work / "models"
@@ -269,43 +304,47 @@ def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: 
             shutil.copytree(ROOT / "fixtures" / "models" / m, repo / m, ignore=shutil.ignore_patterns("__pycache__"))
     originals = {m: (repo / m / "config.pbtxt").read_text() for m in models if m != "stages"}
     model = "stages" if sub.kind == "pipeline" else name
-    out.update(subject=name, kind=sub.kind, budget_ms=sub.budget_ms, searches={}, load_avg_start=load_avg())
+    out.update(subject=name, kind=sub.kind, budget_ms=sub.budget_ms, phases=list(args.phases), searches={},
+               predicted={}, load_avg_start=load_avg())  # fmt: skip
     with launch_local(LocalLaunch(repo, models=(model,))) as server:
-        results: dict[str, TuneResult | None] = {}
-        for search in ("predict", "measure"):
-            out["searches"][search], results[search] = run_search(server, repo, work, sub, search, args, originals)
+        for phase in args.phases:
+            if phase == "grid":
+                run_grid(server, repo, sub, originals, args, out, save)
+            else:
+                out["searches"][phase], result, cal = run_search(server, repo, work, sub, phase, args, originals)
+                if phase == "predict":
+                    out["predicted"] = predicted_rates(sub, cal, result)
             save()
-        pred = results["predict"]
-        out["predicted"] = predicted_rates(sub, pred) if pred is not None else {}
-        print(f"\n[{name}] grid: {len(sub.grid)} configs by perf_analyzer (load average {load_avg()})", flush=True)
-        t0 = time.monotonic()
-        grid: dict[str, float] = {}
-        levels: dict[str, list] = {}
-        for config in sub.grid:
-            k = key(config)
-            texts = {m: variant_text(originals[m], v, sub.delay_us) for m, v in config.items()}
-            put(server, repo, texts, model if sub.kind == "pipeline" else None)
-            start = out["predicted"].get(k) or args.start_rps
-            print(f"  {k} (start {start:.0f}/s)", flush=True)
-            r = pa_sustainable(server, model, start, sub.budget_ms, args.level_s)
-            grid[k], levels[k] = r["rps"], r["levels"]
-            out.update(grid=grid, grid_levels=levels)
-            save()
-        put(server, repo, originals, model if sub.kind == "pipeline" else None)
-        out.update(grid=grid, grid_levels=levels, grid_wall_s=time.monotonic() - t0, load_avg=load_avg())
     shutil.rmtree(work, ignore_errors=True)
+    grid = out.get("grid", {})
     out["errors"] = prediction_errors(out["predicted"], grid)
     out["figures"] = {s: search_figures(r, grid, sub.kind) for s, r in out["searches"].items()}
     save()
 
 
+def parse_phases(text: str) -> tuple[str, ...]:
+    """--phases: a comma-separated order of predict, grid and measure, each at most once."""
+    phases = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not phases or any(p not in PHASES for p in phases) or len(set(phases)) != len(phases):
+        raise argparse.ArgumentTypeError(f"{text!r}: give an order of {', '.join(PHASES)} (each at most once)")
+    return phases
+
+
+def _phases_line(phases: Any) -> str:
+    return f"Phases, in order: {', '.join(phases)}.\n\n" if phases else ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subjects", default="hungry,onnx_mlp,stages", help="comma-separated: hungry, onnx_mlp, stages")
+    ap.add_argument("--phases", type=parse_phases, default=PHASES,
+                    help="comma-separated order of predict, grid, measure (default: predict,grid,measure); a phase"
+                         " left out is not run")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="a smaller grid, shorter levels (a smoke run)")
     ap.add_argument("--trials", type=int, default=20, help="each search's --trials (default: perfkit tune's, 20)")
     ap.add_argument("--max-time-s", type=float, default=600.0, help="each search's --max-time")
-    ap.add_argument("--level-s", type=float, default=3.0, help="seconds of each perf_analyzer level (3 windows)")
+    level_help = f"seconds of a perf_analyzer level (3 windows, {WINDOW_REQUESTS} requests each at least)"
+    ap.add_argument("--level-s", type=float, default=3.0, help=level_help)
     ap.add_argument("--start-rps", type=float, default=100.0, help="the grid's first rate where none is predicted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="folder for the JSON and table")
@@ -313,19 +352,23 @@ def main() -> int:
     add_version_flag(ap)
     args = ap.parse_args()
     if args.table:
-        saved = json.loads(args.table.read_text())["subjects"]
+        doc = json.loads(args.table.read_text())
+        saved = doc["subjects"]
         for s in saved:
             grid = s.get("grid", {})
             s["errors"] = prediction_errors(s.get("predicted", {}), grid)
-            s["figures"] = {n: search_figures(r, grid, s.get("kind", "model")) for n, r in s["searches"].items()}
-        print(markdown(saved))
+            s["figures"] = {
+                n: search_figures(r, grid, s.get("kind", "model")) for n, r in s.get("searches", {}).items()
+            }
+        print(_phases_line(doc.get("phases")) + markdown(saved))
         return 0
     if args.quick:
         args.trials, args.level_s, args.max_time_s = min(args.trials, 6), min(args.level_s, 2.0), 120.0
     version = use_version(args.pa_version)
     perf_analyzer()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
-    meta = {"date": stamp, "perf_analyzer": version, "quick": args.quick, "cpus": os.cpu_count(), "argv": sys.argv[1:]}
+    meta = {"date": stamp, "perf_analyzer": version, "quick": args.quick, "cpus": os.cpu_count(),
+            "phases": list(args.phases), "argv": sys.argv[1:]}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"predict_quality-{stamp}{'-quick' if args.quick else ''}"
     subjects: list[dict[str, Any]] = []
@@ -336,10 +379,13 @@ def main() -> int:
     for name in [s.strip() for s in args.subjects.split(",") if s.strip()]:
         subjects.append({"subject": name, "pa_version": version})
         run_subject(name, args, subjects[-1], save)
-    table = markdown(subjects)
+    table = _phases_line(args.phases) + markdown(subjects)
     path.with_suffix(".md").write_text(table + "\n")
     print("\n" + table)
-    ok = all(all(f.get("goals", {}).values()) for s in subjects for n, f in s["figures"].items() if n == "predict")
+    if "predict" not in args.phases:
+        print("--search predict not run (--phases)")
+        return 0
+    ok = all(goals_met(s["figures"]["predict"]) for s in subjects)
     print(f"--search predict goals {'met' if ok else 'NOT all met'} (pick >= 0.95x grid best, claim within 10%,"
           " <= 2 min a model / 4 a pipeline)")  # fmt: skip
     return 0 if ok else 2

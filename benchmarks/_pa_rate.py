@@ -1,0 +1,67 @@
+"""perf_analyzer's sustainable rate of one config, level by level: the grid of
+benchmarks/predict_quality.py and its re-measurements of each search's pick. One level: a Poisson
+`--request-rate-range R` run over gRPC with asynchronous requests, 3 windows; the search over
+levels and when a level holds: benchmarks/_quality_figures.py (sustainable, held)."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+
+from benchmarks._anchor import perf_analyzer
+from benchmarks._quality_figures import sustainable
+from perfkit.server import Server
+
+# Each perf_analyzer window holds at least this many requests (a window is lengthened at low rates:
+# 1 s windows at 6.4 req/s read 3.0 completed).
+WINDOW_REQUESTS = 100
+# perf_analyzer's request-rate threads, sending asynchronously: synchronous threads (4 by default)
+# each wait for their answer, which capped a 600 req/s level at 225 sent; 256 threads took 20 s to
+# end a 3 s level at 13 req/s.
+PA_THREADS = 16
+# Below this rate a level (3 windows of WINDOW_REQUESTS) takes a minute or more: not measured; a
+# config that holds no level above it counts 0.
+MIN_RPS = 5.0
+
+
+def window_ms(rate: float, seconds: float) -> int:
+    """One of a level's 3 windows: a third of `seconds`, longer where that holds under WINDOW_REQUESTS."""
+    return int(math.ceil(max(seconds * 1000 / 3, WINDOW_REQUESTS * 1000 / max(rate, 1e-3))))
+
+
+def pa_level(server: Server, model: str, rate: float, seconds: float) -> tuple[float, float]:
+    """perf_analyzer at one Poisson request rate over gRPC, asynchronous requests from PA_THREADS
+    threads (-a), 3 windows (its stability check off: -s 1000; with -s 100 short windows at low rates
+    end "Failed to obtain stable measurement"): (throughput/s, p99 ms)."""
+    binary, env = perf_analyzer()
+    window = window_ms(rate, seconds)
+    cmd = [str(binary), "-m", model, "-u", str(server.endpoints.grpc_url), "-i", "grpc", "-a", "--request-rate-range",
+           f"{rate:.6g}", "--request-distribution", "poisson", "--max-threads", str(PA_THREADS), "--percentile=99",
+           "--measurement-interval", str(window), "-r", "3", "-s", "1000"]  # fmt: skip
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env},
+                              timeout=3 * window / 1000 * 6 + 30)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        print(f"    perf_analyzer at {rate:.0f}/s did not finish", flush=True)
+        return 0.0, math.inf
+    out = done.stdout + done.stderr
+    tput, p99 = re.findall(r"Throughput: ([0-9.]+) infer/sec", out), re.findall(r"p99 latency: ([0-9.]+) usec", out)
+    if not tput or not p99:
+        print(f"    perf_analyzer at {rate:.0f}/s gave no figure: {out.strip().splitlines()[-1:]}", flush=True)
+        return 0.0, math.inf
+    return float(tput[-1]), float(p99[-1]) / 1e3
+
+
+def pa_sustainable(server: Server, model: str, start: float, budget_ms: float, seconds: float) -> dict:
+    """The highest rate perf_analyzer holds (benchmarks/_quality_figures.sustainable), from `start`
+    (MIN_RPS at the least) and every level measured."""
+
+    def measure(rate: float) -> tuple[float, float]:
+        t, p = pa_level(server, model, rate, seconds)
+        print(f"    {rate:8.1f}/s -> {t:8.1f}/s p99 {p:6.1f} ms", flush=True)
+        return t, p
+
+    best, levels = sustainable(measure, max(start, MIN_RPS), budget_ms, min_rps=MIN_RPS)
+    return {"rps": best, "levels": [lv.__dict__ for lv in levels]}

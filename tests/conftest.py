@@ -30,6 +30,7 @@ from perfkit.errors import BinaryNotFoundError
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer, find_tritonserver
 from tests.docker_engine import docker_daemon, triton_image  # noqa: F401  (fixtures: a real Docker engine)
+from tests.failed_list import pytest_runtest_logreport  # noqa: F401  (a hook: scripts/test.sh's re-runs)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_MODELS = ROOT / "fixtures" / "models"
@@ -101,16 +102,6 @@ if LoadScopeScheduling is not None:
     def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         """`--dist loadfile`: by file, the users of a shared harness part together (other modes: xdist's own)."""
         return _FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
-
-
-_FAILED_LIST = os.environ.get("PERFKIT_FAILED_LIST")  # scripts/test.sh: where the parallel run lists its failures
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Under scripts/test.sh's parallel run, write each failed test's id, so that it is run again alone."""
-    if _FAILED_LIST and report.failed:
-        with open(_FAILED_LIST, "a", encoding="utf-8") as f:
-            f.write(report.nodeid + "\n")
 
 
 _GUARD_SAVED: dict[str, str | None] = {}

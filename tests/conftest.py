@@ -29,7 +29,9 @@ import pytest
 from perfkit.errors import BinaryNotFoundError
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer, find_tritonserver
+from tests import leftovers
 from tests.docker_engine import docker_daemon, triton_image  # noqa: F401  (fixtures: a real Docker engine)
+from tests.failed_list import pytest_runtest_logreport  # noqa: F401  (a hook: scripts/test.sh's re-runs)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_MODELS = ROOT / "fixtures" / "models"
@@ -103,16 +105,6 @@ if LoadScopeScheduling is not None:
         return _FileScheduling(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
-_FAILED_LIST = os.environ.get("PERFKIT_FAILED_LIST")  # scripts/test.sh: where the parallel run lists its failures
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Under scripts/test.sh's parallel run, write each failed test's id, so that it is run again alone."""
-    if _FAILED_LIST and report.failed:
-        with open(_FAILED_LIST, "a", encoding="utf-8") as f:
-            f.write(report.nodeid + "\n")
-
-
 _GUARD_SAVED: dict[str, str | None] = {}
 _GUARD_LOG = Path(tempfile.gettempdir()) / f"perfkit-server-guard-{os.getpid()}.log"
 
@@ -121,9 +113,15 @@ def _guarded(item: pytest.Item) -> bool:
     return REAL_TRITONSERVER is not None and item.get_closest_marker("server") is None
 
 
+def _file_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up, module- and session-scoped ones too
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Outside `server` tests, make starting tritonserver (here or in a child Python) fail."""
+    """Name the test's file for the servers it starts (tests/leftovers.py); outside `server` tests,
+    make starting tritonserver (here or in a child Python) fail."""
+    os.environ[leftovers.TAG] = _file_of(item)
     if not _guarded(item):
         return
     _GUARD_LOG.write_text("")
@@ -139,7 +137,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """After a guarded test's teardown: put the environment back, and fail the test if it started tritonserver."""
+    """After a guarded test's teardown: put the environment back, and fail the test if it started
+    tritonserver. After a file's last test (its module fixtures torn down): fail it if a server the
+    file started is still running (and end that server), as after the last test for the session's."""
     try:
         return (yield)
     finally:
@@ -151,12 +151,22 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
                 os.environ[name] = value
         _GUARD_SAVED.clear()
         launched = _GUARD_LOG.read_text() if guarded and _GUARD_LOG.is_file() else ""
+        problems = []
         if launched:
-            pytest.fail(
+            problems.append(
                 f"{item.nodeid} started tritonserver but is not marked `server`; request the `tritonserver`"
-                f" fixture (or one that starts a server):\n{launched}",
-                pytrace=False,
+                f" fixture (or one that starts a server):\n{launched}"
             )
+        ended = [] if nextitem is not None and _file_of(nextitem) == _file_of(item) else [_file_of(item)]
+        for tag in ended + ([leftovers.SESSION] if nextitem is None else []):
+            left = leftovers.left_behind(tag) if REAL_TRITONSERVER is not None else []
+            if left:
+                problems.append(
+                    f"tritonserver left running after {tag}'s tests (pids {left}, now killed): stop every server"
+                    " a test starts, and every command that started one"
+                )
+        if problems:
+            pytest.fail("\n".join(problems), pytrace=False)
 
 
 def copy_models(dest: Path, names: list[str] | None = None) -> Path:
@@ -260,7 +270,7 @@ def tritonserver() -> Path:
 @pytest.fixture(scope="session")
 def triton(tritonserver: Path, session_repo: Path) -> Iterator[LocalServer]:
     """One real server with every fixture model, shared by the tests that only read from it."""
-    with launch_local(LocalLaunch(session_repo)) as server:
+    with launch_local(LocalLaunch(session_repo, env={leftovers.TAG: leftovers.SESSION})) as server:
         yield server
 
 

@@ -54,7 +54,6 @@ def measure_level(
     t0 = gen.start(level)
     window_ns = int(spec.measurement_interval_ms * 1e6)
     warm_until = t0 + int(spec.warmup_s * 1e9)
-    rec = LevelRecorder(start_ns=warm_until, window_ns=window_ns, closed_loop=closed, batch_size=spec.batch_size)
     if spec.warmup_request_count > 0:
         deadline = time.monotonic() + 30
         seen = 0
@@ -62,14 +61,17 @@ def measure_level(
             time.sleep(0.02)
             seen += len(gen.drain())
         warm_until = max(warm_until, perf_counter_ns())
-        rec = LevelRecorder(start_ns=warm_until, window_ns=window_ns, closed_loop=closed, batch_size=spec.batch_size)
     sleep_until(warm_until)
-    rec.add(gen.drain())
+    # The server's counters are read before the level starts: every request the level counts is sent
+    # after the read, so the level's server statistics hold all of them (and the warm-up's last few).
     before = after = None
     try:
         before = _server_stats.snapshot(server.model_stats, stats_models)
     except ServerError:
         before = None
+    warm_until = max(warm_until, perf_counter_ns())
+    rec = LevelRecorder(start_ns=warm_until, window_ns=window_ns, closed_loop=closed, batch_size=spec.batch_size)
+    rec.add(gen.drain())
     tgt_tput, tgt_lat = target_rel(spec)
     windows: list[Window] = []
     died = False
@@ -120,12 +122,13 @@ def measure_level(
     end_ns = rec.window_end(len(windows))
     if spec.request_count:
         died, error = _until_count(server, gen, rec, spec.request_count, level)
-    if not died:
+    rec.add(gen.stop(drain_timeout_s=0.5 if died else 30.0))
+    if not died and before is not None:
+        # read once every request of the level is answered, and once the server has counted them
         try:
-            after = _server_stats.snapshot(server.model_stats, stats_models)
+            after = _server_stats.settled(server.model_stats, stats_models, before, _answered(rec))
         except ServerError:
             after = None
-    rec.add(gen.stop(drain_timeout_s=0.5 if died else 30.0))
     if spec.request_count:
         # one window of exactly the first request_count requests of the level (perf_analyzer's --request-count)
         rec, end_ns = _count_window(rec, spec.request_count)
@@ -143,6 +146,16 @@ def measure_level(
             rec.samples, rec.level_mask(end_ns), level, rec.start_ns, window_ns, len(windows), rec.ends_ns
         )
     return LevelOutcome(result, died, error, export)
+
+
+def _answered(rec: LevelRecorder) -> int:
+    """Requests sent since the level started (after the server's counters were read) and answered
+    successfully; of a traffic mix, those of its first model (the first of the statistics' models)."""
+    s = rec.samples
+    ok = (s.status == STATUS_OK) & (s.sent_ns >= rec.start_ns)
+    if s.model is not None:
+        ok &= s.model == 0
+    return int(ok.sum())
 
 
 MIN_DECISION_SAMPLES = 20

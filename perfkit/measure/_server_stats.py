@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from perfkit.records import ServerStats
@@ -32,6 +33,30 @@ def _flatten(stats: dict[str, Any], model: str) -> dict[str, Any]:
 def snapshot(get_stats: Any, models: list[str]) -> dict[str, dict[str, Any]]:
     """Counters of each model now; get_stats(name) returns the server's stats JSON."""
     return {m: _flatten(get_stats(m), m) for m in models}
+
+
+def settled(
+    get_stats: Any, models: list[str], before: dict[str, dict[str, Any]], answered: int, timeout_s: float = 2.0
+) -> dict[str, dict[str, Any]]:
+    """Counters after a level whose load has stopped: read again until the first model's successes
+    since `before` reach `answered` (the successful responses the client has to requests sent after
+    `before` was read), for at most timeout_s.
+
+    Triton counts a request after it has sent its response (python_backend: ProcessRequests in
+    src/python_be.cc sends each with InferResponse::Send; its PbMetricReporter reports the requests'
+    statistics in its destructor, src/pb_metric_reporter.cc, as ProcessRequests returns; the other
+    backends send, then call TRITONBACKEND_ModelInstanceReportStatistics), so a read right after the
+    last response can miss the last requests. A server that counted none of them keeps no
+    statistics: it is not waited for.
+    """
+    deadline = time.monotonic() + timeout_s
+    model = models[0]
+    while True:
+        after = snapshot(get_stats, models)
+        counted = after[model]["success"][0] - before[model]["success"][0]
+        if counted >= answered or counted <= 0 or time.monotonic() >= deadline:
+            return after
+        time.sleep(0.005)
 
 
 def _avg_us(before: list[int], after: list[int], per: int) -> float:

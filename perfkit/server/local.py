@@ -12,6 +12,7 @@ import atexit
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -31,6 +32,10 @@ from perfkit.server.base import Endpoints, Server
 # every python-backend instance spin and starve a small machine (seen: throughput collapse).
 DEFAULT_SERVER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _PR_SET_PDEATHSIG = 1
+# tritonserver's words for a port another process holds: its own (server src/http_server.cc
+# HTTPServer::Start, src/grpc/grpc_server.cc Server::Start: "Socket 'HOST:PORT' already in use"),
+# and the gRPC library's and the OS's
+_PORT_TAKEN = re.compile(r"socket '[^']*' already in use|address already in use|failed to bind", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -273,7 +278,7 @@ def launch_local(spec: LocalLaunch) -> LocalServer:
         except ServerStartError as err:
             server.stop()
             tail = server.log_tail(40)
-            if "address already in use" in tail.lower() or "failed to bind" in tail.lower():
+            if _PORT_TAKEN.search(tail):
                 last_error = PortInUseError(
                     "tritonserver could not bind its ports", log_tail=tail, hint="ports raced with another process"
                 )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import Lines, require
+from tests.conftest import Lines, require, wait_until
 
 
 def test_a_missing_component_skips_locally_and_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -33,3 +34,27 @@ def test_lines_waits_for_a_line_and_fails_when_the_stream_ends_without_it() -> N
     proc.wait(timeout=30)
     with pytest.raises(pytest.fail.Exception, match="no line matching 'three'"):
         out.wait_for("three", timeout_s=30)
+
+
+def test_a_server_left_running_by_a_test_file_is_found_by_its_tag_and_ended(tmp_path) -> None:
+    import shutil
+
+    from tests import leftovers
+
+    fake = tmp_path / "tritonserver"  # a process of that name, as /proc shows it; not the real binary
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
+    env = {**os.environ, leftovers.TAG: f"{tmp_path}/test_x.py"}
+    left = subprocess.Popen([str(fake), "600"], env=env, start_new_session=True)
+    stopping = subprocess.Popen([str(fake), "600"], env={**env, leftovers.TAG: "other"}, start_new_session=True)
+    try:
+        wait_until(lambda: leftovers.tagged_servers("other") == [stopping.pid], "the other server to be seen")
+        assert leftovers.tagged_servers(f"{tmp_path}/test_x.py") == [left.pid]
+        stopping.terminate()  # told to stop: it is waited for, not reported
+        assert leftovers.left_behind("other", timeout_s=30) == []
+        assert stopping.wait() == -15
+        assert leftovers.left_behind(f"{tmp_path}/test_x.py", timeout_s=0.5) == [left.pid]
+        assert left.wait(timeout=10) == -9  # ended with its group
+    finally:
+        for proc in (left, stopping):
+            proc.kill()
+            proc.wait()

@@ -44,7 +44,13 @@ def identity_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalS
 
 
 def _hogs() -> list[subprocess.Popen[bytes]]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
+    # Each in a session of its own, as tritonserver is (the launcher starts it so): where the kernel
+    # groups the scheduling by session (autogroup, /proc/sys/kernel/sched_autogroup_enabled), hogs in
+    # this process's session would share its group's CPU time with the client only, and the server
+    # would keep a core to itself -- a load that hardly bites a client this light. A hog spins until
+    # its parent is gone, so that none outlives this process, however it ends.
+    spin = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin], start_new_session=True) for _ in range(HOGS)]
 
 
 @pytest.mark.quiet

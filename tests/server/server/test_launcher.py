@@ -215,6 +215,34 @@ def test_server_dying_during_startup_shows_its_log_tail(tmp_path):
     assert "planted failure" in info.value.log_tail
 
 
+@pytest.mark.usefixtures("tritonserver")
+@pytest.mark.parametrize("which", [0, 1], ids=["http", "grpc"])
+def test_a_free_port_taken_before_tritonserver_binds_it_is_tried_again_on_others(tmp_path, monkeypatch, which):
+    # Another process takes a port between its choice and tritonserver's bind (tritonserver binds
+    # after loading its models): each endpoint's own message says so, and the launch picks others.
+    import socket
+
+    from perfkit.server import local
+
+    picked: list[list[int]] = []
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+
+        def racing_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+            ports = free_ports(count, host)
+            if not picked:
+                ports[which] = taken.getsockname()[1]
+            picked.append(ports)
+            return ports
+
+        monkeypatch.setattr(local, "free_ports", racing_free_ports)
+        with launch_local(LocalLaunch(copy_models(tmp_path, ["identity"]), models=("identity",))) as server:
+            assert server.is_ready()
+            assert len(picked) == 2 and taken.getsockname()[1] not in picked[1]
+            assert [server.endpoints.http_port, server.endpoints.grpc_port] == picked[1][:2]
+
+
 def test_free_ports_are_distinct():
     ports = free_ports(3)
     assert len(set(ports)) == 3 and all(1024 < p < 65536 for p in ports)

@@ -12,6 +12,7 @@ import subprocess
 
 from benchmarks._anchor import perf_analyzer
 from benchmarks._quality_figures import sustainable
+from perfkit.errors import ServerError
 from perfkit.server import Server
 
 # Each perf_analyzer window holds at least this many requests (a window is lengthened at low rates:
@@ -60,6 +61,8 @@ def pa_sustainable(server: Server, model: str, start: float, budget_ms: float, s
 
     def measure(rate: float) -> tuple[float, float]:
         t, p = pa_level(server, model, rate, seconds)
+        if t == 0 and not server.is_ready():  # every level after would fail too: stop here, saying why
+            raise ServerError(f"the server stopped answering during perf_analyzer's level at {rate:.0f} req/s")
         print(f"    {rate:8.1f}/s -> {t:8.1f}/s p99 {p:6.1f} ms", flush=True)
         return t, p
 

@@ -181,6 +181,18 @@ def predicted_rates(sub: Subject, cal: Calibration | None, pred: TuneResult | No
     return out
 
 
+def search_measured(sub: Subject, pred: TuneResult | None) -> dict[str, float]:
+    """Each config the predicted tune measured: the highest rate its search read (req/s). The grid
+    starts no higher: a prediction 2.6x over a config's capacity (onnx_mlp) had perf_analyzer's
+    asynchronous requests pile up in Triton's queue until the kernel killed the server (14 GB)."""
+    out: dict[str, float] = {}
+    for t in pred.record.trials if pred is not None else ():
+        if t.throughput_infer_per_s:
+            k = key(_trial_config(sub, t.params))
+            out[k] = max(out.get(k, 0.0), float(t.throughput_infer_per_s))
+    return out
+
+
 def _batcher(sub: Subject, v: Variant) -> predict.BatcherConfig:
     mbs, db, count = v
     return predict.BatcherConfig(mbs, db, (), float(sub.delay_us) if db else 0.0, count)
@@ -278,8 +290,11 @@ def run_grid(server: Server, repo: Path, sub: Subject, originals: dict[str, str]
     for config in sub.grid:
         k = key(config)
         put(server, repo, {m: variant_text(originals[m], v, sub.delay_us) for m, v in config.items()}, ensemble)
-        starts[k] = out["predicted"].get(k) or args.start_rps
-        print(f"  {k} (start {starts[k]:.0f}/s{'' if out['predicted'].get(k) else ', --start-rps'})", flush=True)
+        measured = out.get("search_measured", {}).get(k)
+        known = [r for r in (out["predicted"].get(k), measured) if r]
+        starts[k] = min(known) if known else args.start_rps
+        why = "--start-rps" if not known else "measured by the search" if starts[k] == measured else "predicted"
+        print(f"  {k} (start {starts[k]:.0f}/s, {why})", flush=True)
         r = pa_sustainable(server, model, starts[k], sub.budget_ms, args.level_s)
         grid[k], levels[k] = r["rps"], r["levels"]
         save()
@@ -314,6 +329,7 @@ def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: 
                 out["searches"][phase], result, cal = run_search(server, repo, work, sub, phase, args, originals)
                 if phase == "predict":
                     out["predicted"] = predicted_rates(sub, cal, result)
+                    out["search_measured"] = search_measured(sub, result)
             save()
     shutil.rmtree(work, ignore_errors=True)
     grid = out.get("grid", {})

@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 
 TAG = "PERFKIT_TEST_FILE"
-SESSION = "session"  # the tag of the servers session-scoped fixtures start
+# The tag of the servers this process's session-scoped fixtures start: one per pytest process, since
+# each xdist worker has its own session servers and checks for leftovers when its own last test
+# ends, while the other workers' session servers still serve their tests.
+SESSION = f"session-{os.getpid()}"
 
 
 def tagged_servers(value: str) -> list[int]:

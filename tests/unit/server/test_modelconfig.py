@@ -275,6 +275,10 @@ def _guarded_child(path: Path, body: str) -> subprocess.Popen[bytes]:
         import signal, time
         from pathlib import Path
         from perfkit.server.modelconfig import ConfigGuard, write_config
+        # Ctrl-C raises KeyboardInterrupt, as in a process started from a terminal: a suite run as a
+        # background job hands its children SIGINT ignored, which the library guard keeps (the CLI's
+        # handler is what takes an ignored SIGINT back: perfkit/cli/_signals.py).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         p = Path({str(path)!r})
         with ConfigGuard(p):
             write_config(p, 'name: "changed"\\n')

@@ -25,7 +25,11 @@ done
 # its test function, then by its file; a failure that cannot be run again at all stands (1).
 run_again_alone() {
   local marker="$1" ids=() rc by
-  mapfile -t ids < <(sort -u "$2")
+  mapfile -t ids < <(grep '^tests/' "$2" | sort -u)
+  if [ "${#ids[@]}" = 0 ]; then
+    echo "test.sh: the $3 run failed with no test of this suite listed; it stands" >&2
+    return 1
+  fi
   echo "test.sh: ${#ids[@]} test(s) failed in the $3 run; each again, alone:"
   printf '  %s\n' "${ids[@]}"
   "${pytest[@]}" -m "$marker" "${args[@]}" -- "${ids[@]}"
@@ -35,7 +39,7 @@ run_again_alone() {
     if [ "$by" = function ]; then
       mapfile -t ids < <(printf '%s\n' "${ids[@]}" | sed 's/\[.*$//' | sort -u)
     else
-      mapfile -t ids < <(printf '%s\n' "${ids[@]}" | sed 's/::.*$//' | sort -u)
+      mapfile -t ids < <(printf '%s\n' "${ids[@]}" | sed 's/::.*$//' | grep -v '^$' | sort -u)
     fi
     echo "test.sh: pytest did not find every id again; by test $by:"
     printf '  %s\n' "${ids[@]}"

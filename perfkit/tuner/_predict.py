@@ -6,8 +6,11 @@ prediction is checked against it (tuner/_predict_check.py), two ways, either one
 sustainable rate within PREDICTION_TOLERANCE of the predicted, or, where the rate is further off,
 the simulator's budget statistic at the rate measured within LATENCY_TOLERANCE of the one
 measured there (near the budget a batching config's p99 is flat in the rate, so a small error in
-latency moves the predicted rate far while the model is right). While the checks hold the search
-stops once the best predictions are measured; where neither holds, it says so and goes on with
+latency moves the predicted rate far while the model is right). The best predicted config is
+measured first; each next best (up to TOP_MEASURED) only while its prediction, corrected by the
+most favourable measured / predicted ratio of the trials checked, could still beat the best
+measured rate: what the prediction settles is not measured. While the checks hold the search
+stops there; where neither holds, it says so and goes on with
 the measured search, seeded by the predictions already queued. The confirmation that follows is
 the measured search's own. The calibration is kept in the record however the search ends."""
 
@@ -44,7 +47,7 @@ from perfkit.tuner._trial import TrialRunner
 
 log = logging.getLogger(__name__)
 
-TOP_MEASURED = 3  # the best predicted configs measured before the predictions are trusted
+TOP_MEASURED = 3  # at most this many best predicted configs measured before the predictions are trusted
 CALIBRATION_DELAY_US = 5_000  # wide enough that N clients answered together arrive as one batch
 CALIBRATION_LEVEL_S = 1.5  # each calibration level: one window this long
 CONTENTION_CLIENTS_PER_INSTANCE = 4
@@ -103,6 +106,49 @@ class PredictedSearch:
     # trial, measured anyway, is checked against its prediction too, and every trial of a config
     # in it starts its rate search at its prediction (TrialRunner.predicted_rate).
     predicted: dict[Any, float] = field(default_factory=dict)  # key(params) -> predicted rate
+    # The best predicted configs after the first, best first, (params, predicted rate): each is
+    # queued only if it could still beat the best measured rate (see next_worth_measuring).
+    waiting: list[tuple[dict[str, Any], float]] = field(default_factory=list)
+    passed_over: str | None = None  # why the rest of `waiting` was not measured
+
+    def queue(self, study: optuna.Study, top: list[tuple[dict[str, Any], float]]) -> None:
+        """Queue the best predicted config now, the others (up to TOP_MEASURED) while worth it."""
+        self.waiting = list(top[1:TOP_MEASURED])
+        for params, rate in top[:1]:
+            study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: rate}, skip_if_exists=True)
+
+    def label(self, params: Mapping[str, Any]) -> str:
+        """A point's knobs, for the search's lines."""
+        return _label(params)
+
+    def next_worth_measuring(self, study: optuna.Study) -> bool:
+        """Queue the next waiting config if its prediction, corrected by the most favourable error
+        measured so far (the highest measured / predicted of the trials checked), could still beat
+        the best rate measured; else drop the rest (they are predicted lower still) and say why.
+        True when one was queued."""
+        if not self.waiting:
+            return False
+        ratios, best = [], 0.0
+        for ft in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            st = _trial_state.read(ft)
+            got = st.throughput_infer_per_s if st.feasible else None
+            if got:
+                best = max(best, float(got))
+            want = st.predicted_rps if st.predicted_rps is not None else self.predicted_for(st.params)
+            if ft.number in self.checked and want and got:
+                ratios.append(float(got) / want)
+        params, rate = self.waiting[0]
+        factor = max(ratios, default=1.0)
+        if rate * factor >= best:
+            self.waiting.pop(0)
+            study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: rate}, skip_if_exists=True)
+            return True
+        self.passed_over = (
+            f"the next predicted, {self.label(params)} at {rate:.0f} req/s, cannot reach the best measured"
+            f" {best:.0f} even at the most favourable error seen (x{factor:.2f})"
+        )
+        self.waiting = []
+        return False
 
     def key(self, params: Mapping[str, Any]) -> Any:
         """What tells two points apart for the simulator (the predicted dict's key)."""
@@ -173,7 +219,7 @@ class PredictedSearch:
             if r.bounded or r.rate_rps <= 0 or any(_alike(batcher_config(self.t, q), r, by_cfg) for q in top):
                 continue
             top.append(params)
-            study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: r.rate_rps}, skip_if_exists=True)
+        self.queue(study, [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top])
         self.t.emit(
             Predicted(
                 len(cfgs),
@@ -215,7 +261,14 @@ class PredictedSearch:
             if PREDICTED_ATTR in ft.user_attrs
         ]
         if not self.fell_back and self.checked and not pending:
-            return f"the best predicted configs measured ({len(self.checked)}), their predictions held"
+            if self.next_worth_measuring(study):
+                return None
+            why = f"; {self.passed_over}" if self.passed_over else ""
+            return f"the best predicted configs measured ({len(self.checked)}), their predictions held{why}"
+        if self.fell_back and self.waiting:  # the measured search goes on: what was predicted best goes first
+            for params, rate in self.waiting:
+                study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: rate}, skip_if_exists=True)
+            self.waiting = []
         return None
 
 

@@ -25,7 +25,6 @@ from perfkit.tuner import _pipeline, _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline_calibrate import calibrate_pipeline
 from perfkit.tuner._predict import (
-    PREDICTED_ATTR,
     SIMULATED,
     TOP_MEASURED,
     Predicted,
@@ -242,11 +241,14 @@ class PipelinePredictedSearch(PredictedSearch):
             if r.bounded or any(self.key(o) == self.key(q) for o in top):
                 continue
             top.append(q)
-            study.enqueue_trial(q, user_attrs={PREDICTED_ATTR: r.rate_rps}, skip_if_exists=True)
+        self.queue(study, [(q, by_key[self.key(q)].rate_rps) for q in top])
         seconds = time.perf_counter() - started
         best = tuple((f"{_label_joint(q)} (slowest step {by_key[self.key(q)].bottleneck})",
                       by_key[self.key(q)].rate_rps) for q in top)  # fmt: skip
         self.t.emit(Predicted(scored + len(cands), sum(1 for r in scored_sets if not r.bounded), seconds, best))
+
+    def label(self, params: Mapping[str, Any]) -> str:
+        return _label_joint(params)
 
     def latency_at_measured(self, params: Mapping[str, Any], rate_rps: float) -> float | None:
         """No latency check on a pipeline: its trials are checked by the rate, and each step's

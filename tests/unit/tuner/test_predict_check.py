@@ -231,3 +231,55 @@ def test_a_predicted_tune_cut_short_keeps_its_calibration_and_the_original_start
     predicted = next(e for e in events if isinstance(e, Predicted))
     want = dict(predicted.best)["instance_count=1"]
     assert measure.rates and measure.rates[0] == pytest.approx(want, rel=0.01), (measure.rates, predicted.best)
+
+
+def _told(study: optuna.Study, st: TrialState, *, original: bool = False, predicted: float | None = None) -> int:
+    """A trial of `study` measured as `st` (its params the trial's own); its number."""
+    trial = study.ask()
+    for name in ("feasible", "throughput_infer_per_s", "latency_us"):
+        trial.set_user_attr(name, getattr(st, name))
+    trial.set_user_attr("params", st.params)
+    trial.set_user_attr("load", {"mode": "request_rate", "value": st.throughput_infer_per_s, "distribution": "constant"})
+    if original:
+        trial.set_user_attr("is_original", True)
+    if predicted is not None:
+        trial.set_user_attr("predicted_rps", predicted)
+    study.tell(trial, st.throughput_infer_per_s)
+    return trial.number
+
+
+def test_the_next_predicted_config_is_measured_only_while_it_could_beat_the_best_measured():
+    # The original predicted 95, measured 99 (x1.04); the best predicted, 400, measured 300 (x0.75).
+    # Next: 320 predicted could reach 333 at the most favourable error seen (x1.04) and beat 300:
+    # measured. After it (280 measured), 250 predicted reaches 260 at best: not measured.
+    ps, events = _search()
+    ps.predicted = {ps.key({"instance_count": 1}): 95.0}
+    study = optuna.create_study(direction="maximize")
+    ps.queue(study, [({"instance_count": 2}, 400.0), ({"instance_count": 3}, 320.0), ({"instance_count": 4}, 250.0)])
+    assert [ft.user_attrs.get("predicted_rps") for ft in study.get_trials(deepcopy=False)] == [400.0]
+    assert [w[1] for w in ps.waiting] == [320.0, 250.0]
+    study = optuna.create_study(direction="maximize")  # measured: the original, then the best predicted
+    _told(study, _measured(100.0, 50_000.0, instance_count=1), original=True)
+    _told(study, _measured(303.0, 90_000.0, instance_count=2), predicted=400.0)
+    ps.calibration = None  # no latency check: the rate check alone decides
+    ps.checked.add(0)
+    ps.checked.add(1)
+    assert ps.stop(study) is None and not ps.fell_back  # 320 x 1.04 >= 300: queued
+    queued = [ft for ft in study.get_trials(deepcopy=False) if ft.user_attrs.get("predicted_rps") == 320.0]
+    assert len(queued) == 1 and [w[1] for w in ps.waiting] == [250.0]
+    number = _told(study, _measured(283.0, 90_000.0, instance_count=3))  # the queued trial, measured lower
+    assert number == queued[0].number
+    ps.checked.add(number)
+    reason = ps.stop(study)
+    assert reason is not None and "their predictions held" in reason and "cannot reach the best measured 300" in reason
+    assert ps.waiting == [] and not [e for e in events if "going on" in e.line()]
+
+
+def test_after_a_fallback_the_rest_of_the_best_predicted_are_measured_first():
+    ps, _ = _search()
+    study = optuna.create_study(direction="maximize")
+    ps.queue(study, [({"instance_count": 2}, 400.0), ({"instance_count": 3}, 320.0)])
+    ps.fell_back = True
+    assert ps.stop(study) is None
+    assert sorted(ft.user_attrs.get("predicted_rps") for ft in study.get_trials(deepcopy=False)) == [320.0, 400.0]
+    assert ps.waiting == []

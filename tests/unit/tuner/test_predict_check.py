@@ -239,7 +239,8 @@ def _told(study: optuna.Study, st: TrialState, *, original: bool = False, predic
     for name in ("feasible", "throughput_infer_per_s", "latency_us"):
         trial.set_user_attr(name, getattr(st, name))
     trial.set_user_attr("params", st.params)
-    trial.set_user_attr("load", {"mode": "request_rate", "value": st.throughput_infer_per_s, "distribution": "constant"})
+    load = {"mode": "request_rate", "value": st.throughput_infer_per_s, "distribution": "constant"}
+    trial.set_user_attr("load", load)
     if original:
         trial.set_user_attr("is_original", True)
     if predicted is not None:

@@ -72,16 +72,16 @@ def run_search(
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)
-    if seed is not None:
-        seed(study)
-    elif len(study.trials) == 1 and s.sampler == "auto" and (s.trials is None or s.trials > 1):
+    if seed is None and len(study.trials) == 1 and s.sampler == "auto" and (s.trials is None or s.trials > 1):
         for point in subject.extra_seeds(t.original_fixed_params()):
             study.enqueue_trial(point, skip_if_exists=True)
-    t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
     with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
         try:
+            if seed is not None:  # inside: a seed that measures (a calibration) cut short still leaves a record
+                seed(study)
+            t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
             search(t, study, stop)
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted by the user"

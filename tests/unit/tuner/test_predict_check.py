@@ -196,6 +196,8 @@ class _Measure:
 
     def __call__(self, server: Any, spec: ProfileSpec, **kw: Any) -> RunRecord:
         lv = spec.levels[0]
+        if self.ending == "calibrating" and lv.value > 1:
+            raise KeyboardInterrupt
         if lv.mode == "request_rate":
             self.rates.append(lv.value)
             if self.ending == "interrupted":
@@ -284,3 +286,16 @@ def test_after_a_fallback_the_rest_of_the_best_predicted_are_measured_first():
     assert ps.stop(study) is None
     assert sorted(ft.user_attrs.get("predicted_rps") for ft in study.get_trials(deepcopy=False)) == [320.0, 400.0]
     assert ps.waiting == []
+
+
+def test_a_predicted_tune_interrupted_while_calibrating_still_writes_its_record(tmp_path: Path):
+    repo = copy_models(tmp_path, ["queue"])
+    out = tmp_path / "out"
+    settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), search="predict", trials=3, output_dir=out,
+                            confirm_repeats=0, max_output_diff=parse_max_output_diff("off"))  # fmt: skip
+    server = _Server()
+    with pytest.raises(KeyboardInterrupt):
+        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
+             measure=_Measure(server, "calibrating"), route=_Route())  # fmt: skip
+    rec = TuneRecord.load(out / "tune.json")
+    assert rec.status == "interrupted" and rec.trials == () and rec.calibration is None

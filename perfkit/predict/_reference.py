@@ -30,8 +30,13 @@ class _Payload:
     size: int
 
 
-class _Reference:
-    """One open-loop run: arrivals `arr` (s, sorted) through the batcher and instances."""
+class Reference:
+    """One open-loop run: arrivals `arr` (s, sorted) through the batcher and instances, run() giving
+    each batch's size and end (s): max_batch_size `big` (1: no dynamic batching, each request its
+    own payload), preferred sizes `pref` (rising; [big] where none), queue delay `delay_s`,
+    `instances`, execution time by batch size `table` (s, 0..big), the device's shared fraction;
+    None once more than give_up's allowed requests from its first counted one took longer than
+    its bound (s)."""
 
     def __init__(
         self,
@@ -44,6 +49,8 @@ class _Reference:
         shared_fraction: float,
         give_up: tuple[float, int, int],
     ) -> None:
+        if big == 1:  # rule 1: no batcher, a payload a request, straight to the instances
+            pref, delay_s = [1], 0.0
         self.arr, self.n = arr, len(arr)
         self.big, self.pref, self.pmax, self.delay = big, pref, pref[-1], delay_s
         self.table, self.f = table, shared_fraction
@@ -192,23 +199,3 @@ class _Reference:
                 heapq.heappush(events, (self.timer, _TIMER, 0))
             timer_at = self.timer
         return self.sizes, self.ends
-
-
-def run_open_reference(
-    arr: list[float],
-    big: int,
-    pref: list[int],
-    delay_s: float,
-    instances: int,
-    table: list[float],
-    shared_fraction: float,
-    give_up: tuple[float, int, int],
-) -> tuple[list[int], list[float]] | None:
-    """Each batch's size and end (s) for arrivals `arr` (s, sorted): max_batch_size `big` (1: no
-    dynamic batching, each request its own payload), preferred sizes `pref` (rising; [big] where
-    none), queue delay `delay_s`, `instances`, execution time by batch size `table` (s, 0..big),
-    the device's shared fraction; None once more than give_up's allowed requests from its first
-    counted one took longer than its bound (s)."""
-    if big == 1:  # rule 1: no batcher, a payload a request, straight to the instances
-        pref, delay_s = [1], 0.0
-    return _Reference(arr, big, pref, delay_s, instances, table, shared_fraction, give_up).run()

@@ -62,7 +62,7 @@ import numpy as np
 
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
-from perfkit.predict._reference import run_open_reference
+from perfkit.predict._reference import Reference
 
 # The p99 of 10k simulated requests moves the M/D/1 sustainable rate by about 5% from seed to
 # seed (4k: 9%, 50k: 2.5%); batched configs, whose executions hold many requests, by less.
@@ -221,7 +221,7 @@ def _run_open_reference(
     big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
     table = _service_table(service, big)
     bounds = give_up if give_up is not None else (math.inf, 0, 0)
-    return run_open_reference(list(arr), big, pref, delay, cfg.instances, table, contention.shared_fraction, bounds)
+    return Reference(list(arr), big, pref, delay, cfg.instances, table, contention.shared_fraction, bounds).run()
 
 
 def _run_closed(

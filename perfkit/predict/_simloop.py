@@ -81,7 +81,7 @@ def _run_open(
     than `bound` (s): the percentile is past it, whatever follows. pref: the preferred sizes,
     rising within 1..big (one of them, big, when there is none); table: execution time (s) by batch
     size 0..big; f: the shared fraction of an execution (Contention). The events, the batcher's
-    passes and the instances' takes of _reference._Reference, in the same order."""
+    passes and the instances' takes of _reference.Reference, in the same order."""
     n = arr.shape[0]
     if n == 0:
         return 0

@@ -68,8 +68,6 @@ def perf_analyzer(version: str | None = None) -> tuple[Path, dict[str, str]]:
 def _perf_analyzer_260(libs: Path) -> Path:
     home = ANCHOR_DIR / "2.60.0"
     wrapper = home / "perf_analyzer"
-    if wrapper.exists():
-        return wrapper
     home.mkdir(parents=True, exist_ok=True)
     real = home / "perf_analyzer.bin"
     if not real.exists():
@@ -84,6 +82,10 @@ def _perf_analyzer_260(libs: Path) -> Path:
     loader = glibc / "usr/lib64/ld-linux-x86-64.so.2"
     search = f"{glibc / 'usr/lib/x86_64-linux-gnu'}:{libs}"
     script = f'#!/bin/sh\nexec "{loader}" --library-path "{search}" "{real}" "$@"\n'
+    # The wrapper names absolute paths: one written in another checkout (a copied _anchor/) is
+    # rewritten for this one.
+    if wrapper.exists() and wrapper.read_text() == script:
+        return wrapper
     tmp = wrapper.with_suffix(".tmp")
     tmp.write_text(script)
     tmp.chmod(0o755)
@@ -142,6 +144,8 @@ def _cuda_libs() -> Path:
     libs.mkdir(parents=True, exist_ok=True)
     for pattern, plain in (("libcudart-*.so.12*", "libcudart.so.12"), ("libb64-*.so.0d", "libb64.so.0d")):
         link = libs / plain
+        if link.is_symlink() and not link.exists():  # made for another checkout's environment
+            link.unlink()
         if not link.exists():
             link.symlink_to(next(pylibs.glob(pattern)))
     return libs

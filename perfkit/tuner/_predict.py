@@ -89,7 +89,7 @@ class Predicted(TuneEvent):
         top = "; ".join(f"{label}: {rate:.0f} req/s" for label, rate in self.best)
         return (
             f"predicted {self.configs} configs in {self.seconds:.1f} s ({self.simulated} simulated, the rest bounded"
-            f" below the best); measuring the best first: {top}"
+            f" below the best); measuring the best first, each next only while it could beat the best measured: {top}"
         )
 
 

@@ -199,17 +199,21 @@ class PredictedSearch:
         started = time.perf_counter()
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
-        results = predict.score_space(
-            cfgs,
-            predict.service_model(self.calibration),
-            self.t.s.budget.latency_budget_ms * 1e3,
-            percentile=self.t.s.budget.percentile,
-            contention=predict.contention(self.calibration),
-            requests=SIM_REQUESTS,
-            keep=TOP_MEASURED,
-        )
+        service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
+        budget_us, percentile = self.t.s.budget.latency_budget_ms * 1e3, self.t.s.budget.percentile
+        arrival = self.t.judge.distribution
+        results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
+                                      arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip
         by_cfg = {r.config: r for r in results}
         self.predicted = {r.config: r.rate_rps for r in results if not r.bounded and r.rate_rps > 0}
+        # Your config is measured anyway: simulated even where its bound is below the best, its
+        # prediction starts its rate search and checks the model at a second point.
+        mine = batcher_config(self.t, self.t.original_fixed_params())
+        if mine not in self.predicted:
+            own = predict.sustainable_rate(mine, service, budget_us, percentile=percentile, contention=contention,
+                                           arrival=arrival, requests=SIM_REQUESTS)  # fmt: skip
+            if own.rate_rps > 0:
+                self.predicted[mine] = own.rate_rps
         ranked = sorted(points, key=lambda p: -by_cfg[batcher_config(self.t, p)].rate_rps)
         top: list[dict[str, Any]] = []
         for params in ranked:

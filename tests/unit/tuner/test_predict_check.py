@@ -299,3 +299,25 @@ def test_a_predicted_tune_interrupted_while_calibrating_still_writes_its_record(
              measure=_Measure(server, "calibrating"), route=_Route())  # fmt: skip
     rec = TuneRecord.load(out / "tune.json")
     assert rec.status == "interrupted" and rec.trials == () and rec.calibration is None
+
+
+def test_your_config_is_predicted_even_below_the_best_three_and_its_search_starts_there(tmp_path: Path):
+    # Four instance counts: the best three predicted are 4, 3 and 2 instances; yours (one) is
+    # bounded below them, and simulated anyway: its rate search starts at its own prediction.
+    repo = copy_models(tmp_path, ["queue"])
+    settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), search="predict", trials=3,
+                            output_dir=tmp_path / "out", confirm_repeats=0,
+                            max_output_diff=parse_max_output_diff("off"))  # fmt: skip
+    server = _Server()
+    measure = _Measure(server, "interrupted")
+    events: list[Any] = []
+    with pytest.raises(KeyboardInterrupt):
+        tune(server, settings, TuneSpace(instance_counts=(1, 2, 3, 4)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
+             measure=measure, route=_Route(), on_event=events.append)  # fmt: skip
+    predicted = next(e for e in events if isinstance(e, Predicted))
+    assert "instance_count=1" not in dict(predicted.best) and len(predicted.best) == 3
+    cal = TuneRecord.load(tmp_path / "out" / "tune.json").calibration
+    assert cal is not None
+    mine = predict.sustainable_rate(predict.BatcherConfig(instances=1), predict.service_model(cal), 100_000.0,
+                                    contention=predict.contention(cal), requests=6_000)  # fmt: skip
+    assert measure.rates and measure.rates[0] == pytest.approx(mine.rate_rps, rel=0.01), (measure.rates, mine)

@@ -211,7 +211,7 @@ class PipelinePredictedSearch(PredictedSearch):
             cfgs = [batcher_from(s.space.original_params, q) for q in points]
             results = predict.score_space(
                 cfgs, svc, max(budget_us - rest, 0.1 * budget_us), percentile=self.t.s.budget.percentile,
-                contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST,
+                contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST, arrival=self.t.judge.distribution,
             )  # fmt: skip
             scored += len(cfgs)
             by_cfg = {r.config: r for r in results}
@@ -229,10 +229,17 @@ class PipelinePredictedSearch(PredictedSearch):
         cands = [self.steps(self.configs(q)) for q in joint]
         scored_sets = predict.score_pipelines(
             [*cands, self.steps(self.configs(original))], budget_us, percentile=self.t.s.budget.percentile,
-            overhead_us=cal.overhead_us, keep=TOP_MEASURED,
+            overhead_us=cal.overhead_us, keep=TOP_MEASURED, arrival=self.t.judge.distribution,
         )  # fmt: skip
         by_key = {r.configs: r for r in scored_sets}
         self.predicted = {k: r.rate_rps for k, r in by_key.items() if not r.bounded and r.rate_rps > 0}
+        mine = self.key(original)  # measured anyway: simulated even below the best (see PredictedSearch.seed)
+        if mine not in self.predicted:
+            own = predict.pipeline_rate(self.steps(self.configs(original)), budget_us,
+                                        percentile=self.t.s.budget.percentile, overhead_us=cal.overhead_us,
+                                        arrival=self.t.judge.distribution)  # fmt: skip
+            if own.rate_rps > 0:
+                self.predicted[mine] = own.rate_rps
         top: list[dict[str, Any]] = []
         for q in sorted(joint, key=lambda q: -by_key[self.key(q)].rate_rps):
             r = by_key[self.key(q)]

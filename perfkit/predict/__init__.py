@@ -10,8 +10,10 @@ from perfkit.predict._calibrate import (
     batch_points,
     calibration,
     contention,
+    fit_host_us,
     fit_service,
     fit_shared_fraction,
+    instance_busy,
     merge_points,
     service_model,
 )
@@ -27,14 +29,16 @@ from perfkit.predict._pipeline import (
     step_departures,
 )
 from perfkit.predict._rate import RateResult, behaviour, capacity_rps, score_space, sustainable_rate
-from perfkit.predict._sim import departures, simulate, simulate_within, unit_arrivals
+from perfkit.predict._sim import departures, simulate, simulate_within, through_request_path, unit_arrivals
 
 __all__ = [
     "batch_points",
     "calibration",
     "contention",
     "fit_service",
+    "fit_host_us",
     "fit_shared_fraction",
+    "instance_busy",
     "merge_points",
     "service_model",
     "BatcherConfig",
@@ -58,5 +62,6 @@ __all__ = [
     "simulate",
     "simulate_within",
     "sustainable_rate",
+    "through_request_path",
     "unit_arrivals",
 ]

@@ -1,11 +1,12 @@
 """Fitting the simulator's inputs from what Triton reports: execution time per batch size from
 the per-batch-size statistics of /v2/models/M/stats (batch_stats), the per-request overhead
-outside the instance, and the instances' contention from saturated rates at two counts. Pure
+outside the instance, the instances' contention from saturated rates at two counts, and the
+request path's capacity from a saturated rate with the instance not busy all the time. Pure
 functions of the figures; measuring them is the caller's (the tuner's predicted search)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,40 @@ def fit_shared_fraction(counts: Sequence[int], rates_rps: Sequence[float]) -> fl
     return float(min(1.0, max(1.0 / c2, 1.0 / max(scale, 1e-9))))
 
 
+# Saturated with its instance busy less than this, a model is held back by its requests' path,
+# not by its instance: the rate there is that path's capacity.
+HOST_BOUND_BUSY = 0.85
+
+
+def instance_busy(
+    saturated_rps: float,
+    points: Sequence[CalibrationPoint],
+    instances: int = 1,
+    service_us: Callable[[int], float] | None = None,
+) -> float:
+    """How much of the time the instances would execute at a saturated rate (items/s) the batches
+    executed at it (its points): rate x execution time per item / instances, each batch timed by
+    service_us (the fitted line, measured unloaded) or, without it, as the points read. The
+    unloaded time is the one that tells: where the instances share the machine's CPU with the
+    requests' own handling, an execution under that load stretches and reads busy while the
+    handling, not the execution, is what holds the rate. 0 with no points or no rate."""
+    items = sum(p.executions * p.batch_size for p in points)
+    if saturated_rps <= 0 or items <= 0:
+        return 0.0
+    time_of = service_us or (lambda n: next(p.service_us for p in points if p.batch_size == n))
+    per_item_us = sum(p.executions * time_of(p.batch_size) for p in points) / items
+    return saturated_rps * per_item_us / 1e6 / max(1, instances)
+
+
+def fit_host_us(saturated_rps: float, busy: float) -> float:
+    """The request path's capacity (ServiceModel.host_us) from a config saturated with its instances
+    busy `busy` of the time: 1/rate where busy < HOST_BOUND_BUSY (the path, not the instances,
+    held the rate), else 0 (the instances did: the path's capacity is past what was seen)."""
+    if saturated_rps <= 0 or busy >= HOST_BOUND_BUSY:
+        return 0.0
+    return 1e6 / saturated_rps
+
+
 def calibration(
     model: str,
     points: Sequence[CalibrationPoint],
@@ -128,11 +163,16 @@ def calibration(
     instance_counts: Sequence[int] = (),
     saturated_rps: Sequence[float] = (),
     duration_s: float = 0.0,
+    host_saturated_rps: float = 0.0,
+    host_points: Sequence[CalibrationPoint] = (),
 ) -> Calibration:
     """A Calibration from the measured points, overhead and (optionally) saturated rates at two
-    instance counts. Raises MeasurementError as fit_service / fit_shared_fraction do."""
+    instance counts, and the request path's capacity from the saturated rate of one instance
+    (host_saturated_rps, items/s) with the batches executed at it (host_points, see fit_host_us).
+    Raises MeasurementError as fit_service / fit_shared_fraction do."""
     a, b, rms, worst = fit_service(points)
     shared = fit_shared_fraction(instance_counts, saturated_rps) if instance_counts else 0.0
+    busy = instance_busy(host_saturated_rps, host_points, service_us=lambda n: a + b * n)
     return Calibration(
         model=model,
         points=tuple(points),
@@ -145,12 +185,15 @@ def calibration(
         saturated_rps=tuple(saturated_rps),
         shared_fraction=shared,
         duration_s=duration_s,
+        host_us=fit_host_us(host_saturated_rps, busy),
+        host_saturated_rps=host_saturated_rps,
+        host_busy=busy,
     )
 
 
 def service_model(cal: Calibration) -> ServiceModel:
     """The simulator's service model of a calibration (the fitted line and the overhead)."""
-    return ServiceModel(cal.fixed_us, cal.per_item_us, overhead_us=cal.overhead_us)
+    return ServiceModel(cal.fixed_us, cal.per_item_us, overhead_us=cal.overhead_us, host_us=cal.host_us)
 
 
 def contention(cal: Calibration) -> Contention:

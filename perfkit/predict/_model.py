@@ -15,12 +15,26 @@ class ServiceModel:
     """Execution time of one batch of n items on one instance, alone on its device:
     fixed_us + per_item_us * n. overhead_us is what each request spends outside the instance
     (network, HTTP/gRPC, the server's request handling): added to its latency, never holding an
-    instance. table_us, when given, overrides the line for the batch sizes it names."""
+    instance. table_us, when given, overrides the line for the batch sizes it names.
+
+    host_us is the request path's capacity: each request holds the path every request shares on
+    its way to the batcher (the server's HTTP/gRPC frontend and the backend's per-request work,
+    and a load generator on the same machine) for host_us, one request at a time, first come
+    first served; 0 where the instances, not that path, set the ceiling. It is what a model whose
+    execution is cheap next to its requests' handling (a small network on the CPU the server and
+    its clients share) runs into long before its instances are busy."""
 
     fixed_us: float
     per_item_us: float
     overhead_us: float = 0.0
     table_us: tuple[tuple[int, float], ...] = ()
+    host_us: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.host_us < 0:
+            raise UsageError(
+                f"host_us={self.host_us}: must be >= 0", hint="give 0 where the request path sets no ceiling"
+            )
 
     def service_us(self, n: int) -> float:
         """The execution time of a batch of n items (the table's figure where it has one)."""

@@ -23,10 +23,12 @@ GUESS_ABOVE = 1.02  # a like config's rate is tried this much higher first
 
 def capacity_rps(cfg: BatcherConfig, service: ServiceModel, contention: Contention) -> float:
     """An upper bound on the completed rate of `cfg`: every execution full (the largest batch the
-    batcher sends), every instance busy, the shared device never idle."""
+    batcher sends), every instance busy, the shared device never idle; and no more than the
+    request path lets through (ServiceModel.host_us)."""
     size = cfg.max_batch_size if cfg.batching else 1
     table = _service_array(service, size)[1:]
-    return float(np.max(np.arange(1, size + 1) / table)) * contention.instance_scaling(cfg.instances)
+    bound = float(np.max(np.arange(1, size + 1) / table)) * contention.instance_scaling(cfg.instances)
+    return min(bound, 1e6 / service.host_us) if service.host_us > 0 else bound
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ The rules it follows, each from triton-inference-server/core:
 
 What it adds to Triton's rules: the execution time (ServiceModel), how instances share a device
 (Contention: the shared part of each execution queues for one device, first come first served),
-and a fixed per-request overhead outside the instance; the batcher's own work takes no time, and
+a fixed per-request overhead outside the instance, and in the open loop the request path's
+capacity (ServiceModel.host_us: requests pass one at a time before they reach the batcher, see
+through_request_path); the batcher's own work takes no time, and
 an instance ending takes the next waiting payload before the batcher, woken by the same ending,
 can grow it. The open-loop event loop exists twice, forming the same batches: _reference.py (the
 rules as read, objects and a heap of events) and _simloop.run_open (compiled by numba, what
@@ -80,6 +82,18 @@ def unit_arrivals(kind: str, requests: int, seed: int = 0) -> np.ndarray:
         raise UsageError(f"unit arrivals for load kind {kind!r}", hint="use poisson or constant")
     gaps = np.random.default_rng(seed).exponential(1.0, size=requests)
     return np.cumsum(gaps) - gaps[0]
+
+
+def through_request_path(due: np.ndarray, host_s: float) -> np.ndarray:
+    """When each request of a sorted arrival list (s) leaves the request path, one request at a time
+    host_s each, first come first served (ServiceModel.host_us), counted as the time it could
+    have left with no service there: max(due_i, left_{i-1} + host_s), Lindley's recursion,
+    computed as host_s * i + the running maximum of (due_j - host_s * j). A request alone on the
+    path leaves at its due time (its handling is in the overhead); one behind others waits."""
+    if host_s <= 0 or len(due) == 0:
+        return due
+    step = host_s * np.arange(len(due), dtype=np.float64)
+    return np.asarray(step + np.maximum.accumulate(due - step), dtype=np.float64)
 
 
 def _service_table(service: ServiceModel, largest: int) -> list[float]:
@@ -318,15 +332,20 @@ def simulate_within(
         else:
             base = unit if unit is not None else unit_arrivals(load.kind, requests, seed)
             due = base / load.rate_rps
+        due = due.astype(np.float64, copy=False)
+        served = through_request_path(due, service.host_us / 1e6)
         give_up = None
         if budget_us is not None:
             skip = int(len(due) * WARMUP_FRACTION)
             allowed = int((len(due) - skip) * (1 - percentile / 100.0))
             give_up = (budget_us / 1e6 - overhead_s, skip, allowed)
+        # The batcher sees each request when the request path lets it through (served); its latency
+        # counts from its due time, so the wait on that path is in it. The give-up bound, on the
+        # time from served to answer, is then never past the latency it stands for.
         run = (
-            _run_open(due, cfg, service, contention, give_up)
+            _run_open(served, cfg, service, contention, give_up)
             if loop == "compiled"
-            else _run_open_reference(due.tolist(), cfg, service, contention, give_up)
+            else _run_open_reference(served.tolist(), cfg, service, contention, give_up)
         )
         if run is None:
             return None

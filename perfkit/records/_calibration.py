@@ -24,7 +24,10 @@ class Calibration:
     fixed_us + per_item_us * n, off the points by fit_rms_rel (execution-weighted RMS of the
     relative residuals) and fit_max_rel at worst. overhead_us: what a request spends outside the
     instance. shared_fraction: the part of an execution on a device every instance shares, from
-    the saturated rates measured at instance_counts (0: independent instances).
+    the saturated rates measured at instance_counts (0: independent instances). host_us: the
+    request path's capacity (perfkit.predict.ServiceModel.host_us), 1 / host_saturated_rps where
+    the batching config saturated with its instance busy only host_busy of the time (0 where the
+    instance was the one saturated, or nothing measured it).
 
     A pipeline's calibration names the pipeline (the ensemble): `steps` holds each step's own
     calibration (fitted from that step's statistics during the same run, overhead_us 0), and
@@ -43,3 +46,6 @@ class Calibration:
     shared_fraction: float = 0.0
     duration_s: float = 0.0
     steps: tuple[Calibration, ...] = ()  # a pipeline's: one per step, in the pipeline's order
+    host_us: float = 0.0
+    host_saturated_rps: float = 0.0  # the saturated rate of the largest batching config, one instance
+    host_busy: float = 0.0  # how much of that level its instance executed (0..1)

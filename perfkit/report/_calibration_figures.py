@@ -53,6 +53,17 @@ def fit_error_sentence(cal: Calibration) -> str:
         )
     else:
         text += " Instance scaling was not measured (one instance count): instances are taken as independent."
+    if cal.host_saturated_rps > 0:
+        text += (
+            f" Saturated, one instance completed {cal.host_saturated_rps:,.0f} req/s while executing"
+            f" {cal.host_busy:.0%} of the time: "
+            + (
+                f"the request path, not the instance, held the rate, so no config is predicted past"
+                f" {1e6 / cal.host_us:,.0f} req/s."
+                if cal.host_us > 0
+                else "the instance held the rate."
+            )
+        )
     return text
 
 

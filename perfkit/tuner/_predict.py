@@ -51,6 +51,7 @@ TOP_MEASURED = 3  # at most this many best predicted configs measured before the
 CALIBRATION_DELAY_US = 5_000  # wide enough that N clients answered together arrive as one batch
 CALIBRATION_LEVEL_S = 1.5  # each calibration level: one window this long
 CONTENTION_CLIENTS_PER_INSTANCE = 4
+HOST_OVERLOAD = 2.0  # the overloaded level offers this times the fastest batch's rate (at most --max-rate)
 SIM_REQUESTS = 6_000
 PREDICTED_ATTR = "predicted_rps"  # the trial's predicted sustainable rate (a column of trials.csv)
 
@@ -72,8 +73,18 @@ class Calibrated(TuneEvent):
         return (
             f"calibrated in {c.duration_s:.0f} s: execution {c.fixed_us / 1e3:.2f} ms + {c.per_item_us / 1e3:.3f} ms"
             f" per item (fit error {c.fit_rms_rel:.1%} rms, {c.fit_max_rel:.1%} worst; batch:ms {sizes}), overhead"
-            f" {c.overhead_us / 1e3:.2f} ms{shared}"
+            f" {c.overhead_us / 1e3:.2f} ms{shared}{host_phrase(c)}"
         )
+
+
+def host_phrase(c: Calibration) -> str:
+    """What the saturated level said of the request path, for the calibration's line."""
+    if c.host_saturated_rps <= 0:
+        return ""
+    seen = f"; saturated at {c.host_saturated_rps:.0f} req/s with the instance {c.host_busy:.0%} busy"
+    if c.host_us > 0:
+        return f"{seen}: the request path holds the rate (one request per {c.host_us:.0f} us)"
+    return f"{seen}: the instance holds it"
 
 
 @dataclass(frozen=True)
@@ -352,9 +363,12 @@ def _level(t: TrialRunner, spec: ProfileSpec) -> LevelResult:
 
 
 def _spec(t: TrialRunner, clients: int) -> ProfileSpec:
+    """One closed-loop calibration level, one window, over the protocol the trials use (the
+    overhead outside the instance is the protocol's)."""
     return ProfileSpec(
         model=t.model,
         levels=(LoadLevel("concurrency", float(clients)),),
+        protocol="grpc" if t.judge.protocol == "grpc" else "http",
         measurement_interval_ms=CALIBRATION_LEVEL_S * 1e3,
         max_trials=1,
         min_windows=1,
@@ -362,12 +376,21 @@ def _spec(t: TrialRunner, clients: int) -> ProfileSpec:
     )
 
 
+def _rate_spec(t: TrialRunner, rate_rps: float) -> ProfileSpec:
+    """One open-loop level at rate_rps, the tune's arrival process, one window."""
+    dist: Any = t.judge.distribution  # "poisson" or "constant", as JudgeSettings.level passes it
+    return dataclasses.replace(_spec(t, 1), levels=(LoadLevel("request_rate", float(rate_rps), dist),))
+
+
 def calibrate(t: TrialRunner) -> Calibration:
     """Measure the model on the server: batches of 1, 2, 4, ... up to the space's largest
     max_batch_size formed on purpose (N closed-loop clients, answered together, arrive as one
     batch behind a queue delay), their execution times read from the server's per-batch-size
-    statistics; the overhead outside the instance at one client; saturated rates at the two
-    smallest instance counts. The user's config is put back after. Raises UsageError for a load
+    statistics; the overhead outside the instance at one client; the largest batches overloaded
+    in open loop, as trials offer load (HOST_OVERLOAD times the fastest batch's rate, at most
+    --max-rate), whose instance's busy time tells whether the request path holds the rate
+    (predict.fit_host_us; without batching, one instance saturated tells); saturated rates at the
+    two smallest instance counts. The user's config is put back after. Raises UsageError for a load
     the prediction does not model, and what measuring raises."""
     if not isinstance(t.subject, ModelSubject):
         raise UsageError(
@@ -397,6 +420,14 @@ def calibrate(t: TrialRunner) -> Calibration:
         for n in sizes:
             _level(t, _spec(t, n))
         after = t.server.model_stats(t.model)
+        host_rps = 0.0
+        host_points: tuple[CalibrationPoint, ...] = ()
+        if top > 1:  # the largest batches, overloaded: is it the instance or the request path that holds?
+            points = predict.batch_points(before, after, t.model)
+            fastest = max((p.batch_size / p.service_us * 1e6 for p in points), default=0.0)
+            offered = min(t.judge.max_rate_rps, HOST_OVERLOAD * fastest) if fastest > 0 else t.judge.max_rate_rps
+            host_rps = _level(t, _rate_spec(t, offered)).throughput_infer_per_s
+            host_points = predict.batch_points(after, t.server.model_stats(t.model), t.model)
         rates: list[float] = []
         loaded: tuple[CalibrationPoint, ...] = ()
         for c in counts if len(counts) == 2 else []:
@@ -408,6 +439,8 @@ def calibrate(t: TrialRunner) -> Calibration:
             rates.append(_level(t, _spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c)).throughput_infer_per_s)
             if c == 1:  # one instance saturated: batch-1 executions under load, nothing shared with another
                 loaded = predict.batch_points(first, t.server.model_stats(t.model), t.model)
+                if not host_points:  # no batching to saturate: one instance without it tells instead
+                    host_rps, host_points = rates[-1], loaded
     overhead = _overhead_us(light)
     return predict.calibration(
         t.model,
@@ -416,6 +449,8 @@ def calibrate(t: TrialRunner) -> Calibration:
         instance_counts=tuple(counts) if rates else (),
         saturated_rps=tuple(rates),
         duration_s=time.monotonic() - started,
+        host_saturated_rps=host_rps,
+        host_points=host_points,
     )
 
 

@@ -102,7 +102,10 @@ def test_the_calibration_round_trips_through_the_tune_record(tmp_path: Path):
         instance_counts=(1, 2),
         saturated_rps=(300.0, 310.0),
         duration_s=12.5,
+        host_saturated_rps=280.0,
+        host_points=[CalibrationPoint(8, 30, 4_100.0)],
     )
+    assert cal.host_us == pytest.approx(1e6 / 280.0)
     svc = service_model(cal)
     assert svc.overhead_us == 400.0 and svc.service_us(8) == pytest.approx(4_100.0, rel=1e-6)
     rec = TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", 50.0, 99.0, "throughput", "", None, None, (),
@@ -115,3 +118,26 @@ def test_the_calibration_round_trips_through_the_tune_record(tmp_path: Path):
     del old["calibration"]
     (tmp_path / "old.json").write_text(json.dumps(old))
     assert TuneRecord.load(tmp_path / "old.json").calibration is None
+
+
+def test_the_request_path_holds_the_rate_only_where_the_instance_was_not_busy():
+    from perfkit.predict import fit_host_us, instance_busy
+
+    # 100 batches of 128 at 6.4 ms (50 us an item): at 9,000 items/s the instance executes 45% of the time.
+    points = [CalibrationPoint(128, 100, 6_400.0)]
+    assert instance_busy(9_000.0, points) == pytest.approx(0.45)
+    assert fit_host_us(9_000.0, 0.45) == pytest.approx(1e6 / 9_000.0)
+    # At 19,000 items/s it executes 95% of the time: the instance held the rate, the path is faster.
+    assert instance_busy(19_000.0, points) == pytest.approx(0.95)
+    assert fit_host_us(19_000.0, 0.95) == 0.0
+    assert instance_busy(0.0, points) == 0.0 and instance_busy(9_000.0, []) == 0.0
+    cal = calibration("m", points, host_saturated_rps=9_000.0, host_points=points)
+    assert cal.host_busy == pytest.approx(0.45) and cal.host_us == pytest.approx(111.1, rel=1e-3)
+    assert service_model(cal).host_us == cal.host_us
+    assert calibration("m", points, host_saturated_rps=19_000.0, host_points=points).host_us == 0.0
+    # Under that load the same batches read twice as long (the CPU they run on also handles the
+    # requests): busy is judged by the unloaded line, 45%, so the path still holds the rate.
+    stretched = [CalibrationPoint(128, 100, 12_800.0)]
+    assert instance_busy(9_000.0, stretched) == pytest.approx(0.90)
+    cal = calibration("m", points, host_saturated_rps=9_000.0, host_points=stretched)
+    assert cal.host_busy == pytest.approx(0.45) and cal.host_us == pytest.approx(1e6 / 9_000.0)

@@ -237,3 +237,49 @@ def test_the_simulator_is_deterministic_for_a_seed():
     a = simulate(NO_BATCHING, ServiceModel(D_US, 0.0), load, requests=3_000, seed=9)
     b = simulate(NO_BATCHING, ServiceModel(D_US, 0.0), load, requests=3_000, seed=9)
     assert a == b
+
+
+def test_the_request_path_is_lindleys_recursion_on_the_arrivals():
+    from perfkit.predict import through_request_path
+
+    due = np.sort(np.random.default_rng(3).uniform(0, 0.05, 500))
+    host_s = 150e-6
+    want, last = [], -math.inf
+    for t in due:  # one request at a time, host_s each: it leaves when the one before it is through
+        last = max(float(t), last + host_s)
+        want.append(last)
+    got = through_request_path(due, host_s)
+    assert np.allclose(got, want, rtol=0, atol=1e-12)
+    assert (got >= due).all() and (np.diff(got) >= host_s - 1e-12).all()
+    assert through_request_path(due, 0.0) is due
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_a_request_path_that_holds_the_rate_queues_as_md1(rho: float):
+    # Execution 1 us, the path 1 ms a request: the path is an M/D/1 queue ahead of an idle
+    # instance, so the mean latency is the execution plus Pollaczek-Khinchine's wait on the path.
+    host_us = 1_000.0
+    rate = rho / (host_us / 1e6)
+    svc = ServiceModel(1.0, 0.0, host_us=host_us)
+    p = simulate(NO_BATCHING, svc, Load("poisson", rate_rps=rate), requests=100_000, seed=1)
+    pk_us = rho * host_us / (2 * (1 - rho))
+    assert p.mean_us - 1.0 == pytest.approx(pk_us, rel=0.05 if rho == 0.5 else 0.09)
+    # Without the path the same load barely waits at all.
+    alone = simulate(NO_BATCHING, ServiceModel(1.0, 0.0), Load("poisson", rate_rps=rate), requests=100_000, seed=1)
+    assert alone.mean_us < 1.1
+
+
+def test_no_config_is_predicted_past_what_the_request_path_lets_through():
+    # A cheap batching model (8 ms for 128) sustains thousands of req/s on its instance; a path of
+    # 250 us a request caps every config at 4,000 req/s, and the bisection stays under it.
+    fast = ServiceModel(500.0, 60.0)
+    held = ServiceModel(500.0, 60.0, host_us=250.0)
+    cfg = BatcherConfig(128, True, (), 1_000.0, 1)
+    assert capacity_rps(cfg, fast, Contention()) > 10_000
+    assert capacity_rps(cfg, held, Contention()) == pytest.approx(4_000.0)
+    free = sustainable_rate(cfg, fast, 20_000.0, requests=20_000)
+    capped = sustainable_rate(cfg, held, 20_000.0, requests=20_000)
+    assert free.rate_rps > 8_000
+    assert 3_200 < capped.rate_rps < 4_000
+    with pytest.raises(UsageError, match="host_us"):
+        ServiceModel(1.0, 0.0, host_us=-1.0)

@@ -207,6 +207,7 @@ class PredictedSearch:
         self.calibration = calibrate(self.t)
         self.t.emit(Calibrated(self.calibration))
         self.t.predicted_rate = self.predicted_for
+        self.t.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
@@ -262,6 +263,7 @@ class PredictedSearch:
             self.checked_trial(ft.number, st, ev.measured_rps)
             if not ev.held and not self.fell_back:
                 self.fell_back = True
+                self.t.steer = True  # the measured search goes on, steered as it is without predictions
                 latency = f" and the latency at the rate measured by more than {LATENCY_TOLERANCE:.0%}"
                 self.t.emit(
                     _Note(

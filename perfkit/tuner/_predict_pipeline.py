@@ -192,6 +192,7 @@ class PipelinePredictedSearch(PredictedSearch):
             return
         cal = self.calibration
         self.t.predicted_rate = self.predicted_for
+        self.t.steer = False  # the predictions pick the trials while they hold (see PredictedSearch.stop)
         self.order = step_order(self.pipeline)
         self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
         started = time.perf_counter()

@@ -177,7 +177,8 @@ class PipelineSubject:
             bottleneck = max((r for r in rows if self._searched(r[0])), key=lambda r: r[1] + r[2], default=None)
             # Only a new best is worth a neighbour: a steered trial that does not improve ends the
             # chain and the sampler draws again.
-            nxt = self._steer(t, study, trial, bottleneck[0]) if bottleneck and _new_best(study, verdict) else None
+            steer = t.steer and bottleneck and _new_best(study, verdict)
+            nxt = self._steer(t, study, trial, bottleneck[0]) if steer and bottleneck else None
             t.emit(StepBreakdown(trial.number, tuple(rows), bottleneck[0] if bottleneck else None, nxt))
         if self._also is not None:
             self._also(t, trial.number, level)

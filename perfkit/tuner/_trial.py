@@ -99,6 +99,9 @@ class TrialRunner:
         # calibration the predictions came from, kept in the record however the search ends.
         self.predicted_rate: Callable[[Mapping[str, Any]], float | None] | None = None
         self.calibration: Calibration | None = None
+        # Whether a pipeline's trial may queue its bottleneck's neighbour (off while a predicted
+        # search picks the trials: its next best would wait behind it).
+        self.steer = True
 
     def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
         """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""

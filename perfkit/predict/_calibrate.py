@@ -127,13 +127,10 @@ HOST_BOUND_BUSY = 0.85
 
 
 def instance_busy(
-    saturated_rps: float,
-    points: Sequence[CalibrationPoint],
-    instances: int = 1,
-    service_us: Callable[[int], float] | None = None,
+    saturated_rps: float, points: Sequence[CalibrationPoint], service_us: Callable[[int], float] | None = None
 ) -> float:
-    """How much of the time the instances would execute at a saturated rate (items/s) the batches
-    executed at it (its points): rate x execution time per item / instances, each batch timed by
+    """How much of the time one instance would execute at a saturated rate (items/s) the batches
+    executed at it (its points): rate x execution time per item, each batch timed by
     service_us (the fitted line, measured unloaded) or, without it, as the points read. The
     unloaded time is the one that tells: where the instances share the machine's CPU with the
     requests' own handling, an execution under that load stretches and reads busy while the
@@ -141,9 +138,8 @@ def instance_busy(
     items = sum(p.executions * p.batch_size for p in points)
     if saturated_rps <= 0 or items <= 0:
         return 0.0
-    time_of = service_us or (lambda n: next(p.service_us for p in points if p.batch_size == n))
-    per_item_us = sum(p.executions * time_of(p.batch_size) for p in points) / items
-    return saturated_rps * per_item_us / 1e6 / max(1, instances)
+    busy_us = sum(p.executions * (service_us(p.batch_size) if service_us else p.service_us) for p in points)
+    return saturated_rps * busy_us / items / 1e6
 
 
 def fit_host_us(saturated_rps: float, busy: float) -> float:

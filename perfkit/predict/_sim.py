@@ -93,7 +93,7 @@ def through_request_path(due: np.ndarray, host_s: float) -> np.ndarray:
     if host_s <= 0 or len(due) == 0:
         return due
     step = host_s * np.arange(len(due), dtype=np.float64)
-    return np.asarray(step + np.maximum.accumulate(due - step), dtype=np.float64)
+    return step + np.maximum.accumulate(due - step)
 
 
 def _service_table(service: ServiceModel, largest: int) -> list[float]:
@@ -332,7 +332,6 @@ def simulate_within(
         else:
             base = unit if unit is not None else unit_arrivals(load.kind, requests, seed)
             due = base / load.rate_rps
-        due = due.astype(np.float64, copy=False)
         served = through_request_path(due, service.host_us / 1e6)
         give_up = None
         if budget_us is not None:

@@ -126,7 +126,14 @@ class PredictedSearch:
         """Queue the best predicted config now, the others (up to TOP_MEASURED) while worth it."""
         self.waiting = list(top[1:TOP_MEASURED])
         for params, rate in top[:1]:
-            study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: rate}, skip_if_exists=True)
+            _enqueue(study, params, rate)
+
+    def prediction_of(self, st: _trial_state.TrialState) -> float | None:
+        """The rate a measured trial is checked against: the one it was queued with, or for your
+        config (measured anyway: its prediction is free evidence) the one predicted for it."""
+        if st.predicted_rps is None and st.is_original:
+            return self.predicted_for(st.params)
+        return st.predicted_rps
 
     def label(self, params: Mapping[str, Any]) -> str:
         """A point's knobs, for the search's lines."""
@@ -145,14 +152,14 @@ class PredictedSearch:
             got = st.throughput_infer_per_s if st.feasible else None
             if got:
                 best = max(best, float(got))
-            want = st.predicted_rps if st.predicted_rps is not None else self.predicted_for(st.params)
+            want = self.prediction_of(st)
             if ft.number in self.checked and want and got:
                 ratios.append(float(got) / want)
         params, rate = self.waiting[0]
         factor = max(ratios, default=1.0)
         if rate * factor >= best:
             self.waiting.pop(0)
-            study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: rate}, skip_if_exists=True)
+            _enqueue(study, params, rate)
             return True
         self.passed_over = (
             f"the next predicted, {self.label(params)} at {rate:.0f} req/s, cannot reach the best measured"
@@ -252,9 +259,7 @@ class PredictedSearch:
             if ft.number in self.checked:
                 continue
             st = _trial_state.read(ft)
-            want = st.predicted_rps
-            if want is None and st.is_original:  # measured anyway: its prediction is free evidence
-                want = self.predicted_for(st.params)
+            want = self.prediction_of(st)
             if want is None:
                 continue
             self.checked.add(ft.number)
@@ -284,7 +289,7 @@ class PredictedSearch:
             return f"the best predicted configs measured ({len(self.checked)}), their predictions held{why}"
         if self.fell_back and self.waiting:  # the measured search goes on: what was predicted best goes first
             for params, rate in self.waiting:
-                study.enqueue_trial(params, user_attrs={PREDICTED_ATTR: rate}, skip_if_exists=True)
+                _enqueue(study, params, rate)
             self.waiting = []
         return None
 
@@ -295,6 +300,11 @@ class _Note(TuneEvent):
 
     def line(self) -> str:
         return self.text
+
+
+def _enqueue(study: optuna.Study, params: Mapping[str, Any], rate_rps: float) -> None:
+    """Queue a predicted config with its predicted rate (PREDICTED_ATTR)."""
+    study.enqueue_trial(dict(params), user_attrs={PREDICTED_ATTR: rate_rps}, skip_if_exists=True)
 
 
 def _alike(cfg: predict.BatcherConfig, r: predict.RateResult, by_cfg: Mapping[Any, predict.RateResult]) -> bool:
@@ -422,10 +432,10 @@ def calibrate(t: TrialRunner) -> Calibration:
         for n in sizes:
             _level(t, _spec(t, n))
         after = t.server.model_stats(t.model)
+        points = predict.batch_points(before, after, t.model)
         host_rps = 0.0
         host_points: tuple[CalibrationPoint, ...] = ()
         if top > 1:  # the largest batches, overloaded: is it the instance or the request path that holds?
-            points = predict.batch_points(before, after, t.model)
             fastest = max((p.batch_size / p.service_us * 1e6 for p in points), default=0.0)
             offered = min(t.judge.max_rate_rps, HOST_OVERLOAD * fastest) if fastest > 0 else t.judge.max_rate_rps
             host_rps = _level(t, _rate_spec(t, offered)).throughput_infer_per_s
@@ -446,7 +456,7 @@ def calibrate(t: TrialRunner) -> Calibration:
     overhead = _overhead_us(light)
     return predict.calibration(
         t.model,
-        predict.merge_points(predict.batch_points(before, after, t.model), loaded),
+        predict.merge_points(points, loaded),
         overhead_us=overhead,
         instance_counts=tuple(counts) if rates else (),
         saturated_rps=tuple(rates),

@@ -228,15 +228,16 @@ class PipelinePredictedSearch(PredictedSearch):
         ]
         original = dict(self.t.original_fixed_params())
         cands = [self.steps(self.configs(q)) for q in joint]
+        original_steps = self.steps(self.configs(original))
         scored_sets = predict.score_pipelines(
-            [*cands, self.steps(self.configs(original))], budget_us, percentile=self.t.s.budget.percentile,
+            [*cands, original_steps], budget_us, percentile=self.t.s.budget.percentile,
             overhead_us=cal.overhead_us, keep=TOP_MEASURED, arrival=self.t.judge.distribution,
         )  # fmt: skip
         by_key = {r.configs: r for r in scored_sets}
         self.predicted = {k: r.rate_rps for k, r in by_key.items() if not r.bounded and r.rate_rps > 0}
         mine = self.key(original)  # measured anyway: simulated even below the best (see PredictedSearch.seed)
         if mine not in self.predicted:
-            own = predict.pipeline_rate(self.steps(self.configs(original)), budget_us,
+            own = predict.pipeline_rate(original_steps, budget_us,
                                         percentile=self.t.s.budget.percentile, overhead_us=cal.overhead_us,
                                         arrival=self.t.judge.distribution)  # fmt: skip
             if own.rate_rps > 0:

@@ -177,8 +177,9 @@ class PipelineSubject:
             bottleneck = max((r for r in rows if self._searched(r[0])), key=lambda r: r[1] + r[2], default=None)
             # Only a new best is worth a neighbour: a steered trial that does not improve ends the
             # chain and the sampler draws again.
-            steer = t.steer and bottleneck and _new_best(study, verdict)
-            nxt = self._steer(t, study, trial, bottleneck[0]) if steer and bottleneck else None
+            nxt = None
+            if bottleneck and t.steer and _new_best(study, verdict):
+                nxt = self._steer(t, study, trial, bottleneck[0])
             t.emit(StepBreakdown(trial.number, tuple(rows), bottleneck[0] if bottleneck else None, nxt))
         if self._also is not None:
             self._also(t, trial.number, level)

@@ -63,7 +63,7 @@ from perfkit.records._samples import (
     status_name,
 )
 from perfkit.records._serial import T, _read_json, from_dict, to_dict
-from perfkit.records._tune import TUNE_SCHEMA, TUNE_SCHEMA_VERSION, Confirmation, TrialRecord, TuneRecord
+from perfkit.records._tune import M_LOWER_BOUND, TUNE_SCHEMA, TUNE_SCHEMA_VERSION, Confirmation, TrialRecord, TuneRecord
 
 
 def load_record(path: Path) -> RunRecord | TuneRecord:
@@ -82,6 +82,7 @@ def load_record(path: Path) -> RunRecord | TuneRecord:
 
 
 __all__ = [
+    "M_LOWER_BOUND",
     "Calibration",
     "CalibrationPoint",
     "Drift",

@@ -44,6 +44,10 @@ class Confirmation:
         return self.searched_load is not None
 
 
+# A trial metric: 1 where its figure is a lower bound (held at its start level, nothing above measured).
+M_LOWER_BOUND = "rate_lower_bound"
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One tuner trial: the candidate's parameters and what it achieved within the budget."""
@@ -62,6 +66,12 @@ class TrialRecord:
     is_original: bool = False
     metrics: dict[str, float] = field(default_factory=dict)  # every other figure, e.g. gpu_memory_bytes
     confirmation: Confirmation | None = None  # the re-measurement of a pick and its nearest rivals
+
+    @property
+    def rate_is_lower_bound(self) -> bool:
+        """Whether the figure is only a rate the config held, nothing above it measured (the predicted
+        search measures your config at its predicted rate only where it cannot compete)."""
+        return self.metrics.get(M_LOWER_BOUND, 0.0) > 0
 
     @property
     def claimed_throughput(self) -> float | None:

@@ -83,9 +83,10 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
             page.cards.append(
                 Card(
                     "gain over original",
-                    f"{gain:.1f}×",
+                    f"≤ {gain:.1f}×" if orig.rate_is_lower_bound else f"{gain:.1f}×",
                     "",
-                    f"original {T.fmt_rate(orig.throughput_infer_per_s)} infer/s",
+                    f"original {'≥ ' if orig.rate_is_lower_bound else ''}{T.fmt_rate(orig.throughput_infer_per_s)}"
+                    " infer/s",
                     "good" if gain > 1 else "",
                 )
             )

@@ -90,7 +90,13 @@ def recommendation(tune: TuneRecord) -> str:
     elif orig is not None and orig.throughput_infer_per_s:
         base = orig.claimed_throughput or orig.throughput_infer_per_s
         gain = claimed / base
-        sentence += f", {gain:.1f}× the original config's {fmt_rate(base)} infer/s"
+        if orig.rate_is_lower_bound:
+            sentence += (
+                f", at most {gain:.1f}× the original config's {fmt_rate(base)} infer/s (the rate it held where it"
+                " was predicted; not searched higher, since it could not compete)"
+            )
+        else:
+            sentence += f", {gain:.1f}× the original config's {fmt_rate(base)} infer/s"
         if not orig.feasible:
             sentence += " (which missed the budget)"
     scope = budget if tune.budget_metric == "latency" else f"{budget} {pct}"  # a TTFT/ITL budget says what it bounds

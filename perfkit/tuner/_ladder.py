@@ -46,12 +46,19 @@ class LadderSearch:
     down from there half a stride at a time instead of halving from the level it measured. A
     badly batched config that completes 20 req/s when 768 are offered is not walked down 768,
     384, ... and bisected through its slowest levels (a level at 20 req/s takes ~15 s to fill its
-    windows)."""
+    windows).
+
+    `start_suffices`: a start level within budget ends the search there (its figure a lower bound:
+    nothing above it is measured); a start over the budget is searched down as usual. For a config
+    that only has to show it holds its predicted rate (the predicted search's original, when it
+    cannot compete)."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
                  values: Sequence[float], start_index: int, *, stride: int = 1,
-                 ceiling: Callable[[LevelResult], float | None] | None = None) -> None:  # fmt: skip
+                 ceiling: Callable[[LevelResult], float | None] | None = None,
+                 start_suffices: bool = False) -> None:  # fmt: skip
         self.measure_one = measure_one
+        self.start_suffices = start_suffices
         self.stride = stride
         self.ceiling = ceiling
         self.cap: int | None = None  # lowest index known over from a capacity ceiling (not measured)
@@ -149,7 +156,7 @@ class LadderSearch:
         first = self._measure(self.start_index)
         if first is False:
             first = self._confirmed_over(self.start_index)
-        if first is not None:
+        if first is not None and not (first and self.start_suffices):
             bounds: tuple[int | None, int | None] | None = (
                 (self.start_index, None) if first else (None, self.start_index)
             )

@@ -210,13 +210,15 @@ def find_load(
     command: tuple[str, ...] = (),
     record_path: Path | None = None,
     deadline: float | None = None,
+    start_suffices: bool = False,
 ) -> RunRecord:
     """Measure a loaded candidate up to its highest load within the budget (concurrency, or
     for open loop the highest sustainable arrival rate); returns one run record holding every
     level measured (sorted by load). `deadline` (time.monotonic() seconds): each level measured
     one run at a time, given the windows that fit before it. Raises what measure raises, and
     OutOfTime (its record: the levels measured, None if none) when the next level would not
-    fit before the deadline."""
+    fit before the deadline. `start_suffices` (open loop, from a given start): a start level within
+    budget ends the search there (LadderSearch)."""
 
     def ok(lv: LevelResult) -> bool:
         return judge.budget.within(lv)
@@ -241,7 +243,8 @@ def find_load(
         # overshooting costs little and creeping up from a low start (the probe's, or a similar
         # trial's that sustained far less) costs most of a trial.
         search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
-                               stride=RATE_STEPS_PER_DOUBLING, ceiling=capacity_ceiling)  # fmt: skip
+                               stride=RATE_STEPS_PER_DOUBLING, ceiling=capacity_ceiling,
+                               start_suffices=start_suffices and not probed)  # fmt: skip
         try:
             merged = search.run()
         except OutOfTime as ended:

@@ -29,7 +29,15 @@ from optuna.trial import TrialState
 
 from perfkit import predict
 from perfkit.errors import UsageError
-from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec, TuneRecord
+from perfkit.records import (
+    M_LOWER_BOUND,
+    Calibration,
+    CalibrationPoint,
+    LevelResult,
+    LoadLevel,
+    ProfileSpec,
+    TuneRecord,
+)
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._predict_check import (
@@ -128,6 +136,22 @@ class PredictedSearch:
         for params, rate in top[:1]:
             _enqueue(study, params, rate)
 
+    def original_at_prediction(self, best_rps: float) -> None:
+        """Where your config cannot compete with the best predicted (best_rps), measure it at its
+        predicted rate only: a level that holds there is its figure (a lower bound) and checks the
+        model; one that does not is searched down as usual. Said in a line."""
+        mine = self.predicted_for({})
+        if mine is None or not cannot_compete(mine, best_rps):
+            return
+        self.t.original_at_prediction_only = True
+        self.t.emit(
+            _Note(
+                f"your config, predicted {mine:.0f} req/s against the best {best_rps:.0f}, cannot compete even with"
+                f" both off by {PREDICTION_TOLERANCE:.0%}: it is measured at its predicted rate only (a level that"
+                " holds there is its figure, at least)"
+            )
+        )
+
     def prediction_of(self, st: _trial_state.TrialState) -> float | None:
         """The rate a measured trial is checked against: the one it was queued with, or for your
         config (measured anyway: its prediction is free evidence) the one predicted for it."""
@@ -153,8 +177,8 @@ class PredictedSearch:
             if got:
                 best = max(best, float(got))
             want = self.prediction_of(st)
-            if ft.number in self.checked and want and got:
-                ratios.append(float(got) / want)
+            if ft.number in self.checked and want and got and not st.metrics.get(M_LOWER_BOUND):
+                ratios.append(float(got) / want)  # a lower bound tells no error, only that it is not lower
         params, rate = self.waiting[0]
         factor = max(ratios, default=1.0)
         if rate * factor >= best:
@@ -251,6 +275,8 @@ class PredictedSearch:
                 tuple((_label(p), by_cfg[batcher_config(self.t, p)].rate_rps) for p in top),
             )
         )
+        if top:
+            self.original_at_prediction(by_cfg[batcher_config(self.t, top[0])].rate_rps)
 
     def stop(self, study: optuna.Study) -> str | None:
         """Before each trial: check the trials measured since, and stop once the best predicted
@@ -300,6 +326,12 @@ class _Note(TuneEvent):
 
     def line(self) -> str:
         return self.text
+
+
+def cannot_compete(predicted_rps: float, best_predicted_rps: float) -> bool:
+    """Whether a config predicted at predicted_rps stays below the best predicted even with the first
+    PREDICTION_TOLERANCE under its rate and the best PREDICTION_TOLERANCE over."""
+    return predicted_rps * (1 + PREDICTION_TOLERANCE) < best_predicted_rps * (1 - PREDICTION_TOLERANCE)
 
 
 def _enqueue(study: optuna.Study, params: Mapping[str, Any], rate_rps: float) -> None:

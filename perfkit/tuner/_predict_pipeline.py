@@ -255,6 +255,8 @@ class PipelinePredictedSearch(PredictedSearch):
         best = tuple((f"{_label_joint(q)} (slowest step {by_key[self.key(q)].bottleneck})",
                       by_key[self.key(q)].rate_rps) for q in top)  # fmt: skip
         self.t.emit(Predicted(scored + len(cands), sum(1 for r in scored_sets if not r.bounded), seconds, best))
+        if top:
+            self.original_at_prediction(by_key[self.key(top[0])].rate_rps)
 
     def label(self, params: Mapping[str, Any]) -> str:
         return _label_joint(params)

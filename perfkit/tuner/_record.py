@@ -98,6 +98,8 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
             base = orig.claimed_throughput or orig.throughput_infer_per_s
             pct = 100.0 * (claimed / base - 1)
             gain = f", {pct:+.0f}% vs the original ({base:.1f} infer/s)"
+            if orig.rate_is_lower_bound:
+                gain = f", at most {pct:+.0f}% vs the original (at least {base:.1f} infer/s: held where predicted)"
         elif orig is not None:
             gain = ", the original did not meet the budget"
         tokens_per_s = best.metrics.get("output_tokens_per_s")

@@ -4,6 +4,7 @@ tell. The search state shared by the trials lives in TrialRunner."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -27,7 +28,7 @@ from perfkit.errors import (
     ServerError,
     UsageError,
 )
-from perfkit.records import Calibration, ProfileSpec, RunRecord
+from perfkit.records import M_LOWER_BOUND, Calibration, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _study, _trial_state
@@ -102,6 +103,9 @@ class TrialRunner:
         # Whether a pipeline's trial may queue its bottleneck's neighbour (off while a predicted
         # search picks the trials: its next best would wait behind it).
         self.steer = True
+        # The predicted search sets this where your config cannot compete with the best predicted:
+        # its rate search ends at its predicted rate when that holds (LadderSearch.start_suffices).
+        self.original_at_prediction_only = False
 
     def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
         """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""
@@ -336,12 +340,15 @@ class TrialRunner:
         predicted = _trial_state.read(trial).predicted_rps
         if predicted is None and self.predicted_rate is not None:
             predicted = self.predicted_rate(params)
+        at_prediction = False
         if self.judge.open_loop and predicted is not None and predicted > 0:
             start = predicted  # --search predict: the rate search starts at the prediction
+            at_prediction = is_original and self.original_at_prediction_only
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
-                               record_path=record_path, deadline=self.search_deadline())  # fmt: skip
+                               record_path=record_path, deadline=self.search_deadline(),
+                               start_suffices=at_prediction)  # fmt: skip
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)
@@ -358,7 +365,11 @@ class TrialRunner:
         measure_s = time.monotonic() - t1
         if not record_path.exists():
             record.save(record_path)
-        return self._verdict(study, trial, record, reload_s, measure_s)
+        out = self._verdict(study, trial, record, reload_s, measure_s)
+        if out is not None and at_prediction and len(record.levels) == 1 and out[0].feasible_load is not None:
+            # held at its start, nothing above measured: the figure is a lower bound
+            out = (dataclasses.replace(out[0], metrics={**out[0].metrics, M_LOWER_BOUND: 1.0}), *out[1:])
+        return out
 
     def _verdict(self, study: optuna.Study, trial: optuna.Trial, record: RunRecord, reload_s: float,
                  measure_s: float) -> tuple[TrialVerdict, float, float] | None:  # fmt: skip

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from perfkit.predict import contention
-from perfkit.records import TuneRecord
+from perfkit.records import RunRecord, TuneRecord
 from perfkit.tuner._predict import LATENCY_TOLERANCE, PREDICTION_TOLERANCE
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
@@ -79,6 +79,18 @@ def test_predicted_tune_picks_the_known_best_and_the_measurement_holds_the_predi
     assert best is not None and best.params.get("instance_count") == 2  # the known best: two instances
     frame = pd.read_csv(out / "trials.csv")
     assert "predicted_rps" in frame.columns
+    # Your config (one instance) cannot compete with two: measured at its predicted rate only, a level
+    # that holds there its figure (a lower bound); one over the budget searched down as usual.
+    assert "cannot compete" in proc.stdout, lines
+    orig = rec.original()
+    assert orig is not None
+    levels = RunRecord.load(out / "runs" / f"trial-{orig.number:03d}.json").levels
+    if orig.rate_is_lower_bound:
+        assert len(levels) == 1 and orig.load == levels[0].load, levels
+        assert "at most" in proc.stdout and "vs the original (at least" in proc.stdout, proc.stdout
+    else:
+        # the start (the highest level) did not hold: the figure, if any, is below it
+        assert len(levels) > 1 and (orig.load is None or orig.load.value < levels[-1].load.value), levels
 
 
 @pytest.mark.quiet

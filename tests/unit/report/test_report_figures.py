@@ -158,6 +158,22 @@ def test_recommendation_sentence(tune):
     )
 
 
+def test_a_gain_over_an_original_measured_only_at_its_prediction_is_an_upper_bound(tune):
+    from perfkit.records import M_LOWER_BOUND
+    from perfkit.tuner._record import summary
+
+    trials = tuple(
+        dataclasses.replace(t, metrics={**t.metrics, M_LOWER_BOUND: 1.0}) if t.is_original else t for t in tune.trials
+    )
+    held = dataclasses.replace(tune, trials=trials)
+    assert T.original_trial(held).rate_is_lower_bound and not T.original_trial(tune).rate_is_lower_bound
+    assert "at most 3.1× the original config's 590 infer/s (the rate it held where it was predicted" in (
+        T.recommendation(held)
+    )
+    lines = summary(held, Path(".")).lines
+    assert any("at most +212% vs the original (at least 590.0 infer/s" in line for line in lines), lines
+
+
 def test_recommendation_without_a_feasible_trial(tune):
     over_budget = tuple(dataclasses.replace(t, feasible=False) for t in tune.trials)
     none = dataclasses.replace(

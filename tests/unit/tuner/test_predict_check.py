@@ -19,7 +19,7 @@ from perfkit import predict
 from perfkit.budget import Budget
 from perfkit.errors import MeasurementError, ServerError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import Calibration, CalibrationPoint, LoadLevel, ProfileSpec, RunRecord, TuneRecord
+from perfkit.records import M_LOWER_BOUND, Calibration, CalibrationPoint, LoadLevel, ProfileSpec, RunRecord, TuneRecord
 from perfkit.server.base import Endpoints
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from perfkit.tuner._predict import Predicted, PredictedSearch, batcher_from
@@ -44,6 +44,7 @@ def _search(arrival: str = "constant") -> tuple[PredictedSearch, list[Any]]:
         space=SimpleNamespace(original_params=dict(ORIGINAL)),
         original_fixed_params=lambda: {"instance_count": 1},
         emit=events.append,
+        original_at_prediction_only=False,
     )
     return PredictedSearch(t, calibration=CAL), events  # type: ignore[arg-type]  # a stand-in runner
 
@@ -238,7 +239,7 @@ def test_a_predicted_tune_cut_short_keeps_its_calibration_and_the_original_start
 def _told(study: optuna.Study, st: TrialState, *, original: bool = False, predicted: float | None = None) -> int:
     """A trial of `study` measured as `st` (its params the trial's own); its number."""
     trial = study.ask()
-    for name in ("feasible", "throughput_infer_per_s", "latency_us"):
+    for name in ("feasible", "throughput_infer_per_s", "latency_us", "metrics"):
         trial.set_user_attr(name, getattr(st, name))
     trial.set_user_attr("params", st.params)
     load = {"mode": "request_rate", "value": st.throughput_infer_per_s, "distribution": "constant"}
@@ -276,6 +277,40 @@ def test_the_next_predicted_config_is_measured_only_while_it_could_beat_the_best
     reason = ps.stop(study)
     assert reason is not None and "their predictions held" in reason and "cannot reach the best measured 300" in reason
     assert ps.waiting == [] and not [e for e in events if "going on" in e.line()]
+
+
+def test_your_config_that_cannot_compete_is_measured_at_its_prediction_and_its_lower_bound_tells_no_error():
+    ps, events = _search()
+    ps.predicted = {ps.key({"instance_count": 1}): 95.0}
+    ps.original_at_prediction(150.0)  # 95 x 1.25 = 119 >= 150 x 0.75 = 112: both off by 25%, it could win
+    assert not ps.t.original_at_prediction_only and not events
+    ps.original_at_prediction(400.0)  # 119 < 300: it cannot
+    assert ps.t.original_at_prediction_only
+    assert "cannot compete" in events[-1].line() and "measured at its predicted rate only" in events[-1].line()
+    # Measured there, it held (its figure a lower bound): no error to correct the next best by, so 320
+    # predicted reaches 242 at the one error seen (303 / 400) and is not measured against 300.
+    ps.queue(
+        optuna.create_study(direction="maximize"), [({"instance_count": 2}, 400.0), ({"instance_count": 3}, 320.0)]
+    )
+    study = optuna.create_study(direction="maximize")
+    _told(study, dataclasses.replace(_measured(95.0, 50_000.0, instance_count=1), metrics={M_LOWER_BOUND: 1.0}),
+          original=True)  # fmt: skip
+    _told(study, _measured(306.0, 90_000.0, instance_count=2), predicted=400.0)
+    ps.calibration = None
+    ps.checked.update({0, 1})
+    reason = ps.stop(study)
+    assert (
+        reason is not None
+        and "cannot reach the best measured 303 even at the most favourable error seen (x0.76)" in (reason)
+    ), reason
+    # Measured fully (no lower bound), the same original's x0.99 lets 320 through (317 >= 303)
+    ps.queue(
+        optuna.create_study(direction="maximize"), [({"instance_count": 2}, 400.0), ({"instance_count": 3}, 320.0)]
+    )
+    study = optuna.create_study(direction="maximize")
+    _told(study, _measured(95.0, 50_000.0, instance_count=1), original=True)
+    _told(study, _measured(306.0, 90_000.0, instance_count=2), predicted=400.0)
+    assert ps.stop(study) is None and ps.waiting == []
 
 
 def test_after_a_fallback_the_rest_of_the_best_predicted_are_measured_first():

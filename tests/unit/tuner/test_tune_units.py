@@ -320,6 +320,24 @@ def test_an_overloaded_level_caps_the_open_loop_search_at_the_capacity_it_comple
     assert 400.0 in plain.measured and len(plain.measured) > len(sys_.measured)
 
 
+def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_searches_down_from_a_start_over():
+    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    sys_ = FakeRateSystem()  # within the budget up to 400 req/s
+    rec = find_load(sys_, None, judge, "m", 200.0, start_suffices=True)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert sys_.measured == [200.0] and v.feasible_load is not None and v.feasible_load.value == 200.0
+    # A start over the budget is no answer: confirmed over, then searched down and bisected as usual
+    over = FakeRateSystem()
+    rec = find_load(over, None, judge, "m", 600.0, start_suffices=True)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert over.measured[:2] == [600.0, 600.0] and v.feasible_load is not None
+    assert 365 <= v.feasible_load.value <= 400, over.measured
+    # Without it the same start holding is only where the search starts: it gallops past it
+    plain = FakeRateSystem()
+    find_load(plain, None, judge, "m", 200.0)
+    assert plain.measured[0] == 200.0 and max(plain.measured) > 400.0
+
+
 def _kept_up(rec: RunRecord) -> RunRecord:
     lv = rec.levels[0]
     return dataclasses.replace(rec, levels=(dataclasses.replace(lv, completed_rps=lv.sent_rps),))

@@ -1,0 +1,119 @@
+"""What a load generator's own CPU takes from a model that computes on the same cores: perfkit and
+perf_analyzer 2.60.0, alternately, at the same Poisson request rates over gRPC, against `onnx_mlp`
+(onnxruntime on the CPU; max_batch_size 128, dynamic batching with a 1 ms queue delay, 2
+instances), each level 3 windows of 2 s. Per level and tool: the rate completed, the p99 (perfkit:
+its worst window's, counted from each request's due time; perf_analyzer: its own p99) and the
+client's CPU per request (perfkit: this process's CPU time, every thread; perf_analyzer: its
+process's, start and end included, so a little high).
+
+`--pin` runs the server on CPU 0 and both clients on CPU 1 (neither client then takes the server's
+CPU; the server has one core).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/onnx_client_share.py --rates 6000,9000
+    PYTHONPATH=. .venv/bin/python benchmarks/onnx_client_share.py --rates 6000,9000 --pin
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._anchor import add_version_flag, use_version  # noqa: E402
+from benchmarks._pa_rate import pa_level  # noqa: E402
+from perfkit.measure import profile  # noqa: E402
+from perfkit.records import LoadLevel, ProfileSpec  # noqa: E402
+from perfkit.server import LocalLaunch, Server, launch_local  # noqa: E402
+from perfkit.server.modelconfig import apply_config, parse_config, render_config  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL = "onnx_mlp"
+WINDOW_MS = 2000
+SERVER_CPUS, CLIENT_CPUS = {0}, {1}
+
+
+def perfkit_level(server: Server, rate: float) -> dict[str, float]:
+    spec = ProfileSpec(model=MODEL, levels=(LoadLevel("request_rate", rate, "poisson"),), protocol="grpc",
+                       measurement_interval_ms=WINDOW_MS, min_windows=3, max_trials=3, percentile=99,
+                       warmup_s=0.5)  # fmt: skip
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    rec = profile(server, spec)
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    lv = rec.levels[-1]
+    p99 = max(w.p99_us for w in lv.windows) / 1e3
+    per_request = 1e6 * cpu / max(lv.request_count, 1)
+    return {"completed_rps": lv.completed_rps, "p99_ms": p99, "cpu_us_per_request": per_request,
+            "cpu_cores": cpu / wall}  # fmt: skip
+
+
+def pa_rate_level(server: Server, rate: float) -> dict[str, float]:
+    r0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
+    tput, p99 = pa_level(server, MODEL, rate, 3 * WINDOW_MS / 1000)
+    r1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - wall0
+    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+    return {"completed_rps": tput, "p99_ms": p99, "cpu_us_per_request": 1e6 * cpu / max(tput * wall, 1.0),
+            "cpu_cores": cpu / wall}  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rates", default="6000,9000", help="comma-separated request rates (req/s)")
+    ap.add_argument("--pin", action="store_true", help="the server on CPU 0, both clients on CPU 1")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    add_version_flag(ap)
+    args = ap.parse_args()
+    version = use_version(args.pa_version)
+    if args.pin and len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--pin needs two CPUs")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from onnx_model import add_onnx_model
+
+    work = Path(tempfile.mkdtemp(prefix="perfkit-onnx-client-share-"))
+    repo = work / "models"
+    add_onnx_model(repo)
+    path = repo / MODEL / "config.pbtxt"
+    text = path.read_text()
+    cfg = parse_config(text)
+    cfg.max_batch_size = 128
+    cfg.dynamic_batching.max_queue_delay_microseconds = 1000
+    cfg.instance_group[0].count = 2
+    every = os.sched_getaffinity(0)
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, work, True)
+        if args.pin:  # the server (and its backends' processes) inherit SERVER_CPUS; this thread moves off them
+            stack.callback(os.sched_setaffinity, 0, every)
+            os.sched_setaffinity(0, SERVER_CPUS)
+        server = stack.enter_context(launch_local(LocalLaunch(repo, models=(MODEL,))))
+        if args.pin:
+            os.sched_setaffinity(0, CLIENT_CPUS)
+        apply_config(server, MODEL, path, render_config(text, cfg))
+        for rate in (float(r) for r in args.rates.split(",")):
+            for tool, level in (("perfkit", perfkit_level), (f"perf_analyzer {version}", pa_rate_level)):
+                row = {"tool": tool, "rate_rps": rate, **level(server, rate)}
+                rows.append(row)
+                print(f"{tool:22s} {rate:7.0f}/s: completed {row['completed_rps']:7.0f}/s, p99 {row['p99_ms']:6.2f} ms,"
+                      f" client CPU {row['cpu_us_per_request']:5.1f} us a request ({row['cpu_cores']:.2f} of a core)",
+                      flush=True)  # fmt: skip
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = {"date": stamp, "pin": args.pin, "perf_analyzer": version, "cpus": os.cpu_count(), "rows": rows}
+    out = args.out / f"onnx_client_share-{stamp}{'-pinned' if args.pin else ''}.json"
+    out.write_text(json.dumps(doc, indent=1))
+    print(f"saved {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

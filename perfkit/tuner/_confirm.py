@@ -17,9 +17,10 @@ is one a re-measurement reproduces, not one that holds on perfkit's readings alo
 percentile at that load were at or over the budget, each repeat would read within it with
 probability at most about 1/2, so all of 3 repeats would with probability at most 1/8 (a sign
 test); the bound keeps a claim off the budget's edge, where a re-measurement is a coin toss.
-When the search's load fails, the next load down the
-same ladder is confirmed instead (the claim steps down, and says so); when that fails too the
-trial is demoted: it is never recommended, and the trial table says why.
+When the search's load fails, the next load down the same ladder is confirmed instead (the claim
+steps down, and says so); when that fails too the trial is demoted: it is never recommended, and
+the trial table says why. A repeat over the budget, or with its own upper bound over it, fails a
+load whatever the others read: the rest are not run there (cannot_hold).
 
 The claimed throughput is the mean over the repeats (open loop: each scaled to the rate asked)
 with the ~95% interval an independent re-measurement would read in (summarize_repeats); the
@@ -103,6 +104,15 @@ def repeat_windows(window_ms: float, cs: ConfirmSettings) -> tuple[int, int]:
     return least, least + max(0, cs.max_windows - cs.min_windows)
 
 
+def cannot_hold(level: LevelResult, budget: Budget) -> bool:
+    """Whether one repeat already decides that its load cannot be claimed: over the budget, or its
+    percentile's own ~95% upper bound over it (summarize_repeats' margin is at least that bound)."""
+    if not budget.within(level):
+        return True
+    rel = level.precision.latency_rel or 0.0
+    return budget.level_us(level) * (1 + rel) > budget.latency_budget_ms * 1e3
+
+
 def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> list[LevelResult]:
     measure = t.measure
     base = t.judge.spec(t.model, (load,))
@@ -130,6 +140,8 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
         if rec.status != "ok" or not rec.levels:
             break
         out.append(rec.levels[-1])
+        if cannot_hold(out[-1], t.s.budget):
+            break  # the load cannot be claimed whatever the other repeats read: on to the next one down
     return out
 
 
@@ -190,12 +202,20 @@ def summarize_repeats(
     margin_ok = ucb <= budget.latency_budget_ms * 1e3
     held = len(levels) == repeats and not bad and margin_ok
     note = ""
-    if len(levels) < repeats:
+    decided = bool(levels) and cannot_hold(levels[-1], budget)  # the last run ended the repeats: no claim here
+    extra = "; ".join(sorted({w for w in (open_loop_shortfall(lv) for lv in bad) if w}))
+    over = f" ({extra})" if extra else ""
+    if len(levels) < repeats and decided:
+        rest = f", the other {repeats - len(levels)} not run: no claim could hold here"
+        note = (
+            f"over the budget in {len(bad)} of {len(levels)} runs{over}{rest}"
+            if bad
+            else f"its upper bound {ucb / 1e3:.2f} ms over the budget after {len(levels)} of {repeats} runs{rest}"
+        )
+    elif len(levels) < repeats:
         note = f"{repeats - len(levels)} of {repeats} runs failed"
     elif bad:
-        why = [open_loop_shortfall(lv) for lv in bad]
-        extra = "; ".join(sorted({w for w in why if w}))
-        note = f"over the budget in {len(bad)} of {repeats} runs" + (f" ({extra})" if extra else "")
+        note = f"over the budget in {len(bad)} of {repeats} runs{over}"
     elif not margin_ok:
         note = f"within the budget in every run, but its upper bound {ucb / 1e3:.2f} ms is not"
     return Confirmation(

@@ -263,3 +263,37 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
     s = TuneSettings(model="m", budget=Budget(20), trials=1)
     assert confirmation_reserve_s(s) == pytest.approx(2 * 3 * (5.0 + s.warmup_s + 1.0))
     assert confirmation_reserve_s(dataclasses.replace(s, confirm_repeats=0)) == 0.0
+
+
+def test_a_rate_one_repeat_rules_out_is_not_repeated_and_the_claim_steps_down(tmp_path: Path):
+    from types import SimpleNamespace
+
+    from perfkit.gate.synthetic import synthetic_record
+    from perfkit.tuner._confirm import confirm_one
+
+    measured: list[float] = []
+
+    def measure(server, spec, *, command=(), record_path=None):  # over the budget above 660 req/s
+        lv = spec.levels[0]
+        measured.append(lv.value)
+        level = dataclasses.replace(
+            synthetic_level(concurrency=lv.value, latency_ms=100.0 if lv.value <= 660 else 200.0, noise=0.0,
+                            open_loop=True),
+            load=lv, sent_rps=lv.value, completed_rps=lv.value, duration_s=5.0,
+        )  # fmt: skip
+        return synthetic_record([level], model=spec.model)
+
+    judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
+    settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"))
+    t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
+    conf = confirm_one(t, 1, judge.level(717.0), ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    # 717 read over the budget in its first run: no claim could hold there, so it was not run again;
+    # the next rate down (657) held in all three runs
+    assert measured == [717.0, 657.0, 657.0, 657.0], measured
+    assert conf.held and conf.repeats == 3 and conf.load.value == 657.0
+    assert "over the budget in 1 of 1 runs, the other 2 not run: no claim could hold here" in conf.note
+    # A run within the budget whose own upper bound is over it rules the rate out too
+    lv = _repeats([48])[0]
+    wide = dataclasses.replace(lv, precision=dataclasses.replace(lv.precision, latency_rel=0.10))
+    out = summarize_repeats(C8, [wide], repeats=3, budget_ms=50, percentile=99, metric="latency")
+    assert not out.held and "upper bound" in out.note and "the other 2 not run" in out.note

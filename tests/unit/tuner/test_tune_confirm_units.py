@@ -227,16 +227,14 @@ def test_the_report_shows_the_confirmed_claim_and_the_demoted_trial():
     assert cells[1].startswith("DEMOTED") and "stepped down from concurrency 8" in cells[2]
 
 
-def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_path: Path):
+def _runner_over_above_660(tmp_path: Path, measured: list[float]):
+    """A stand-in runner whose model is over a 150 ms p99 budget above 660 req/s (open loop); each
+    rate it measures goes to `measured`."""
     from types import SimpleNamespace
 
     from perfkit.gate.synthetic import synthetic_record
-    from perfkit.tuner._confirm import confirm_one
-    from perfkit.tuner._settings import confirmation_reserve_s
 
-    measured: list[float] = []
-
-    def measure(server, spec, *, command=(), record_path=None):  # over the budget above 660 req/s
+    def measure(server, spec, *, command=(), record_path=None):
         lv = spec.levels[0]
         measured.append(lv.value)
         level = dataclasses.replace(
@@ -248,7 +246,16 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
 
     judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
     settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"))
-    t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
+    return SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
+
+
+def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_path: Path):
+    from perfkit.tuner._confirm import confirm_one
+    from perfkit.tuner._settings import confirmation_reserve_s
+
+    measured: list[float] = []
+    t = _runner_over_above_660(tmp_path, measured)
+    judge = t.judge
     cs = ConfirmSettings(repeats=2, min_windows=1, max_windows=1)
     start = judge.level(717.0)
     alone = confirm_one(t, 1, start, cs)  # type: ignore[arg-type]  # a stand-in with the runner's fields
@@ -266,26 +273,11 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
 
 
 def test_a_rate_one_repeat_rules_out_is_not_repeated_and_the_claim_steps_down(tmp_path: Path):
-    from types import SimpleNamespace
-
-    from perfkit.gate.synthetic import synthetic_record
     from perfkit.tuner._confirm import confirm_one
 
     measured: list[float] = []
-
-    def measure(server, spec, *, command=(), record_path=None):  # over the budget above 660 req/s
-        lv = spec.levels[0]
-        measured.append(lv.value)
-        level = dataclasses.replace(
-            synthetic_level(concurrency=lv.value, latency_ms=100.0 if lv.value <= 660 else 200.0, noise=0.0,
-                            open_loop=True),
-            load=lv, sent_rps=lv.value, completed_rps=lv.value, duration_s=5.0,
-        )  # fmt: skip
-        return synthetic_record([level], model=spec.model)
-
-    judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
-    settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"))
-    t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
+    t = _runner_over_above_660(tmp_path, measured)
+    judge = t.judge
     conf = confirm_one(t, 1, judge.level(717.0), ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
     # 717 read over the budget in its first run: no claim could hold there, so it was not run again;
     # the next rate down (657) held in all three runs

@@ -267,11 +267,46 @@ def tritonserver() -> Path:
     return REAL_TRITONSERVER
 
 
+class SharedTriton:
+    """The one real server with every fixture model that tests only reading from it share, started on
+    first use. Should it die (a Triton crash under a test's connection faults), the next test gets a
+    new one, with a warning holding the dead server's log, instead of every later test of the worker
+    failing on a refused connection."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self.started: list[LocalServer] = []
+
+    def live(self) -> LocalServer:
+        if self.started and self.started[-1].alive():
+            return self.started[-1]
+        if self.started:
+            import warnings
+
+            log = self.started[-1].log_tail()
+            warnings.warn(f"the shared Triton died; a new one serves the next tests. Its log:\n{log}", stacklevel=2)
+        self.started.append(launch_local(LocalLaunch(self.repo, env={leftovers.TAG: leftovers.SESSION})))
+        return self.started[-1]
+
+    def stop(self) -> None:
+        for server in self.started:
+            server.stop()
+
+
 @pytest.fixture(scope="session")
-def triton(tritonserver: Path, session_repo: Path) -> Iterator[LocalServer]:
-    """One real server with every fixture model, shared by the tests that only read from it."""
-    with launch_local(LocalLaunch(session_repo, env={leftovers.TAG: leftovers.SESSION})) as server:
-        yield server
+def shared_triton(tritonserver: Path, session_repo: Path) -> Iterator[SharedTriton]:
+    shared = SharedTriton(session_repo)
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
+@pytest.fixture
+def triton(shared_triton: SharedTriton) -> LocalServer:
+    """One real server with every fixture model, shared by the tests that only read from it (a live
+    one: see SharedTriton)."""
+    return shared_triton.live()
 
 
 @pytest.fixture

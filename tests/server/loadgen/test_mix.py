@@ -116,8 +116,9 @@ def test_scoped_thresholds():
 
 
 @pytest.fixture(scope="module")
-def mix_run(triton, tmp_path_factory) -> tuple[RunRecord, Path, str]:
+def mix_run(shared_triton, tmp_path_factory) -> tuple[RunRecord, Path, str]:
     """One CLI run of the 3:1 mix: an open-loop level (40 req/s) and a closed-loop one (concurrency 4)."""
+    triton = shared_triton.live()
     out = tmp_path_factory.mktemp("mix")
     rec_path, csv_path = out / "run.json", out / "run.csv"
     argv = [

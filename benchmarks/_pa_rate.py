@@ -32,14 +32,14 @@ def window_ms(rate: float, seconds: float) -> int:
     return int(math.ceil(max(seconds * 1000 / 3, WINDOW_REQUESTS * 1000 / max(rate, 1e-3))))
 
 
-def pa_level(server: Server, model: str, rate: float, seconds: float) -> tuple[float, float]:
-    """perf_analyzer at one Poisson request rate over gRPC, asynchronous requests from PA_THREADS
-    threads (-a), 3 windows (its stability check off: -s 1000; with -s 100 short windows at low rates
-    end "Failed to obtain stable measurement"): (throughput/s, p99 ms)."""
+def pa_level(server: Server, model: str, rate: float, seconds: float, threads: int = PA_THREADS) -> tuple[float, float]:
+    """perf_analyzer at one Poisson request rate over gRPC, asynchronous requests (-a) from `threads`
+    threads, 3 windows (its stability check off: -s 1000; with -s 100 short windows at low rates end
+    "Failed to obtain stable measurement"): (throughput/s, p99 ms)."""
     binary, env = perf_analyzer()
     window = window_ms(rate, seconds)
     cmd = [str(binary), "-m", model, "-u", str(server.endpoints.grpc_url), "-i", "grpc", "-a", "--request-rate-range",
-           f"{rate:.6g}", "--request-distribution", "poisson", "--max-threads", str(PA_THREADS), "--percentile=99",
+           f"{rate:.6g}", "--request-distribution", "poisson", "--max-threads", str(threads), "--percentile=99",
            "--measurement-interval", str(window), "-r", "3", "-s", "1000"]  # fmt: skip
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env},

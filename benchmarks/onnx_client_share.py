@@ -4,7 +4,8 @@ perf_analyzer 2.60.0, alternately, at the same Poisson request rates over gRPC, 
 instances), each level 3 windows of 2 s. Per level and tool: the rate completed, the p99 (perfkit:
 its worst window's, counted from each request's due time; perf_analyzer: its own p99) and the
 client's CPU per request (perfkit: this process's CPU time, every thread; perf_analyzer: its
-process's, start and end included, so a little high).
+process's, start and end included, so a little high). perf_analyzer runs with --max-threads 16 (the
+grid's, benchmarks/_pa_rate.py PA_THREADS) unless `--pa-threads` names others (each is run).
 
 `--pin` runs the server on CPU 0 and both clients on CPU 1 (neither client then takes the server's
 CPU; the server has one core).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import resource
@@ -31,7 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._anchor import add_version_flag, use_version  # noqa: E402
-from benchmarks._pa_rate import pa_level  # noqa: E402
+from benchmarks._pa_rate import PA_THREADS, pa_level  # noqa: E402
 from perfkit.measure import profile  # noqa: E402
 from perfkit.records import LoadLevel, ProfileSpec  # noqa: E402
 from perfkit.server import LocalLaunch, Server, launch_local  # noqa: E402
@@ -57,9 +59,9 @@ def perfkit_level(server: Server, rate: float) -> dict[str, float]:
             "cpu_cores": cpu / wall}  # fmt: skip
 
 
-def pa_rate_level(server: Server, rate: float) -> dict[str, float]:
+def pa_rate_level(server: Server, rate: float, threads: int) -> dict[str, float]:
     r0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
-    tput, p99 = pa_level(server, MODEL, rate, 3 * WINDOW_MS / 1000)
+    tput, p99 = pa_level(server, MODEL, rate, 3 * WINDOW_MS / 1000, threads)
     r1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - wall0
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     return {"completed_rps": tput, "p99_ms": p99, "cpu_us_per_request": 1e6 * cpu / max(tput * wall, 1.0),
@@ -69,6 +71,8 @@ def pa_rate_level(server: Server, rate: float) -> dict[str, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rates", default="6000,9000", help="comma-separated request rates (req/s)")
+    ap.add_argument("--pa-threads", default=str(PA_THREADS),
+                    help="comma-separated perf_analyzer --max-threads values, each run at every rate")  # fmt: skip
     ap.add_argument("--pin", action="store_true", help="the server on CPU 0, both clients on CPU 1")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     add_version_flag(ap)
@@ -100,7 +104,11 @@ def main() -> int:
             os.sched_setaffinity(0, CLIENT_CPUS)
         apply_config(server, MODEL, path, render_config(text, cfg))
         for rate in (float(r) for r in args.rates.split(",")):
-            for tool, level in (("perfkit", perfkit_level), (f"perf_analyzer {version}", pa_rate_level)):
+            tools = [("perfkit", perfkit_level)] + [
+                (f"perf_analyzer {version} x{n}", functools.partial(pa_rate_level, threads=int(n)))
+                for n in args.pa_threads.split(",")
+            ]
+            for tool, level in tools:
                 row = {"tool": tool, "rate_rps": rate, **level(server, rate)}
                 rows.append(row)
                 print(f"{tool:22s} {rate:7.0f}/s: completed {row['completed_rps']:7.0f}/s, p99 {row['p99_ms']:6.2f} ms,"

@@ -63,7 +63,15 @@ from perfkit.records._samples import (
     status_name,
 )
 from perfkit.records._serial import T, _read_json, from_dict, to_dict
-from perfkit.records._tune import M_LOWER_BOUND, TUNE_SCHEMA, TUNE_SCHEMA_VERSION, Confirmation, TrialRecord, TuneRecord
+from perfkit.records._tune import (
+    M_LOWER_BOUND,
+    TUNE_SCHEMA,
+    TUNE_SCHEMA_VERSION,
+    Confirmation,
+    TrialRecord,
+    TuneRecord,
+    marks_lower_bound,
+)
 
 
 def load_record(path: Path) -> RunRecord | TuneRecord:
@@ -83,6 +91,7 @@ def load_record(path: Path) -> RunRecord | TuneRecord:
 
 __all__ = [
     "M_LOWER_BOUND",
+    "marks_lower_bound",
     "Calibration",
     "CalibrationPoint",
     "Drift",

@@ -48,6 +48,11 @@ class Confirmation:
 M_LOWER_BOUND = "rate_lower_bound"
 
 
+def marks_lower_bound(metrics: dict[str, float]) -> bool:
+    """Whether a trial's metrics mark its rate as a lower bound (M_LOWER_BOUND set)."""
+    return metrics.get(M_LOWER_BOUND, 0.0) > 0
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """One tuner trial: the candidate's parameters and what it achieved within the budget."""
@@ -71,7 +76,7 @@ class TrialRecord:
     def rate_is_lower_bound(self) -> bool:
         """Whether the figure is only a rate the config held, nothing above it measured (the predicted
         search measures your config at its predicted rate only where it cannot compete)."""
-        return self.metrics.get(M_LOWER_BOUND, 0.0) > 0
+        return marks_lower_bound(self.metrics)
 
     @property
     def claimed_throughput(self) -> float | None:

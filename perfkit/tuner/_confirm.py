@@ -18,9 +18,13 @@ percentile at that load were at or over the budget, each repeat would read withi
 probability at most about 1/2, so all of 3 repeats would with probability at most 1/8 (a sign
 test); the bound keeps a claim off the budget's edge, where a re-measurement is a coin toss.
 When the search's load fails, the next load down the same ladder is confirmed instead (the claim
-steps down, and says so); when that fails too the trial is demoted: it is never recommended, and
-the trial table says why. A repeat over the budget, or with its own upper bound over it, fails a
-load whatever the others read: the rest are not run there (cannot_hold).
+steps down, and says so); after MAX_STEPS_DOWN steps the trial is demoted: it is never recommended,
+and the trial table says why. A demoted trial whose ladder still reaches above the best claim held
+later (by a config the search read lower) is resumed, one step further down at a time while it
+could still beat that claim (resume_demoted): on a host whose readings swing, the config the
+search read best can still hold more than the next one, a few steps down. A repeat over the
+budget, or with its own upper bound over it, fails a load whatever the others read: the rest are
+not run there (cannot_hold).
 
 The claimed throughput is the mean over the repeats (open loop: each scaled to the rate asked)
 with the ~95% interval an independent re-measurement would read in (summarize_repeats); the
@@ -32,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +71,9 @@ class ConfirmSettings:
 
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
 MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candidate is demoted
+# Ladder steps a demoted candidate is resumed for when no claim bounds it (nothing held): one
+# halving of its rate (rate_ladder's steps are 2**(1/8) apart).
+MAX_RESUMED_STEPS = 8
 
 
 def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
@@ -232,11 +240,18 @@ def summarize_repeats(
 
 
 def confirm_one(
-    t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings, floor: float | None = None
+    t: TrialRunner,
+    number: int,
+    load: LoadLevel,
+    cs: ConfirmSettings,
+    floor: float | None = None,
+    max_steps: int = MAX_STEPS_DOWN,
+    until: float | None = None,
 ) -> Confirmation:
     """Confirm one trial (its config already serving) at its load, stepping down at most
-    MAX_STEPS_DOWN times, and never to a load at or below `floor` (a rival of a pick already
-    confirmed there: at the pick's load it could only tie, by noise)."""
+    `max_steps` times, never to a load at or below `floor` (a rival of a pick already confirmed
+    there: at the pick's load it could only tie, by noise), and not after `until`
+    (time.monotonic(); None: no limit)."""
 
     def at(level: LoadLevel) -> Confirmation:
         levels = _measure_repeats(t, number, level, cs)
@@ -248,7 +263,10 @@ def confirm_one(
     notes = [f"{load.label}: {first.note}"]
     current = first
     level = load
-    for _ in range(MAX_STEPS_DOWN):
+    for _ in range(max_steps):
+        if until is not None and time.monotonic() >= until:
+            notes.append("not stepped further down: --max-time reached")
+            break
         lower = _lower_load(t, level)
         if lower is None:
             break
@@ -288,6 +306,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         return
     best_held = -math.inf
     held_at: tuple[float, float] | None = None  # (load value, per-unit factor) of the best claim held
+    demoted: list[tuple[optuna.trial.FrozenTrial, Confirmation]] = []
     candidates = _candidates(study, cs)
     top = _per_unit(candidates[0], _searched_tput(candidates[0])) if candidates else 0.0
     for i, ft in enumerate(candidates):
@@ -314,6 +333,59 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
             held_at = (conf.load.value, per_unit)
+        elif not conf.held and conf.repeats > 0:
+            demoted.append((ft, conf))
+    resume_demoted(t, study, cs, demoted, best_held)
+
+
+def resume_demoted(
+    t: TrialRunner,
+    study: optuna.Study,
+    cs: ConfirmSettings,
+    demoted: Sequence[tuple[optuna.trial.FrozenTrial, Confirmation]],
+    best_held: float,
+) -> None:
+    """Take up the demoted candidates whose ladder still reaches above the best claim held (per
+    hardware unit; -inf when none held): each, the highest first, from one step below the last
+    load it failed, down to where it could no longer beat the best claim (MAX_RESUMED_STEPS when
+    nothing held), while --max-time allows. One that holds replaces its demotion and raises the
+    bar for the rest. A candidate demoted for an error (nothing measured) is not taken up."""
+    end = _tune_end(t)
+    queue = []
+    for ft, conf in demoted:
+        lower = _lower_load(t, conf.load)
+        per_unit = _per_unit(ft, 1.0)
+        if lower is not None and lower.value * per_unit > best_held:
+            queue.append((lower.value * per_unit, ft, conf, lower, per_unit))
+    for _, ft, old, lower, per_unit in sorted(queue, key=lambda q: -q[0]):
+        if lower.value * per_unit <= best_held or (end is not None and time.monotonic() >= end):
+            continue
+        st = _trial_state.read(ft)
+        floor = best_held / per_unit if best_held > -math.inf else None
+        steps = MAX_RESUMED_STEPS if floor is None else 10**6  # with a floor, the floor ends the steps
+        t.emit(ConfirmStarted(ft.number, fmt_params(st.params), lower.label, cs.repeats))
+        try:
+            t.put_candidate(st.config_pbtxt)
+            again = confirm_one(t, ft.number, lower, cs, floor, max_steps=steps, until=end)
+        except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
+            again = Confirmation(False, lower, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
+        tail = again.note or f"held at {lower.label}"
+        conf = dataclasses.replace(
+            again,
+            searched_load=old.searched_load or old.load,
+            note=f"{old.note}; taken up again below it, as a lower claim held: {tail}",
+        )
+        study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
+        t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.budget.percentile, t.s.budget.metric)))
+        if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
+            best_held = conf.throughput_infer_per_s * per_unit
+
+
+def _tune_end(t: TrialRunner) -> float | None:
+    """When --max-time ends the tune (time.monotonic() seconds), or None without it."""
+    max_time_s = getattr(t.s, "max_time_s", None)
+    started = getattr(t, "started", None)
+    return None if max_time_s is None or started is None else started + max_time_s
 
 
 def _jsonable(obj: Any) -> Any:

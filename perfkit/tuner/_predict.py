@@ -30,7 +30,6 @@ from optuna.trial import TrialState
 from perfkit import predict
 from perfkit.errors import UsageError
 from perfkit.records import (
-    M_LOWER_BOUND,
     Calibration,
     CalibrationPoint,
     LevelResult,
@@ -177,7 +176,7 @@ class PredictedSearch:
             if got:
                 best = max(best, float(got))
             want = self.prediction_of(st)
-            if ft.number in self.checked and want and got and not st.metrics.get(M_LOWER_BOUND):
+            if ft.number in self.checked and want and got and not st.rate_is_lower_bound:
                 ratios.append(float(got) / want)  # a lower bound tells no error, only that it is not lower
         params, rate = self.waiting[0]
         factor = max(ratios, default=1.0)

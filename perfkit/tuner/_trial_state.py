@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from perfkit.records import LoadLevel
+from perfkit.records import LoadLevel, marks_lower_bound
 
 Trial = optuna.Trial | FrozenTrial
 
@@ -55,6 +55,11 @@ class TrialState:
     def hardware_units(self) -> float:
         """What a per-instance / per-GPU objective divides throughput by (1 otherwise)."""
         return float(self.metrics.get("hardware_units", 1.0))
+
+    @property
+    def rate_is_lower_bound(self) -> bool:
+        """Whether the figure is only a rate the config held (TrialRecord.rate_is_lower_bound, the same mark)."""
+        return marks_lower_bound(self.metrics)
 
 
 _NAMES = {f.name for f in fields(TrialState)}

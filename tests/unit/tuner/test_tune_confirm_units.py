@@ -289,3 +289,66 @@ def test_a_rate_one_repeat_rules_out_is_not_repeated_and_the_claim_steps_down(tm
     wide = dataclasses.replace(lv, precision=dataclasses.replace(lv.precision, latency_rel=0.10))
     out = summarize_repeats(C8, [wide], repeats=3, budget_ms=50, percentile=99, metric="latency")
     assert not out.held and "upper bound" in out.note and "the other 2 not run" in out.note
+
+
+def _study_of(candidates: dict[str, float]):
+    """An in-memory study holding one feasible trial per config name, each with the rate its search
+    read (open loop) as its load and figure."""
+    import optuna
+
+    study = optuna.create_study(direction="maximize")
+    for name, rate in candidates.items():
+        load = {"mode": "request_rate", "value": rate, "distribution": "poisson"}
+        attrs = {"params": {"cfg": name}, "config_pbtxt": name, "feasible": True,
+                 "throughput_infer_per_s": rate, "load": load, "metrics": {}}  # fmt: skip
+        study.add_trial(optuna.trial.create_trial(value=rate, user_attrs=attrs))
+    return study
+
+
+def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Path):
+    """The search read A at 1000 req/s and B at 760; A holds only up to 800 and B up to 700. A fails
+    its search's load and two steps down and is demoted; B holds two steps below its reading. A is
+    then taken up again below where it failed, down to where it could no longer beat B's claim, holds
+    there, and is the pick: the config the search read best was the better one, a few steps down."""
+    from types import SimpleNamespace
+
+    from perfkit.gate.synthetic import synthetic_record
+    from perfkit.tuner._confirm import confirmations, confirm_picks
+
+    limits = {"A": 800.0, "B": 700.0}
+    serving: list[str] = []
+    measured: list[tuple[str, float]] = []
+    events: list = []
+
+    def measure(server, spec, *, command=(), record_path=None):
+        lv = spec.levels[0]
+        measured.append((serving[-1], lv.value))
+        within = lv.value <= limits[serving[-1]]
+        level = dataclasses.replace(
+            synthetic_level(concurrency=lv.value, latency_ms=100.0 if within else 200.0, noise=0.0, open_loop=True),
+            load=lv, sent_rps=lv.value, completed_rps=lv.value, throughput_infer_per_s=lv.value, duration_s=5.0,
+        )  # fmt: skip
+        return synthetic_record([level], model=spec.model)
+
+    judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
+    settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"), max_time_s=None)
+    t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None,
+                        put_candidate=serving.append, emit=events.append)  # fmt: skip
+    study = _study_of({"A": 1000.0, "B": 760.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    conf = confirmations(study)
+    a, b = conf[0], conf[1]
+    assert b.held and 650.0 < b.load.value <= 700.0
+    assert a.held and b.load.value < a.load.value <= 800.0, (a, measured)
+    assert a.searched_load is not None and a.searched_load.value == 1000.0
+    assert "taken up again" in a.note
+    # A was never measured at or below B's claim, nor anywhere twice over the budget
+    a_rates = [r for name, r in measured if name == "A"]
+    assert min(a_rates) > b.throughput_infer_per_s
+    over = [r for r in a_rates if r > 800.0]
+    assert len(over) == len(set(over)), over  # each rate over its limit tried once (one repeat rules it out)
+    # Nothing is taken up when the pick held: B's search read above A's claim only if it held
+    measured.clear()
+    study2 = _study_of({"A": 780.0, "B": 690.0})
+    confirm_picks(t, study2, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
+    assert confirmations(study2)[0].held and {name for name, _ in measured} == {"A"}

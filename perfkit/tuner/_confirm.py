@@ -363,7 +363,7 @@ def resume_demoted(
         st = _trial_state.read(ft)
         floor = best_held / per_unit if best_held > -math.inf else None
         steps = MAX_RESUMED_STEPS if floor is None else 10**6  # with a floor, the floor ends the steps
-        t.emit(ConfirmStarted(ft.number, fmt_params(st.params), lower.label, cs.repeats))
+        t.emit(ConfirmStarted(ft.number, fmt_params(st.params), lower.label, cs.repeats, again=True))
         try:
             t.put_candidate(st.config_pbtxt)
             again = confirm_one(t, ft.number, lower, cs, floor, max_steps=steps, until=end)
@@ -373,7 +373,7 @@ def resume_demoted(
         conf = dataclasses.replace(
             again,
             searched_load=old.searched_load or old.load,
-            note=f"{old.note}; taken up again below it, as a lower claim held: {tail}",
+            note=f"{old.note}; taken up again once a lower claim held: {tail}",
         )
         study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
         t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.budget.percentile, t.s.budget.metric)))

@@ -150,9 +150,11 @@ class ConfirmStarted(TuneEvent):
     label: str
     load_label: str
     repeats: int
+    again: bool = False  # a demoted candidate taken up again below where it failed (_confirm.resume_demoted)
 
     def line(self) -> str:
-        return f"confirm trial {self.number} ({self.label}): {self.repeats} longer runs at {self.load_label}"
+        what = "taken up again below where it failed, " if self.again else ""
+        return f"confirm trial {self.number} ({self.label}): {what}{self.repeats} longer runs at {self.load_label}"
 
 
 @dataclass(frozen=True)

@@ -313,7 +313,7 @@ def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Pat
     from types import SimpleNamespace
 
     from perfkit.gate.synthetic import synthetic_record
-    from perfkit.tuner._confirm import confirmations, confirm_picks
+    from perfkit.tuner._confirm import confirm_picks, confirmations
 
     limits = {"A": 800.0, "B": 700.0}
     serving: list[str] = []
@@ -342,6 +342,8 @@ def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Pat
     assert a.held and b.load.value < a.load.value <= 800.0, (a, measured)
     assert a.searched_load is not None and a.searched_load.value == 1000.0
     assert "taken up again" in a.note
+    again = [e.line() for e in events if getattr(e, "again", False)]  # the progress line says why A is back
+    assert len(again) == 1 and again[0].startswith("confirm trial 0 (") and "taken up again" in again[0], again
     # A was never measured at or below B's claim, nor anywhere twice over the budget
     a_rates = [r for name, r in measured if name == "A"]
     assert min(a_rates) > b.throughput_infer_per_s

@@ -34,6 +34,7 @@ percentile is reported as the worst repeat and the upper bound above.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import statistics
 import time
@@ -71,9 +72,9 @@ class ConfirmSettings:
 
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
 MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candidate is demoted
-# Ladder steps a demoted candidate is resumed for when no claim bounds it (nothing held): one
-# halving of its rate (rate_ladder's steps are 2**(1/8) apart).
-MAX_RESUMED_STEPS = 8
+# A demoted candidate is taken further down to this fraction of its search's load at the lowest: one
+# that holds only below it was read far off by its search.
+RESUME_DOWN_TO = 0.5
 
 
 def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
@@ -245,13 +246,14 @@ def confirm_one(
     load: LoadLevel,
     cs: ConfirmSettings,
     floor: float | None = None,
-    max_steps: int = MAX_STEPS_DOWN,
+    max_steps: int | None = MAX_STEPS_DOWN,
     until: float | None = None,
+    floor_why: str = "where another pick already holds",
 ) -> Confirmation:
     """Confirm one trial (its config already serving) at its load, stepping down at most
-    `max_steps` times, never to a load at or below `floor` (a rival of a pick already confirmed
-    there: at the pick's load it could only tie, by noise), and not after `until`
-    (time.monotonic(); None: no limit)."""
+    `max_steps` times (None: no count), never to a load at or below `floor` (a rival of a pick
+    already confirmed there: at the pick's load it could only tie, by noise; `floor_why` says why
+    in the note), and not after `until` (time.monotonic(); None: no limit)."""
 
     def at(level: LoadLevel) -> Confirmation:
         levels = _measure_repeats(t, number, level, cs)
@@ -263,7 +265,7 @@ def confirm_one(
     notes = [f"{load.label}: {first.note}"]
     current = first
     level = load
-    for _ in range(max_steps):
+    for _ in range(max_steps) if max_steps is not None else itertools.count():
         if until is not None and time.monotonic() >= until:
             notes.append("not stepped further down: --max-time reached")
             break
@@ -271,7 +273,7 @@ def confirm_one(
         if lower is None:
             break
         if floor is not None and lower.value <= floor:
-            notes.append(f"not tried at {lower.label} or below, where another pick already holds")
+            notes.append(f"not tried at {lower.label} or below, {floor_why}")
             break
         level = lower
         current = at(level)
@@ -347,9 +349,10 @@ def resume_demoted(
 ) -> None:
     """Take up the demoted candidates whose ladder still reaches above the best claim held (per
     hardware unit; -inf when none held): each, the highest first, from one step below the last
-    load it failed, down to where it could no longer beat the best claim (MAX_RESUMED_STEPS when
-    nothing held), while --max-time allows. One that holds replaces its demotion and raises the
-    bar for the rest. A candidate demoted for an error (nothing measured) is not taken up."""
+    load it failed, down to where it could no longer beat the best claim (and to RESUME_DOWN_TO of
+    its search's load at the lowest), while --max-time allows. One that holds replaces its
+    demotion and raises the bar for the rest. A candidate demoted for an error (nothing measured)
+    is not taken up."""
     end = _tune_end(t)
     queue = []
     for ft, conf in demoted:
@@ -361,19 +364,27 @@ def resume_demoted(
         if lower.value * per_unit <= best_held or (end is not None and time.monotonic() >= end):
             continue
         st = _trial_state.read(ft)
-        floor = best_held / per_unit if best_held > -math.inf else None
-        steps = MAX_RESUMED_STEPS if floor is None else 10**6  # with a floor, the floor ends the steps
+        searched = old.searched_load or old.load
+        floor = max(best_held / per_unit, RESUME_DOWN_TO * searched.value)
+        if lower.value <= floor:
+            continue
+        why = (
+            "where it could no longer beat the claim held"
+            if best_held / per_unit >= RESUME_DOWN_TO * searched.value
+            else f"under {RESUME_DOWN_TO:.0%} of its search's load"
+        )
         t.emit(ConfirmStarted(ft.number, fmt_params(st.params), lower.label, cs.repeats, again=True))
         try:
             t.put_candidate(st.config_pbtxt)
-            again = confirm_one(t, ft.number, lower, cs, floor, max_steps=steps, until=end)
+            again = confirm_one(t, ft.number, lower, cs, floor, max_steps=None, until=end, floor_why=why)
         except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
             again = Confirmation(False, lower, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
         tail = again.note or f"held at {lower.label}"
+        reason = "once a lower claim held" if best_held > -math.inf else "as no other config held"
         conf = dataclasses.replace(
             again,
-            searched_load=old.searched_load or old.load,
-            note=f"{old.note}; taken up again once a lower claim held: {tail}",
+            searched_load=searched,
+            note=f"{old.note}; taken up again {reason}: {tail}",
         )
         study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
         t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.budget.percentile, t.s.budget.metric)))

@@ -349,6 +349,18 @@ def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Pat
     assert min(a_rates) > b.throughput_infer_per_s
     over = [r for r in a_rates if r > 800.0]
     assert len(over) == len(set(over)), over  # each rate over its limit tried once (one repeat rules it out)
+    # Where nothing holds, each is taken down to half its search's load, no further
+    measured.clear()
+    limits.update(A=300.0, B=200.0)
+    study3 = _study_of({"A": 1000.0, "B": 900.0})
+    confirm_picks(t, study3, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
+    a3, b3 = confirmations(study3)[0], confirmations(study3)[1]
+    assert not a3.held and not b3.held
+    assert "as no other config held" in a3.note and "under 50% of its search's load" in a3.note, a3.note
+    assert (
+        min(r for name, r in measured if name == "A") > 500.0 and min(r for name, r in measured if name == "B") > 450.0
+    )
+    limits.update(A=800.0, B=700.0)
     # Nothing is taken up when the pick held: B's search read above A's claim only if it held
     measured.clear()
     study2 = _study_of({"A": 780.0, "B": 690.0})

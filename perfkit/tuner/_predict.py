@@ -221,6 +221,9 @@ class PredictedSearch:
         got = st.throughput_infer_per_s
         measured = float(got) if st.feasible and got is not None and got > 0 else None
         b = self.t.s.budget
+        if measured is not None and st.rate_is_lower_bound:  # held where predicted: consistent, nothing above measured
+            return PredictionChecked(number, predicted_rps, measured, True, percentile=b.percentile,
+                                     budget_metric=b.metric, lower_bound=True)  # fmt: skip
         ev = PredictionChecked(number, predicted_rps, measured, rate_holds(predicted_rps, measured),
                                percentile=b.percentile, budget_metric=b.metric)  # fmt: skip
         if ev.held or measured is None or st.latency_us is None:

@@ -80,6 +80,7 @@ class PredictionChecked(TuneEvent):
     latency_rps: float | None = None
     percentile: float = 99.0
     budget_metric: str = "latency"
+    lower_bound: bool = False  # measured at its predicted rate only, and held there (TrialState.rate_is_lower_bound)
 
     @property
     def rate_held(self) -> bool:
@@ -89,6 +90,8 @@ class PredictionChecked(TuneEvent):
         head = f"  trial {self.number}: predicted {self.predicted_rps:.0f} req/s"
         if self.measured_rps is None:
             return f"{head}, measured none within budget"
+        if self.lower_bound:
+            return f"{head}, held there ({self.measured_rps:.0f} completed): at least that, so no error to tell"
         off = self.measured_rps / self.predicted_rps - 1 if self.predicted_rps > 0 else math.inf
         if self.rate_held:
             return f"{head}, measured {self.measured_rps:.0f} ({off:+.0%}, within {PREDICTION_TOLERANCE:.0%})"

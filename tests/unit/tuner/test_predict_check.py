@@ -71,6 +71,15 @@ def test_a_rate_off_its_prediction_holds_when_the_latency_at_the_rate_measured_i
     # Nothing within the budget: no rate measured, no latency to compare.
     none = ps.check(6, TrialState(feasible=False), predicted_rps=80.0)
     assert not none.held and none.measured_rps is None and none.latency_us is None
+    # Your config measured at its predicted rate only and held there: a lower bound, consistent with
+    # its prediction however much less it completed, and said so rather than as an error.
+    held_there = dataclasses.replace(_measured(50.0, 40_000.0), metrics={M_LOWER_BOUND: 1.0})
+    bound = ps.check(7, held_there, predicted_rps=80.0)
+    assert bound.held and bound.lower_bound and bound.latency_us is None
+    assert bound.line() == (
+        "  trial 7: predicted 80 req/s, held there (50 completed): at least that, so no error to tell"
+    )
+    assert not ps.check(7, _measured(50.0, 40_000.0), predicted_rps=80.0).held  # the same figure, not a bound
 
 
 def test_the_latency_is_simulated_with_the_calibrations_service_contention_overhead_and_the_trials_arrivals():

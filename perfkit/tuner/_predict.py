@@ -28,17 +28,10 @@ import optuna
 from optuna.trial import TrialState
 
 from perfkit import predict
-from perfkit.errors import UsageError
-from perfkit.records import (
-    Calibration,
-    CalibrationPoint,
-    LevelResult,
-    LoadLevel,
-    ProfileSpec,
-    TuneRecord,
-)
+from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
 from perfkit.tuner._predict_check import (
     LATENCY_TOLERANCE,
     PREDICTION_TOLERANCE,
@@ -49,49 +42,13 @@ from perfkit.tuner._predict_check import (
 )
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, Dimension, pow2_sizes
 from perfkit.tuner._space._knob_batching import pref_sizes
-from perfkit.tuner._subject_model import ModelSubject
 from perfkit.tuner._trial import TrialRunner
 
 log = logging.getLogger(__name__)
 
 TOP_MEASURED = 3  # at most this many best predicted configs measured before the predictions are trusted
-CALIBRATION_DELAY_US = 5_000  # wide enough that N clients answered together arrive as one batch
-CALIBRATION_LEVEL_S = 1.5  # each calibration level: one window this long
-CONTENTION_CLIENTS_PER_INSTANCE = 4
-HOST_OVERLOAD = 2.0  # the overloaded level offers this times the fastest batch's rate (at most --max-rate)
 SIM_REQUESTS = 6_000
 PREDICTED_ATTR = "predicted_rps"  # the trial's predicted sustainable rate (a column of trials.csv)
-
-
-@dataclass(frozen=True)
-class Calibrated(TuneEvent):
-    """The calibration's fitted models, with their errors."""
-
-    cal: Calibration
-
-    def line(self) -> str:
-        c = self.cal
-        sizes = ", ".join(f"{p.batch_size}:{p.service_us / 1e3:.2f}ms" for p in c.points)
-        shared = ""
-        if c.instance_counts:
-            rates = " and ".join(f"{r:.0f}" for r in c.saturated_rps)
-            counts = " and ".join(str(n) for n in c.instance_counts)
-            shared = f"; {rates} req/s saturated at {counts} instances: shared fraction {c.shared_fraction:.2f}"
-        return (
-            f"calibrated in {c.duration_s:.0f} s: execution {c.fixed_us / 1e3:.2f} ms + {c.per_item_us / 1e3:.3f} ms"
-            f" per item (fit error {c.fit_rms_rel:.1%} rms, {c.fit_max_rel:.1%} worst; batch:ms {sizes}), overhead"
-            f" {c.overhead_us / 1e3:.2f} ms{shared}{host_phrase(c)}"
-        )
-
-
-def host_phrase(c: Calibration) -> str:
-    """What the saturated level said of the request path, for the calibration's line."""
-    if c.host_saturated_rps <= 0:
-        return ""
-    seen = f"; saturated at {c.host_saturated_rps:.0f} req/s with the instance {c.host_busy:.0%} busy"
-    if c.host_us > 0:
-        return f"{seen}: the request path holds the rate (one request per {c.host_us:.0f} us)"
-    return f"{seen}: the instance holds it"
 
 
 @dataclass(frozen=True)
@@ -401,121 +358,6 @@ def batcher_from(orig: Mapping[str, Any], params: Mapping[str, Any]) -> predict.
     delay = float(params.get(P_DELAY, 0) or 0) if db else 0.0
     count = int(params.get(P_COUNT, orig.get(P_COUNT) or 1))
     return predict.BatcherConfig(mbs, db, tuple(s for s in pref if s <= mbs), delay, max(1, count))
-
-
-def _level(t: TrialRunner, spec: ProfileSpec) -> LevelResult:
-    run = t.measure(t.server, spec)
-    return run.levels[-1]
-
-
-def _spec(t: TrialRunner, clients: int) -> ProfileSpec:
-    """One closed-loop calibration level, one window, over the protocol the trials use (the
-    overhead outside the instance is the protocol's)."""
-    return ProfileSpec(
-        model=t.model,
-        levels=(LoadLevel("concurrency", float(clients)),),
-        protocol="grpc" if t.judge.protocol == "grpc" else "http",
-        measurement_interval_ms=CALIBRATION_LEVEL_S * 1e3,
-        max_trials=1,
-        min_windows=1,
-        warmup_s=0.3,
-    )
-
-
-def _rate_spec(t: TrialRunner, rate_rps: float) -> ProfileSpec:
-    """One open-loop level at rate_rps, the tune's arrival process, one window."""
-    dist: Any = t.judge.distribution  # "poisson" or "constant", as JudgeSettings.level passes it
-    return dataclasses.replace(_spec(t, 1), levels=(LoadLevel("request_rate", float(rate_rps), dist),))
-
-
-def calibrate(t: TrialRunner) -> Calibration:
-    """Measure the model on the server: batches of 1, 2, 4, ... up to the space's largest
-    max_batch_size formed on purpose (N closed-loop clients, answered together, arrive as one
-    batch behind a queue delay), their execution times read from the server's per-batch-size
-    statistics; the overhead outside the instance at one client; the largest batches overloaded
-    in open loop, as trials offer load (HOST_OVERLOAD times the fastest batch's rate, at most
-    --max-rate), whose instance's busy time tells whether the request path holds the rate
-    (predict.fit_host_us; without batching, one instance saturated tells); saturated rates at the
-    two smallest instance counts. The user's config is put back after. Raises UsageError for a load
-    the prediction does not model, and what measuring raises."""
-    if not isinstance(t.subject, ModelSubject):
-        raise UsageError(
-            "--search predict tunes one model or an ensemble; traffic mixes are searched by measurement",
-            hint="use --search measure",
-        )
-    check_predictable(t)
-    started = time.monotonic()
-    orig = t.space.original_params
-    mbs_dim = next((d for d in t.space.dimensions if d.name == P_MBS), None)
-    top = 0
-    if mbs_dim is not None:
-        top = int(mbs_dim.high or 0) if mbs_dim.is_range else int(max(mbs_dim.choices))
-    top = max(top, int(orig.get(P_MBS) or 0))
-    count_dim = next((d for d in t.space.dimensions if d.name == P_COUNT), None)
-    counts = sorted(int(c) for c in count_dim.choices)[:2] if count_dim and not count_dim.is_range else []
-    base = t.original_fixed_params()
-    subject = t.subject
-    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
-        batch = {**base, P_COUNT: 1} if count_dim else dict(base)
-        if top > 0:
-            batch.update({P_MBS: top, P_DB: True, P_DELAY: CALIBRATION_DELAY_US, P_PREF: "none"})
-        t.put_candidate(subject.candidate(batch, is_original=False, number=-1).text)
-        before = t.server.model_stats(t.model)
-        sizes = pow2_sizes(top) if top > 1 else []
-        light = _level(t, _spec(t, 1))
-        for n in sizes:
-            _level(t, _spec(t, n))
-        after = t.server.model_stats(t.model)
-        points = predict.batch_points(before, after, t.model)
-        host_rps = 0.0
-        host_points: tuple[CalibrationPoint, ...] = ()
-        if top > 1:  # the largest batches, overloaded: is it the instance or the request path that holds?
-            fastest = max((p.batch_size / p.service_us * 1e6 for p in points), default=0.0)
-            offered = min(t.judge.max_rate_rps, HOST_OVERLOAD * fastest) if fastest > 0 else t.judge.max_rate_rps
-            host_rps = _level(t, _rate_spec(t, offered)).throughput_infer_per_s
-            host_points = predict.batch_points(after, t.server.model_stats(t.model), t.model)
-        rates: list[float] = []
-        loaded: tuple[CalibrationPoint, ...] = ()
-        for c in counts if len(counts) == 2 else []:
-            solo = {**base, P_COUNT: c}
-            if top > 0:
-                solo[P_DB] = False
-            t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
-            first = t.server.model_stats(t.model)
-            rates.append(_level(t, _spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c)).throughput_infer_per_s)
-            if c == 1:  # one instance saturated: batch-1 executions under load, nothing shared with another
-                loaded = predict.batch_points(first, t.server.model_stats(t.model), t.model)
-                if not host_points:  # no batching to saturate: one instance without it tells instead
-                    host_rps, host_points = rates[-1], loaded
-    overhead = _overhead_us(light)
-    return predict.calibration(
-        t.model,
-        predict.merge_points(points, loaded),
-        overhead_us=overhead,
-        instance_counts=tuple(counts) if rates else (),
-        saturated_rps=tuple(rates),
-        duration_s=time.monotonic() - started,
-        host_saturated_rps=host_rps,
-        host_points=host_points,
-    )
-
-
-def check_predictable(t: TrialRunner) -> None:
-    """Raises UsageError for a load the prediction does not model (closed loop, a trace)."""
-    if not t.judge.open_loop or t.judge.load_mode == "trace":
-        raise UsageError(
-            "--search predict predicts open-loop arrival rates only",
-            hint="drop --load concurrency/trace, or use --search measure",
-        )
-
-
-def _overhead_us(level: LevelResult) -> float:
-    """Client latency minus the server's queue and compute time, at one client."""
-    s = level.server
-    if s is None:
-        return 0.0
-    inside = s.queue_avg_us + s.compute_input_avg_us + s.compute_infer_avg_us + s.compute_output_avg_us
-    return max(0.0, level.service.mean_us - inside)
 
 
 RunSearch = Callable[..., tuple[TuneRecord, dict[str, Path]]]

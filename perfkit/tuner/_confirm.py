@@ -38,7 +38,7 @@ import itertools
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -320,18 +320,9 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
             break
         st = _trial_state.read(ft)
         load = t.judge.level(st.load.value if st.load is not None else 1.0)
-        text = st.config_pbtxt
-        label = fmt_params(st.params)
-        t.emit(ConfirmStarted(ft.number, label, load.label, cs.repeats))
         per_unit = _per_unit(ft, 1.0)  # 1 / the hardware units this config occupies
         floor = held_at[0] if held_at is not None and held_at[1] == per_unit else None
-        try:
-            t.put_candidate(text)  # the runner's own way: one config, or every step of a pipeline
-            conf = confirm_one(t, ft.number, load, cs, floor)
-        except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
-            conf = Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
-        study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
-        t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.budget.percentile, t.s.budget.metric)))
+        conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor)
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
             held_at = (conf.load.value, per_unit)
@@ -358,7 +349,7 @@ def resume_demoted(
     for ft, conf in demoted:
         lower = _lower_load(t, conf.load)
         per_unit = _per_unit(ft, 1.0)
-        if lower is not None and lower.value * per_unit > best_held:
+        if lower is not None:
             queue.append((lower.value * per_unit, ft, conf, lower, per_unit))
     for _, ft, old, lower, per_unit in sorted(queue, key=lambda q: -q[0]):
         if lower.value * per_unit <= best_held or (end is not None and time.monotonic() >= end):
@@ -373,23 +364,60 @@ def resume_demoted(
             if best_held / per_unit >= RESUME_DOWN_TO * searched.value
             else f"under {RESUME_DOWN_TO:.0%} of its search's load"
         )
-        t.emit(ConfirmStarted(ft.number, fmt_params(st.params), lower.label, cs.repeats, again=True))
-        try:
-            t.put_candidate(st.config_pbtxt)
-            again = confirm_one(t, ft.number, lower, cs, floor, max_steps=None, until=end, floor_why=why)
-        except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
-            again = Confirmation(False, lower, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
-        tail = again.note or f"held at {lower.label}"
         reason = "once a lower claim held" if best_held > -math.inf else "as no other config held"
-        conf = dataclasses.replace(
-            again,
-            searched_load=searched,
-            note=f"{old.note}; taken up again {reason}: {tail}",
+
+        conf = _confirm_candidate(
+            t,
+            study,
+            ft,
+            st,
+            lower,
+            cs,
+            again=True,
+            then=_taken_up(f"{old.note}; taken up again {reason}: ", searched),
+            floor=floor,
+            max_steps=None,
+            until=end,
+            floor_why=why,
         )
-        study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
-        t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.budget.percentile, t.s.budget.metric)))
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
+
+
+def _taken_up(prefix: str, searched: LoadLevel) -> Callable[[Confirmation], Confirmation]:
+    """A demoted candidate's new outcome, told after its first demotion (`prefix`) and marked as
+    stepped down from its search's load."""
+
+    def rewrite(again: Confirmation) -> Confirmation:
+        tail = again.note or f"held at {again.load.label}"
+        return dataclasses.replace(again, searched_load=searched, note=prefix + tail)
+
+    return rewrite
+
+
+def _confirm_candidate(
+    t: TrialRunner,
+    study: optuna.Study,
+    ft: optuna.trial.FrozenTrial,
+    st: _trial_state.TrialState,
+    load: LoadLevel,
+    cs: ConfirmSettings,
+    again: bool = False,
+    then: Callable[[Confirmation], Confirmation] = lambda c: c,
+    **confirm_kw: Any,
+) -> Confirmation:
+    """Put one candidate's config on the server and confirm it from `load` (confirm_one's
+    keywords pass through); `then` rewrites the outcome before it is stored in the study and told
+    as a ConfirmDone. A config that cannot be loaded or measured is a demotion with nothing measured."""
+    t.emit(ConfirmStarted(ft.number, fmt_params(st.params), load.label, cs.repeats, again=again))
+    try:
+        t.put_candidate(st.config_pbtxt)  # the runner's own way: one config, or every step of a pipeline
+        conf = then(confirm_one(t, ft.number, load, cs, **confirm_kw))
+    except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
+        conf = then(Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line()))
+    study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
+    t.emit(ConfirmDone(ft.number, conf.held, describe(conf, t.s.budget.percentile, t.s.budget.metric)))
+    return conf
 
 
 def _tune_end(t: TrialRunner) -> float | None:

@@ -1,7 +1,8 @@
 """Fitting the simulator's inputs from what Triton reports: execution time per batch size from
 the per-batch-size statistics of /v2/models/M/stats (batch_stats), the per-request overhead
 outside the instance, the instances' contention from saturated rates at two counts, and the
-request path's capacity from a saturated rate with the instance not busy all the time. Pure
+request path's capacity from the rate held within the budget by a config whose instance is not
+busy all the time when saturated. Pure
 functions of the figures; measuring them is the caller's (the tuner's predicted search)."""
 
 from __future__ import annotations
@@ -142,13 +143,22 @@ def instance_busy(
     return saturated_rps * busy_us / items / 1e6
 
 
-def fit_host_us(saturated_rps: float, busy: float) -> float:
+def host_bound(busy: float) -> bool:
+    """Whether a config saturated with its instances busy `busy` of the time was held by the
+    request path (busy < HOST_BOUND_BUSY), not by its instances."""
+    return busy < HOST_BOUND_BUSY
+
+
+def fit_host_us(saturated_rps: float, busy: float, held_rps: float = 0.0) -> float:
     """The request path's capacity (ServiceModel.host_us) from a config saturated with its instances
-    busy `busy` of the time: 1/rate where busy < HOST_BOUND_BUSY (the path, not the instances,
-    held the rate), else 0 (the instances did: the path's capacity is past what was seen)."""
-    if saturated_rps <= 0 or busy >= HOST_BOUND_BUSY:
+    busy `busy` of the time: where the path, not the instances, held the rate (host_bound), 1 / the
+    highest rate the same config held within the tune's budget (held_rps, measured below the
+    saturated rate: on a machine whose CPUs the path shares with the executions and the load
+    generator, its latency runs past a budget long before it saturates), or without one 1 / the
+    saturated rate; else 0 (the instances held it: the path's capacity is past what was seen)."""
+    if saturated_rps <= 0 or not host_bound(busy):
         return 0.0
-    return 1e6 / saturated_rps
+    return 1e6 / (held_rps if 0 < held_rps < saturated_rps else saturated_rps)
 
 
 def calibration(
@@ -161,10 +171,12 @@ def calibration(
     duration_s: float = 0.0,
     host_saturated_rps: float = 0.0,
     host_points: Sequence[CalibrationPoint] = (),
+    host_held_rps: float = 0.0,
 ) -> Calibration:
     """A Calibration from the measured points, overhead and (optionally) saturated rates at two
     instance counts, and the request path's capacity from the saturated rate of one instance
-    (host_saturated_rps, items/s) with the batches executed at it (host_points, see fit_host_us).
+    (host_saturated_rps, items/s) with the batches executed at it (host_points), and the highest
+    rate it held within the budget (host_held_rps, 0 if not measured; see fit_host_us).
     Raises MeasurementError as fit_service / fit_shared_fraction do."""
     a, b, rms, worst = fit_service(points)
     shared = fit_shared_fraction(instance_counts, saturated_rps) if instance_counts else 0.0
@@ -181,9 +193,10 @@ def calibration(
         saturated_rps=tuple(saturated_rps),
         shared_fraction=shared,
         duration_s=duration_s,
-        host_us=fit_host_us(host_saturated_rps, busy),
+        host_us=fit_host_us(host_saturated_rps, busy, host_held_rps),
         host_saturated_rps=host_saturated_rps,
         host_busy=busy,
+        host_held_rps=host_held_rps if host_bound(busy) else 0.0,
     )
 
 

@@ -58,8 +58,9 @@ def fit_error_sentence(cal: Calibration) -> str:
             f" Saturated, one instance completed {cal.host_saturated_rps:,.0f} req/s while executing"
             f" {cal.host_busy:.0%} of the time: "
             + (
-                f"the request path, not the instance, held the rate, so no config is predicted past"
-                f" {1e6 / cal.host_us:,.0f} req/s."
+                "the request path, not the instance, held the rate"
+                + (f"; within the budget it held {cal.host_held_rps:,.0f} req/s" if cal.host_held_rps > 0 else "")
+                + f", so no config is predicted past {1e6 / cal.host_us:,.0f} req/s."
                 if cal.host_us > 0
                 else "the instance held the rate."
             )

@@ -141,3 +141,20 @@ def test_the_request_path_holds_the_rate_only_where_the_instance_was_not_busy():
     assert instance_busy(9_000.0, stretched) == pytest.approx(0.90)
     cal = calibration("m", points, host_saturated_rps=9_000.0, host_points=stretched)
     assert cal.host_busy == pytest.approx(0.45) and cal.host_us == pytest.approx(1e6 / 9_000.0)
+
+
+def test_the_request_path_capacity_is_the_rate_held_within_the_budget_where_one_was_measured():
+    from perfkit.predict import fit_host_us
+
+    points = [CalibrationPoint(128, 100, 6_400.0)]
+    # Saturated at 9,000 items/s with the instance 45% busy, the path held the rate; within the
+    # budget the same config held 6,000: that is the path's capacity a prediction may not pass.
+    assert fit_host_us(9_000.0, 0.45, held_rps=6_000.0) == pytest.approx(1e6 / 6_000.0)
+    cal = calibration("m", points, host_saturated_rps=9_000.0, host_points=points, host_held_rps=6_000.0)
+    assert cal.host_us == pytest.approx(1e6 / 6_000.0) and cal.host_held_rps == 6_000.0
+    # A held rate at or past the saturated one says nothing more than saturation; none measured: saturation.
+    assert fit_host_us(9_000.0, 0.45, held_rps=9_500.0) == pytest.approx(1e6 / 9_000.0)
+    assert fit_host_us(9_000.0, 0.45, held_rps=0.0) == pytest.approx(1e6 / 9_000.0)
+    # Where the instance held the saturated rate, the path sets no ceiling, whatever was held.
+    busy = calibration("m", points, host_saturated_rps=19_000.0, host_points=points, host_held_rps=6_000.0)
+    assert busy.host_us == 0.0 and busy.host_held_rps == 0.0

@@ -30,7 +30,7 @@ from perfkit.tuner._model_calibrate import (
     _spec,
     check_predictable,
 )
-from perfkit.tuner._predict import dimension_values
+from perfkit.tuner._predict_points import dimension_values
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
 from perfkit.tuner._subject_pipeline import PipelineSubject, step_rows
 from perfkit.tuner._trial import TrialRunner

@@ -32,6 +32,7 @@ from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
+from perfkit.tuner._path_capacity import PATH_TIE, PathRaised, path_bound, path_capacity_rps, raised
 from perfkit.tuner._predict_check import (
     LATENCY_TOLERANCE,
     PREDICTION_TOLERANCE,
@@ -40,8 +41,8 @@ from perfkit.tuner._predict_check import (
     rate_holds,
     simulated_latency_us,
 )
-from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, Dimension, pow2_sizes
-from perfkit.tuner._space._knob_batching import pref_sizes
+from perfkit.tuner._predict_points import batcher_config, space_points
+from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF
 from perfkit.tuner._trial import TrialRunner
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class PredictedSearch:
     # queued only if it could still beat the best measured rate (see next_worth_measuring).
     waiting: list[tuple[dict[str, Any], float]] = field(default_factory=list)
     passed_over: str | None = None  # why the rest of `waiting` was not measured
+    past_path: set[int] = field(default_factory=set)  # trials that held past the path's capacity
 
     def queue(self, study: optuna.Study, top: list[tuple[dict[str, Any], float]]) -> None:
         """Queue the best predicted config now, the others (up to TOP_MEASURED) while worth it."""
@@ -133,11 +135,15 @@ class PredictedSearch:
             if got:
                 best = max(best, float(got))
             want = self.prediction_of(st)
-            if ft.number in self.checked and want and got and not st.rate_is_lower_bound:
-                ratios.append(float(got) / want)  # a lower bound tells no error, only that it is not lower
+            # a lower bound tells no error, only that it is not lower; nor does a rate past the path's capacity
+            telling = not st.rate_is_lower_bound and ft.number not in self.past_path
+            if ft.number in self.checked and want and got and telling:
+                ratios.append(float(got) / want)
         params, rate = self.waiting[0]
         factor = max(ratios, default=1.0)
-        if rate * factor >= best:
+        # At the path's capacity (which the best measured set), the prediction cannot tell a config from the best.
+        tied = path_bound(self.calibration, self.point_key(params)) and rate >= PATH_TIE * best
+        if rate * factor >= best or tied:
             self.waiting.pop(0)
             _enqueue(study, params, rate)
             return True
@@ -152,10 +158,14 @@ class PredictedSearch:
         """What tells two points apart for the simulator (the predicted dict's key)."""
         return batcher_config(self.t, params)
 
+    def point_key(self, params: Mapping[str, Any]) -> Any:
+        """The key of a point of the space: its params over the original's."""
+        return self.key({**self.t.original_fixed_params(), **params})
+
     def predicted_for(self, params: Mapping[str, Any]) -> float | None:
         """The rate predicted for a point (its params over the original's), None where the
         simulator did not score it to a rate (bounded below the best, or a value off its grid)."""
-        return self.predicted.get(self.key({**self.t.original_fixed_params(), **params}))
+        return self.predicted.get(self.point_key(params))
 
     def latency_at_measured(self, params: Mapping[str, Any], rate_rps: float) -> float | None:
         """The simulator's budget statistic (the budget's percentile of latency) for a point offered
@@ -181,6 +191,10 @@ class PredictedSearch:
         if measured is not None and st.rate_is_lower_bound:  # held where predicted: consistent, nothing above measured
             return PredictionChecked(number, predicted_rps, measured, True, percentile=b.percentile,
                                      budget_metric=b.metric, lower_bound=True)  # fmt: skip
+        above = measured is not None and measured > predicted_rps and not rate_holds(predicted_rps, measured)
+        if above and path_bound(self.calibration, self.point_key(st.params)):
+            return PredictionChecked(number, predicted_rps, measured, True, percentile=b.percentile,
+                                         budget_metric=b.metric, past_path=True)  # fmt: skip
         ev = PredictionChecked(number, predicted_rps, measured, rate_holds(predicted_rps, measured),
                                percentile=b.percentile, budget_metric=b.metric)  # fmt: skip
         if ev.held or measured is None or st.latency_us is None:
@@ -199,6 +213,19 @@ class PredictedSearch:
         self.t.predicted_rate = self.predicted_for
         self.t.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
+        top, configs, simulated = self.predict_space()
+        self.queue(study, top)
+        self.t.emit(Predicted(configs, simulated, time.perf_counter() - started,
+                              tuple((_label(p), rate) for p, rate in top)))  # fmt: skip
+        if top:
+            self.original_at_prediction(top[0][1])
+
+    def predict_space(self) -> tuple[list[tuple[dict[str, Any], float]], int, int]:
+        """Score the space with the calibration: sets what was predicted for each config (your
+        config's too, simulated even where bounded below the best) and returns the best
+        TOP_MEASURED distinct configs with their rates, best first, how many configs there were
+        and how many were simulated."""
+        assert self.calibration is not None
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
         service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
@@ -225,17 +252,27 @@ class PredictedSearch:
             if r.bounded or r.rate_rps <= 0 or any(_alike(batcher_config(self.t, q), r, by_cfg) for q in top):
                 continue
             top.append(params)
-        self.queue(study, [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top])
-        self.t.emit(
-            Predicted(
-                len(cfgs),
-                sum(1 for r in results if not r.bounded),
-                time.perf_counter() - started,
-                tuple((_label(p), by_cfg[batcher_config(self.t, p)].rate_rps) for p in top),
-            )
-        )
-        if top:
-            self.original_at_prediction(by_cfg[batcher_config(self.t, top[0])].rate_rps)
+        best = [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top]
+        return best, len(cfgs), sum(1 for r in results if not r.bounded)
+
+    def learn_path(self, study: optuna.Study, number: int, st: _trial_state.TrialState, ev: PredictionChecked) -> None:
+        """Where a trial of a config the request path bounds held more than the path's capacity,
+        raise the capacity to the rate it held, predict the space again and wait to measure its
+        best configs not yet measured (tuner/_path_capacity.py)."""
+        capacity = path_capacity_rps(self.calibration)
+        if self.calibration is None or capacity is None or ev.measured_rps is None or not ev.held:
+            return
+        held = st.load.value if st.load is not None and st.load.mode == "request_rate" else ev.measured_rps
+        if held <= capacity or not path_bound(self.calibration, self.point_key(st.params)):
+            return
+        if ev.past_path:
+            self.past_path.add(number)
+        self.calibration = raised(self.calibration, held)
+        self.t.calibration = self.calibration
+        top, _, _ = self.predict_space()
+        seen = {self.point_key(_trial_state.read(ft).params) for ft in study.get_trials(deepcopy=False)}
+        self.waiting = [(p, rate) for p, rate in top if self.point_key(p) not in seen]
+        self.t.emit(PathRaised(number, capacity, held, tuple((_label(p), rate) for p, rate in self.waiting)))
 
     def stop(self, study: optuna.Study) -> str | None:
         """Before each trial: check the trials measured since, and stop once the best predicted
@@ -251,6 +288,8 @@ class PredictedSearch:
             ev = self.check(ft.number, st, want)
             self.t.emit(ev)
             self.checked_trial(ft.number, st, ev.measured_rps)
+            if not self.fell_back:
+                self.learn_path(study, ft.number, st, ev)
             if not ev.held and not self.fell_back:
                 self.fell_back = True
                 self.t.steer = True  # the measured search goes on, steered as it is without predictions
@@ -307,57 +346,6 @@ def _alike(cfg: predict.BatcherConfig, r: predict.RateResult, by_cfg: Mapping[An
 
 def _label(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items() if k in (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT))
-
-
-def space_points(t: TrialRunner) -> list[dict[str, Any]]:
-    """Every point of the space the simulator can tell apart: max_batch_size at powers of two,
-    the queue delay at 0 and log-spaced values, every preferred-size choice and instance count;
-    other dimensions (precision, kind) stay at the original's values."""
-    base = t.original_fixed_params()
-    values = {d.name: dimension_values(d) for d in t.space.dimensions if d.name in SIMULATED}
-    points: list[dict[str, Any]] = [dict(base)]
-    for name, vals in values.items():
-        points = [{**p, name: v} for p in points for v in vals]
-    out = []
-    seen = set()
-    for p in points:
-        p = {k: v for k, v in p.items() if t.subject.applies(next(d for d in t.space.dimensions if d.name == k), p)}
-        key = tuple(sorted(p.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
-
-
-SIMULATED = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT)  # the knobs the simulator tells apart
-
-
-def dimension_values(d: Dimension) -> list[Any]:
-    """The values of a dimension the prediction scores: a range's 8 log-spaced points (a batch
-    size's powers of two), a choice's every choice."""
-    if not d.is_range:
-        return list(d.choices)
-    assert d.low is not None and d.high is not None
-    lo, hi = max(1, d.low), d.high
-    if d.name == P_MBS:
-        return sorted({v for v in pow2_sizes(hi) if v >= lo} | {lo, hi})
-    n = 8
-    return sorted({int(round(lo * (hi / lo) ** (i / (n - 1)))) for i in range(n)}) if hi > lo else [lo]
-
-
-def batcher_config(t: TrialRunner, params: Mapping[str, Any]) -> predict.BatcherConfig:
-    """The simulator's view of a point: its batching and instance parameters over the original's."""
-    return batcher_from(t.space.original_params, params)
-
-
-def batcher_from(orig: Mapping[str, Any], params: Mapping[str, Any]) -> predict.BatcherConfig:
-    """The simulator's view of `params` (one model's knob names) over the original's `orig`."""
-    mbs = int(params.get(P_MBS, orig.get(P_MBS) or 0))
-    db = bool(params.get(P_DB, orig.get(P_DB, False))) and mbs > 0
-    pref = tuple(pref_sizes(params.get(P_PREF), mbs, list(orig.get("preferred_sizes", []) or []))) if db else ()
-    delay = float(params.get(P_DELAY, 0) or 0) if db else 0.0
-    count = int(params.get(P_COUNT, orig.get(P_COUNT) or 1))
-    return predict.BatcherConfig(mbs, db, tuple(s for s in pref if s <= mbs), delay, max(1, count))
 
 
 RunSearch = Callable[..., tuple[TuneRecord, dict[str, Path]]]

@@ -81,6 +81,7 @@ class PredictionChecked(TuneEvent):
     percentile: float = 99.0
     budget_metric: str = "latency"
     lower_bound: bool = False  # measured at its predicted rate only, and held there (TrialState.rate_is_lower_bound)
+    past_path: bool = False  # held more than predicted, past the request path's capacity (tuner/_path_capacity.py)
 
     @property
     def rate_held(self) -> bool:
@@ -93,6 +94,11 @@ class PredictionChecked(TuneEvent):
         if self.lower_bound:
             return f"{head}, held there ({self.measured_rps:.0f} completed): at least that, so no error to tell"
         off = self.measured_rps / self.predicted_rps - 1 if self.predicted_rps > 0 else math.inf
+        if self.past_path:
+            return (
+                f"{head}, measured {self.measured_rps:.0f} ({off:+.0%}): past the request path's calibrated capacity,"
+                " which bounded the prediction, so no error to tell"
+            )
         if self.rate_held:
             return f"{head}, measured {self.measured_rps:.0f} ({off:+.0%}, within {PREDICTION_TOLERANCE:.0%})"
         if self.latency_us is None:

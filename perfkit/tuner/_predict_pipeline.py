@@ -24,16 +24,8 @@ from perfkit.errors import MeasurementError
 from perfkit.tuner import _pipeline, _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline_calibrate import calibrate_pipeline
-from perfkit.tuner._predict import (
-    SIMULATED,
-    TOP_MEASURED,
-    Predicted,
-    PredictedSearch,
-    _label,
-    _Note,
-    batcher_from,
-    dimension_values,
-)
+from perfkit.tuner._predict import TOP_MEASURED, Predicted, PredictedSearch, _label, _Note
+from perfkit.tuner._predict_points import SIMULATED, batcher_from, dimension_values
 from perfkit.tuner._space import P_DB
 from perfkit.tuner._subject_pipeline import PipelineSubject
 from perfkit.tuner._trial import TrialRunner

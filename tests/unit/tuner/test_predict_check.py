@@ -22,8 +22,9 @@ from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import M_LOWER_BOUND, Calibration, CalibrationPoint, LoadLevel, ProfileSpec, RunRecord, TuneRecord
 from perfkit.server.base import Endpoints
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
-from perfkit.tuner._predict import Predicted, PredictedSearch, batcher_from
+from perfkit.tuner._predict import Predicted, PredictedSearch
 from perfkit.tuner._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
+from perfkit.tuner._predict_points import batcher_from
 from perfkit.tuner._trial_state import TrialState
 from tests.conftest import copy_models
 
@@ -365,3 +366,45 @@ def test_your_config_is_predicted_even_below_the_best_three_and_its_search_start
     mine = predict.sustainable_rate(predict.BatcherConfig(instances=1), predict.service_model(cal), 100_000.0,
                                     contention=predict.contention(cal), requests=6_000)  # fmt: skip
     assert measure.rates and measure.rates[0] == pytest.approx(mine.rate_rps, rel=0.01), (measure.rates, mine)
+
+
+def test_a_config_the_request_path_bounds_holding_more_raises_the_paths_capacity_and_the_space_is_predicted_again():
+    from perfkit.tuner._path_capacity import PathRaised
+    from perfkit.tuner._space import Dimension
+
+    # Each instance executes 100 req/s (10 ms, independent); the calibration's request path lets
+    # 150 through: one instance is bounded by itself, two to four by the path (~150 each).
+    ps, events = _search()
+    ps.calibration = dataclasses.replace(CAL, host_us=1e6 / 150.0, host_saturated_rps=180.0, host_held_rps=150.0)
+    ps.t.space.dimensions = [Dimension("instance_count", (1, 2, 3, 4))]
+    ps.t.subject = SimpleNamespace(applies=lambda d, p: True)
+    ps.t.calibration = ps.calibration
+    top, _, _ = ps.predict_space()
+    assert all(rate < 150.0 for _, rate in top) and {p["instance_count"] for p, _ in top} <= {2, 3, 4}
+    two = ps.predicted_for({"instance_count": 2})
+    assert two is not None and two > 0.9 * 150.0
+    # Two instances held 190 req/s (+27% past its prediction): not an error of the batcher's model,
+    # the path carries at least that. The check holds, says why, and the capacity goes up to 190.
+    study = optuna.create_study(direction="maximize")
+    _told(study, _measured(190.0, 60_000.0, instance_count=2), predicted=two)
+    study.get_trials(deepcopy=False)  # the trial is complete
+    reason = ps.stop(study)
+    assert not ps.fell_back and reason is None, [e.line() for e in events]
+    checked = next(e for e in events if isinstance(e, PredictionChecked))
+    assert checked.held and checked.past_path and "past the request path's calibrated capacity" in checked.line()
+    raised = next(e for e in events if isinstance(e, PathRaised))
+    assert raised.capacity_rps == pytest.approx(150.0) and raised.held_rps == pytest.approx(190.0 * 0.99)
+    assert ps.calibration.host_us == pytest.approx(1e6 / (190.0 * 0.99)) and ps.t.calibration is ps.calibration
+    # Predicted again: three and four instances now reach the new capacity; two (measured) is not
+    # waiting again, and the next to measure, three instances, is queued with its new prediction.
+    three = ps.predicted_for({"instance_count": 3})
+    assert three is not None and three > 150.0
+    queued = [ft.user_attrs.get("predicted_rps") for ft in study.get_trials(deepcopy=False)]
+    assert three in queued and all(p["instance_count"] != 2 for p, _ in ps.waiting)
+    # A trial measured past its prediction on a config the instances bound is an error as before.
+    ps2, _ = _search()
+    ps2.calibration = ps.calibration
+    assert not ps2.check(9, _measured(300.0, 60_000.0), predicted_rps=95.0).held
+    # A config the path bounds holding less than predicted is an error as before, and raises nothing.
+    low = ps.check(10, _measured(100.0, 99_000.0, instance_count=4), predicted_rps=three)
+    assert not low.held and not low.past_path

@@ -32,7 +32,7 @@ from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
-from perfkit.tuner._path_capacity import PATH_TIE, PathRaised, path_bound, path_capacity_rps, raised
+from perfkit.tuner._path_capacity import headroom_first, path_bound
 from perfkit.tuner._predict_check import (
     LATENCY_TOLERANCE,
     PREDICTION_TOLERANCE,
@@ -141,9 +141,9 @@ class PredictedSearch:
                 ratios.append(float(got) / want)
         params, rate = self.waiting[0]
         factor = max(ratios, default=1.0)
-        # At the path's capacity (which the best measured set), the prediction cannot tell a config from the best.
-        tied = path_bound(self.calibration, self.point_key(params)) and rate >= PATH_TIE * best
-        if rate * factor >= best or tied:
+        # A config the request path bounds is predicted at the path's capacity, which measurements pass as often
+        # as not: the prediction cannot settle it against the best measured; a measurement does.
+        if rate * factor >= best or path_bound(self.calibration, self.point_key(params)):
             self.waiting.pop(0)
             _enqueue(study, params, rate)
             return True
@@ -243,7 +243,12 @@ class PredictedSearch:
                                            arrival=arrival, requests=SIM_REQUESTS)  # fmt: skip
             if own.rate_rps > 0:
                 self.predicted[mine] = own.rate_rps
-        ranked = sorted(points, key=lambda p: -by_cfg[batcher_config(self.t, p)].rate_rps)
+
+        def order(params: dict[str, Any]) -> tuple[float, float]:
+            cfg = batcher_config(self.t, params)
+            return headroom_first(self.calibration, cfg, by_cfg[cfg].rate_rps)
+
+        ranked = sorted(points, key=order)
         top: list[dict[str, Any]] = []
         for params in ranked:
             if len(top) >= TOP_MEASURED:
@@ -254,25 +259,6 @@ class PredictedSearch:
             top.append(params)
         best = [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top]
         return best, len(cfgs), sum(1 for r in results if not r.bounded)
-
-    def learn_path(self, study: optuna.Study, number: int, st: _trial_state.TrialState, ev: PredictionChecked) -> None:
-        """Where a trial of a config the request path bounds held more than the path's capacity,
-        raise the capacity to the rate it held, predict the space again and wait to measure its
-        best configs not yet measured (tuner/_path_capacity.py)."""
-        capacity = path_capacity_rps(self.calibration)
-        if self.calibration is None or capacity is None or ev.measured_rps is None or not ev.held:
-            return
-        held = st.load.value if st.load is not None and st.load.mode == "request_rate" else ev.measured_rps
-        if held <= capacity or not path_bound(self.calibration, self.point_key(st.params)):
-            return
-        if ev.past_path:
-            self.past_path.add(number)
-        self.calibration = raised(self.calibration, held)
-        self.t.calibration = self.calibration
-        top, _, _ = self.predict_space()
-        seen = {self.point_key(_trial_state.read(ft).params) for ft in study.get_trials(deepcopy=False)}
-        self.waiting = [(p, rate) for p, rate in top if self.point_key(p) not in seen]
-        self.t.emit(PathRaised(number, capacity, held, tuple((_label(p), rate) for p, rate in self.waiting)))
 
     def stop(self, study: optuna.Study) -> str | None:
         """Before each trial: check the trials measured since, and stop once the best predicted
@@ -288,8 +274,8 @@ class PredictedSearch:
             ev = self.check(ft.number, st, want)
             self.t.emit(ev)
             self.checked_trial(ft.number, st, ev.measured_rps)
-            if not self.fell_back:
-                self.learn_path(study, ft.number, st, ev)
+            if ev.past_path:
+                self.past_path.add(ft.number)
             if not ev.held and not self.fell_back:
                 self.fell_back = True
                 self.t.steer = True  # the measured search goes on, steered as it is without predictions

@@ -123,8 +123,15 @@ def fit_shared_fraction(counts: Sequence[int], rates_rps: Sequence[float]) -> fl
 
 
 # Saturated with its instance busy less than this, a model is held back by its requests' path,
-# not by its instance: the rate there is that path's capacity.
-HOST_BOUND_BUSY = 0.85
+# not by its instance: the rate there is that path's capacity. onnx_mlp on 2 cores, whose
+# executions share the CPU with the request handling and the load generator, read 64%, 71%, 75%,
+# 76%, 83% and 90% busy over six calibrations; hungry's emulated device read 100%, the queue
+# fixture (10 ms executions, one instance, closed loop) 99.98%. Taking the path for the bound
+# where the instance held costs little (the configs it bounds are measured by their instances'
+# room first, and holding past the path's capacity is no error); the reverse predicts configs at
+# twice what they hold, and the search falls back to measuring. Not higher: under a loaded CI
+# machine an unbatched instance's gaps between executions (a millisecond in 10) read as idle.
+HOST_BOUND_BUSY = 0.92
 
 
 def instance_busy(

@@ -56,7 +56,13 @@ def fit_error_sentence(cal: Calibration) -> str:
     if cal.host_saturated_rps > 0:
         text += (
             f" Saturated, one instance completed {cal.host_saturated_rps:,.0f} req/s while executing"
-            f" {cal.host_busy:.0%} of the time: "
+            f" {cal.host_busy:.0%} of the time"
+            + (
+                f" (its executions took {cal.loaded_stretch:.2f}× as long as unloaded, and are simulated so)"
+                if cal.loaded_stretch >= 1.05
+                else ""
+            )
+            + ": "
             + (
                 "the request path, not the instance, held the rate"
                 + (f"; within the budget it held {cal.host_held_rps:,.0f} req/s" if cal.host_held_rps > 0 else "")

@@ -56,7 +56,8 @@ def host_phrase(c: Calibration) -> str:
     """What the saturated level said of the request path, for the calibration's line."""
     if c.host_saturated_rps <= 0:
         return ""
-    seen = f"; saturated at {c.host_saturated_rps:.0f} req/s with the instance {c.host_busy:.0%} busy"
+    stretch = f", its executions x{c.loaded_stretch:.2f} as long as unloaded" if c.loaded_stretch >= 1.05 else ""
+    seen = f"; saturated at {c.host_saturated_rps:.0f} req/s with the instance {c.host_busy:.0%} busy{stretch}"
     if c.host_us > 0:
         held = f", within the budget up to {c.host_held_rps:.0f} req/s" if c.host_held_rps > 0 else ""
         return f"{seen}: the request path holds the rate{held} (one request per {c.host_us:.0f} us)"

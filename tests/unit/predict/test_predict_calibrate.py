@@ -158,3 +158,24 @@ def test_the_request_path_capacity_is_the_rate_held_within_the_budget_where_one_
     # Where the instance held the saturated rate, the path sets no ceiling, whatever was held.
     busy = calibration("m", points, host_saturated_rps=19_800.0, host_points=points, host_held_rps=6_000.0)
     assert busy.host_us == 0.0 and busy.host_held_rps == 0.0
+
+
+def test_executions_stretched_under_load_are_simulated_stretched():
+    from perfkit.predict import execution_stretch
+
+    # Unloaded, a batch takes 200 + 40 us an item; saturated, batches of 64 and 128 took 2x and 1.5x that.
+    line = lambda n: 200.0 + 40.0 * n  # noqa: E731  # the fitted line, as calibration() passes it
+    loaded = [CalibrationPoint(64, 10, 2 * line(64)), CalibrationPoint(128, 30, 1.5 * line(128))]
+    want = (10 * 2 * line(64) + 30 * 1.5 * line(128)) / (10 * line(64) + 30 * line(128))
+    assert execution_stretch(loaded, line) == pytest.approx(want)
+    # Faster than unloaded is not modelled (1), nor is a level with no batch.
+    assert execution_stretch([CalibrationPoint(64, 10, 0.5 * line(64))], line) == 1.0
+    assert execution_stretch([], line) == 1.0
+    unloaded = [CalibrationPoint(1, 50, line(1)), CalibrationPoint(128, 50, line(128))]
+    cal = calibration("m", unloaded, host_saturated_rps=9_000.0, host_points=loaded, host_held_rps=6_000.0)
+    assert cal.loaded_stretch == pytest.approx(want)
+    svc = service_model(cal)
+    assert svc.service_us(128) == pytest.approx(want * line(128), rel=1e-6) and svc.host_us == cal.host_us
+    # Executions that ran as long as unloaded: the line as fitted.
+    same = calibration("m", unloaded, host_saturated_rps=9_000.0, host_points=unloaded)
+    assert same.loaded_stretch == pytest.approx(1.0) and service_model(same).service_us(128) == pytest.approx(line(128))

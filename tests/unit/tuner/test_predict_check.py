@@ -381,6 +381,12 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
     # Predicted alike at the path's capacity, the config whose instances have the most room goes first.
     assert all(rate < 150.0 for _, rate in top) and len({rate for _, rate in top}) == 1
     assert [p["instance_count"] for p, _ in top] == [4, 3, 2]
+    # A lattice step apart at the capacity is still alike; further under it, the rate decides.
+    from perfkit.tuner._path_capacity import headroom_first
+
+    two_cfg, four_cfg = (ps.key({"instance_count": n}) for n in (2, 4))
+    assert headroom_first(ps.calibration, four_cfg, 146.0) < headroom_first(ps.calibration, two_cfg, 148.0)
+    assert headroom_first(ps.calibration, two_cfg, 148.0) < headroom_first(ps.calibration, four_cfg, 120.0)
     study = optuna.create_study(direction="maximize")
     ps.queue(study, top)
     four, three = top[0][1], top[1][1]

@@ -17,6 +17,7 @@ from perfkit.predict._calibrate import (
     host_bound,
     instance_busy,
     merge_points,
+    scaling,
     service_model,
 )
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
@@ -44,6 +45,7 @@ __all__ = [
     "fit_shared_fraction",
     "instance_busy",
     "merge_points",
+    "scaling",
     "service_model",
     "BatcherConfig",
     "Contention",

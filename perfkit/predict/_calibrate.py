@@ -150,10 +150,34 @@ def instance_busy(
     return saturated_rps * busy_us / items / 1e6
 
 
-def host_bound(busy: float) -> bool:
+# Two instances of the overloaded batching config delivering less than this share of what the
+# instances' own contention gives (fitted from unbatched saturated rates) were held by something
+# they do not share that way: the request path.
+SCALING_SHORT = 0.8
+
+
+def host_bound(busy: float, scaled: float | None = None, expected: float | None = None) -> bool:
     """Whether a config saturated with its instances busy `busy` of the time was held by the
-    request path (busy < HOST_BOUND_BUSY), not by its instances."""
-    return busy < HOST_BOUND_BUSY
+    request path, not by its instances: busy < HOST_BOUND_BUSY, or with more instances it
+    delivered `scaled` times its rate where their contention gives `expected` times and scaled <
+    SCALING_SHORT x expected (onnx_mlp on 2 cores: 94% busy by a line its loaded calibration
+    levels had stretched, yet two instances delivered about what one did where their contention
+    gives 1.6x)."""
+    if busy < HOST_BOUND_BUSY:
+        return True
+    return scaled is not None and expected is not None and scaled < SCALING_SHORT * expected
+
+
+def scaling(
+    counts: Sequence[int], shared_fraction: float, saturated_rps: float, scaled_rps: float
+) -> tuple[float, float] | None:
+    """(what the larger instance count delivered over the smaller, overloaded with batching; what
+    their contention gives), None where not measured."""
+    if len(counts) < 2 or saturated_rps <= 0 or scaled_rps <= 0:
+        return None
+    lo, hi = min(counts), max(counts)
+    c = Contention(shared_fraction)
+    return scaled_rps / saturated_rps, c.instance_scaling(hi) / c.instance_scaling(lo)
 
 
 def execution_stretch(points: Sequence[CalibrationPoint], service_us: Callable[[int], float]) -> float:
@@ -167,14 +191,14 @@ def execution_stretch(points: Sequence[CalibrationPoint], service_us: Callable[[
     return max(1.0, loaded / unloaded) if unloaded > 0 else 1.0
 
 
-def fit_host_us(saturated_rps: float, busy: float, held_rps: float = 0.0) -> float:
-    """The request path's capacity (ServiceModel.host_us) from a config saturated with its instances
-    busy `busy` of the time: where the path, not the instances, held the rate (host_bound), 1 / the
-    highest rate the same config held within the tune's budget (held_rps, measured below the
-    saturated rate: on a machine whose CPUs the path shares with the executions and the load
-    generator, its latency runs past a budget long before it saturates), or without one 1 / the
-    saturated rate; else 0 (the instances held it: the path's capacity is past what was seen)."""
-    if saturated_rps <= 0 or not host_bound(busy):
+def fit_host_us(saturated_rps: float, path_holds: bool, held_rps: float = 0.0) -> float:
+    """The request path's capacity (ServiceModel.host_us) from a saturated config: where the path,
+    not the instances, held its rate (path_holds, see host_bound), 1 / the highest rate the same
+    config held within the tune's budget (held_rps, measured below the saturated rate: on a
+    machine whose CPUs the path shares with the executions and the load generator, its latency
+    runs past a budget long before it saturates), or without one 1 / the saturated rate; else 0
+    (the instances held it: the path's capacity is past what was seen)."""
+    if saturated_rps <= 0 or not path_holds:
         return 0.0
     return 1e6 / (held_rps if 0 < held_rps < saturated_rps else saturated_rps)
 
@@ -190,15 +214,19 @@ def calibration(
     host_saturated_rps: float = 0.0,
     host_points: Sequence[CalibrationPoint] = (),
     host_held_rps: float = 0.0,
+    host_scaled_rps: float = 0.0,
 ) -> Calibration:
     """A Calibration from the measured points, overhead and (optionally) saturated rates at two
     instance counts, and the request path's capacity from the saturated rate of one instance
     (host_saturated_rps, items/s) with the batches executed at it (host_points), and the highest
-    rate it held within the budget (host_held_rps, 0 if not measured; see fit_host_us).
+    rate it held within the budget (host_held_rps, 0 if not measured; see fit_host_us), and the
+    same config's saturated rate at the larger instance count (host_scaled_rps; see host_bound).
     Raises MeasurementError as fit_service / fit_shared_fraction do."""
     a, b, rms, worst = fit_service(points)
     shared = fit_shared_fraction(instance_counts, saturated_rps) if instance_counts else 0.0
     busy = instance_busy(host_saturated_rps, host_points, service_us=lambda n: a + b * n)
+    scaled = scaling(instance_counts, shared, host_saturated_rps, host_scaled_rps)
+    path = host_bound(busy, *(scaled or (None, None)))
     return Calibration(
         model=model,
         points=tuple(points),
@@ -211,10 +239,11 @@ def calibration(
         saturated_rps=tuple(saturated_rps),
         shared_fraction=shared,
         duration_s=duration_s,
-        host_us=fit_host_us(host_saturated_rps, busy, host_held_rps),
+        host_us=fit_host_us(host_saturated_rps, path, host_held_rps),
         host_saturated_rps=host_saturated_rps,
         host_busy=busy,
-        host_held_rps=host_held_rps if host_bound(busy) else 0.0,
+        host_held_rps=host_held_rps if path else 0.0,
+        host_scaled_rps=host_scaled_rps,
         loaded_stretch=execution_stretch(host_points, lambda n: a + b * n),
     )
 

@@ -51,6 +51,7 @@ class Calibration:
     host_saturated_rps: float = 0.0  # the saturated rate of the largest batching config, one instance
     host_busy: float = 0.0  # how much of that level its instance executed (0..1)
     host_held_rps: float = 0.0  # the highest rate that config held within the budget (0: not measured)
+    host_scaled_rps: float = 0.0  # that config saturated at the larger of instance_counts (0: not measured)
     # How much longer that saturated level's executions took than the fitted (unloaded) line, at
     # least 1: the simulator stretches every execution by it (perfkit.predict.service_model).
     loaded_stretch: float = 1.0

@@ -58,6 +58,9 @@ def host_phrase(c: Calibration) -> str:
         return ""
     stretch = f", its executions x{c.loaded_stretch:.2f} as long as unloaded" if c.loaded_stretch >= 1.05 else ""
     seen = f"; saturated at {c.host_saturated_rps:.0f} req/s with the instance {c.host_busy:.0%} busy{stretch}"
+    told = predict.scaling(c.instance_counts, c.shared_fraction, c.host_saturated_rps, c.host_scaled_rps)
+    if told is not None:
+        seen += f", x{told[0]:.2f} at {max(c.instance_counts)} instances (their contention gives x{told[1]:.2f})"
     if c.host_us > 0:
         held = f", within the budget up to {c.host_held_rps:.0f} req/s" if c.host_held_rps > 0 else ""
         return f"{seen}: the request path holds the rate{held} (one request per {c.host_us:.0f} us)"
@@ -96,10 +99,12 @@ def calibrate(t: TrialRunner) -> Calibration:
     statistics; the overhead outside the instance at one client; the largest batches overloaded
     in open loop, as trials offer load (HOST_OVERLOAD times the fastest batch's rate, at most
     --max-rate), whose instance's busy time tells whether the request path holds the rate
-    (predict.fit_host_us; without batching, one instance saturated tells), and where it does the
-    highest rate it holds within the budget (_held_rate); saturated rates at the
-    two smallest instance counts. The user's config is put back after. Raises UsageError for a load
-    the prediction does not model, and what measuring raises."""
+    (predict.host_bound; without batching, one instance saturated tells); saturated rates at the
+    two smallest instance counts, without batching, and the overloaded batches again at the larger
+    (do they scale as the instances' contention says?); where the path holds, the highest rate it
+    holds within the budget (_held_rate, on the batching config loaded last). The user's config is
+    put back after. Raises UsageError for a load the prediction does not model, and what measuring
+    raises."""
     if not isinstance(t.subject, ModelSubject):
         raise UsageError(
             "--search predict tunes one model or an ensemble; traffic mixes are searched by measurement",
@@ -129,16 +134,13 @@ def calibrate(t: TrialRunner) -> Calibration:
             _level(t, _spec(t, n))
         after = t.server.model_stats(t.model)
         points = predict.batch_points(before, after, t.model)
-        host_rps = held_rps = 0.0
+        host_rps = held_rps = scaled_rps = offered = 0.0
         host_points: tuple[CalibrationPoint, ...] = ()
         if top > 1:  # the largest batches, overloaded: is it the instance or the request path that holds?
             fastest = max((p.batch_size / p.service_us * 1e6 for p in points), default=0.0)
             offered = min(t.judge.max_rate_rps, HOST_OVERLOAD * fastest) if fastest > 0 else t.judge.max_rate_rps
             host_rps = _level(t, _rate_spec(t, offered)).throughput_infer_per_s
             host_points = predict.batch_points(after, t.server.model_stats(t.model), t.model)
-            a, b, *_ = predict.fit_service(points)
-            if predict.host_bound(predict.instance_busy(host_rps, host_points, service_us=lambda n: a + b * n)):
-                held_rps = _held_rate(t, host_rps)
         rates: list[float] = []
         loaded: tuple[CalibrationPoint, ...] = ()
         for c in counts if len(counts) == 2 else []:
@@ -152,18 +154,29 @@ def calibrate(t: TrialRunner) -> Calibration:
                 loaded = predict.batch_points(first, t.server.model_stats(t.model), t.model)
                 if not host_points:  # no batching to saturate: one instance without it tells instead
                     host_rps, host_points = rates[-1], loaded
-    overhead = _overhead_us(light)
-    return predict.calibration(
-        t.model,
-        predict.merge_points(points, loaded),
-        overhead_us=overhead,
-        instance_counts=tuple(counts) if rates else (),
-        saturated_rps=tuple(rates),
-        duration_s=time.monotonic() - started,
-        host_saturated_rps=host_rps,
-        host_points=host_points,
-        host_held_rps=held_rps,
-    )
+        if top > 1 and len(rates) == 2:  # the same overloaded batches at the larger count: do they scale?
+            t.put_candidate(subject.candidate({**batch, P_COUNT: counts[1]}, is_original=False, number=-1).text)
+            scaled_rps = _level(t, _rate_spec(t, min(t.judge.max_rate_rps, offered * counts[1]))).throughput_infer_per_s
+
+        def fitted(held_rps: float) -> Calibration:
+            return predict.calibration(
+                t.model,
+                predict.merge_points(points, loaded),
+                overhead_us=_overhead_us(light),
+                instance_counts=tuple(counts) if rates else (),
+                saturated_rps=tuple(rates),
+                duration_s=time.monotonic() - started,
+                host_saturated_rps=host_rps,
+                host_points=host_points,
+                host_held_rps=held_rps,
+                host_scaled_rps=scaled_rps,
+            )
+
+        if top > 1 and fitted(0.0).host_us > 0:  # the path holds: what does it hold within the budget?
+            if not scaled_rps:  # the config loaded last is not a batching one
+                t.put_candidate(subject.candidate(batch, is_original=False, number=-1).text)
+            held_rps = _held_rate(t, host_rps)
+        return fitted(held_rps)
 
 
 def _held_rate(t: TrialRunner, saturated_rps: float) -> float:

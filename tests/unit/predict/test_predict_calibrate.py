@@ -121,15 +121,15 @@ def test_the_calibration_round_trips_through_the_tune_record(tmp_path: Path):
 
 
 def test_the_request_path_holds_the_rate_only_where_the_instance_was_not_busy():
-    from perfkit.predict import fit_host_us, instance_busy
+    from perfkit.predict import fit_host_us, host_bound, instance_busy
 
     # 100 batches of 128 at 6.4 ms (50 us an item): at 9,000 items/s the instance executes 45% of the time.
     points = [CalibrationPoint(128, 100, 6_400.0)]
     assert instance_busy(9_000.0, points) == pytest.approx(0.45)
-    assert fit_host_us(9_000.0, 0.45) == pytest.approx(1e6 / 9_000.0)
+    assert host_bound(0.45) and fit_host_us(9_000.0, True) == pytest.approx(1e6 / 9_000.0)
     # At 19,800 items/s it executes 99% of the time: the instance held the rate, the path is faster.
     assert instance_busy(19_800.0, points) == pytest.approx(0.99)
-    assert fit_host_us(19_800.0, 0.99) == 0.0
+    assert not host_bound(0.99) and fit_host_us(19_800.0, False) == 0.0
     assert instance_busy(0.0, points) == 0.0 and instance_busy(9_000.0, []) == 0.0
     cal = calibration("m", points, host_saturated_rps=9_000.0, host_points=points)
     assert cal.host_busy == pytest.approx(0.45) and cal.host_us == pytest.approx(111.1, rel=1e-3)
@@ -149,12 +149,12 @@ def test_the_request_path_capacity_is_the_rate_held_within_the_budget_where_one_
     points = [CalibrationPoint(128, 100, 6_400.0)]
     # Saturated at 9,000 items/s with the instance 45% busy, the path held the rate; within the
     # budget the same config held 6,000: that is the path's capacity a prediction may not pass.
-    assert fit_host_us(9_000.0, 0.45, held_rps=6_000.0) == pytest.approx(1e6 / 6_000.0)
+    assert fit_host_us(9_000.0, True, held_rps=6_000.0) == pytest.approx(1e6 / 6_000.0)
     cal = calibration("m", points, host_saturated_rps=9_000.0, host_points=points, host_held_rps=6_000.0)
     assert cal.host_us == pytest.approx(1e6 / 6_000.0) and cal.host_held_rps == 6_000.0
     # A held rate at or past the saturated one says nothing more than saturation; none measured: saturation.
-    assert fit_host_us(9_000.0, 0.45, held_rps=9_500.0) == pytest.approx(1e6 / 9_000.0)
-    assert fit_host_us(9_000.0, 0.45, held_rps=0.0) == pytest.approx(1e6 / 9_000.0)
+    assert fit_host_us(9_000.0, True, held_rps=9_500.0) == pytest.approx(1e6 / 9_000.0)
+    assert fit_host_us(9_000.0, True, held_rps=0.0) == pytest.approx(1e6 / 9_000.0)
     # Where the instance held the saturated rate, the path sets no ceiling, whatever was held.
     busy = calibration("m", points, host_saturated_rps=19_800.0, host_points=points, host_held_rps=6_000.0)
     assert busy.host_us == 0.0 and busy.host_held_rps == 0.0
@@ -179,3 +179,26 @@ def test_executions_stretched_under_load_are_simulated_stretched():
     # Executions that ran as long as unloaded: the line as fitted.
     same = calibration("m", unloaded, host_saturated_rps=9_000.0, host_points=unloaded)
     assert same.loaded_stretch == pytest.approx(1.0) and service_model(same).service_us(128) == pytest.approx(line(128))
+
+
+def test_instances_that_do_not_scale_overloaded_as_their_contention_says_were_held_by_the_request_path():
+    from perfkit.predict import host_bound
+
+    # Busy 94% by the line (not under 92%): alone it says the instance held. Unbatched, two
+    # instances delivered 1.6x one (shared fraction 0.62); overloaded with batching, 14,500 and
+    # 15,200 req/s (x1.05): something they do not share that way held the rate.
+    points = [CalibrationPoint(128, 100, 6_400.0)]  # 50 us an item: 94% busy at 18,800 items/s
+    counts, rates = (1, 2), (4_771.0, 7_716.0)
+    cal = calibration("m", points, instance_counts=counts, saturated_rps=rates, host_saturated_rps=18_800.0,
+                      host_points=points, host_held_rps=9_000.0, host_scaled_rps=19_700.0)  # fmt: skip
+    assert cal.host_busy == pytest.approx(0.94) and not host_bound(cal.host_busy)
+    assert cal.host_us == pytest.approx(1e6 / 9_000.0) and cal.host_scaled_rps == 19_700.0
+    # Two instances that delivered what their contention gives (x1.6): the instance held it.
+    scaled = calibration("m", points, instance_counts=counts, saturated_rps=rates, host_saturated_rps=18_800.0,
+                         host_points=points, host_held_rps=9_000.0, host_scaled_rps=30_000.0)  # fmt: skip
+    assert scaled.host_us == 0.0 and scaled.host_held_rps == 0.0
+    # Instances that share everything (x1.0 expected) cannot tell the path apart this way.
+    shared = calibration("m", points, instance_counts=counts, saturated_rps=(4_771.0, 4_800.0),
+                         host_saturated_rps=18_800.0, host_points=points, host_scaled_rps=18_900.0)  # fmt: skip
+    assert shared.host_us == 0.0
+    assert host_bound(0.94, 1.05, 1.6) and not host_bound(0.94, 1.3, 1.6) and not host_bound(0.94)

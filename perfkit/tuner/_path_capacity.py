@@ -63,3 +63,22 @@ def headroom_first(cal: Calibration | None, cfg: predict.BatcherConfig, rate_rps
     if cal is None or capacity is None or not path_bound(cal, cfg) or rate_rps < AT_CAPACITY * capacity:
         return (-rate_rps, 0.0)
     return (-capacity, -instances_capacity_rps(cal, cfg))
+
+
+def alike_at_capacity(cal: Calibration | None, results: list[predict.RateResult]) -> list[predict.RateResult]:
+    """The space's scores with every config the path bounds that scoring left bounded (not
+    simulated: its bound, the path's capacity, was no higher than the rates kept) given the rate
+    of the best simulated one at the capacity: the simulator sees only the path there, and
+    headroom_first then orders them by their instances' room. Unchanged without a path capacity
+    or a simulated config at it."""
+    capacity = path_capacity_rps(cal)
+    if cal is None or capacity is None:
+        return results
+
+    def at_path(r: predict.RateResult) -> bool:
+        return path_bound(cal, r.config) and r.rate_rps >= AT_CAPACITY * capacity
+
+    like = max((r.rate_rps for r in results if not r.bounded and at_path(r)), default=None)
+    if like is None:
+        return results
+    return [dataclasses.replace(r, rate_rps=like, bounded=False) if r.bounded and at_path(r) else r for r in results]

@@ -32,7 +32,7 @@ from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
-from perfkit.tuner._path_capacity import headroom_first, path_bound
+from perfkit.tuner._path_capacity import alike_at_capacity, headroom_first, path_bound
 from perfkit.tuner._predict_check import (
     LATENCY_TOLERANCE,
     PREDICTION_TOLERANCE,
@@ -233,6 +233,8 @@ class PredictedSearch:
         arrival = self.t.judge.distribution
         results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
                                       arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip
+        simulated = sum(1 for r in results if not r.bounded)
+        results = alike_at_capacity(self.calibration, results)
         by_cfg = {r.config: r for r in results}
         self.predicted = {r.config: r.rate_rps for r in results if not r.bounded and r.rate_rps > 0}
         # Your config is measured anyway: simulated even where its bound is below the best, its
@@ -258,7 +260,7 @@ class PredictedSearch:
                 continue
             top.append(params)
         best = [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top]
-        return best, len(cfgs), sum(1 for r in results if not r.bounded)
+        return best, len(cfgs), simulated
 
     def stop(self, study: optuna.Study) -> str | None:
         """Before each trial: check the trials measured since, and stop once the best predicted

@@ -411,3 +411,21 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
     # Without a path capacity, the same reading past the prediction is an error too.
     ps.calibration = CAL
     assert not ps.check(11, _measured(190.0, 60_000.0, instance_count=4), predicted_rps=four).held
+
+
+def test_configs_at_the_paths_capacity_left_unsimulated_are_scored_alike_with_the_simulated_ones():
+    from perfkit.tuner._path_capacity import alike_at_capacity
+
+    cal = dataclasses.replace(CAL, host_us=1e6 / 150.0)
+    cfg = {n: predict.BatcherConfig(instances=n) for n in (1, 2, 3, 4)}
+    # Scoring kept two: two and three instances, simulated a little past the capacity (Poisson
+    # arrivals overload a path briefly); four, its bound the capacity, was left bounded; one
+    # instance is bounded by itself (100).
+    results = [predict.RateResult(cfg[2], 152.0, 90_000.0, 1.0), predict.RateResult(cfg[3], 151.0, 90_000.0, 1.0),
+               predict.RateResult(cfg[4], 150.0, float("nan"), float("nan"), bounded=True),
+               predict.RateResult(cfg[1], 100.0, float("nan"), float("nan"), bounded=True)]  # fmt: skip
+    out = {r.config.instances: r for r in alike_at_capacity(cal, results)}
+    assert out[4].rate_rps == 152.0 and not out[4].bounded
+    assert out[1].bounded and out[1].rate_rps == 100.0 and out[2] == results[0]
+    # No path capacity: the scores as they were.
+    assert alike_at_capacity(CAL, results) == results

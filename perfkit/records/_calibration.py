@@ -26,9 +26,11 @@ class Calibration:
     instance. shared_fraction: the part of an execution on a device every instance shares, from
     the saturated rates measured at instance_counts (0: independent instances). host_us: the
     request path's capacity (perfkit.predict.ServiceModel.host_us), 1 / host_held_rps (the
-    highest rate the same config held within the budget; 1 / host_saturated_rps where none was
-    measured) where the batching config saturated with its instance busy only host_busy of the
-    time (0 where the instance was the one saturated, or nothing measured it).
+    highest rate the batching config held within the budget, at the larger instance count where
+    host_scaled_rps was measured; 1 / host_saturated_rps where none was) where the path held the
+    saturated rate (perfkit.predict.host_bound: the instance busy only host_busy of the time, or
+    more instances not scaling as their contention says); 0 where the instances held it, or
+    nothing measured it.
 
     A pipeline's calibration names the pipeline (the ensemble): `steps` holds each step's own
     calibration (fitted from that step's statistics during the same run, overhead_us 0), and
@@ -50,7 +52,7 @@ class Calibration:
     host_us: float = 0.0
     host_saturated_rps: float = 0.0  # the saturated rate of the largest batching config, one instance
     host_busy: float = 0.0  # how much of that level its instance executed (0..1)
-    host_held_rps: float = 0.0  # the highest rate that config held within the budget (0: not measured)
+    host_held_rps: float = 0.0  # the highest rate a batching config held within the budget (0: not measured)
     host_scaled_rps: float = 0.0  # that config saturated at the larger of instance_counts (0: not measured)
     # How much longer that saturated level's executions took than the fitted (unloaded) line, at
     # least 1: the simulator stretches every execution by it (perfkit.predict.service_model).

@@ -5,6 +5,7 @@ to them), and the fit's error in words. Data first; drawn by _draw, checked by t
 
 from __future__ import annotations
 
+from perfkit.predict import scaling
 from perfkit.records import Calibration
 from perfkit.report._figure_types import LineFigure, Series, Table
 
@@ -60,6 +61,16 @@ def fit_error_sentence(cal: Calibration) -> str:
             + (
                 f" (its executions took {cal.loaded_stretch:.2f}× as long as unloaded, and are simulated so)"
                 if cal.loaded_stretch >= 1.05
+                else ""
+            )
+            + (
+                f"; at {max(cal.instance_counts)} instances {cal.host_scaled_rps:,.0f} req/s"
+                f" (×{told[0]:.2f}, where their contention gives ×{told[1]:.2f})"
+                if (
+                    told := scaling(
+                        cal.instance_counts, cal.shared_fraction, cal.host_saturated_rps, cal.host_scaled_rps
+                    )
+                )
                 else ""
             )
             + ": "

@@ -57,3 +57,8 @@ class Calibration:
     # How much longer that saturated level's executions took than the fitted (unloaded) line, at
     # least 1: the simulator stretches every execution by it (perfkit.predict.service_model).
     loaded_stretch: float = 1.0
+
+    @property
+    def stretch_worth_telling(self) -> bool:
+        """Whether the executions stretched under load enough (5%) for the line and report to say so."""
+        return self.loaded_stretch >= 1.05

@@ -55,32 +55,28 @@ def fit_error_sentence(cal: Calibration) -> str:
     else:
         text += " Instance scaling was not measured (one instance count): instances are taken as independent."
     if cal.host_saturated_rps > 0:
+        stretch = (
+            f" (its executions took {cal.loaded_stretch:.2f}× as long as unloaded, and are simulated so)"
+            if cal.stretch_worth_telling
+            else ""
+        )
+        told = scaling(cal.instance_counts, cal.shared_fraction, cal.host_saturated_rps, cal.host_scaled_rps)
+        scaled = (
+            f"; at {max(cal.instance_counts)} instances {cal.host_scaled_rps:,.0f} req/s"
+            f" (×{told[0]:.2f}, where their contention gives ×{told[1]:.2f})"
+            if told is not None
+            else ""
+        )
+        held = f"; within the budget it held {cal.host_held_rps:,.0f} req/s" if cal.host_held_rps > 0 else ""
+        verdict = (
+            f"the request path, not the instance, held the rate{held}, so no config is predicted past"
+            f" {1e6 / cal.host_us:,.0f} req/s."
+            if cal.host_us > 0
+            else "the instance held the rate."
+        )
         text += (
             f" Saturated, one instance completed {cal.host_saturated_rps:,.0f} req/s while executing"
-            f" {cal.host_busy:.0%} of the time"
-            + (
-                f" (its executions took {cal.loaded_stretch:.2f}× as long as unloaded, and are simulated so)"
-                if cal.loaded_stretch >= 1.05
-                else ""
-            )
-            + (
-                f"; at {max(cal.instance_counts)} instances {cal.host_scaled_rps:,.0f} req/s"
-                f" (×{told[0]:.2f}, where their contention gives ×{told[1]:.2f})"
-                if (
-                    told := scaling(
-                        cal.instance_counts, cal.shared_fraction, cal.host_saturated_rps, cal.host_scaled_rps
-                    )
-                )
-                else ""
-            )
-            + ": "
-            + (
-                "the request path, not the instance, held the rate"
-                + (f"; within the budget it held {cal.host_held_rps:,.0f} req/s" if cal.host_held_rps > 0 else "")
-                + f", so no config is predicted past {1e6 / cal.host_us:,.0f} req/s."
-                if cal.host_us > 0
-                else "the instance held the rate."
-            )
+            f" {cal.host_busy:.0%} of the time{stretch}{scaled}: {verdict}"
         )
     return text
 

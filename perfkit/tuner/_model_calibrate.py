@@ -56,7 +56,7 @@ def host_phrase(c: Calibration) -> str:
     """What the saturated level said of the request path, for the calibration's line."""
     if c.host_saturated_rps <= 0:
         return ""
-    stretch = f", its executions x{c.loaded_stretch:.2f} as long as unloaded" if c.loaded_stretch >= 1.05 else ""
+    stretch = f", its executions x{c.loaded_stretch:.2f} as long as unloaded" if c.stretch_worth_telling else ""
     seen = f"; saturated at {c.host_saturated_rps:.0f} req/s with the instance {c.host_busy:.0%} busy{stretch}"
     told = predict.scaling(c.instance_counts, c.shared_fraction, c.host_saturated_rps, c.host_scaled_rps)
     if told is not None:
@@ -158,7 +158,7 @@ def calibrate(t: TrialRunner) -> Calibration:
             t.put_candidate(subject.candidate({**batch, P_COUNT: counts[1]}, is_original=False, number=-1).text)
             scaled_rps = _level(t, _rate_spec(t, min(t.judge.max_rate_rps, offered * counts[1]))).throughput_infer_per_s
 
-        def fitted(held_rps: float) -> Calibration:
+        def fitted(held: float) -> Calibration:
             return predict.calibration(
                 t.model,
                 predict.merge_points(points, loaded),
@@ -168,7 +168,7 @@ def calibrate(t: TrialRunner) -> Calibration:
                 duration_s=time.monotonic() - started,
                 host_saturated_rps=host_rps,
                 host_points=host_points,
-                host_held_rps=held_rps,
+                host_held_rps=held,
                 host_scaled_rps=scaled_rps,
             )
 

@@ -170,6 +170,7 @@ def calibrate(t: TrialRunner) -> Calibration:
                 host_points=host_points,
                 host_held_rps=held,
                 host_scaled_rps=scaled_rps,
+                host_unbatched=top <= 1,
             )
 
         if top > 1 and fitted(0.0).host_us > 0:  # the path holds: what does it hold within the budget?

@@ -202,3 +202,29 @@ def test_instances_that_do_not_scale_overloaded_as_their_contention_says_were_he
                          host_saturated_rps=18_800.0, host_points=points, host_scaled_rps=18_900.0)  # fmt: skip
     assert shared.host_us == 0.0
     assert host_bound(0.94, 1.05, 1.6) and not host_bound(0.94, 1.3, 1.6) and not host_bound(0.94)
+
+
+def test_one_unbatched_instance_saturated_in_closed_loop_is_judged_by_its_own_threshold_and_not_stretched():
+    from perfkit.predict import host_bound
+    from perfkit.predict._calibrate import HOST_BOUND_BUSY, UNBATCHED_HOST_BOUND_BUSY
+
+    # A model without batching: one instance, closed loop, 10 ms executions that read 10.7 ms
+    # loaded (x1.07, the queue fixture's exponential service by chance), 88 req/s: 94% busy by the
+    # line. Judged as the trials' overloaded batches are (92%), the instance held it and the
+    # executions are simulated stretched; judged as one unbatched instance it held it too, and the
+    # closed loop's stretch is not simulated.
+    unloaded = [CalibrationPoint(1, 20, 10_000.0)]
+    loaded = [CalibrationPoint(1, 200, 10_700.0)]
+    batched = calibration("m", unloaded, host_saturated_rps=94.0, host_points=loaded)
+    alone = calibration("m", unloaded, host_saturated_rps=94.0, host_points=loaded, host_unbatched=True)
+    assert batched.host_busy == pytest.approx(0.94) and alone.host_busy == pytest.approx(0.94)
+    assert batched.loaded_stretch == pytest.approx(1.07) and alone.loaded_stretch == 1.0
+    assert service_model(alone).service_us(1) == pytest.approx(10_000.0)
+    assert batched.host_us == 0.0 and alone.host_us == 0.0
+    # At 88% busy the overloaded batches were held by the path; one unbatched instance in closed
+    # loop, whose gaps between executions read idle on a loaded machine, still held it itself.
+    assert UNBATCHED_HOST_BOUND_BUSY < 0.88 < HOST_BOUND_BUSY
+    assert host_bound(0.88) and not host_bound(0.88, unbatched=True) and host_bound(0.80, unbatched=True)
+    held = calibration("m", unloaded, host_saturated_rps=88.0, host_points=unloaded, host_unbatched=True)
+    assert held.host_busy == pytest.approx(0.88) and held.host_us == 0.0
+    assert calibration("m", unloaded, host_saturated_rps=88.0, host_points=unloaded).host_us > 0

@@ -33,6 +33,7 @@ batcher never use: they are measured once per instance count.
     PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py --subjects hungry,onnx_mlp
     PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py --quick --subjects hungry   # smoke run
     PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py --phases grid,predict   # grid first, no measured search
+    PYTHONPATH=. .venv/bin/python benchmarks/predict_quality.py --server-cpus 0   # clients off the server's CPU
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from typing import Any, Literal
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
+from benchmarks._cpus import parse_cpus, pin_apart  # noqa: E402
 from benchmarks._pa_rate import WINDOW_REQUESTS, pa_sustainable  # noqa: E402
 from benchmarks._quality_figures import goals_met, markdown, prediction_errors, search_figures  # noqa: E402
 from perfkit import predict  # noqa: E402
@@ -322,7 +324,12 @@ def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: 
     model = "stages" if sub.kind == "pipeline" else name
     out.update(subject=name, kind=sub.kind, budget_ms=sub.budget_ms, phases=list(args.phases), searches={},
                predicted={}, load_avg_start=load_avg())  # fmt: skip
-    with launch_local(LocalLaunch(repo, models=(model,))) as server:
+    launched = launch_local(LocalLaunch(repo, models=(model,)))
+    with launched as server:
+        if args.server_cpus:
+            clients = pin_apart(launched.pid, args.server_cpus)
+            out["cpus"] = {"server": sorted(args.server_cpus), "clients": sorted(clients)}
+            print(f"[{name}] server on CPUs {sorted(args.server_cpus)}, perfkit and perf_analyzer on {sorted(clients)}")
         for phase in args.phases:
             if phase == "grid":
                 run_grid(server, repo, sub, originals, args, out, save)
@@ -347,8 +354,10 @@ def parse_phases(text: str) -> tuple[str, ...]:
     return phases
 
 
-def _phases_line(phases: Any) -> str:
-    return f"Phases, in order: {', '.join(phases)}.\n\n" if phases else ""
+def _phases_line(phases: Any, server_cpus: Any = ()) -> str:
+    apart = (f"The server on CPU(s) {', '.join(map(str, server_cpus))}, perfkit and perf_analyzer on the others.\n\n"
+             if server_cpus else "")  # fmt: skip
+    return (f"Phases, in order: {', '.join(phases)}.\n\n" if phases else "") + apart
 
 
 def main() -> int:
@@ -364,6 +373,9 @@ def main() -> int:
     ap.add_argument("--level-s", type=float, default=3.0, help=level_help)
     ap.add_argument("--start-rps", type=float, default=100.0, help="the grid's first rate where none is predicted")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--server-cpus", type=parse_cpus, default=frozenset(),
+                    help="CPUs for the server (e.g. 0); perfkit and perf_analyzer run on the others (benchmarks/"
+                         "_cpus.py); default: all share every CPU")  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results", help="folder for the JSON and table")
     ap.add_argument("--table", type=Path, help="print the table of a saved JSON (an interrupted run's too) and exit")
     add_version_flag(ap)
@@ -377,7 +389,7 @@ def main() -> int:
             s["figures"] = {
                 n: search_figures(r, grid, s.get("kind", "model")) for n, r in s.get("searches", {}).items()
             }
-        print(_phases_line(doc.get("phases")) + markdown(saved))
+        print(_phases_line(doc.get("phases"), doc.get("server_cpus", ())) + markdown(saved))
         return 0
     if args.quick:
         args.trials, args.level_s, args.max_time_s = min(args.trials, 6), min(args.level_s, 2.0), 120.0
@@ -385,7 +397,7 @@ def main() -> int:
     perf_analyzer()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
     meta = {"date": stamp, "perf_analyzer": version, "quick": args.quick, "cpus": os.cpu_count(),
-            "phases": list(args.phases), "argv": sys.argv[1:]}  # fmt: skip
+            "server_cpus": sorted(args.server_cpus), "phases": list(args.phases), "argv": sys.argv[1:]}  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"predict_quality-{stamp}{'-quick' if args.quick else ''}"
     subjects: list[dict[str, Any]] = []
@@ -396,7 +408,7 @@ def main() -> int:
     for name in [s.strip() for s in args.subjects.split(",") if s.strip()]:
         subjects.append({"subject": name, "pa_version": version})
         run_subject(name, args, subjects[-1], save)
-    table = _phases_line(args.phases) + markdown(subjects)
+    table = _phases_line(args.phases, sorted(args.server_cpus)) + markdown(subjects)
     path.with_suffix(".md").write_text(table + "\n")
     print("\n" + table)
     if "predict" not in args.phases:

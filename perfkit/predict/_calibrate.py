@@ -232,7 +232,8 @@ def calibration(
     batching), not the trials' open-loop overload of batches: its instance is judged by the
     unbatched threshold, and its executions' stretch is not simulated (a closed loop's few
     clients do not load the path as the trials' rates do; the queue fixture's exponential service
-    read x1.07 by chance and the simulator followed it). Raises MeasurementError as fit_service / fit_shared_fraction do."""
+    read x1.07 by chance and the simulator followed it). Raises MeasurementError as fit_service /
+    fit_shared_fraction do."""
     a, b, rms, worst = fit_service(points)
     shared = fit_shared_fraction(instance_counts, saturated_rps) if instance_counts else 0.0
     busy = instance_busy(host_saturated_rps, host_points, service_us=lambda n: a + b * n)

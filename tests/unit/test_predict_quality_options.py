@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,45 @@ def test_the_table_of_a_saved_run_without_phases_and_with_a_grid_first(tmp_path:
         assert "| hungry | `--search predict` | mbs 64 batching x1 | 1.00; 0.95 |" in done.stdout
         assert "| mbs 64 batching x1 | 400 | 500 | +25% |" in done.stdout
         assert "measured (today's)" not in done.stdout
+
+
+def test_server_cpus_name_cpus_this_process_may_use_and_leave_the_clients_some() -> None:
+    from benchmarks._cpus import parse_cpus
+
+    every = sorted(os.sched_getaffinity(0))
+    assert parse_cpus(str(every[0])) == frozenset({every[0]})
+    assert parse_cpus(f"{every[0]}-{every[0]}") == frozenset({every[0]})
+    for bad in ("", "x", "1-y", ",".join(map(str, every)), str(max(every) + 1)):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_cpus(bad)
+
+
+def test_pinning_apart_puts_the_servers_whole_tree_on_its_cpus_and_this_process_on_the_others() -> None:
+    # In a child interpreter (pinning changes the calling process's own CPUs): a "server" whose
+    # child process already runs, pinned to the first CPU; the caller keeps the rest.
+    script = """
+import os, subprocess, sys, time
+from pathlib import Path
+from benchmarks._cpus import pin_apart
+every = sorted(os.sched_getaffinity(0))
+server = subprocess.Popen(["sh", "-c", "sleep 30 >/dev/null 2>&1 & wait"])
+child = None
+for _ in range(500):
+    kids = [int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+            if p.read_text().rsplit(")", 1)[1].split()[1] == str(server.pid)]
+    if kids:
+        child = kids[0]
+        break
+    time.sleep(0.01)
+rest = pin_apart(server.pid, frozenset({every[0]}))
+print(sorted(os.sched_getaffinity(server.pid)), sorted(os.sched_getaffinity(child)),
+      sorted(os.sched_getaffinity(0)), sorted(rest), every)
+os.kill(child, 9)
+server.kill()
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True,
+                          env={"PYTHONPATH": str(ROOT)}, timeout=60)  # fmt: skip
+    server, child, mine, rest, every = (json.loads(part + "]") for part in done.stdout.strip()[:-1].split("] "))
+    assert len(every) >= 2, "the benchmark's CI machine has 2 cores"
+    assert server == child == every[:1]
+    assert mine == rest == every[1:]

@@ -118,3 +118,31 @@ def test_the_table_shows_each_search_a_refusal_and_the_grid_with_predictions() -
     rows = [line for line in markdown([nothing]).splitlines() if line.startswith("| m |")]
     assert len(rows) == 1  # the measured search was not run: no row for it
     assert "none held the budget | –; – ✗" in rows[0] and "1020 ✗" in rows[0]
+
+
+def test_a_level_held_once_by_luck_is_rechecked_and_the_search_goes_on_below_it() -> None:
+    # A server that holds up to 450 req/s, and once (its first try) at 700: without rechecks that
+    # one window is the figure; with them 700 fails again and the search finds 450 below it.
+    tries: dict[float, int] = {}
+    asked: list[float] = []
+
+    def measure(rate: float) -> tuple[float, float]:
+        asked.append(rate)
+        tries[rate] = tries.get(rate, 0) + 1
+        lucky = 690.0 <= rate <= 710.0 and tries[rate] == 1
+        return rate, 10.0 if rate <= 450.0 or lucky else 500.0
+
+    once, _ = sustainable(measure, 700.0, budget_ms=50.0)
+    assert once == 700.0
+    tries.clear()
+    asked.clear()
+    best, levels = sustainable(measure, 700.0, budget_ms=50.0, rechecks=2)
+    assert 450.0 / 1.05 <= best <= 450.0
+    assert asked.count(700.0) == 2 and [lv.held for lv in levels if lv.rate_rps == 700.0] == [True, False]
+    # the level kept was measured twice and held both times (the last recheck is not needed past the limit)
+    top = max(lv.rate_rps for lv in levels if lv.held and lv.rate_rps != 700.0)
+    assert asked.count(top) == 2 and all(lv.held for lv in levels if lv.rate_rps == top)
+    # A server that holds everywhere it holds: each recheck holds, one extra level.
+    asked2, steady = _server(450.0)
+    best2, levels2 = sustainable(steady, 100.0, budget_ms=50.0, rechecks=2)
+    assert 450.0 / 1.05 <= best2 <= 450.0 and len(asked2) == len(set(asked2)) + 1

@@ -51,7 +51,7 @@ from perfkit.recorder import t95, t95_one_sided
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
-from perfkit.tuner._load_search import ladder, rate_ladder, step_below
+from perfkit.tuner._load_search import RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner
 
@@ -75,6 +75,11 @@ MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candid
 # A demoted candidate is taken further down to this fraction of its search's load at the lowest: one
 # that holds only below it was read far off by its search.
 RESUME_DOWN_TO = 0.5
+# An arrival rate within half a ladder step above a claim already held ties with it: each trial's
+# ladder is anchored at its own search's rate, so a step of one lands anywhere near another's claim,
+# and a rate there could beat it only by noise (onnx_mlp: a demoted config taken up again held
+# 7,860 req/s in three longer runs against a claim at 7,850). Such a rate is not tried.
+TIE_ABOVE = 2 ** (1 / (2 * RATE_STEPS_PER_DOUBLING))
 
 
 def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
@@ -95,6 +100,12 @@ def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.F
     ]
     done.sort(key=lambda t: -_per_unit(t, _searched_tput(t)))
     return done[:MAX_ATTEMPTS]
+
+
+def _beats(load: LoadLevel, floor: float) -> bool:
+    """Whether a load lies above floor (a load value a claim already holds at) by more than a tie:
+    an arrival rate by TIE_ABOVE, a concurrency by any step."""
+    return load.value > floor if load.mode == "concurrency" else load.value > floor * TIE_ABOVE
 
 
 def _lower_load(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
@@ -251,8 +262,9 @@ def confirm_one(
     floor_why: str = "where another pick already holds",
 ) -> Confirmation:
     """Confirm one trial (its config already serving) at its load, stepping down at most
-    `max_steps` times (None: no count), never to a load at or below `floor` (a rival of a pick
-    already confirmed there: at the pick's load it could only tie, by noise; `floor_why` says why
+    `max_steps` times (None: no count), never to a load at or below `floor`, nor to a rate within
+    TIE_ABOVE of it (a rival of a pick already confirmed there: at the pick's load it could only
+    tie, by noise; `floor_why` says why
     in the note), and not after `until` (time.monotonic(); None: no limit)."""
 
     def at(level: LoadLevel) -> Confirmation:
@@ -272,7 +284,7 @@ def confirm_one(
         lower = _lower_load(t, level)
         if lower is None:
             break
-        if floor is not None and lower.value <= floor:
+        if floor is not None and not _beats(lower, floor):
             notes.append(f"not tried at {lower.label} or below, {floor_why}")
             break
         level = lower
@@ -357,7 +369,7 @@ def resume_demoted(
         st = _trial_state.read(ft)
         searched = old.searched_load or old.load
         floor = max(best_held / per_unit, RESUME_DOWN_TO * searched.value)
-        if lower.value <= floor:
+        if not _beats(lower, floor):
             continue
         why = (
             "where it could no longer beat the claim held"

@@ -305,17 +305,14 @@ def _study_of(candidates: dict[str, float]):
     return study
 
 
-def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Path):
-    """The search read A at 1000 req/s and B at 760; A holds only up to 800 and B up to 700. A fails
-    its search's load and two steps down and is demoted; B holds two steps below its reading. A is
-    then taken up again below where it failed, down to where it could no longer beat B's claim, holds
-    there, and is the pick: the config the search read best was the better one, a few steps down."""
+def _runner_of(tmp_path: Path, limits: dict[str, float]):
+    """A stand-in runner serving configs by name (put_candidate), each within a 150 ms p99 budget
+    up to its rate in `limits` (open loop); returns it, the configs put, the (config, rate)
+    measured and the events emitted."""
     from types import SimpleNamespace
 
     from perfkit.gate.synthetic import synthetic_record
-    from perfkit.tuner._confirm import confirm_picks, confirmations
 
-    limits = {"A": 800.0, "B": 700.0}
     serving: list[str] = []
     measured: list[tuple[str, float]] = []
     events: list = []
@@ -334,6 +331,18 @@ def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Pat
     settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"), max_time_s=None)
     t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None,
                         put_candidate=serving.append, emit=events.append)  # fmt: skip
+    return t, serving, measured, events
+
+
+def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Path):
+    """The search read A at 1000 req/s and B at 760; A holds only up to 800 and B up to 700. A fails
+    its search's load and two steps down and is demoted; B holds two steps below its reading. A is
+    then taken up again below where it failed, down to where it could no longer beat B's claim, holds
+    there, and is the pick: the config the search read best was the better one, a few steps down."""
+    from perfkit.tuner._confirm import confirm_picks, confirmations
+
+    limits = {"A": 800.0, "B": 700.0}
+    t, serving, measured, events = _runner_of(tmp_path, limits)
     study = _study_of({"A": 1000.0, "B": 760.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
     conf = confirmations(study)
@@ -366,3 +375,20 @@ def test_a_demoted_pick_is_taken_up_again_when_a_lower_claim_holds(tmp_path: Pat
     study2 = _study_of({"A": 780.0, "B": 690.0})
     confirm_picks(t, study2, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
     assert confirmations(study2)[0].held and {name for name, _ in measured} == {"A"}
+
+
+def test_a_demoted_pick_is_not_taken_up_again_at_a_rate_that_could_only_tie_the_claim_held(tmp_path: Path):
+    """The search read A at 1000 req/s and B at 760; A holds up to 750, B up to 700. A fails 1000,
+    917 and 841 and is demoted; B holds at 697, one step below its reading. A is taken up again at
+    771 (fails); the next rate on its ladder, 707, is 1.4% above B's claim: within half a ladder
+    step, where it could beat B only by noise, so it is not tried and B stays the pick."""
+    from perfkit.tuner._confirm import TIE_ABOVE, confirm_picks, confirmations
+
+    t, _, measured, _ = _runner_of(tmp_path, {"A": 750.0, "B": 700.0})
+    study = _study_of({"A": 1000.0, "B": 760.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    a, b = confirmations(study)[0], confirmations(study)[1]
+    assert b.held and b.load.value == 697.0
+    assert not a.held and "not tried at 707 req/s" in a.note, a.note
+    a_rates = [r for name, r in measured if name == "A"]
+    assert 771.0 in a_rates and min(a_rates) > b.load.value * TIE_ABOVE, a_rates

@@ -97,7 +97,8 @@ class PredictedSearch:
     def original_at_prediction(self, best_rps: float) -> None:
         """Where your config cannot compete with the best predicted (best_rps), measure it at its
         predicted rate only: a level that holds there is its figure (a lower bound) and checks the
-        model; one that does not is searched down as usual. Said in a line."""
+        model; one that does not is walked down a ladder step at a time to the first level that holds
+        (LadderSearch start_suffices). Said in a line."""
         mine = self.predicted_for({})
         if mine is None or not cannot_compete(mine, best_rps):
             return

@@ -320,17 +320,22 @@ def test_an_overloaded_level_caps_the_open_loop_search_at_the_capacity_it_comple
     assert 400.0 in plain.measured and len(plain.measured) > len(sys_.measured)
 
 
-def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_searches_down_from_a_start_over():
+def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_walks_down_from_a_start_over():
     judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     sys_ = FakeRateSystem()  # within the budget up to 400 req/s
     rec = find_load(sys_, None, judge, "m", 200.0, start_suffices=True)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert sys_.measured == [200.0] and v.feasible_load is not None and v.feasible_load.value == 200.0
-    # A start over the budget is no answer: confirmed over, then searched down and bisected as usual
+    # A start just over the budget is walked down a ladder step at a time to the first level within it
+    near = FakeRateSystem()
+    rec = find_load(near, None, judge, "m", 430.0, start_suffices=True)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert near.measured == [430.0, 394.0] and v.feasible_load is not None and v.feasible_load.value == 394.0
+    # A start far over it: two steps down, still over, then searched down and bisected as usual
     over = FakeRateSystem()
     rec = find_load(over, None, judge, "m", 600.0, start_suffices=True)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
-    assert over.measured[:2] == [600.0, 600.0] and v.feasible_load is not None
+    assert over.measured[:3] == [600.0, 550.0, 505.0] and v.feasible_load is not None
     assert 365 <= v.feasible_load.value <= 400, over.measured
     # Without it the same start holding is only where the search starts: it gallops past it
     plain = FakeRateSystem()
@@ -411,3 +416,14 @@ def test_a_deadline_fits_each_level_to_the_time_left_and_ends_the_search_with_wh
     with pytest.raises(OutOfTime) as ended:
         find_load(timed, None, judge, "m", start=8, deadline=103.0)
     assert windows == [] and ended.value.record is None
+
+
+def test_a_start_that_could_not_keep_up_is_not_walked_down_a_step_at_a_time():
+    # 800 req/s offered, 100 completed: the capacity tells every step down to 105 is over, so the
+    # walk a step at a time is skipped and the search goes down by the capacity, as without it
+    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    sys_ = FakeOverloadSystem()
+    rec = find_load(sys_, None, judge, "m", 800.0, start_suffices=True)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert v.feasible_load is not None and 73 <= v.feasible_load.value <= 80
+    assert [x for x in sys_.measured if x > 105] == [800.0], sys_.measured

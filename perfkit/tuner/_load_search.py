@@ -211,6 +211,7 @@ def find_load(
     record_path: Path | None = None,
     deadline: float | None = None,
     start_suffices: bool = False,
+    predicted: bool = False,
 ) -> RunRecord:
     """Measure a loaded candidate up to its highest load within the budget (concurrency, or
     for open loop the highest sustainable arrival rate); returns one run record holding every
@@ -218,7 +219,8 @@ def find_load(
     one run at a time, given the windows that fit before it. Raises what measure raises, and
     OutOfTime (its record: the levels measured, None if none) when the next level would not
     fit before the deadline. `start_suffices` (open loop, from a given start): a start level within
-    budget ends the search there (LadderSearch)."""
+    budget ends the search there (LadderSearch). `predicted` (open loop): the start is a
+    prediction, and the search moves PREDICTED_STRIDE rate steps from it instead of doubling."""
 
     def ok(lv: LevelResult) -> bool:
         return judge.budget.within(lv)
@@ -243,7 +245,8 @@ def find_load(
         # overshooting costs little and creeping up from a low start (the probe's, or a similar
         # trial's that sustained far less) costs most of a trial.
         search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
-                               stride=RATE_STEPS_PER_DOUBLING, ceiling=capacity_ceiling,
+                               stride=PREDICTED_STRIDE if predicted else RATE_STEPS_PER_DOUBLING,
+                               ceiling=capacity_ceiling,
                                start_suffices=start_suffices and not probed)  # fmt: skip
         try:
             merged = search.run()
@@ -276,6 +279,10 @@ def find_load(
 # sustainable rates fall between two steps tie; at 2**(1/4) (19%) the tuner could not tell a
 # config from one 15% better (benchmarks/tune_claims.py). One more level per trial buys 9%.
 RATE_STEPS_PER_DOUBLING = 8
+# From a predicted rate (--search predict) the search moves 3 steps (x1.30, about the predictions'
+# stated tolerance) instead of doubling: the answer is most often within it, and a bracket of 3
+# steps takes two bisections to the ladder's resolution where one of 8 takes three.
+PREDICTED_STRIDE = 3
 MIN_RATE_RPS = 1.0
 
 

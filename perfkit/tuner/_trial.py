@@ -338,6 +338,7 @@ class TrialRunner:
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
         start = start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None
         predicted = _trial_state.read(trial).predicted_rps
+        queued_at_prediction = predicted is not None  # the predicted search queued it: start near the answer
         if predicted is None and self.predicted_rate is not None:
             predicted = self.predicted_rate(params)
         at_prediction = False
@@ -348,7 +349,8 @@ class TrialRunner:
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
                                record_path=record_path, deadline=self.search_deadline(),
-                               start_suffices=at_prediction)  # fmt: skip
+                               start_suffices=at_prediction,
+                               predicted=queued_at_prediction and self.judge.open_loop)  # fmt: skip
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)

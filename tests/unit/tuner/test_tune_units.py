@@ -427,3 +427,22 @@ def test_a_start_that_could_not_keep_up_is_not_walked_down_a_step_at_a_time():
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert v.feasible_load is not None and 73 <= v.feasible_load.value <= 80
     assert [x for x in sys_.measured if x > 105] == [800.0], sys_.measured
+
+
+@pytest.mark.parametrize("start", [340.0, 460.0])
+def test_a_search_from_a_prediction_moves_by_the_predictions_tolerance_and_needs_fewer_levels(start: float):
+    # Within the budget up to 400 req/s, predicted 15% either side of it: from the prediction the
+    # search moves 3 rate steps (x1.30) and finds the same answer in fewer levels than doubling.
+    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    answers, counts = [], []
+    for predicted in (True, False):
+        sys_ = FakeRateSystem()
+        rec = find_load(sys_, None, judge, "m", start, predicted=predicted)
+        v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+        assert v.feasible_load is not None
+        answers.append(v.feasible_load.value)
+        counts.append(len(sys_.measured))
+        if predicted:
+            assert max(sys_.measured) <= start * 2 ** (3 / 8) * 1.01, sys_.measured  # no doubling past it
+    assert answers[0] == pytest.approx(answers[1], rel=0.1) and 365 <= answers[0] <= 400
+    assert counts[0] < counts[1], counts

@@ -51,14 +51,19 @@ def _pin(pid: int, cpus: frozenset[int]) -> None:
             pass  # the thread ended while we looked
 
 
+def pin_tree(pid: int, cpus: frozenset[int]) -> None:
+    """Pin a process, every thread of it, and its descendants (and theirs) to cpus."""
+    todo = [pid]
+    while todo:
+        one = todo.pop()
+        _pin(one, cpus)
+        todo.extend(_children(one))
+
+
 def pin_apart(server_pid: int, server_cpus: frozenset[int]) -> frozenset[int]:
     """Pin the server's process tree to server_cpus and this process to the other CPUs it may use
     (parse_cpus checked that some are left); returns those."""
     rest = frozenset(os.sched_getaffinity(0)) - server_cpus
-    todo = [server_pid]
-    while todo:
-        pid = todo.pop()
-        _pin(pid, server_cpus)
-        todo.extend(_children(pid))
+    pin_tree(server_pid, server_cpus)
     _pin(os.getpid(), rest)
     return rest

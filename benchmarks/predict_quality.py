@@ -25,7 +25,9 @@ predicted search's own figure, else the simulator's with its calibration; --star
 grid runs before the predicted search), then bisecting to 5%; a level holds when its p99 is within
 the budget and it completed >= 90% of the rate asked (HELD_RATE_FRACTION). Request rate rather
 than concurrency because the searches' figure is a sustainable arrival rate (open loop); a
-config's figure is the throughput of its highest level held.
+config's figure is the throughput of its highest level held, and held again when measured once
+more (benchmarks/_pa_rate.py RECHECKS). A search's claim is re-measured the same way with levels
+of --remeasure-level-s (15 s: as long as the claim's own confirmation, 3 runs of 5 s).
 Configs with dynamic batching off differ only in max_batch_size, which batch-1 requests without a
 batcher never use: they are measured once per instance count.
 
@@ -265,7 +267,7 @@ def run_search(server: Server, repo: Path, work: Path, sub: Subject, search: str
     run.update(pick=key(pick), claim_rps=claim, claim_at_rps=at.value if at else None, params=best.params)
     print(f"  re-measuring the pick ({run['pick']}, claim {claim or 0:.0f}/s) with perf_analyzer", flush=True)
     put(server, repo, texts, model if sub.kind == "pipeline" else None)
-    again = pa_sustainable(server, model, claim or args.start_rps, sub.budget_ms, args.level_s)
+    again = pa_sustainable(server, model, claim or args.start_rps, sub.budget_ms, args.remeasure_level_s)
     put(server, repo, originals, model if sub.kind == "pipeline" else None)
     run.update(remeasured_rps=again["rps"], remeasure_levels=again["levels"])
     return run, result, cal
@@ -371,6 +373,9 @@ def main() -> int:
     ap.add_argument("--max-time-s", type=float, default=600.0, help="each search's --max-time")
     level_help = f"seconds of a perf_analyzer level (3 windows, {WINDOW_REQUESTS} requests each at least)"
     ap.add_argument("--level-s", type=float, default=3.0, help=level_help)
+    ap.add_argument("--remeasure-level-s", type=float, default=15.0,
+                    help="seconds of a perf_analyzer level re-measuring a search's claim (default 15: as long as the"
+                         " claim's confirmation, 3 runs of 5 s; 3-s levels held p99 at rates 3 runs of 5 s did not)")  # fmt: skip
     ap.add_argument("--start-rps", type=float, default=100.0, help="the grid's first rate where none is predicted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--server-cpus", type=parse_cpus, default=frozenset(),
@@ -393,6 +398,7 @@ def main() -> int:
         return 0
     if args.quick:
         args.trials, args.level_s, args.max_time_s = min(args.trials, 6), min(args.level_s, 2.0), 120.0
+        args.remeasure_level_s = min(args.remeasure_level_s, 2.0)
     version = use_version(args.pa_version)
     perf_analyzer()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%MZ")

@@ -374,8 +374,8 @@ def main() -> int:
     level_help = f"seconds of a perf_analyzer level (3 windows, {WINDOW_REQUESTS} requests each at least)"
     ap.add_argument("--level-s", type=float, default=3.0, help=level_help)
     ap.add_argument("--remeasure-level-s", type=float, default=15.0,
-                    help="seconds of a perf_analyzer level re-measuring a search's claim (default 15: as long as the"
-                         " claim's confirmation, 3 runs of 5 s; 3-s levels held p99 at rates 3 runs of 5 s did not)")  # fmt: skip
+                    help="seconds of a perf_analyzer level re-measuring a search's claim (default 15: as long"
+                         " as the claim's confirmation, 3 runs of 5 s)")  # fmt: skip
     ap.add_argument("--start-rps", type=float, default=100.0, help="the grid's first rate where none is predicted")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--server-cpus", type=parse_cpus, default=frozenset(),

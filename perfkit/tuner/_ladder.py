@@ -178,14 +178,15 @@ class LadderSearch:
 
     def _run(self) -> RunRecord:
         first = self._measure(self.start_index)
-        over_at = self.start_index
+        over_at = self.start_index  # the lowest level read over, where a search down starts
+        ends = first is None or (first and self.start_suffices)  # a failed run, or a start that suffices
         if first is False and self.start_suffices:
-            first, over_at = self._walk_down()
-            if first:
-                first = None  # held a step or two down: the search ends there
+            walked, over_at = self._walk_down()
+            ends = walked is not False  # held a step or two down, or a run failed
         elif first is False:
             first = self._confirmed_over(self.start_index)
-        if first is not None and not (first and self.start_suffices):
+            ends = first is None
+        if not ends:
             bounds: tuple[int | None, int | None] | None = (self.start_index, None) if first else (None, over_at)
             while bounds is not None:
                 bounds = self._gallop(*bounds)

@@ -349,8 +349,7 @@ class TrialRunner:
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
                                record_path=record_path, deadline=self.search_deadline(),
-                               start_suffices=at_prediction,
-                               predicted=queued_at_prediction and self.judge.open_loop)  # fmt: skip
+                               start_suffices=at_prediction, predicted=queued_at_prediction)  # fmt: skip
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)

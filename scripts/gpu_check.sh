@@ -6,9 +6,10 @@
 #   2. the pack's tritonserver with the python-backend stub for this Python: its libraries resolve
 #   3. Triton with python models on KIND_GPU instances (fixtures/gpu): gpu_identity (numpy) and
 #      gpu_matmul (computes on the GPU with torch, else CuPy, where the stub can import one)
-#   4. perfkit profile with --shared-memory cuda and GPU metrics collected (--collect-metrics)
-#   5. a short perfkit tune over KIND_GPU instance counts with --objective per-gpu
-#   6. summary.md, summary.json, the run and tune records and every step's log in one folder
+#   4. each model's answer checked against numpy's on the host (scripts/gpu_outputs.py)
+#   5. perfkit profile with --shared-memory cuda and GPU metrics collected (--collect-metrics)
+#   6. a short perfkit tune over KIND_GPU instance counts with --objective per-gpu
+#   7. summary.md, summary.json, the run and tune records and every step's log in one folder
 #
 # Without a GPU the same script runs every step that needs none -- the models on KIND_CPU
 # instances instead, system shared memory instead of CUDA's, --objective throughput -- and names
@@ -93,6 +94,33 @@ triton_libs() {
 }
 step triton-libs triton_libs
 
+# numpy for the stub: the bundled python-backend stub answers with empty output tensors under
+# numpy 2 (binary_data_size 0 for every output). Where this Python has numpy 2, the stub gets the
+# pack's numpy 1.x in a venv of its own over this Python's packages: perfkit puts its interpreter's
+# folder first on the server's PATH, and the stub's Python takes its packages from the python3 it
+# finds there (it reads no PYTHONPATH), while perfkit's own process keeps this Python's numpy
+# through PYTHONPATH.
+stub_numpy() {
+  local ver site base
+  ver=$("$py" -c 'import numpy; print(numpy.__version__)') || return 1
+  if [ "${ver%%.*}" -lt 2 ]; then echo "numpy $ver: the stub uses it as it is"; return 0; fi
+  [ -d "$P/numpy1/numpy" ] || { echo "numpy $ver here and no numpy 1.x in the pack (built with --no-wheels?)"; return 1; }
+  "$py" -m venv --without-pip "$work/stubenv" || return 1
+  site=$("$work/stubenv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  cp -r "$P/numpy1/." "$site/"
+  "$py" -c 'import site; print("\n".join(f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()))' \
+    > "$site/zz-base-python.pth"
+  base=$("$py" -c 'import site; print(":".join(site.getsitepackages()))')
+  py=$work/stubenv/bin/python
+  export PYTHONPATH="$PYTHONPATH:$base"
+  local stub_ver
+  stub_ver=$(env -u PYTHONPATH "$py" -c 'import numpy; print(numpy.__version__)') || return 1
+  echo "perfkit's numpy: $("$py" -c 'import numpy; print(numpy.__version__)'); the stub's numpy: $stub_ver"
+  echo "the stub's torch: $(env -u PYTHONPATH "$py" -c 'import torch; print(torch.__version__)' 2>&1 | tail -1)"
+  [ "${stub_ver%%.*}" -lt 2 ]
+}
+step stub-numpy stub_numpy
+
 # 3. a GPU?
 gpu=0
 if [ "$force_no_gpu" = 0 ] && command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > "$out/nvidia-smi.txt" 2>&1 \
@@ -119,7 +147,11 @@ fi
 server=(--model-repository "$models" --tritonserver "$P/tritonserver/bin/tritonserver" --backend-directory "$backends")
 perfkit() { "$py" -m perfkit "$@"; }
 
-# 4. profile: a KIND_GPU instance answering, then the computing model with CUDA shm and GPU metrics
+# 4. the models answer with the right numbers (a load generator counts answers, not their contents)
+step outputs "$py" "$repo/scripts/gpu_outputs.py" "$models" --tritonserver "$P/tritonserver/bin/tritonserver" \
+  --backend-directory "$backends"
+
+# 5. profile: a KIND_GPU instance answering, then the computing model with CUDA shm and GPU metrics
 step profile-identity perfkit profile -m gpu_identity "${server[@]}" --concurrency-range 1:2 -p 500 -r 6 \
   -o "$out/records/profile-gpu_identity.json"
 if [ $gpu = 1 ]; then
@@ -131,7 +163,7 @@ else
     -r 8 --shared-memory system --collect-metrics -o "$out/records/profile-gpu_matmul-system-shm.json"
 fi
 
-# 5. a short tune over instance counts of that kind
+# 6. a short tune over instance counts of that kind
 tune_args=(-m gpu_matmul "${server[@]}" --sampler grid --trials 4 --load concurrency --max-concurrency 8
   --measurement-interval 500 --latency-budget 200ms --max-batch-sizes 64 --dynamic-batching
   --queue-delays-us 200:200 --preferred-batch-sizes none --instance-counts 1,2,3 --confirm 0)
@@ -143,7 +175,7 @@ else
     -o "$out/records/tune-cpu-instances"
 fi
 
-# 6. the summary
+# 7. the summary
 "$py" - "$out" "$gpu" $(( $(date +%s) - started )) <<'EOF'
 import glob, json, os, platform, sys
 from pathlib import Path
@@ -203,7 +235,7 @@ for name, t in tunes.items():
               for x in t["trials"]]
 if notes:
     lines += ["", "## gpu_matmul instances (what computed)", ""]
-    lines += [f"- {n['kind']} instance, device {n['device']}: {n['library']} {n['errors'] or ''}" for n in notes]
+    lines += [f"- {n['kind']} instance, device {n['device']}: {n['library']}, numpy {n.get('numpy', '?')} {n['errors'] or ''}" for n in notes]
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

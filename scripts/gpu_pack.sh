@@ -74,8 +74,11 @@ EOF
 
 if [ "$wheels" = 1 ]; then
   # cp312 wheels of perfkit's dependencies (pyproject.toml), less what a PyTorch + CuPy machine
-  # already has (numpy, jinja2 ...), what the check never imports (matplotlib draws reports;
-  # aiohttp and its helpers serve tritonclient.http.aio), unpacked into site/.
+  # already has (numpy, pandas, jinja2 ...), what the check never imports (matplotlib draws
+  # reports; aiohttp and its helpers serve tritonclient.http.aio), unpacked into site/.
+  # numpy 1.x goes apart, into numpy1/: the bundled python-backend stub answers with empty output
+  # tensors under numpy 2 (measured: binary_data_size 0 for every output), so the check gives the
+  # stub, and the stub alone, this numpy (gpu_check.sh, step stub-numpy).
   plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
         --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any)
   "$py" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
@@ -83,18 +86,21 @@ if [ "$wheels" = 1 ]; then
     "tritonclient[grpc,http]>=2.63" "cuda-bindings>=12.6,<13" "pandas>=2.0" "optuna>=3.6" "docker>=7.0" \
     "nvidia-ml-py>=12.0" "click>=8.1" "hdrhistogram>=0.10.3" "hpack>=4.0" "prometheus-client>=0.17" \
     "numpy>=1.24,<2" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  skip='^(numpy|jinja2|markupsafe|typing_extensions|setuptools|filelock|fsspec|aiohttp|aiosignal|aiohappyeyeballs|multidict|yarl|frozenlist|propcache|attrs)-'
-  "$py" - "$work/dl" "$pack/site" "$skip" <<'EOF'
+  skip='^(numpy|pandas|ml_dtypes|pyyaml|tzdata|python_dateutil|six|requests|urllib3|idna|certifi|charset_normalizer|packaging|tqdm|jinja2|markupsafe|typing_extensions|setuptools|filelock|fsspec|aiohttp|aiosignal|aiohappyeyeballs|multidict|yarl|frozenlist|propcache|attrs)-'
+  "$py" - "$work/dl" "$pack/site" "$skip" "$pack/numpy1" <<'EOF'
 import re, shutil, sys, zipfile
 from pathlib import Path
 
-src, dest, skip = Path(sys.argv[1]), Path(sys.argv[2]), re.compile(sys.argv[3], re.I)
+src, dest, skip, numpy1 = Path(sys.argv[1]), Path(sys.argv[2]), re.compile(sys.argv[3], re.I), Path(sys.argv[4])
 names = []
 for whl in sorted(src.glob("*.whl")):
-    if not skip.match(whl.name):
+    if re.match(r"numpy-1\.", whl.name):
+        zipfile.ZipFile(whl).extractall(numpy1)
+        names.append(f"{whl.name} (in numpy1/, for the python-backend stub)")
+    elif not skip.match(whl.name):
         zipfile.ZipFile(whl).extractall(dest)
         names.append(whl.name)
-for path in sorted(dest.rglob("*"), reverse=True):  # children before their folders
+for path in sorted([*dest.rglob("*"), *numpy1.rglob("*")], reverse=True):  # children before their folders
     if path.is_dir() and path.name == "tests":
         shutil.rmtree(path, ignore_errors=True)
     elif path.is_file() and path.suffix in (".pyx", ".pxd", ".pyi", ".c", ".cpp", ".h"):

@@ -25,8 +25,10 @@ import itertools
 import logging
 import os
 import socket
+import sysconfig
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
@@ -55,11 +57,23 @@ _warned = False
 # One record per request as the C sender writes it (its record_t)
 RECORD = np.dtype([("due", "<i8"), ("sent", "<i8"), ("done", "<i8"), ("status", "<i4"), ("model", "<i4")])
 
+
+def not_built_reason(err: ImportError, folder: Path, suffix: str) -> str:
+    """Why the compiled sender did not import, in words a user can act on: no build for this
+    Python (a checkout built under another one names a circular import otherwise), or the
+    loader's own words for a build that is there but fails to load."""
+    if (folder / f"_native{suffix}").exists():
+        return str(err)
+    others = sorted(p.name for p in folder.glob("_native.*.so"))
+    found = f" (found only {', '.join(others)})" if others else ""
+    return f"no _native{suffix} for this Python{found}: reinstall perfkit (pip install .) to build it"
+
+
 try:
     from perfkit.loadgen import _native  # type: ignore[attr-defined]  # a C extension: mypy sees no stub for it
 except ImportError as err:  # not built (no C compiler at install, or not Linux): the Python engine sends
     _native = None
-    NATIVE_IMPORT_ERROR = str(err)
+    NATIVE_IMPORT_ERROR = not_built_reason(err, Path(__file__).parent, sysconfig.get_config_var("EXT_SUFFIX") or ".so")
 else:
     NATIVE_IMPORT_ERROR = ""
     if RECORD.itemsize != _native.RECORD_BYTES:  # a stale build: its records would be misread

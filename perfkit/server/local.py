@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from perfkit.errors import BinaryNotFoundError, InputError, PortInUseError, ServerStartError
 from perfkit.server._ports import check_port_free, free_ports
 from perfkit.server.base import Endpoints, Server
@@ -85,6 +87,19 @@ def find_tritonserver(explicit: Path | None = None) -> Path:
         "no tritonserver binary found (not bundled, not on PATH)",
         hint="pip install 'perfkit[server]', or pass --tritonserver PATH, or use --launch-mode docker/remote",
     )
+
+
+def check_stub_numpy(version: str) -> None:
+    """The bundled python-backend stub takes numpy from this Python's environment (perfkit puts
+    its interpreter first on the server's PATH), and under numpy 2 it answers every request with
+    empty output tensors (binary_data_size 0: measured with nvidia-pytriton 0.7.0, numpy 2.4 and
+    2.5), which a load generator would count as answers. Raises ServerStartError there."""
+    if int(version.split(".", maxsplit=1)[0]) >= 2:
+        raise ServerStartError(
+            f"the bundled Triton's python backend answers with empty outputs under numpy {version}",
+            hint="install numpy<2 in perfkit's environment (pip install 'numpy<2'), "
+            "or pass --tritonserver and --backend-directory of a Triton built for numpy 2",
+        )
 
 
 def _bundled_backends(root: Path) -> Path:
@@ -243,6 +258,8 @@ def launch_local(spec: LocalLaunch) -> LocalServer:
     repo = _check_repository(spec)
     binary = find_tritonserver(spec.tritonserver)
     bundled = _bundled_root() if spec.tritonserver is None and binary.parent.parent == _bundled_root() else None
+    if bundled is not None:
+        check_stub_numpy(np.__version__)
     backend_dir = spec.backend_directory or (_bundled_backends(bundled) if bundled is not None else None)
     env = _build_env(spec, binary, bundled)
     chosen = (spec.http_port, spec.grpc_port, spec.metrics_port)

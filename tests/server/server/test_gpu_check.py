@@ -38,6 +38,8 @@ def test_gpu_check_without_a_gpu_runs_every_other_step_and_names_the_skipped(tmp
         "unpack": "ok",
         "imports": "ok",
         "triton-libs": "ok",
+        "stub-numpy": "ok",
+        "outputs": "ok",
         "profile-identity": "ok",
         "profile-cuda-shm-gpu-metrics": "skipped",
         "profile-system-shm-metrics": "ok",
@@ -50,6 +52,11 @@ def test_gpu_check_without_a_gpu_runs_every_other_step_and_names_the_skipped(tmp
     assert all(f"| {name} | skipped |" in text for name in skipped)
     assert "skipped: profile-cuda-shm-gpu-metrics tune-per-gpu" in done.stderr
 
+    # each model answered with numpy's numbers, read from a body of the right size
+    answers = (out / "logs" / "outputs.log").read_text()
+    assert "ok     gpu_identity: OUTPUT0 FP32 shape [4, 16] binary_data_size 256" in answers
+    assert "ok     gpu_matmul: OUTPUT0 FP32 shape [4, 1024] binary_data_size 16384" in answers
+
     # the records are perfkit's own, read back whole
     for name in ("profile-gpu_identity.json", "profile-gpu_matmul-system-shm.json"):
         rec = from_dict(RunRecord, json.loads((out / "records" / name).read_text()))
@@ -59,4 +66,4 @@ def test_gpu_check_without_a_gpu_runs_every_other_step_and_names_the_skipped(tmp
     assert {t.params.get("instance_count") for t in tune.trials if t.state == "complete"} >= {1, 2, 3}
     # the computing model says what it computed with: numpy, on the CPU instances of the stand-in
     notes = [json.loads(p.read_text()) for p in (out / "model-notes").glob("gpu_matmul-*.json")]
-    assert notes and all(n["kind"] == "CPU" and n["library"] == "numpy" for n in notes)
+    assert notes and all(n["kind"] == "CPU" and n["library"] == "numpy" and n["numpy"] for n in notes)

@@ -50,7 +50,7 @@ from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoad
 from perfkit.recorder import t95, t95_one_sided
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
 from perfkit.tuner import _trial_state
-from perfkit.tuner._events import ConfirmDone, ConfirmStarted, fmt_params
+from perfkit.tuner._events import ConfirmDone, ConfirmSkipped, ConfirmStarted, fmt_params
 from perfkit.tuner._load_search import RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner
@@ -331,16 +331,43 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         if best_held > -math.inf and (i >= cs.max_candidates or searched < (1 - cs.rivals_within) * top):
             break
         st = _trial_state.read(ft)
-        load = t.judge.level(st.load.value if st.load is not None else 1.0)
+        searched_load = t.judge.level(st.load.value if st.load is not None else 1.0)
+        load, then = _start_load(t, ft.number, searched_load)
         per_unit = _per_unit(ft, 1.0)  # 1 / the hardware units this config occupies
         floor = held_at[0] if held_at is not None and held_at[1] == per_unit else None
-        conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor)
+        if floor is not None and not _beats(load, floor):
+            # At the load a pick already holds (or within TIE_ABOVE of it) a rival could only tie, by noise.
+            why = f"at {load.label} it could only tie the claim held at {t.judge.level(floor).label}"
+            t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why))
+            continue
+        conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor, then=then)
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
             held_at = (conf.load.value, per_unit)
         elif not conf.held and conf.repeats > 0:
             demoted.append((ft, conf))
     resume_demoted(t, study, cs, demoted, best_held)
+
+
+def _start_load(
+    t: TrialRunner, number: int, searched: LoadLevel
+) -> tuple[LoadLevel, Callable[[Confirmation], Confirmation]]:
+    """Where a candidate's confirmation starts, and how its outcome is told: at its search's load,
+    or, where the runner caps it (TrialRunner.confirm_cap_rps: the predicted search's trials that
+    read past the request path's calibrated capacity), at that cap, marked as stepped down from
+    the search's load with the reason."""
+    cap_of = getattr(t, "confirm_cap_rps", None)
+    cap = cap_of(number) if cap_of is not None else None
+    if cap is None or searched.mode != "request_rate" or cap >= searched.value:
+        return searched, lambda c: c
+    start = t.judge.level(cap)
+    prefix = f"started at {start.label}, the request path's calibrated capacity (the search's reading is past it)"
+
+    def told(c: Confirmation) -> Confirmation:
+        note = f"{prefix}; {c.note}" if c.note else prefix
+        return dataclasses.replace(c, searched_load=searched, note=note)
+
+    return start, told
 
 
 def resume_demoted(

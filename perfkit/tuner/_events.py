@@ -168,6 +168,18 @@ class ConfirmDone(TuneEvent):
 
 
 @dataclass(frozen=True)
+class ConfirmSkipped(TuneEvent):
+    """A rival left unconfirmed: at its search's load it could only tie the claim already held."""
+
+    number: int
+    label: str
+    why: str
+
+    def line(self) -> str:
+        return f"confirm trial {self.number} ({self.label}): not run, {self.why}"
+
+
+@dataclass(frozen=True)
 class SearchStopped(TuneEvent):
     reason: str
 

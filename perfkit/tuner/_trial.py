@@ -106,6 +106,9 @@ class TrialRunner:
         # The predicted search sets this where your config cannot compete with the best predicted:
         # its rate search ends at its predicted rate when that holds (LadderSearch.start_suffices).
         self.original_at_prediction_only = False
+        # The predicted search sets this: the rate at which a trial's confirmation starts at most
+        # (None: at its search's load), for trials that read past the request path's capacity.
+        self.confirm_cap_rps: Callable[[int], float | None] | None = None
 
     def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
         """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""

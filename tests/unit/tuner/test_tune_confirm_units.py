@@ -392,3 +392,53 @@ def test_a_demoted_pick_is_not_taken_up_again_at_a_rate_that_could_only_tie_the_
     assert not a.held and "not tried at 707 req/s" in a.note, a.note
     a_rates = [r for name, r in measured if name == "A"]
     assert 771.0 in a_rates and min(a_rates) > b.load.value * TIE_ABOVE, a_rates
+
+
+def test_a_rival_whose_search_load_only_ties_the_claim_held_is_not_confirmed(tmp_path: Path):
+    """A's search read 1000 req/s, B's 850; A holds only up to 845, so it holds at 841 (two steps
+    down). B's load, 850, is within half a ladder step of A's claim: three longer runs there could
+    only tie it, by noise, so B is not run and A is the pick. Before, B ran 3 runs at 850."""
+    from perfkit.tuner._confirm import confirm_picks, confirmations
+    from perfkit.tuner._events import ConfirmSkipped
+
+    t, _, measured, events = _runner_of(tmp_path, {"A": 845.0, "B": 900.0})
+    study = _study_of({"A": 1000.0, "B": 850.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    conf = confirmations(study)
+    assert conf[0].held and conf[0].load.value == 841.0
+    assert 1 not in conf and {name for name, _ in measured} == {"A"}
+    skipped = [e.line() for e in events if isinstance(e, ConfirmSkipped)]
+    assert skipped == ["confirm trial 1 (cfg=B): not run, at 850 req/s poisson it could only tie the claim held at "
+                       "841 req/s poisson"], skipped  # fmt: skip
+    # One a full half step above the claim is confirmed as before
+    t, _, measured, _ = _runner_of(tmp_path, {"A": 845.0, "B": 900.0})
+    study = _study_of({"A": 1000.0, "B": 890.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
+    assert confirmations(study)[1].held and ("B", 890.0) in measured
+
+
+def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_path: Path):
+    """The predicted search caps the confirmation of a trial that read past the request path's
+    calibrated capacity at its prediction: A's search read 9870 req/s, the path carries 7700, the
+    cap is 7614. It is confirmed there in 3 runs, never at 9870, 9050 or 8300, and its claim says
+    where the search read it."""
+    from perfkit.tuner._confirm import confirm_picks, confirmations, describe
+
+    t, _, measured, _ = _runner_of(tmp_path, {"A": 7700.0})
+    t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
+    t.confirm_cap_rps = {0: 7614.0}.get
+    study = _study_of({"A": 9870.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    a = confirmations(study)[0]
+    assert measured == [("A", 7614.0)] * 3, measured
+    assert a.held and a.load.value == 7614.0 and a.searched_load is not None and a.searched_load.value == 9870.0
+    assert a.note.startswith("started at 7614 req/s poisson, the request path's calibrated capacity")
+    assert "(stepped down from 9870 req/s poisson)" in describe(a, 99.0, "latency")
+    # No cap, or one at or above the search's load: the confirmation starts at the search's load
+    for cap in (None, 9870.0, 12_000.0):
+        t, _, measured, _ = _runner_of(tmp_path, {"A": 10_000.0})
+        t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
+        t.confirm_cap_rps = {0: cap}.get
+        study = _study_of({"A": 9870.0})
+        confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
+        assert measured == [("A", 9870.0)] * 3 and confirmations(study)[0].searched_load is None

@@ -360,7 +360,11 @@ def _start_load(
     cap = cap_of(number) if cap_of is not None else None
     if cap is None or searched.mode != "request_rate" or cap >= searched.value:
         return searched, lambda c: c
-    start = t.judge.level(cap)
+    # on the search's own ladder (its steps down follow it): the highest rate there at most the cap
+    on_ladder = [v for v in rate_ladder(searched.value, t.judge.max_rate_rps) if v <= cap * (1 + 1e-9)]
+    if not on_ladder:
+        return searched, lambda c: c
+    start = t.judge.level(max(on_ladder))
     prefix = f"started at {start.label}, the request path's calibrated capacity (the search's reading is past it)"
 
     def told(c: Confirmation) -> Confirmation:

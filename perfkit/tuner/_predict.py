@@ -86,9 +86,11 @@ class PredictedSearch:
     # queued only if it could still beat the best measured rate (see next_worth_measuring).
     waiting: list[tuple[dict[str, Any], float]] = field(default_factory=list)
     passed_over: str | None = None  # why the rest of `waiting` was not measured
-    # Trials that held past the path's capacity, with their predictions (the capacity): each one's
-    # confirmation starts there (confirm_cap), not at the search's short-level reading.
-    past_path: dict[int, float] = field(default_factory=dict)
+    past_path: set[int] = field(default_factory=set)  # trials that held past the path's capacity
+    # Trials of configs the path bounds that held more than their prediction (the path's capacity),
+    # with that prediction: each one's confirmation starts there (confirm_cap), not at the trial's
+    # short-level reading.
+    capped: dict[int, float] = field(default_factory=dict)
 
     def queue(self, study: optuna.Study, top: list[tuple[dict[str, Any], float]]) -> None:
         """Queue the best predicted config now, the others (up to TOP_MEASURED) while worth it."""
@@ -120,13 +122,26 @@ class PredictedSearch:
             return self.predicted_for(st.params)
         return st.predicted_rps
 
+    def reads_past_capacity(self, st: _trial_state.TrialState, predicted_rps: float) -> bool:
+        """Whether a trial of a config the request path bounds held more than its prediction
+        (the path's calibrated capacity, where the prediction of such a config sits)."""
+        got = st.throughput_infer_per_s
+        return (
+            st.feasible
+            and got is not None
+            and float(got) > predicted_rps
+            and not st.rate_is_lower_bound
+            and path_bound(self.calibration, self.point_key(st.params))
+        )
+
     def confirm_cap(self, number: int) -> float | None:
-        """Where a trial's confirmation starts at most: for one that read past the request path's
-        calibrated capacity, its prediction (the capacity). Its trial's short levels read more
-        than the path carries (onnx_mlp, server on one CPU: 9,998 req/s read where the calibration
-        held 7,546, and 3 longer runs held 7,610); confirming from that reading spent 4 runs
-        failing 9,870 to 8,300 before the claim at 7,610. None for the others."""
-        return self.past_path.get(number)
+        """Where a trial's confirmation starts at most: for one of a config the request path
+        bounds that read more than its prediction, that prediction (the path's capacity). A
+        trial's short levels read more than the path carries (onnx_mlp, server on one CPU:
+        9,998 req/s read where the calibration held 7,546, and 3 longer runs held 7,610);
+        confirming from that reading spent 4 runs failing 9,870 to 8,300 before the claim at
+        7,610. None for the others."""
+        return self.capped.get(number)
 
     def label(self, params: Mapping[str, Any]) -> str:
         """A point's knobs, for the search's lines."""
@@ -289,7 +304,9 @@ class PredictedSearch:
             self.t.emit(ev)
             self.checked_trial(ft.number, st, ev.measured_rps)
             if ev.past_path:
-                self.past_path[ft.number] = want
+                self.past_path.add(ft.number)
+            if self.reads_past_capacity(st, want):
+                self.capped[ft.number] = want
             if not ev.held and not self.fell_back:
                 self.fell_back = True
                 self.t.steer = True  # the measured search goes on, steered as it is without predictions

@@ -398,9 +398,13 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
     assert not ps.fell_back and reason is None, [e.line() for e in events]
     checked = next(e for e in events if isinstance(e, PredictionChecked))
     assert checked.held and checked.past_path and "past the request path's calibrated capacity" in checked.line()
-    assert ps.past_path == {number: four}
+    assert ps.past_path == {number}
     # its confirmation starts at its prediction (the path's capacity), not at the 190 its trial read
     assert ps.confirm_cap(number) == four and ps.confirm_cap(number + 1) is None
+    # So does one that read within the tolerance above it (+10%): it is past the path's capacity all the same
+    assert ps.reads_past_capacity(_measured(four * 1.1 / 0.99, 60_000.0, instance_count=3), four)
+    assert not ps.reads_past_capacity(_measured(four * 0.9, 60_000.0, instance_count=3), four)  # under it
+    assert not ps.reads_past_capacity(_measured(120.0, 60_000.0, instance_count=1), 95.0)  # its instance bounds it
     # Three instances, predicted at the path's capacity too, cannot be settled against 188 measured
     # by its prediction (no favourable error seen: x1.00): it is measured all the same.
     queued = [ft.user_attrs.get("predicted_rps") for ft in study.get_trials(deepcopy=False)]

@@ -420,8 +420,9 @@ def test_a_rival_whose_search_load_only_ties_the_claim_held_is_not_confirmed(tmp
 def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_path: Path):
     """The predicted search caps the confirmation of a trial that read past the request path's
     calibrated capacity at its prediction: A's search read 9870 req/s, the path carries 7700, the
-    cap is 7614. It is confirmed there in 3 runs, never at 9870, 9050 or 8300, and its claim says
-    where the search read it."""
+    cap is 7614. It is confirmed at the highest rate of its search's ladder under the cap, 7610, in
+    3 runs, never at 9870, 9050 or 8300 (nor at 7614 and then 7610, a step apart by 0.05%), and
+    its claim says where the search read it."""
     from perfkit.tuner._confirm import confirm_picks, confirmations, describe
 
     t, _, measured, _ = _runner_of(tmp_path, {"A": 7700.0})
@@ -430,9 +431,9 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     study = _study_of({"A": 9870.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
     a = confirmations(study)[0]
-    assert measured == [("A", 7614.0)] * 3, measured
-    assert a.held and a.load.value == 7614.0 and a.searched_load is not None and a.searched_load.value == 9870.0
-    assert a.note.startswith("started at 7614 req/s poisson, the request path's calibrated capacity")
+    assert measured == [("A", 7610.0)] * 3, measured
+    assert a.held and a.load.value == 7610.0 and a.searched_load is not None and a.searched_load.value == 9870.0
+    assert a.note.startswith("started at 7610 req/s poisson, the request path's calibrated capacity")
     assert "(stepped down from 9870 req/s poisson)" in describe(a, 99.0, "latency")
     # No cap, or one at or above the search's load: the confirmation starts at the search's load
     for cap in (None, 9870.0, 12_000.0):

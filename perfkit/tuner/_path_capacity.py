@@ -52,6 +52,18 @@ def path_bound(cal: Calibration | None, cfg: object) -> bool:
     return instances_capacity_rps(cal, cfg) > capacity
 
 
+def at_capacity(cal: Calibration | None, cfg: object, rate_rps: float | None) -> bool:
+    """Whether a config is predicted at the request path's capacity (within AT_CAPACITY of it,
+    the path bounding it): its trial ends at that rate where it holds there (TrialRunner
+    at_capacity), since a trial's short levels read past the path (onnx_mlp, server on one CPU:
+    11,728 and 10,812 req/s read in 15 and 10 s of levels where the calibration held 8,176) and
+    the confirmation's longer runs start at the capacity anyway."""
+    capacity = path_capacity_rps(cal)
+    if capacity is None or rate_rps is None or rate_rps < AT_CAPACITY * capacity:
+        return False
+    return path_bound(cal, cfg)
+
+
 def headroom_first(cal: Calibration | None, cfg: predict.BatcherConfig, rate_rps: float) -> tuple[float, float]:
     """A sort key, best first: the predicted rate, where configs the path bounds predicted at its
     capacity (AT_CAPACITY) count as the capacity itself, and among them (the simulator cannot tell

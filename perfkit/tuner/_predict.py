@@ -32,7 +32,7 @@ from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
-from perfkit.tuner._path_capacity import alike_at_capacity, headroom_first, path_bound
+from perfkit.tuner._path_capacity import alike_at_capacity, at_capacity, headroom_first, path_bound
 from perfkit.tuner._predict_check import (
     LATENCY_TOLERANCE,
     PREDICTION_TOLERANCE,
@@ -133,6 +133,11 @@ class PredictedSearch:
             and not st.rate_is_lower_bound
             and path_bound(self.calibration, self.point_key(st.params))
         )
+
+    def ends_at_capacity(self, params: Mapping[str, Any]) -> bool:
+        """Whether a point's trial ends at its predicted rate where that holds: predicted at the
+        request path's capacity (tuner/_path_capacity.at_capacity)."""
+        return at_capacity(self.calibration, self.point_key(params), self.predicted_for(params))
 
     def confirm_cap(self, number: int) -> float | None:
         """Where a trial's confirmation starts at most: for one of a config the request path
@@ -238,6 +243,7 @@ class PredictedSearch:
         self.t.emit(Calibrated(self.calibration))
         self.t.predicted_rate = self.predicted_for
         self.t.confirm_cap_rps = self.confirm_cap
+        self.t.at_capacity = self.ends_at_capacity
         self.t.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
         top, configs, simulated = self.predict_space()

@@ -109,6 +109,9 @@ class TrialRunner:
         # The predicted search sets this: the rate at which a trial's confirmation starts at most
         # (None: at its search's load), for trials that read past the request path's capacity.
         self.confirm_cap_rps: Callable[[int], float | None] | None = None
+        # The predicted search sets this: whether a config's trial ends at its predicted rate when
+        # that holds (configs predicted at the request path's capacity, tuner/_path_capacity.py).
+        self.at_capacity: Callable[[Mapping[str, Any]], bool] | None = None
 
     def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
         """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""
@@ -347,7 +350,9 @@ class TrialRunner:
         at_prediction = False
         if self.judge.open_loop and predicted is not None and predicted > 0:
             start = predicted  # --search predict: the rate search starts at the prediction
-            at_prediction = is_original and self.original_at_prediction_only
+            at_prediction = (is_original and self.original_at_prediction_only) or (
+                self.at_capacity is not None and self.at_capacity(params)
+            )
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,

@@ -381,6 +381,15 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
     # Predicted alike at the path's capacity, the config whose instances have the most room goes first.
     assert all(rate < 150.0 for _, rate in top) and len({rate for _, rate in top}) == 1
     assert [p["instance_count"] for p, _ in top] == [4, 3, 2]
+    # Their trials end at their prediction where it holds (the path's capacity: a trial's short
+    # levels read past it, and the confirmation starts there); one instance's search goes on as usual.
+    assert all(ps.ends_at_capacity({"instance_count": n}) for n in (2, 3, 4))
+    assert not ps.ends_at_capacity({"instance_count": 1})
+    from perfkit.tuner._path_capacity import at_capacity
+
+    four_key = ps.key({"instance_count": 4})
+    assert at_capacity(ps.calibration, four_key, 146.0) and not at_capacity(ps.calibration, four_key, 120.0)
+    assert not at_capacity(CAL, four_key, 146.0) and not at_capacity(ps.calibration, four_key, None)
     # A lattice step apart at the capacity is still alike; further under it, the rate decides.
     from perfkit.tuner._path_capacity import headroom_first
 

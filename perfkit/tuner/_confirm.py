@@ -102,6 +102,10 @@ def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.F
     return done[:MAX_ATTEMPTS]
 
 
+# A rate ladder's values are rounded to 3 significant digits: at most 0.5% off the exact step.
+LADDER_ROUNDING = 1.005
+
+
 def _beats(load: LoadLevel, floor: float) -> bool:
     """Whether a load lies above floor (a load value a claim already holds at) by more than a tie:
     an arrival rate by TIE_ABOVE, a concurrency by any step."""
@@ -360,9 +364,10 @@ def _start_load(
     cap = cap_of(number) if cap_of is not None else None
     if cap is None or searched.mode != "request_rate" or cap >= searched.value:
         return searched, lambda c: c
-    # on the search's own ladder (its steps down follow it): the highest rate there at most the cap
-    on_ladder = [v for v in rate_ladder(searched.value, t.judge.max_rate_rps) if v <= cap * (1 + 1e-9)]
-    if not on_ladder:
+    # on the search's own ladder (its steps down follow it): the highest rate there at most the cap,
+    # give or take the ladder's rounding to 3 significant digits (a prediction of 8947 is its 8950)
+    on_ladder = [v for v in rate_ladder(searched.value, t.judge.max_rate_rps) if v <= cap * LADDER_ROUNDING]
+    if not on_ladder or max(on_ladder) >= searched.value * (1 - 1e-9):
         return searched, lambda c: c
     start = t.judge.level(max(on_ladder))
     prefix = f"started at {start.label}, the request path's calibrated capacity (the search's reading is past it)"

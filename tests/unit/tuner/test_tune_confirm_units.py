@@ -435,6 +435,14 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     assert a.held and a.load.value == 7610.0 and a.searched_load is not None and a.searched_load.value == 9870.0
     assert a.note.startswith("started at 7610 req/s poisson, the request path's calibrated capacity")
     assert "(stepped down from 9870 req/s poisson)" in describe(a, 99.0, "latency")
+    # A cap a rounding under a rate of the ladder is that rate (8947 predicted: its ladder's 8950),
+    # here the search's own load: confirmed there, as without a cap (before: from 8210, a step down)
+    t, _, measured, _ = _runner_of(tmp_path, {"A": 9_000.0})
+    t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
+    t.confirm_cap_rps = {0: 8947.0}.get
+    study = _study_of({"A": 8950.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
+    assert measured == [("A", 8950.0)] * 3 and confirmations(study)[0].searched_load is None, measured
     # No cap, or one at or above the search's load: the confirmation starts at the search's load
     for cap in (None, 9870.0, 12_000.0):
         t, _, measured, _ = _runner_of(tmp_path, {"A": 10_000.0})

@@ -72,7 +72,7 @@ def headroom_first(cal: Calibration | None, cfg: predict.BatcherConfig, rate_rps
     instance, 16,500 req/s of executions unloaded, held 7,400 where batches of 32 held 10,500,
     both predicted 10,385 at the path's capacity."""
     capacity = path_capacity_rps(cal)
-    if cal is None or capacity is None or not path_bound(cal, cfg) or rate_rps < AT_CAPACITY * capacity:
+    if cal is None or capacity is None or not at_capacity(cal, cfg, rate_rps):
         return (-rate_rps, 0.0)
     return (-capacity, -instances_capacity_rps(cal, cfg))
 
@@ -83,12 +83,9 @@ def alike_at_capacity(cal: Calibration | None, results: list[predict.RateResult]
     of the best simulated one at the capacity: the simulator sees only the path there, and
     headroom_first then orders them by their instances' room. Unchanged without a path capacity
     or a simulated config at it."""
-    capacity = path_capacity_rps(cal)
-    if cal is None or capacity is None:
-        return results
 
     def at_path(r: predict.RateResult) -> bool:
-        return path_bound(cal, r.config) and r.rate_rps >= AT_CAPACITY * capacity
+        return at_capacity(cal, r.config, r.rate_rps)
 
     like = max((r.rate_rps for r in results if not r.bounded and at_path(r)), default=None)
     if like is None:

@@ -108,9 +108,10 @@ stub_numpy() {
   "$py" -m venv --without-pip "$work/stubenv" || return 1
   site=$("$work/stubenv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   cp -r "$P/numpy1/." "$site/"
-  "$py" -c 'import site; print("\n".join(f"import site; site.addsitedir({d!r})" for d in site.getsitepackages()))' \
-    > "$site/zz-base-python.pth"
   base=$("$py" -c 'import site; print(":".join(site.getsitepackages()))')
+  local d dirs
+  IFS=: read -ra dirs <<< "$base"
+  for d in "${dirs[@]}"; do echo "import site; site.addsitedir('$d')"; done > "$site/zz-base-python.pth"
   py=$work/stubenv/bin/python
   export PYTHONPATH="$PYTHONPATH:$base"
   local stub_ver

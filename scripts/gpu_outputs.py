@@ -76,7 +76,7 @@ def main() -> int:
     failed = 0
     try:
         for model, x, want in cases:
-            ok, line = check(server.endpoints.http_url.split("://", 1)[-1], model, x, want)
+            ok, line = check(server.endpoints.http_url, model, x, want)
             print(("ok     " if ok else "WRONG  ") + line)
             failed += not ok
     finally:

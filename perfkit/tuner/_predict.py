@@ -222,8 +222,7 @@ class PredictedSearch:
         if measured is not None and st.rate_is_lower_bound:  # held where predicted: consistent, nothing above measured
             return PredictionChecked(number, predicted_rps, measured, True, percentile=b.percentile,
                                      budget_metric=b.metric, lower_bound=True)  # fmt: skip
-        above = measured is not None and measured > predicted_rps and not rate_holds(predicted_rps, measured)
-        if above and path_bound(self.calibration, self.point_key(st.params)):
+        if self.reads_past_capacity(st, predicted_rps) and not rate_holds(predicted_rps, measured):
             return PredictionChecked(number, predicted_rps, measured, True, percentile=b.percentile,
                                          budget_metric=b.metric, past_path=True)  # fmt: skip
         ev = PredictionChecked(number, predicted_rps, measured, rate_holds(predicted_rps, measured),

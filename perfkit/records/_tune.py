@@ -35,7 +35,7 @@ class Confirmation:
     throughput_low: float  # ~95% interval of that mean (Student t over the repeats)
     throughput_high: float
     latency_us: float  # the worst repeat's percentile (what "held" is judged by)
-    latency_ucb_us: float  # upper ~95% bound of the percentile (worst repeat's CI upper end)
+    latency_ucb_us: float  # where a re-measurement as long as the confirmation reads it, at ~95%
     searched_load: LoadLevel | None = None  # the search's load, when the claim stepped down from it
     note: str = ""
 

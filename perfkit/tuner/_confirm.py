@@ -10,25 +10,34 @@ default --measurement-interval, 5000 ms; a repeat of a couple of short windows r
 below a 6 s perf_analyzer run at the same rate, since rare slow requests and queue excursions
 need time to show). The claim holds when every repeat's percentile is within the budget (and,
 open loop, every repeat is sustainable) and the percentile's upper bound is within it too (the
-margin: repeats that read just under the budget do not make a claim). The bound is the larger of the worst repeat's own
-~95% interval end and the repeats' upper 95% prediction bound (mean + t(0.95, n-1) * s *
-sqrt(1 + 1/n)): where an independent re-measurement of the same length would read, so the claim
-is one a re-measurement reproduces, not one that holds on perfkit's readings alone. If the true
-percentile at that load were at or over the budget, each repeat would read within it with
-probability at most about 1/2, so all of 3 repeats would with probability at most 1/8 (a sign
-test); the bound keeps a claim off the budget's edge, where a re-measurement is a coin toss.
+margin: repeats that read just under the budget do not make a claim).
+
+The bound is where an independent re-measurement as long as the confirmation (its `repeats` runs
+together) would read the percentile, at ~95%: how perf_analyzer reads a level, its stability
+window's measurements merged (perfkit.tuner._claim_stats). If the true percentile at that load
+were at or over the budget, each repeat would read within it with probability at most about 1/2,
+so all of 3 repeats would with probability at most 1/8 (a sign test); the bound keeps a claim off
+the budget's edge, where a re-measurement is a coin toss.
+
+Where every repeat read within the budget and only the bound is over, up to `extra_repeats` more
+runs are made at the same load while they could still bring it under (the bound's t factor and
+the mean's share shrink with more runs, as perf_analyzer keeps measuring a level until it is
+stable, up to --max-trials), and where they cannot, the next load tried is half a ladder step
+down, not a whole one: the percentile sits just under the budget there, so the sustainable rate
+lies just below (hungry at 845 req/s read p99 147, 143 and 149 ms against 150; whole steps down
+left its claims at 0.83x and 0.88x perf_analyzer's sustainable rate).
 When the search's load fails, the next load down the same ladder is confirmed instead (the claim
 steps down, and says so); after MAX_STEPS_DOWN steps the trial is demoted: it is never recommended,
 and the trial table says why. A demoted trial whose ladder still reaches above the best claim held
 later (by a config the search read lower) is resumed, one step further down at a time while it
 could still beat that claim (resume_demoted): on a host whose readings swing, the config the
 search read best can still hold more than the next one, a few steps down. A repeat over the
-budget, or with its own upper bound over it, fails a load whatever the others read: the rest are
-not run there (cannot_hold).
+budget, or so wide by its own interval that repeats reading alike could not make the bound, fails
+a load whatever the others read: the rest are not run there (cannot_hold).
 
 The claimed throughput is the mean over the repeats (open loop: each scaled to the rate asked)
-with the ~95% interval an independent re-measurement would read in (summarize_repeats); the
-percentile is reported as the worst repeat and the upper bound above.
+with the ~95% interval one more run would read in (summarize_repeats); the percentile is reported
+as the worst repeat and the upper bound above.
 """
 
 from __future__ import annotations
@@ -36,7 +45,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,13 +53,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from perfkit.budget import Budget, budget_label, open_loop_shortfall
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
-from perfkit.recorder import t95, t95_one_sided
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
 from perfkit.tuner import _trial_state
+from perfkit.tuner._claim_stats import cannot_hold, describe, more_could_hold, near_edge, summarize_repeats
 from perfkit.tuner._events import ConfirmDone, ConfirmSkipped, ConfirmStarted, fmt_params
-from perfkit.tuner._load_search import RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
+from perfkit.tuner._load_search import MIN_RATE_RPS, RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner
 
@@ -68,6 +75,7 @@ class ConfirmSettings:
     min_repeat_s: float = 0.0  # each repeat spans at least this long (tune's --confirm-time, 5 s by default)
     rivals_within: float = 0.2  # rivals whose searched figure is within 20% of the pick's
     max_candidates: int = 3
+    extra_repeats: int = 2  # more runs at a load whose repeats all read within the budget but not its bound
 
 
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
@@ -121,20 +129,18 @@ def _lower_load(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
     return None if below is None else t.judge.level(below)
 
 
+def _half_below(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
+    """An arrival rate half a ladder step below load's (rounded as the ladder is), or None at the
+    ladder's floor."""
+    value = float(f"{load.value / 2 ** (1 / (2 * RATE_STEPS_PER_DOUBLING)):.3g}")
+    return t.judge.level(value) if MIN_RATE_RPS <= value < load.value else None
+
+
 def repeat_windows(window_ms: float, cs: ConfirmSettings) -> tuple[int, int]:
     """(min, max) windows of one confirmation repeat: at least cs.min_windows, and enough for
     cs.min_repeat_s; the max leaves the same room for stability past the min as cs does."""
     least = max(cs.min_windows, math.ceil(cs.min_repeat_s * 1000.0 / max(window_ms, 1e-3) - 1e-9))
     return least, least + max(0, cs.max_windows - cs.min_windows)
-
-
-def cannot_hold(level: LevelResult, budget: Budget) -> bool:
-    """Whether one repeat already decides that its load cannot be claimed: over the budget, or its
-    percentile's own ~95% upper bound over it (summarize_repeats' margin is at least that bound)."""
-    if not budget.within(level):
-        return True
-    rel = level.precision.latency_rel or 0.0
-    return budget.level_us(level) * (1 + rel) > budget.latency_budget_ms * 1e3
 
 
 def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> list[LevelResult]:
@@ -153,7 +159,18 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
     folder = t.out_dir / "confirm"
     folder.mkdir(parents=True, exist_ok=True)
     tag = f"{load.value:g}".replace(".", "_")
-    for r in range(cs.repeats):
+    budget = t.s.budget
+    most = cs.repeats + cs.extra_repeats
+    for r in itertools.count():
+        if r >= cs.repeats:
+            # all within the budget but not the bound: more runs while they could bring it under
+            done = summarize_repeats(load, out, repeats=cs.repeats, budget=budget)
+            if (
+                done.held
+                or not near_edge(out, budget, cs.repeats)
+                or not more_could_hold(out, budget, cs.repeats, most)
+            ):
+                break
         path = folder / f"trial-{number:03d}-{tag}-{r + 1}.json"
         # Each repeat draws its own arrival schedule (open loop): independent re-measurements.
         rec: RunRecord = measure(
@@ -164,95 +181,9 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
         if rec.status != "ok" or not rec.levels:
             break
         out.append(rec.levels[-1])
-        if cannot_hold(out[-1], t.s.budget):
+        if cannot_hold(out[-1], budget, cs.repeats):
             break  # the load cannot be claimed whatever the other repeats read: on to the next one down
     return out
-
-
-def _schedule_factor(load: LoadLevel, level: LevelResult) -> float:
-    """Open loop: the rate asked over the rate the run's schedule sent (1 for closed loop, or
-    when nothing was sent)."""
-    if load.mode != "request_rate" or level.sent_rps <= 0:
-        return 1.0
-    return load.value / level.sent_rps
-
-
-def summarize_repeats(
-    load: LoadLevel,
-    levels: Sequence[LevelResult],
-    *,
-    repeats: int,
-    budget: Budget | None = None,
-    budget_ms: float | None = None,
-    percentile: float = 99.0,
-    metric: str = "latency",
-) -> Confirmation:
-    """The Confirmation of repeated levels at one load (held when all `repeats` ran and each is
-    within the budget: the settings' Budget, or given as budget_ms / percentile / metric).
-
-    The throughput interval is where an independent re-measurement would read (a 95% prediction
-    interval, mean +- t(0.975, n-1) * s * sqrt(1 + 1/n)), not the narrower interval of the mean:
-    the claim is checked by one more run, not by the mean of many. Open loop, each run's
-    throughput is scaled to the rate asked (its Poisson schedule sent a few percent more or less
-    than asked, by chance: the same seeds for every candidate would carry one draw's luck into
-    every claim), and a Poisson re-measurement's own count noise is added to the interval."""
-    if budget is None:
-        if budget_ms is None:
-            raise TypeError("summarize_repeats needs a budget (or budget_ms)")
-        budget = Budget(budget_ms, percentile, metric)
-    tputs = [lv.throughput_infer_per_s * _schedule_factor(load, lv) for lv in levels]
-    lats = [budget.level_us(lv) for lv in levels]
-    mean = statistics.fmean(tputs) if tputs else 0.0
-    half = math.inf
-    if len(tputs) > 1:
-        n = len(tputs)
-        half = t95(n - 1) * statistics.stdev(tputs) * math.sqrt(1 + 1 / n)
-        duration_s = statistics.fmean(lv.duration_s for lv in levels)
-        if load.mode == "request_rate" and load.distribution == "poisson" and duration_s > 0 and load.value > 0:
-            count_half = 1.96 * mean / math.sqrt(load.value * duration_s)  # a Poisson count of rate x duration
-            half = math.hypot(half, count_half)
-    worst = max(lats) if lats else math.inf
-    ucb = max(
-        (lat * (1 + (lv.precision.latency_rel or 0.0)) for lat, lv in zip(lats, levels, strict=True)),
-        default=math.inf,
-    )
-    if len(lats) > 1 and all(math.isfinite(x) for x in lats):
-        # Where the next, independent run will read: the repeats' upper 95% prediction bound.
-        n = len(lats)
-        predicted = statistics.fmean(lats) + t95_one_sided(n - 1) * statistics.stdev(lats) * math.sqrt(1 + 1 / n)
-        ucb = max(ucb, predicted)
-    bad = [lv for lv in levels if not budget.within(lv)]
-    # The margin: the percentile's upper ~95% bound, not only its reading, within the budget.
-    margin_ok = ucb <= budget.latency_budget_ms * 1e3
-    held = len(levels) == repeats and not bad and margin_ok
-    note = ""
-    decided = bool(levels) and cannot_hold(levels[-1], budget)  # the last run ended the repeats: no claim here
-    extra = "; ".join(sorted({w for w in (open_loop_shortfall(lv) for lv in bad) if w}))
-    over = f" ({extra})" if extra else ""
-    if len(levels) < repeats and decided:
-        rest = f", the other {repeats - len(levels)} not run: no claim could hold here"
-        note = (
-            f"over the budget in {len(bad)} of {len(levels)} runs{over}{rest}"
-            if bad
-            else f"its upper bound {ucb / 1e3:.2f} ms over the budget after {len(levels)} of {repeats} runs{rest}"
-        )
-    elif len(levels) < repeats:
-        note = f"{repeats - len(levels)} of {repeats} runs failed"
-    elif bad:
-        note = f"over the budget in {len(bad)} of {repeats} runs{over}"
-    elif not margin_ok:
-        note = f"within the budget in every run, but its upper bound {ucb / 1e3:.2f} ms is not"
-    return Confirmation(
-        held=held,
-        load=load,
-        repeats=len(levels),
-        throughput_infer_per_s=mean,
-        throughput_low=max(0.0, mean - half) if math.isfinite(half) else 0.0,
-        throughput_high=mean + half if math.isfinite(half) else mean,
-        latency_us=worst,
-        latency_ucb_us=ucb,
-        note=note,
-    )
 
 
 def confirm_one(
@@ -266,13 +197,16 @@ def confirm_one(
     floor_why: str = "where another pick already holds",
 ) -> Confirmation:
     """Confirm one trial (its config already serving) at its load, stepping down at most
-    `max_steps` times (None: no count), never to a load at or below `floor`, nor to a rate within
+    `max_steps` ladder steps (None: no count; below a rate whose runs all read within the budget,
+    half a step, counted half), never to a load at or below `floor`, nor to a rate within
     TIE_ABOVE of it (a rival of a pick already confirmed there: at the pick's load it could only
-    tie, by noise; `floor_why` says why
-    in the note), and not after `until` (time.monotonic(); None: no limit)."""
+    tie, by noise; `floor_why` says why in the note), and not after `until` (time.monotonic();
+    None: no limit)."""
+    edge: list[bool] = []
 
     def at(level: LoadLevel) -> Confirmation:
         levels = _measure_repeats(t, number, level, cs)
+        edge.append(level.mode == "request_rate" and near_edge(levels, t.s.budget, cs.repeats))
         return summarize_repeats(level, levels, repeats=cs.repeats, budget=t.s.budget)
 
     first = at(load)
@@ -281,39 +215,28 @@ def confirm_one(
     notes = [f"{load.label}: {first.note}"]
     current = first
     level = load
-    for _ in range(max_steps) if max_steps is not None else itertools.count():
+    steps = 0.0  # a half step (below a rate whose runs all read within the budget) counts half
+    while max_steps is None or steps < max_steps:
         if until is not None and time.monotonic() >= until:
             notes.append("not stepped further down: --max-time reached")
             break
-        lower = _lower_load(t, level)
+        half = edge[-1]
+        lower = _half_below(t, level) if half else _lower_load(t, level)
         if lower is None:
             break
         if floor is not None and not _beats(lower, floor):
             notes.append(f"not tried at {lower.label} or below, {floor_why}")
             break
         level = lower
+        steps += 0.5 if half else 1.0
         current = at(level)
         if current.held:
-            notes.append(f"held at {level.label}")
+            notes.append(f"held at {level.label}" + (" (half a step down: only the bound was over)" if half else ""))
             break
         notes.append(f"{level.label}: {current.note}")
     if current is first:
         return first if len(notes) == 1 else dataclasses.replace(first, note="; ".join(notes))
     return dataclasses.replace(current, searched_load=load, note="; ".join(notes))
-
-
-def describe(c: Confirmation, percentile: float, metric: str) -> str:
-    """One line: the confirmed figure with its interval, or why the trial was demoted."""
-    stat = budget_label(metric, percentile)
-    if not c.held:
-        return f"DEMOTED: {c.note or 'not confirmed'}"
-    step = f" (stepped down from {c.searched_load.label})" if c.searched_load is not None else ""
-    return (
-        f"confirmed {c.throughput_infer_per_s:.1f} infer/s (a re-measurement within {c.throughput_low:.1f}-"
-        f"{c.throughput_high:.1f} at 95%, "
-        f"{c.repeats} runs) at {c.load.label}{step}, {stat} worst {c.latency_us / 1e3:.2f} ms "
-        f"(upper bound {c.latency_ucb_us / 1e3:.2f} ms)"
-    )
 
 
 def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> None:

@@ -16,7 +16,8 @@ from perfkit.errors import ServerError
 from perfkit.measure import machine_info
 from perfkit.records import TuneRecord
 from perfkit.tuner import _outputs, _study, _trial_state
-from perfkit.tuner._confirm import confirmations, describe
+from perfkit.tuner._claim_stats import describe
+from perfkit.tuner._confirm import confirmations
 from perfkit.tuner._events import Summary, fmt_params
 from perfkit.tuner._trial import TrialRunner
 

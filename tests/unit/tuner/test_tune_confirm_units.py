@@ -15,7 +15,8 @@ from perfkit.budget import Budget, level_within_budget, open_loop_shortfall
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level
 from perfkit.records import Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord
-from perfkit.tuner._confirm import ConfirmSettings, describe, repeat_windows, summarize_repeats
+from perfkit.tuner._claim_stats import describe, summarize_repeats
+from perfkit.tuner._confirm import ConfirmSettings, repeat_windows
 from perfkit.tuner._load_search import JudgeSettings, rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
 from perfkit.tuner._record import summary
@@ -48,9 +49,10 @@ def test_a_claim_holds_only_when_every_repeat_is_within_budget():
 
 
 def test_a_claim_needs_its_upper_bound_within_budget_not_only_its_readings():
-    """Every repeat reads under the budget, but one reading's ~95% bound is over it: not held."""
+    """Every repeat reads under the budget, but one reading's own interval is so wide that, pooled with the
+    others', a re-measurement as long as the confirmation could read over it: not held."""
     levels = _repeats([44, 45, 46])
-    noisy = dataclasses.replace(levels[2], precision=dataclasses.replace(levels[2].precision, latency_rel=0.10))
+    noisy = dataclasses.replace(levels[2], precision=dataclasses.replace(levels[2].precision, latency_rel=0.30))
     edge = summarize_repeats(C8, [*levels[:2], noisy], repeats=3, budget_ms=50, percentile=99, metric="latency")
     assert edge.latency_us < 50_000 < edge.latency_ucb_us
     assert not edge.held and "upper bound" in edge.note
@@ -423,7 +425,7 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     cap is 7614. It is confirmed at the highest rate of its search's ladder under the cap, 7610, in
     3 runs, never at 9870, 9050 or 8300 (nor at 7614 and then 7610, a step apart by 0.05%), and
     its claim says where the search read it."""
-    from perfkit.tuner._confirm import confirm_picks, confirmations, describe
+    from perfkit.tuner._confirm import confirm_picks, confirmations
 
     t, _, measured, _ = _runner_of(tmp_path, {"A": 7700.0})
     t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)

@@ -1,0 +1,113 @@
+"""A claim near the budget's edge: the percentile's bound is where a re-measurement as long as the
+confirmation reads (perf_analyzer's merged stability window), more runs are made where only the
+bound is over and they could bring it under, and the next rate tried is half a ladder step down
+when every run read within the budget. Figures from hungry's confirmation (p99 <= 150 ms), whose
+p99 rises slowly with the rate: 845 req/s read 147.2, 142.6 and 149.3 ms; 775 req/s read 139.3,
+144.4 and 136.5 ms; perf_analyzer held 868 req/s at 147.7 ms."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from perfkit.budget import Budget
+from perfkit.gate.synthetic import synthetic_level, synthetic_record
+from perfkit.recorder import t95_one_sided
+from perfkit.records import LoadLevel, Precision
+from perfkit.tuner._claim_stats import cannot_hold, latency_bound_us, summarize_repeats
+from perfkit.tuner._confirm import ConfirmSettings, confirm_one
+from perfkit.tuner._load_search import JudgeSettings
+
+BUDGET = Budget(150.0, 99.0, "latency")
+
+
+def _level(rate: float, p99_ms: float, rel: float = 0.01):
+    # synthetic_level's p99 is 1.3x its latency_ms
+    lv = synthetic_level(concurrency=rate, latency_ms=p99_ms / 1.3, noise=0.0, open_loop=True)
+    return dataclasses.replace(lv, load=LoadLevel("request_rate", rate, "poisson"), sent_rps=rate, completed_rps=rate,
+                               duration_s=5.6, precision=Precision(0.02, rel))  # fmt: skip
+
+
+def test_the_bound_is_where_a_re_measurement_as_long_as_the_confirmation_reads():
+    at_775 = [139.26, 144.38, 136.45]
+    bound = latency_bound_us([x * 1e3 for x in at_775], [0.0083, 0.0139, 0.011], repeats=3)
+    # mean + t(0.95, 2) * s * sqrt(1/3 + 1/3): the re-measurement's own noise is that of 3 runs pooled
+    expected = statistics.fmean(at_775) + t95_one_sided(2) * statistics.stdev(at_775) * math.sqrt(2 / 3)
+    assert bound / 1e3 == pytest.approx(expected, rel=1e-9)
+    assert bound < 150e3  # held: perf_analyzer read 135 ms at 727 req/s and 147.7 at 868
+    # The bound for one more 5 s run (the old statement: sqrt(1 + 1/3)) was over: 153.6 ms
+    assert statistics.fmean(at_775) + t95_one_sided(2) * statistics.stdev(at_775) * math.sqrt(4 / 3) > 150
+    c = summarize_repeats(LoadLevel("request_rate", 775.0, "poisson"), [_level(775.0, x) for x in at_775], repeats=3,
+                          budget=BUDGET)  # fmt: skip
+    assert c.held and c.latency_ucb_us == pytest.approx(bound, rel=0.01)
+    # 845 req/s sits on the edge: every run within 150 ms, the bound over it
+    edge = [_level(845.0, x) for x in (147.2, 142.59, 149.25)]
+    at_845 = summarize_repeats(LoadLevel("request_rate", 845.0, "poisson"), edge, repeats=3, budget=BUDGET)
+    assert not at_845.held and at_845.latency_us < 150e3 < at_845.latency_ucb_us
+    # Runs that agree by chance are floored by their own intervals, pooled
+    agree = latency_bound_us([140e3, 140e3, 140e3], [0.10, 0.10, 0.10], repeats=3)
+    assert agree == pytest.approx(140e3 * (1 + 1.645 / 1.96 * 0.10 * math.sqrt(2 / 3)), rel=1e-9)
+
+
+def test_one_run_whose_own_interval_is_too_wide_for_the_bound_ends_the_repeats():
+    assert cannot_hold(_level(845.0, 151.0), BUDGET, 3)  # over the budget
+    assert not cannot_hold(_level(845.0, 148.0, rel=0.0136), BUDGET, 3)  # three alike could still hold
+    assert cannot_hold(_level(845.0, 149.25, rel=0.0136), BUDGET, 3)  # three alike: 150.6 ms
+    assert cannot_hold(_level(845.0, 140.0, rel=0.15), BUDGET, 3)  # 140 +- 15%: three alike could not
+
+
+def _runner(tmp_path: Path, p99_ms: Callable[[float], float]) -> tuple[SimpleNamespace, list[float]]:
+    """A stand-in runner (open loop, p99 <= 150 ms) whose every run at a rate reads p99_ms(rate),
+    in turn; the rates measured go to the list returned."""
+    measured: list[float] = []
+
+    def measure(server, spec, *, command=(), record_path=None):
+        rate = spec.levels[0].value
+        measured.append(rate)
+        return synthetic_record([_level(rate, p99_ms(rate))], model=spec.model)
+
+    judge = JudgeSettings(budget=BUDGET, load_mode="rate", max_rate_rps=10_000.0)
+    s = SimpleNamespace(command=(), budget=BUDGET)
+    return SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=s, server=None), measured
+
+
+def _readings(values: list[float]) -> Callable[[float], float]:
+    it: Iterator[float] = iter(values)
+    return lambda _rate: next(it)
+
+
+CS = ConfirmSettings(repeats=3, min_windows=1, max_windows=1)
+
+
+def test_more_runs_are_made_where_only_the_bound_is_over_and_they_could_bring_it_under(tmp_path: Path):
+    # 146, 141, 147: the bound with 3 runs is over 150 ms, with 5 alike it would not be; so with 4 (147)
+    t, measured = _runner(tmp_path, _readings([146.0, 141.0, 147.0, 147.0, 144.0, 140.0]))
+    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    assert measured == [845.0] * 5
+    assert c.held and c.repeats == 5 and c.load.value == 845.0 and c.latency_ucb_us <= 150e3
+
+
+def test_no_more_runs_where_they_could_not_help_and_the_next_rate_is_half_a_step_down(tmp_path: Path):
+    # hungry at 845 req/s: its third run's own interval rules out 3 alike; 809 (845 / 2**(1/16)) holds
+    def p99(rate: float) -> float:
+        return next(edge) if rate == 845.0 else {809.0: 140.0}[rate]
+
+    edge = iter([147.2, 142.59, 149.25])
+    t, measured = _runner(tmp_path, p99)
+    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    assert measured == [845.0] * 3 + [809.0] * 3
+    assert c.held and c.load.value == 809.0 and c.searched_load is not None and c.searched_load.value == 845.0
+    assert "half a step down" in c.note
+
+
+def test_a_run_over_the_budget_steps_a_whole_step_down(tmp_path: Path):
+    t, measured = _runner(tmp_path, lambda rate: 160.0 if rate > 800 else 120.0)
+    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    assert measured[0] == 845.0 and measured[1:] == [775.0] * 3  # 845 / 2**(1/8), on the ladder
+    assert c.held and "half a step" not in c.note

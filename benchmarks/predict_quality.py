@@ -27,7 +27,11 @@ the budget and it completed >= 90% of the rate asked (HELD_RATE_FRACTION). Reque
 than concurrency because the searches' figure is a sustainable arrival rate (open loop); a
 config's figure is the throughput of its highest level held, and held again when measured once
 more (benchmarks/_pa_rate.py RECHECKS). A search's claim is re-measured the same way with levels
-of --remeasure-level-s (15 s: as long as the claim's own confirmation, 3 runs of 5 s).
+of --remeasure-level-s (15 s: as long as the claim's own confirmation, 3 runs of 5 s). Once the
+phases are done, the grid's best config and each search's pick that differs from it are
+re-measured one after the other the same way (side by side): the pick's goal is judged there,
+against the best config rather than the best reading of the grid's pass
+(benchmarks/_quality_figures.py search_figures).
 Configs with dynamic batching off differ only in max_batch_size, which batch-1 requests without a
 batcher never use: they are measured once per instance count.
 
@@ -307,6 +311,32 @@ def run_grid(server: Server, repo: Path, sub: Subject, originals: dict[str, str]
     out.update(grid_wall_s=time.monotonic() - t0, load_avg=load_avg())
 
 
+def side_by_side(server: Server, repo: Path, sub: Subject, originals: dict[str, str], args: argparse.Namespace,
+                 out: dict[str, Any], save: Callable[[], None]) -> None:  # fmt: skip
+    """The grid's best and each search's pick that differs from it, re-measured one after the other
+    by perf_analyzer (levels of --remeasure-level-s, each from its grid figure), into
+    out["side_by_side"]: the pick against the best config, not against the best reading of a pass."""
+    grid: dict[str, float] = out.get("grid", {})
+    picks = [r.get("pick") for r in out.get("searches", {}).values()]
+    if not grid:
+        return
+    best = max(grid, key=lambda k: grid[k])
+    others = sorted({p for p in picks if p and p != best and p in grid})
+    if not others:
+        return
+    model = "stages" if sub.kind == "pipeline" else sub.name
+    ensemble = model if sub.kind == "pipeline" else None
+    by_key = {key(config): config for config in sub.grid}
+    print(f"\n[{sub.name}] side by side: the grid's best ({best}) and {', '.join(others)}", flush=True)
+    side: dict[str, float] = {}
+    out["side_by_side"] = side
+    for k in (best, *others):
+        put(server, repo, {m: variant_text(originals[m], v, sub.delay_us) for m, v in by_key[k].items()}, ensemble)
+        side[k] = pa_sustainable(server, model, grid[k] or args.start_rps, sub.budget_ms, args.remeasure_level_s)["rps"]
+        save()
+    put(server, repo, originals, ensemble)
+
+
 def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: Callable[[], None]) -> None:
     """Measure one subject into `out`, its phases in args.phases' order (saved after each phase and
     each grid config, so an interrupted run keeps its figures)."""
@@ -341,10 +371,13 @@ def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: 
                     out["predicted"] = predicted_rates(sub, cal, result)
                     out["search_measured"] = search_measured(sub, result)
             save()
+        if "grid" in args.phases:
+            side_by_side(server, repo, sub, originals, args, out, save)
     shutil.rmtree(work, ignore_errors=True)
     grid = out.get("grid", {})
     out["errors"] = prediction_errors(out["predicted"], grid)
-    out["figures"] = {s: search_figures(r, grid, sub.kind) for s, r in out["searches"].items()}
+    side = out.get("side_by_side")
+    out["figures"] = {s: search_figures(r, grid, sub.kind, side) for s, r in out["searches"].items()}
     save()
 
 
@@ -391,8 +424,9 @@ def main() -> int:
         for s in saved:
             grid = s.get("grid", {})
             s["errors"] = prediction_errors(s.get("predicted", {}), grid)
+            side = s.get("side_by_side")
             s["figures"] = {
-                n: search_figures(r, grid, s.get("kind", "model")) for n, r in s.get("searches", {}).items()
+                n: search_figures(r, grid, s.get("kind", "model"), side) for n, r in s.get("searches", {}).items()
             }
         print(_phases_line(doc.get("phases"), doc.get("server_cpus", ())) + markdown(saved))
         return 0

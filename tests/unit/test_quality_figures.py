@@ -88,6 +88,23 @@ def test_each_goal_is_missed_on_its_own() -> None:
     assert not goals_met(search_figures({"refused": "--max-time 120 s ran out"}, GRID, "model"))  # meets none
 
 
+def test_the_pick_is_judged_side_by_side_with_the_grid_best_where_both_were_re_measured_so() -> None:
+    base = {"pick": "y", "claim_rps": 1000.0, "remeasured_rps": 950.0, "trials": 4, "wall_s": 100.0}
+    # y read 0.82x the best in the grid's pass; side by side it reads 0.97x: the pick's goal holds
+    grid = {"x": 1000.0, "y": 820.0}
+    f = search_figures(base, grid, "model", {"x": 900.0, "y": 873.0})
+    assert f["pick_vs_grid_best"] == pytest.approx(0.82) and f["pick_vs_grid_best_side_by_side"] == pytest.approx(0.97)
+    assert f["goals"]["pick"] is True
+    # ... and the other way round: side by side decides
+    assert search_figures(base, GRID, "model", {"x": 1000.0, "y": 800.0})["goals"]["pick"] is False
+    # without a side-by-side reading of both (or when the pick is the grid's best), the grid's pass decides
+    assert search_figures(base, grid, "model", {"x": 900.0})["goals"]["pick"] is False
+    assert search_figures({**base, "pick": "x"}, grid, "model", {"x": 900.0})["goals"]["pick"] is True
+    row = [ln for ln in markdown([{"subject": "m", "searches": {"predict": base}, "grid": grid,
+                                   "figures": {"predict": f}}]).splitlines() if ln.startswith("| m |")]  # fmt: skip
+    assert "0.82; 0.95; side by side 0.97 |" in row[0]
+
+
 def test_the_table_shows_each_search_a_refusal_and_the_grid_with_predictions() -> None:
     searches = {
         "predict": {"pick": "y", "claim_rps": 1200.0, "remeasured_rps": 950.0, "trials": 3, "wall_s": 90.0},

@@ -160,7 +160,7 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
     folder.mkdir(parents=True, exist_ok=True)
     tag = f"{load.value:g}".replace(".", "_")
     budget = t.s.budget
-    most = cs.repeats + cs.extra_repeats
+    most_runs = cs.repeats + cs.extra_repeats
     for r in itertools.count():
         if r >= cs.repeats:
             # all within the budget but not the bound: more runs while they could bring it under
@@ -168,7 +168,7 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
             if (
                 done.held
                 or not near_edge(out, budget, cs.repeats)
-                or not more_could_hold(out, budget, cs.repeats, most)
+                or not more_could_hold(out, budget, cs.repeats, most_runs)
             ):
                 break
         path = folder / f"trial-{number:03d}-{tag}-{r + 1}.json"

@@ -50,15 +50,18 @@ def latency_bound_us(lats_us: Sequence[float], rels: Sequence[float], repeats: i
     return bound
 
 
+def levels_bound_us(levels: Sequence[LevelResult], budget: Budget, repeats: int, n: int | None = None) -> float:
+    """latency_bound_us of runs' budget statistic, each with its own interval (their precision)."""
+    lats = [budget.level_us(lv) for lv in levels]
+    return latency_bound_us(lats, [lv.precision.latency_rel or 0.0 for lv in levels], repeats, n)
+
+
 def cannot_hold(level: LevelResult, budget: Budget, repeats: int = 1) -> bool:
     """Whether one repeat already decides that its load cannot be claimed: over the budget, or its
     own interval so wide that `repeats` runs reading alike would put the bound over it."""
     if not budget.within(level):
         return True
-    lat = budget.level_us(level)
-    return latency_bound_us([lat], [level.precision.latency_rel or 0.0], repeats, n=repeats) > (
-        budget.latency_budget_ms * 1e3
-    )
+    return levels_bound_us([level], budget, repeats, n=repeats) > budget.latency_budget_ms * 1e3
 
 
 def near_edge(levels: Sequence[LevelResult], budget: Budget, repeats: int) -> bool:
@@ -69,9 +72,7 @@ def near_edge(levels: Sequence[LevelResult], budget: Budget, repeats: int) -> bo
 def more_could_hold(levels: Sequence[LevelResult], budget: Budget, repeats: int, most: int) -> bool:
     """Whether more runs at this load (up to `most` in all) could bring the bound under the budget:
     with all of them reading as these did (the same mean and spread), it would be."""
-    lats = [budget.level_us(lv) for lv in levels]
-    rels = [lv.precision.latency_rel or 0.0 for lv in levels]
-    return len(levels) < most and latency_bound_us(lats, rels, repeats, n=most) <= budget.latency_budget_ms * 1e3
+    return len(levels) < most and levels_bound_us(levels, budget, repeats, n=most) <= budget.latency_budget_ms * 1e3
 
 
 def _schedule_factor(load: LoadLevel, level: LevelResult) -> float:
@@ -118,11 +119,10 @@ def summarize_repeats(
             count_half = 1.96 * mean / math.sqrt(load.value * duration_s)  # a Poisson count of rate x duration
             half = math.hypot(half, count_half)
     worst = max(lats) if lats else math.inf
-    rels = [lv.precision.latency_rel or 0.0 for lv in levels]
     # Where a re-measurement as long as the confirmation reads the percentile, at ~95%; a run that
     # ended the repeats is judged as if `repeats` runs had read alike (cannot_hold's view).
     decided = bool(levels) and len(levels) < repeats and cannot_hold(levels[-1], budget, repeats)
-    ucb = latency_bound_us(lats, rels, repeats, n=repeats if len(levels) == 1 and decided else None)
+    ucb = levels_bound_us(levels, budget, repeats, n=repeats if len(levels) == 1 and decided else None)
     bad = [lv for lv in levels if not budget.within(lv)]
     # The margin: the percentile's upper ~95% bound, not only its reading, within the budget.
     margin_ok = ucb <= budget.latency_budget_ms * 1e3

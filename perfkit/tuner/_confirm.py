@@ -79,6 +79,7 @@ class ConfirmSettings:
 
 
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
+HALF_STEP = 2 ** (1 / (2 * RATE_STEPS_PER_DOUBLING))  # half a step of the arrival-rate ladder, as a factor
 MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candidate is demoted
 # A demoted candidate is taken further down to this fraction of its search's load at the lowest: one
 # that holds only below it was read far off by its search.
@@ -87,7 +88,7 @@ RESUME_DOWN_TO = 0.5
 # ladder is anchored at its own search's rate, so a step of one lands anywhere near another's claim,
 # and a rate there could beat it only by noise (onnx_mlp: a demoted config taken up again held
 # 7,860 req/s in three longer runs against a claim at 7,850). Such a rate is not tried.
-TIE_ABOVE = 2 ** (1 / (2 * RATE_STEPS_PER_DOUBLING))
+TIE_ABOVE = HALF_STEP
 
 
 def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
@@ -132,7 +133,7 @@ def _lower_load(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
 def _half_below(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
     """An arrival rate half a ladder step below load's (rounded as the ladder is), or None at the
     ladder's floor."""
-    value = float(f"{load.value / 2 ** (1 / (2 * RATE_STEPS_PER_DOUBLING)):.3g}")
+    value = float(f"{load.value / HALF_STEP:.3g}")
     return t.judge.level(value) if MIN_RATE_RPS <= value < load.value else None
 
 
@@ -202,14 +203,15 @@ def confirm_one(
     TIE_ABOVE of it (a rival of a pick already confirmed there: at the pick's load it could only
     tie, by noise; `floor_why` says why in the note), and not after `until` (time.monotonic();
     None: no limit)."""
-    edge: list[bool] = []
 
-    def at(level: LoadLevel) -> Confirmation:
+    def at(level: LoadLevel) -> tuple[Confirmation, bool]:
+        """The confirmation at a level, and whether its runs all read within the budget (a rate's
+        next step down is then half a step)."""
         levels = _measure_repeats(t, number, level, cs)
-        edge.append(level.mode == "request_rate" and near_edge(levels, t.s.budget, cs.repeats))
-        return summarize_repeats(level, levels, repeats=cs.repeats, budget=t.s.budget)
+        edge = level.mode == "request_rate" and near_edge(levels, t.s.budget, cs.repeats)
+        return summarize_repeats(level, levels, repeats=cs.repeats, budget=t.s.budget), edge
 
-    first = at(load)
+    first, half = at(load)
     if first.held:
         return first
     notes = [f"{load.label}: {first.note}"]
@@ -220,7 +222,6 @@ def confirm_one(
         if until is not None and time.monotonic() >= until:
             notes.append("not stepped further down: --max-time reached")
             break
-        half = edge[-1]
         lower = _half_below(t, level) if half else _lower_load(t, level)
         if lower is None:
             break
@@ -229,9 +230,10 @@ def confirm_one(
             break
         level = lower
         steps += 0.5 if half else 1.0
-        current = at(level)
+        how = " (half a step down: only the bound was over)" if half else ""
+        current, half = at(level)
         if current.held:
-            notes.append(f"held at {level.label}" + (" (half a step down: only the bound was over)" if half else ""))
+            notes.append(f"held at {level.label}{how}")
             break
         notes.append(f"{level.label}: {current.note}")
     if current is first:

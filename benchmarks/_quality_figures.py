@@ -141,6 +141,11 @@ def ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
+def grid_best(grid: Mapping[str, float]) -> str | None:
+    """The grid's best config (the highest figure of its pass), None for an empty grid."""
+    return max(grid, key=lambda k: grid[k]) if grid else None
+
+
 def search_figures(
     search: Mapping[str, Any], grid: Mapping[str, float], kind: str, side: Mapping[str, float] | None = None
 ) -> dict[str, Any]:
@@ -155,8 +160,8 @@ def search_figures(
     key), claim_rps, remeasured_rps, trials and wall_s (or refused: why the search did not run)."""
     if search.get("refused"):
         return {"refused": search["refused"]}
-    best = max(grid.values(), default=0.0)
-    best_key = max(grid, key=lambda k: grid[k]) if grid else None
+    best_key = grid_best(grid)
+    best = grid[best_key] if best_key is not None else 0.0
     pick = search.get("pick")
     pick_grid = ratio(grid.get(pick) if pick is not None else None, best)
     pick_again = ratio(search.get("remeasured_rps"), best)

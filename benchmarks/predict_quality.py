@@ -63,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
 from benchmarks._cpus import parse_cpus, pin_apart  # noqa: E402
 from benchmarks._pa_rate import WINDOW_REQUESTS, pa_sustainable  # noqa: E402
-from benchmarks._quality_figures import goals_met, markdown, prediction_errors, search_figures  # noqa: E402
+from benchmarks._quality_figures import goals_met, grid_best, markdown, prediction_errors, search_figures  # noqa: E402
 from perfkit import predict  # noqa: E402
 from perfkit.budget import Budget  # noqa: E402
 from perfkit.errors import PerfkitError  # noqa: E402
@@ -317,12 +317,10 @@ def side_by_side(server: Server, repo: Path, sub: Subject, originals: dict[str, 
     by perf_analyzer (levels of --remeasure-level-s, each from its grid figure), into
     out["side_by_side"]: the pick against the best config, not against the best reading of a pass."""
     grid: dict[str, float] = out.get("grid", {})
+    best = grid_best(grid)
     picks = [r.get("pick") for r in out.get("searches", {}).values()]
-    if not grid:
-        return
-    best = max(grid, key=lambda k: grid[k])
     others = sorted({p for p in picks if p and p != best and p in grid})
-    if not others:
+    if best is None or not others:
         return
     model = "stages" if sub.kind == "pipeline" else sub.name
     ensemble = model if sub.kind == "pipeline" else None

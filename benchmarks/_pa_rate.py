@@ -10,6 +10,7 @@ import os
 import re
 import resource
 import subprocess
+import time
 
 from benchmarks._anchor import perf_analyzer
 from benchmarks._quality_figures import sustainable
@@ -35,6 +36,16 @@ RECHECKS = 2
 # machine for 18 minutes before its timeout could end it. Past this limit it fails its allocation
 # and exits: the level gives no figure, so it does not hold, which is what it is.
 PA_MEMORY_LIMIT_BYTES = 6 << 30
+# A config just put on the server serves slowly for a second or so (the tuner's
+# TuneSettings.reload_warmup_s): before its levels, perf_analyzer runs this long at the first
+# level's rate, and that reading is dropped (with its stability check off, -s 1000, perf_analyzer
+# would otherwise count it; on onnx_mlp its first level after a reload read p99 30.8 ms at a rate
+# it then held at 6.7 ms).
+WARMUP_S = 2.0
+# Before each level the server is left to finish what earlier levels queued (wait_idle): polled
+# this often, for this long at the most.
+IDLE_POLL_S = 0.25
+IDLE_TIMEOUT_S = 30.0
 
 
 def _limit_memory() -> None:
@@ -69,16 +80,37 @@ def pa_level(server: Server, model: str, rate: float, seconds: float, threads: i
     return float(tput[-1]), float(p99[-1]) / 1e3
 
 
+def _completed(server: Server, model: str) -> int:
+    stats = server.model_stats(model).get("model_stats", [])
+    return sum(int(m.get("inference_stats", {}).get("success", {}).get("count", 0)) for m in stats)
+
+
+def wait_idle(server: Server, model: str, timeout_s: float = IDLE_TIMEOUT_S) -> None:
+    """Until the server completes nothing more of `model` for IDLE_POLL_S (a level above capacity
+    leaves requests queued in the server after perf_analyzer exits, which the next level would
+    read as its own latency), or timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    last = _completed(server, model)
+    while time.monotonic() < deadline:
+        time.sleep(IDLE_POLL_S)
+        now = _completed(server, model)
+        if now == last:
+            return
+        last = now
+
+
 def pa_sustainable(server: Server, model: str, start: float, budget_ms: float, seconds: float) -> dict:
     """The highest rate perf_analyzer holds (benchmarks/_quality_figures.sustainable), from `start`
-    (MIN_RPS at the least) and every level measured."""
+    (MIN_RPS at the least) after WARMUP_S there, and every level measured."""
 
     def measure(rate: float) -> tuple[float, float]:
+        wait_idle(server, model)
         t, p = pa_level(server, model, rate, seconds)
         if t == 0 and not server.is_ready():  # every level after would fail too: stop here, saying why
             raise ServerError(f"the server stopped answering during perf_analyzer's level at {rate:.0f} req/s")
         print(f"    {rate:8.1f}/s -> {t:8.1f}/s p99 {p:6.1f} ms", flush=True)
         return t, p
 
+    pa_level(server, model, max(start, MIN_RPS), WARMUP_S)  # the config's warm-up, not a level
     best, levels = sustainable(measure, max(start, MIN_RPS), budget_ms, min_rps=MIN_RPS, rechecks=RECHECKS)
     return {"rps": best, "levels": [lv.__dict__ for lv in levels]}

@@ -59,7 +59,7 @@ from perfkit.tuner import _trial_state
 from perfkit.tuner._claim_stats import cannot_hold, describe, more_could_hold, near_edge, summarize_repeats
 from perfkit.tuner._events import ConfirmDone, ConfirmSkipped, ConfirmStarted, fmt_params
 from perfkit.tuner._load_search import MIN_RATE_RPS, RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
-from perfkit.tuner._settings import CONFIRM_MIN_WINDOWS
+from perfkit.tuner._settings import CONFIRM_EXTRA_REPEATS, CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner
 
 ATTR_PREFIX = "confirmation:"
@@ -75,7 +75,7 @@ class ConfirmSettings:
     min_repeat_s: float = 0.0  # each repeat spans at least this long (tune's --confirm-time, 5 s by default)
     rivals_within: float = 0.2  # rivals whose searched figure is within 20% of the pick's
     max_candidates: int = 3
-    extra_repeats: int = 2  # more runs at a load whose repeats all read within the budget but not its bound
+    extra_repeats: int = CONFIRM_EXTRA_REPEATS  # more runs where every repeat read within the budget, not its bound
 
 
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds

@@ -63,6 +63,7 @@ def parse_budget(
 
 
 CONFIRM_MIN_WINDOWS = 5  # windows of a confirmation run at the least (ConfirmSettings.min_windows)
+CONFIRM_EXTRA_REPEATS = 2  # more runs at a load read within the budget but not its bound (ConfirmSettings)
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,11 @@ class TuneSettings:
     max_windows: int = 6
     stability_percentage: float = 15.0
     warmup_s: float = 0.5
+    # The first measurement after a config is put on the server warms up this long (at least): the
+    # first second or so after a reload serves slowly (onnx_mlp, the server on one CPU: a 0.8 s
+    # window read p99 36-47 ms right after a reload and 2.6-3.3 ms after it at the same rate), and
+    # a level that reads its first window there is decided over the budget by it.
+    reload_warmup_s: float = 2.0
     sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
     # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py)
     search: Literal["measure", "predict"] = "measure"
@@ -277,11 +283,13 @@ class TuneSettings:
 
 def confirmation_reserve_s(s: TuneSettings) -> float:
     """About how long confirming the pick takes: its repeats, each at least --confirm-time or its
-    minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step down)."""
+    minimum windows, plus warm-up, for the pick and one more run of repeats (a rival or a step
+    down), the extra runs at the budget's edge, and the longer warm-up after each config is put."""
     if s.confirm_repeats <= 0:
         return 0.0
     repeat_s = max(s.confirm_time_s, CONFIRM_MIN_WINDOWS * s.measurement_interval_ms / 1000.0) + s.warmup_s + 1.0
-    return 2 * s.confirm_repeats * repeat_s
+    reloads_s = 2 * max(0.0, s.reload_warmup_s - s.warmup_s)
+    return (2 * s.confirm_repeats + CONFIRM_EXTRA_REPEATS) * repeat_s + reloads_s
 
 
 def _trace_base(trace: Path | None) -> float:

@@ -112,14 +112,21 @@ class TrialRunner:
         # The predicted search sets this: whether a config's trial ends at its predicted rate when
         # that holds (configs predicted at the request path's capacity, tuner/_path_capacity.py).
         self.at_capacity: Callable[[Mapping[str, Any]], bool] | None = None
+        # A config was put on the server since the last measurement (measure warms up longer).
+        self.reloaded = False
 
     def measure(self, server: Server, spec: ProfileSpec, **kw: Any) -> RunRecord:
-        """Measure one spec as the subject wants it measured (a pipeline snapshots its steps)."""
+        """Measure one spec as the subject wants it measured (a pipeline snapshots its steps); the
+        first measurement after a config was put warms up for at least the settings' reload_warmup_s."""
         inner = self.inner_measure or _default_measure()
+        if self.reloaded:
+            self.reloaded = False
+            spec = dataclasses.replace(spec, warmup_s=max(spec.warmup_s, self.s.reload_warmup_s))
         return inner(server, self.subject.profile_spec(spec), **kw)
 
     def put_candidate(self, text: str) -> None:
         """Serve a candidate (ModelLoadError / CandidateNotAppliedError)."""
+        self.reloaded = True  # also when it fails: a failed load may have reloaded the model
         self.subject.serve(self.server, text)
 
     def emit(self, event: TuneEvent) -> None:

@@ -266,11 +266,14 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
     rival = confirm_one(t, 2, start, cs, floor=alone.load.value)  # type: ignore[arg-type]  # as above
     assert not rival.held and "another pick already holds" in rival.note
     assert min(measured) > alone.load.value  # never measured at the held pick's load
-    # --max-time leaves room for this: 2 x repeats x (confirm time + warm-up + 1 s)
+    # --max-time leaves room for this: (2 x repeats + the extra runs at the edge) x (confirm time +
+    # warm-up + 1 s), and the longer warm-up after the two configs put
     from perfkit.tuner import TuneSettings
 
     s = TuneSettings(model="m", budget=Budget(20), trials=1)
-    assert confirmation_reserve_s(s) == pytest.approx(2 * 3 * (5.0 + s.warmup_s + 1.0))
+    repeat_s = 5.0 + s.warmup_s + 1.0
+    reloads_s = 2 * (s.reload_warmup_s - s.warmup_s)
+    assert confirmation_reserve_s(s) == pytest.approx((2 * 3 + ConfirmSettings().extra_repeats) * repeat_s + reloads_s)
     assert confirmation_reserve_s(dataclasses.replace(s, confirm_repeats=0)) == 0.0
 
 

@@ -19,7 +19,10 @@ with why, and with its calibration where it made one; the other phases go on.
 
 The grid: each config loaded, then perf_analyzer (gRPC: over HTTP 2.60.0 can hang on an open-loop
 level above capacity, docs/benchmarks.md) at request rates with `--request-rate-range R` (Poisson,
-asynchronous requests from 16 threads, 3 windows of at least WINDOW_REQUESTS requests each):
+asynchronous requests from 16 threads, 3 windows of at least WINDOW_REQUESTS requests each;
+first a 2 s warm-up at the first rate that is not counted, as perfkit's first measurement after a
+reload warms up, and before each level a wait until the server has finished what earlier levels
+queued: benchmarks/_pa_rate.py):
 galloping by 1.5x (up to 16 steps) from the config's prediction (only a starting point: the
 predicted search's own figure, else the simulator's with its calibration; --start-rps when the
 grid runs before the predicted search), then bisecting to 5%; a level holds when its p99 is within

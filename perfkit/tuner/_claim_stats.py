@@ -64,6 +64,15 @@ def cannot_hold(level: LevelResult, budget: Budget, repeats: int = 1) -> bool:
     return levels_bound_us([level], budget, repeats, n=repeats) > budget.latency_budget_ms * 1e3
 
 
+def warmed_up_late(level: LevelResult) -> bool:
+    """Whether a run's latency fell part way through it (its windows drifted down): its first
+    windows were still settling, so it read no steady state at its load. A config just put on the
+    server can take longer than the warm-up (onnx_mlp, the server on one CPU: a confirmation run
+    2 s after a reload read p99 69.3 ms over its first 3 windows and 4.2 ms after)."""
+    d = level.drift
+    return d is not None and d.metric != "throughput" and d.after < d.before
+
+
 def near_edge(levels: Sequence[LevelResult], budget: Budget, repeats: int) -> bool:
     """Every run made (at least `repeats`) read within the budget: only the bound is over, if anything."""
     return len(levels) >= repeats and all(budget.within(lv) for lv in levels)

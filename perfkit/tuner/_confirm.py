@@ -33,7 +33,10 @@ later (by a config the search read lower) is resumed, one step further down at a
 could still beat that claim (resume_demoted): on a host whose readings swing, the config the
 search read best can still hold more than the next one, a few steps down. A repeat over the
 budget, or so wide by its own interval that repeats reading alike could not make the bound, fails
-a load whatever the others read: the rest are not run there (cannot_hold).
+a load whatever the others read: the rest are not run there (cannot_hold). A load's first run
+whose latency fell part way through (its windows drifted down: the config still settling after it
+was put, past its warm-up) is made once more and not counted, as perf_analyzer reports only
+windows that agree (its stability check).
 
 The claimed throughput is the mean over the repeats (open loop: each scaled to the rate asked)
 with the ~95% interval one more run would read in (summarize_repeats); the percentile is reported
@@ -56,7 +59,14 @@ from optuna.trial import TrialState
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord, from_dict, to_dict
 from perfkit.tuner import _trial_state
-from perfkit.tuner._claim_stats import cannot_hold, describe, more_could_hold, near_edge, summarize_repeats
+from perfkit.tuner._claim_stats import (
+    cannot_hold,
+    describe,
+    more_could_hold,
+    near_edge,
+    summarize_repeats,
+    warmed_up_late,
+)
 from perfkit.tuner._events import ConfirmDone, ConfirmSkipped, ConfirmStarted, fmt_params
 from perfkit.tuner._load_search import MIN_RATE_RPS, RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_EXTRA_REPEATS, CONFIRM_MIN_WINDOWS
@@ -162,8 +172,9 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
     tag = f"{load.value:g}".replace(".", "_")
     budget = t.s.budget
     most_runs = cs.repeats + cs.extra_repeats
+    settling = True  # a first run that warmed up late is made once more (warmed_up_late)
     for r in itertools.count():
-        if r >= cs.repeats:
+        if len(out) >= cs.repeats:
             # all within the budget but not the bound: more runs while they could bring it under
             done = summarize_repeats(load, out, repeats=cs.repeats, budget=budget)
             if (
@@ -181,6 +192,9 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
             rec.save(path)
         if rec.status != "ok" or not rec.levels:
             break
+        if settling and not out and warmed_up_late(rec.levels[-1]):
+            settling = False  # its record stays on file; it is not one of the repeats
+            continue
         out.append(rec.levels[-1])
         if cannot_hold(out[-1], budget, cs.repeats):
             break  # the load cannot be claimed whatever the other repeats read: on to the next one down

@@ -42,6 +42,13 @@ PA_MEMORY_LIMIT_BYTES = 6 << 30
 # would otherwise count it; on onnx_mlp its first level after a reload read p99 30.8 ms at a rate
 # it then held at 6.7 ms).
 WARMUP_S = 2.0
+# The grid gallops from a prediction by this factor; a re-measurement starts at a search's own
+# figure, near the answer, and gallops by the smaller one: a 15 s perf_analyzer level at 1.5x a
+# claim (onnx_mlp: 11,939 req/s against 7,960) piled up requests until perf_analyzer failed its
+# allocation and left the server at 8.4 GB resident, after which it held 4,600 req/s where it had
+# held 8,000 (every later figure of the run was of that server).
+GRID_FACTOR = 1.5
+REMEASURE_FACTOR = 1.2
 # Before each level the server is left to finish what earlier levels queued (wait_idle): polled
 # this often, for this long at the most.
 IDLE_POLL_S = 0.25
@@ -99,9 +106,10 @@ def wait_idle(server: Server, model: str, timeout_s: float = IDLE_TIMEOUT_S) -> 
         last = now
 
 
-def pa_sustainable(server: Server, model: str, start: float, budget_ms: float, seconds: float) -> dict:
+def pa_sustainable(server: Server, model: str, start: float, budget_ms: float, seconds: float,
+                   factor: float = GRID_FACTOR) -> dict:  # fmt: skip
     """The highest rate perf_analyzer holds (benchmarks/_quality_figures.sustainable), from `start`
-    (MIN_RPS at the least) after WARMUP_S there, and every level measured."""
+    (MIN_RPS at the least) after WARMUP_S there, galloping by `factor`, and every level measured."""
 
     def measure(rate: float) -> tuple[float, float]:
         wait_idle(server, model)
@@ -112,5 +120,6 @@ def pa_sustainable(server: Server, model: str, start: float, budget_ms: float, s
         return t, p
 
     pa_level(server, model, max(start, MIN_RPS), WARMUP_S)  # the config's warm-up, not a level
-    best, levels = sustainable(measure, max(start, MIN_RPS), budget_ms, min_rps=MIN_RPS, rechecks=RECHECKS)
+    best, levels = sustainable(measure, max(start, MIN_RPS), budget_ms, factor=factor, min_rps=MIN_RPS,
+                               rechecks=RECHECKS)  # fmt: skip
     return {"rps": best, "levels": [lv.__dict__ for lv in levels]}

@@ -30,7 +30,8 @@ the budget and it completed >= 90% of the rate asked (HELD_RATE_FRACTION). Reque
 than concurrency because the searches' figure is a sustainable arrival rate (open loop); a
 config's figure is the throughput of its highest level held, and held again when measured once
 more (benchmarks/_pa_rate.py RECHECKS). A search's claim is re-measured the same way with levels
-of --remeasure-level-s (15 s: as long as the claim's own confirmation, 3 runs of 5 s). Once the
+of --remeasure-level-s (15 s: as long as the claim's own confirmation, 3 runs of 5 s), galloping
+by 1.2x from the claim (REMEASURE_FACTOR: 15 s levels far above capacity bloat the server). Once the
 phases are done, the grid's best config and each search's pick that differs from it are
 re-measured one after the other the same way (side by side): the pick's goal is judged there,
 against the best config rather than the best reading of the grid's pass
@@ -65,7 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
 from benchmarks._cpus import parse_cpus, pin_apart  # noqa: E402
-from benchmarks._pa_rate import WINDOW_REQUESTS, pa_sustainable  # noqa: E402
+from benchmarks._pa_rate import REMEASURE_FACTOR, WINDOW_REQUESTS, pa_sustainable  # noqa: E402
 from benchmarks._quality_figures import goals_met, grid_best, markdown, prediction_errors, search_figures  # noqa: E402
 from perfkit import predict  # noqa: E402
 from perfkit.budget import Budget  # noqa: E402
@@ -172,6 +173,17 @@ def put(server: Server, repo: Path, texts: dict[str, str], ensemble: str | None)
         server.load_model(ensemble)
 
 
+def rss_mb(pid: int) -> float | None:
+    """The server process's resident memory (MB), None where it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
 def load_avg() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -274,7 +286,8 @@ def run_search(server: Server, repo: Path, work: Path, sub: Subject, search: str
     run.update(pick=key(pick), claim_rps=claim, claim_at_rps=at.value if at else None, params=best.params)
     print(f"  re-measuring the pick ({run['pick']}, claim {claim or 0:.0f}/s) with perf_analyzer", flush=True)
     put(server, repo, texts, model if sub.kind == "pipeline" else None)
-    again = pa_sustainable(server, model, claim or args.start_rps, sub.budget_ms, args.remeasure_level_s)
+    again = pa_sustainable(server, model, claim or args.start_rps, sub.budget_ms, args.remeasure_level_s,
+                           factor=REMEASURE_FACTOR)  # fmt: skip
     put(server, repo, originals, model if sub.kind == "pipeline" else None)
     run.update(remeasured_rps=again["rps"], remeasure_levels=again["levels"])
     return run, result, cal
@@ -333,7 +346,8 @@ def side_by_side(server: Server, repo: Path, sub: Subject, originals: dict[str, 
     out["side_by_side"] = side
     for k in (best, *others):
         put(server, repo, {m: variant_text(originals[m], v, sub.delay_us) for m, v in by_key[k].items()}, ensemble)
-        side[k] = pa_sustainable(server, model, grid[k] or args.start_rps, sub.budget_ms, args.remeasure_level_s)["rps"]
+        side[k] = pa_sustainable(server, model, grid[k] or args.start_rps, sub.budget_ms, args.remeasure_level_s,
+                                 factor=REMEASURE_FACTOR)["rps"]  # fmt: skip
         save()
     put(server, repo, originals, ensemble)
 
@@ -371,6 +385,7 @@ def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: 
                 if phase == "predict":
                     out["predicted"] = predicted_rates(sub, cal, result)
                     out["search_measured"] = search_measured(sub, result)
+            out.setdefault("server_rss_mb", {})[phase] = rss_mb(launched.pid)  # a bloated server reads slower
             save()
         if "grid" in args.phases:
             side_by_side(server, repo, sub, originals, args, out, save)

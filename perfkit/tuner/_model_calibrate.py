@@ -182,11 +182,18 @@ def calibrate(t: TrialRunner) -> Calibration:
 
 def _held_rate(t: TrialRunner, saturated_rps: float) -> float:
     """The highest of saturated_rps x HELD_STEP^k (k = 1..HELD_LEVELS) at which the loaded config
-    holds the tune's budget (one window each, from the top down), or 0 where none does."""
+    holds the tune's budget (one window each, from the top down), then half a step above it where
+    that holds too (a step is 15%: the path's capacity, and with it every claim of a config it
+    bounds, sat up to 15% under what the path held); 0 where none does."""
+
+    def holds(rate: float) -> bool:
+        return t.judge.budget.within(_level(t, _rate_spec(t, rate)))
+
     for k in range(1, HELD_LEVELS + 1):
         rate = saturated_rps * HELD_STEP**k
-        if t.judge.budget.within(_level(t, _rate_spec(t, rate))):
-            return rate
+        if holds(rate):
+            between = rate / HELD_STEP**0.5
+            return between if holds(between) else rate
     return 0.0
 
 

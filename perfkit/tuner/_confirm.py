@@ -9,13 +9,7 @@ the trial's load, in longer repeated runs, stepping down where it does not hold 
 recommended, and the trial table says why. A demoted trial whose ladder still reaches above the
 best claim held later (by a config the search read lower) is resumed, one step further down at a
 time while it could still beat that claim (resume_demoted): on a host whose readings swing, the
-config the search read best can still hold more than the next one, a few steps down. A claim held
-where its trial's search stopped at a rate it only held (a lower bound: the predicted search ends
-a trial of a config the request path bounds at the path's calibrated capacity) with its
-percentile's bound within ABOVE_WITHIN of the budget is confirmed one ladder step above too
-(confirm_above): the calibration reads the path's capacity in single short windows, and the
-claim would otherwise stay at it (onnx_mlp, the server on one CPU: held 9,110 req/s with a bound
-of 8.9 ms against 20, and perf_analyzer then held 10,009).
+config the search read best can still hold more than the next one, a few steps down.
 """
 
 from __future__ import annotations
@@ -48,18 +42,14 @@ from perfkit.tuner._load_search import rate_ladder
 from perfkit.tuner._trial import TrialRunner
 
 # Re-exported: the tuner's confirmation as one module to its callers and tests.
-__all__ = ["HALF_STEP", "MAX_STEPS_DOWN", "TIE_ABOVE", "ConfirmSettings", "confirm_above", "confirm_one",
-           "confirm_picks", "confirmations", "repeat_windows", "resume_demoted"]  # fmt: skip
+__all__ = ["HALF_STEP", "MAX_STEPS_DOWN", "TIE_ABOVE", "ConfirmSettings", "confirm_one", "confirm_picks",
+           "confirmations", "repeat_windows", "resume_demoted"]  # fmt: skip
 
 ATTR_PREFIX = "confirmation:"
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds
 # A demoted candidate is taken further down to this fraction of its search's load at the lowest: one
 # that holds only below it was read far off by its search.
 RESUME_DOWN_TO = 0.5
-# A claim held at its trial's lower bound is tried a step above where its percentile's upper bound
-# is within this share of the budget (confirm_above): far enough under it that the step (~9%) could
-# hold too.
-ABOVE_WITHIN = 0.5
 
 
 def _per_unit(ft: optuna.trial.FrozenTrial, throughput: float) -> float:
@@ -115,50 +105,12 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
             t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why))
             continue
         conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor, then=then)
-        if conf.held and st.rate_is_lower_bound:
-            conf = confirm_above(t, study, ft, st, conf, cs)
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
             held_at = (conf.load.value, per_unit)
         elif not conf.held and conf.repeats > 0:
             demoted.append((ft, conf))
     resume_demoted(t, study, cs, demoted, best_held)
-
-
-def confirm_above(
-    t: TrialRunner,
-    study: optuna.Study,
-    ft: optuna.trial.FrozenTrial,
-    st: _trial_state.TrialState,
-    held: Confirmation,
-    cs: ConfirmSettings,
-) -> Confirmation:
-    """A claim `held` at a rate its trial's search only held (a lower bound), with its percentile's
-    bound within ABOVE_WITHIN of the budget, confirmed one rate-ladder step above (the config still
-    loaded, no step down): the higher claim where it holds, else `held` with a note saying so. Each
-    outcome is stored and told as _confirm_candidate's are. Not tried past --max-time."""
-    end = _tune_end(t)
-    budget_us = t.s.budget.latency_budget_ms * 1e3
-    if held.load.mode != "request_rate" or held.latency_ucb_us > ABOVE_WITHIN * budget_us:
-        return held
-    higher = [v for v in rate_ladder(held.load.value, t.judge.max_rate_rps) if v > held.load.value * LADDER_ROUNDING]
-    if not higher or (end is not None and time.monotonic() >= end):
-        return held
-    above = t.judge.level(min(higher))
-    t.emit(ConfirmStarted(ft.number, fmt_params(st.params), above.label, cs.repeats, above=True))
-    try:
-        up = confirm_one(t, ft.number, above, cs, max_steps=0)
-    except MeasurementError as err:
-        up = Confirmation(False, above, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line())
-    if up.held:
-        conf = dataclasses.replace(up, note=f"a step above {held.load.label}, where its search stopped")
-        told = describe(conf, t.s.budget.percentile, t.s.budget.metric)
-    else:
-        conf = dataclasses.replace(held, note=f"not held a step above, at {above.label}: {up.note}")
-        told = f"not held a step above ({up.note}): the claim stays at {held.load.label}"
-    study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))
-    t.emit(ConfirmDone(ft.number, up.held, told))
-    return conf
 
 
 def _start_load(

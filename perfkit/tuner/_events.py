@@ -151,12 +151,9 @@ class ConfirmStarted(TuneEvent):
     load_label: str
     repeats: int
     again: bool = False  # a demoted candidate taken up again below where it failed (_confirm.resume_demoted)
-    above: bool = False  # a claim held at its search's lower bound, tried a step above (_confirm.confirm_above)
 
     def line(self) -> str:
         what = "taken up again below where it failed, " if self.again else ""
-        if self.above:
-            what = "a step above the rate it held, where its search stopped, "
         return f"confirm trial {self.number} ({self.label}): {what}{self.repeats} longer runs at {self.load_label}"
 
 

@@ -28,8 +28,6 @@ from perfkit.records import Confirmation, LoadLevel, from_dict, to_dict
 from perfkit.tuner import _trial_state
 from perfkit.tuner._claim_stats import describe
 from perfkit.tuner._confirm_load import (
-    HALF_STEP,
-    MAX_STEPS_DOWN,
     TIE_ABOVE,
     ConfirmSettings,
     _beats,
@@ -42,8 +40,8 @@ from perfkit.tuner._load_search import rate_ladder
 from perfkit.tuner._trial import TrialRunner
 
 # Re-exported: the tuner's confirmation as one module to its callers and tests.
-__all__ = ["HALF_STEP", "MAX_STEPS_DOWN", "TIE_ABOVE", "ConfirmSettings", "confirm_one", "confirm_picks",
-           "confirmations", "repeat_windows", "resume_demoted"]  # fmt: skip
+__all__ = ["TIE_ABOVE", "ConfirmSettings", "confirm_one", "confirm_picks", "confirmations", "repeat_windows",
+           "resume_demoted"]  # fmt: skip
 
 ATTR_PREFIX = "confirmation:"
 MAX_ATTEMPTS = 6  # candidates confirmed at most while none holds

@@ -32,7 +32,14 @@ from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
-from perfkit.tuner._path_capacity import alike_at_capacity, at_capacity, headroom_first, path_bound
+from perfkit.tuner._path_capacity import (
+    TOP_MEASURED,
+    alike_at_capacity,
+    at_capacity,
+    headroom_first,
+    measured_first,
+    path_bound,
+)
 from perfkit.tuner._predict_check import (
     LATENCY_TOLERANCE,
     PREDICTION_TOLERANCE,
@@ -47,7 +54,7 @@ from perfkit.tuner._trial import TrialRunner
 
 log = logging.getLogger(__name__)
 
-TOP_MEASURED = 3  # at most this many best predicted configs measured before the predictions are trusted
+RANKED_KEPT = 32  # distinct configs ranked before choosing those measured (_path_capacity.measured_first)
 SIM_REQUESTS = 6_000
 PREDICTED_ATTR = "predicted_rps"  # the trial's predicted sustainable rate (a column of trials.csv)
 
@@ -93,8 +100,8 @@ class PredictedSearch:
     capped: dict[int, float] = field(default_factory=dict)
 
     def queue(self, study: optuna.Study, top: list[tuple[dict[str, Any], float]]) -> None:
-        """Queue the best predicted config now, the others (up to TOP_MEASURED) while worth it."""
-        self.waiting = list(top[1:TOP_MEASURED])
+        """Queue the best predicted config now, the others (predict_space chose them) while worth it."""
+        self.waiting = list(top[1:])
         for params, rate in top[:1]:
             _enqueue(study, params, rate)
 
@@ -254,9 +261,9 @@ class PredictedSearch:
 
     def predict_space(self) -> tuple[list[tuple[dict[str, Any], float]], int, int]:
         """Score the space with the calibration: sets what was predicted for each config (your
-        config's too, simulated even where bounded below the best) and returns the best
-        TOP_MEASURED distinct configs with their rates, best first, how many configs there were
-        and how many were simulated."""
+        config's too, simulated even where bounded below the best) and returns the distinct configs
+        to measure (_path_capacity.measured_first) with their rates, best first, how many configs
+        there were and how many were simulated."""
         assert self.calibration is not None
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
@@ -282,15 +289,15 @@ class PredictedSearch:
             cfg = batcher_config(self.t, params)
             return headroom_first(self.calibration, cfg, by_cfg[cfg].rate_rps)
 
-        ranked = sorted(points, key=order)
         top: list[dict[str, Any]] = []
-        for params in ranked:
-            if len(top) >= TOP_MEASURED:
+        for params in sorted(points, key=order):
+            if len(top) >= RANKED_KEPT:
                 break
             r = by_cfg[batcher_config(self.t, params)]
             if r.bounded or r.rate_rps <= 0 or any(_alike(batcher_config(self.t, q), r, by_cfg) for q in top):
                 continue
             top.append(params)
+        top = measured_first(self.calibration, top, lambda p: by_cfg[batcher_config(self.t, p)])
         best = [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top]
         return best, len(cfgs), simulated
 

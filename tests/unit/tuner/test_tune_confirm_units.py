@@ -296,16 +296,20 @@ def test_a_rate_one_repeat_rules_out_is_not_repeated_and_the_claim_steps_down(tm
     assert not out.held and "upper bound" in out.note and "the other 2 not run" in out.note
 
 
-def _study_of(candidates: dict[str, float]):
+def _study_of(candidates: dict[str, float], *, latency_us: dict[str, float] | None = None,
+              throughput: dict[str, float] | None = None):  # fmt: skip
     """An in-memory study holding one feasible trial per config name, each with the rate its search
-    read (open loop) as its load and figure."""
+    read (open loop) as its load and figure (its throughput there where `throughput` names it,
+    its latency there where `latency_us` does)."""
     import optuna
 
     study = optuna.create_study(direction="maximize")
     for name, rate in candidates.items():
         load = {"mode": "request_rate", "value": rate, "distribution": "poisson"}
         attrs = {"params": {"cfg": name}, "config_pbtxt": name, "feasible": True,
-                 "throughput_infer_per_s": rate, "load": load, "metrics": {}}  # fmt: skip
+                 "throughput_infer_per_s": (throughput or {}).get(name, rate), "load": load, "metrics": {}}  # fmt: skip
+        if latency_us and name in latency_us:
+            attrs["latency_us"] = latency_us[name]
         study.add_trial(optuna.trial.create_trial(value=rate, user_attrs=attrs))
     return study
 
@@ -456,3 +460,27 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
         study = _study_of({"A": 9870.0})
         confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
         assert measured == [("A", 9870.0)] * 3 and confirmations(study)[0].searched_load is None
+
+
+def test_of_rivals_that_held_the_same_rate_the_one_with_the_lower_latency_there_is_confirmed_and_claimed(
+    tmp_path: Path,
+):
+    """Three configs the search read at one arrival rate (the predicted search ends every config
+    the request path bounds at the path's capacity): B read p99 3 ms there, A and C 9 ms and 7 ms,
+    and A's throughput there came out a little higher (the arrivals' noise). B is confirmed first
+    and is the pick; A and C could only tie it and are not run. Before, A was: the throughputs at
+    one rate ranked them by chance."""
+    from perfkit.tuner._confirm import confirm_picks, confirmations
+
+    t, _, measured, _ = _runner_of(tmp_path, {"A": 1000.0, "B": 1000.0, "C": 1000.0})
+    study = _study_of({"A": 850.0, "B": 850.0, "C": 850.0}, latency_us={"A": 9_000.0, "B": 3_000.0, "C": 7_000.0},
+                      throughput={"A": 852.0, "B": 848.0, "C": 848.0})  # fmt: skip
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    conf = confirmations(study)
+    assert list(conf) == [1] and conf[1].held and conf[1].load.value == 850.0
+    assert {name for name, _ in measured} == {"B"}
+    # A rate held above the others still comes first, whatever its latency there
+    study = _study_of({"A": 980.0, "B": 850.0, "C": 850.0}, latency_us={"A": 9_000.0, "B": 3_000.0, "C": 7_000.0})
+    measured.clear()
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
+    assert confirmations(study)[0].held and measured[0][0] == "A"

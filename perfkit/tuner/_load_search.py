@@ -212,6 +212,7 @@ def find_load(
     deadline: float | None = None,
     start_suffices: bool = False,
     predicted: bool = False,
+    first_warmup_s: float = 0.0,
 ) -> RunRecord:
     """Measure a loaded candidate up to its highest load within the budget (concurrency, or
     for open loop the highest sustainable arrival rate); returns one run record holding every
@@ -220,12 +221,19 @@ def find_load(
     OutOfTime (its record: the levels measured, None if none) when the next level would not
     fit before the deadline. `start_suffices` (open loop, from a given start): a start level within
     budget ends the search there (LadderSearch). `predicted` (open loop): the start is a
-    prediction, and the search moves PREDICTED_STRIDE rate steps from it instead of doubling."""
+    prediction, and the search moves PREDICTED_STRIDE rate steps from it instead of doubling.
+    `first_warmup_s`: the first level warms up for at least this long (the runner's warm-up after
+    a reload), and is fitted to the deadline with it."""
 
     def ok(lv: LevelResult) -> bool:
         return judge.budget.within(lv)
 
+    warmup_first = [first_warmup_s]
+
     def run(spec: ProfileSpec) -> RunRecord:
+        if warmup_first[0] > spec.warmup_s:
+            spec = dataclasses.replace(spec, warmup_s=warmup_first[0])
+        warmup_first[0] = 0.0
         if deadline is not None:
             spec = fit_to_time_left(spec, deadline - time.monotonic())
         return measure(server, spec, command=command, record_path=record_path)

@@ -364,7 +364,8 @@ class TrialRunner:
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
                                record_path=record_path, deadline=self.search_deadline(),
-                               start_suffices=at_prediction, predicted=queued_at_prediction)  # fmt: skip
+                               start_suffices=at_prediction, predicted=queued_at_prediction,
+                               first_warmup_s=self.s.reload_warmup_s if self.reloaded else 0.0)  # fmt: skip
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)

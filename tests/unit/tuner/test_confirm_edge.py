@@ -137,3 +137,43 @@ def test_a_first_run_that_warmed_up_late_is_made_once_more_and_not_counted(tmp_p
         t.measure = measure
         c = confirm_one(t, 1, t.judge.level(845.0), CS, max_steps=0)  # type: ignore[arg-type]  # as above
         assert not c.held and c.repeats == 1 and "over the budget" in c.note
+
+
+def _windowed(rate: float, p99s_ms: list[float], run_p99_ms: float):
+    """A run read over windows with these p99s (the run's own p99 given: its requests together)."""
+    from perfkit.records import Window
+
+    lv = _level(rate, run_p99_ms)
+    windows = tuple(Window(i * 0.8, 0.8, 7_000, 7_000, 0, 8_750.0, 2_000.0, p * 1e3, 3_000.0)
+                    for i, p in enumerate(p99s_ms))  # fmt: skip
+    return dataclasses.replace(lv, windows=windows, drift=None)
+
+
+def test_a_first_run_whose_first_windows_read_far_over_the_rest_is_made_once_more(tmp_path: Path):
+    """onnx_mlp's confirmation 2 s after a reload (p99 <= 20 ms, here scaled to 150): windows of
+    31.5, 3.7, 6.9, 5.8, 6.3, 12.7 and 6.9 ms read 24.2 ms over the run, no drift found; the
+    first window read over twice any after it. Made once more, the run reads the settled config
+    and the rate holds. A spike later in a run is no settling: judged as it read."""
+    from perfkit.tuner._claim_stats import settling_windows, warmed_up_late
+
+    scale = 150.0 / 20.0
+    onnx = [x * scale for x in (31.5, 3.7, 6.9, 5.8, 6.3, 12.7, 6.9)]
+    first = _windowed(845.0, onnx, 24.2 * scale)
+    assert settling_windows(first) == 1 and warmed_up_late(first)
+    # three settling windows: 127.9, 135.6 and 47.3 ms, then 9.9, 8.7, 7.2 and 13.3
+    assert settling_windows(_windowed(845.0, [127.9, 135.6, 47.3, 9.9, 8.7, 7.2, 13.3], 60.0)) == 3
+    later = _windowed(845.0, [x * scale for x in (3.7, 6.9, 31.5, 5.8, 6.3, 12.7, 6.9)], 24.2 * scale)
+    assert settling_windows(later) == 0 and not warmed_up_late(later)
+    # within a factor of two of a later window: no settling either
+    assert settling_windows(_windowed(845.0, [20.0, 11.0, 9.0, 10.0], 12.0)) == 0
+
+    runs = iter([first] + [_windowed(845.0, [x * scale for x in (5.0, 6.0, 5.5, 6.2)], 140.0)] * 3)
+
+    def measure(server, spec, *, command=(), record_path=None):
+        return synthetic_record([next(runs)], model=spec.model)
+
+    t, _ = _runner(tmp_path, lambda rate: 0.0)
+    t.measure = measure
+    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    assert c.held and c.repeats == 3 and c.load.value == 845.0
+    assert len(list((tmp_path / "confirm").glob("trial-001-845-*.json"))) == 4  # the settling run kept on file

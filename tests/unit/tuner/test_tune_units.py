@@ -416,6 +416,18 @@ def test_a_deadline_fits_each_level_to_the_time_left_and_ends_the_search_with_wh
     with pytest.raises(OutOfTime) as ended:
         find_load(timed, None, judge, "m", start=8, deadline=103.0)
     assert windows == [] and ended.value.record is None
+    # The first level after a reload warms up 2 s and is fitted with it: 5 windows, not 6, fit
+    # in the 7 s left (2 + 5 x 0.8 + 1 s); it ends within the deadline
+    clock[0], windows[:] = 100.0, []
+    warmups: list[float] = []
+
+    def timed_warmup(server, spec: ProfileSpec, **kw) -> RunRecord:
+        warmups.append(spec.warmup_s)
+        return timed(server, spec, **kw)
+
+    with pytest.raises(OutOfTime) as ended:
+        find_load(timed_warmup, None, judge, "m", start=8, deadline=107.0, first_warmup_s=2.0)
+    assert windows == [5] and warmups == [2.0] and clock[0] <= 107.0, (windows, warmups, clock)
 
 
 def test_a_start_that_could_not_keep_up_is_not_walked_down_a_step_at_a_time():

@@ -44,7 +44,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord
-from perfkit.tuner._claim_stats import cannot_hold, more_could_hold, near_edge, summarize_repeats, warmed_up_late
+from perfkit.tuner._claim_stats import (
+    cannot_hold,
+    more_could_hold,
+    near_edge,
+    only_bound_over,
+    summarize_repeats,
+    warmed_up_late,
+)
 from perfkit.tuner._load_search import MIN_RATE_RPS, RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_EXTRA_REPEATS, CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner
@@ -169,7 +176,7 @@ def confirm_one(
         """The confirmation at a level, and whether its runs all read within the budget (a rate's
         next step down is then half a step)."""
         levels = _measure_repeats(t, number, level, cs)
-        edge = level.mode == "request_rate" and near_edge(levels, t.s.budget, cs.repeats)
+        edge = level.mode == "request_rate" and only_bound_over(levels, t.s.budget)
         return summarize_repeats(level, levels, repeats=cs.repeats, budget=t.s.budget), edge
 
     first, half = at(load)

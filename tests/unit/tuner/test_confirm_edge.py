@@ -177,3 +177,24 @@ def test_a_first_run_whose_first_windows_read_far_over_the_rest_is_made_once_mor
     c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert c.held and c.repeats == 3 and c.load.value == 845.0
     assert len(list((tmp_path / "confirm").glob("trial-001-845-*.json"))) == 4  # the settling run kept on file
+
+
+def test_one_run_within_the_budget_that_rules_its_rate_out_by_its_bound_alone_steps_half_a_step_down(tmp_path: Path):
+    """hungry's predicted claim at 875 req/s: one run read p99 149.1 ms against 150 (its own
+    interval ±1.4%), so three alike would put the bound at 150.6 and the rate was ruled out after
+    that run; the claim then stepped a whole step to 802 req/s, and perf_analyzer held 921. Only
+    the bound was over: the next rate is half a step down, 838 (875 / 2**(1/16)), which holds."""
+    measured: list[float] = []
+
+    def measure(server, spec, *, command=(), record_path=None):
+        rate = spec.levels[0].value
+        measured.append(rate)
+        lv = _level(rate, 149.1, rel=0.014) if rate == 875.0 else _level(rate, 143.0)
+        return synthetic_record([lv], model=spec.model)
+
+    t, _ = _runner(tmp_path, lambda rate: 0.0)
+    t.measure = measure
+    assert cannot_hold(_level(875.0, 149.1, rel=0.014), BUDGET, 3)
+    c = confirm_one(t, 1, t.judge.level(875.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    assert measured == [875.0] + [838.0] * 3, measured
+    assert c.held and c.load.value == 838.0 and "half a step down" in c.note

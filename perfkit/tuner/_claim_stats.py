@@ -103,11 +103,6 @@ def only_bound_over(levels: Sequence[LevelResult], budget: Budget) -> bool:
     return bool(levels) and all(budget.within(lv) for lv in levels)
 
 
-def near_edge(levels: Sequence[LevelResult], budget: Budget, repeats: int) -> bool:
-    """Every run made (at least `repeats`) read within the budget: only the bound is over, if anything."""
-    return len(levels) >= repeats and all(budget.within(lv) for lv in levels)
-
-
 def more_could_hold(levels: Sequence[LevelResult], budget: Budget, repeats: int, most: int) -> bool:
     """Whether more runs at this load (up to `most` in all) could bring the bound under the budget:
     with all of them reading as these did (the same mean and spread), it would be."""

@@ -47,7 +47,6 @@ from perfkit.records import Confirmation, LevelResult, LoadLevel, RunRecord
 from perfkit.tuner._claim_stats import (
     cannot_hold,
     more_could_hold,
-    near_edge,
     only_bound_over,
     summarize_repeats,
     warmed_up_late,
@@ -131,11 +130,7 @@ def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSe
         if len(out) >= cs.repeats:
             # all within the budget but not the bound: more runs while they could bring it under
             done = summarize_repeats(load, out, repeats=cs.repeats, budget=budget)
-            if (
-                done.held
-                or not near_edge(out, budget, cs.repeats)
-                or not more_could_hold(out, budget, cs.repeats, most_runs)
-            ):
+            if done.held or not only_bound_over(out, budget) or not more_could_hold(out, budget, cs.repeats, most_runs):
                 break
         path = folder / f"trial-{number:03d}-{tag}-{r + 1}.json"
         # Each repeat draws its own arrival schedule (open loop): independent re-measurements.

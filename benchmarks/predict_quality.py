@@ -10,7 +10,8 @@ Subjects (private copies of the fixtures, open loop, Poisson arrivals, p99 budge
   item), p99 <= 150 ms (HUNGRY_BUDGET_MS; at 100 ms many configs hold no rate at all: a batch of
   one executes in 31-35 ms, and waits about as long again on a shared 2-core machine);
   max_batch_size {8, 32, 64, 128} x dynamic batching (4 ms) x 1-2 instances.
-- `onnx_mlp`: an MLP run by onnxruntime (real arithmetic on the 2 cores), p99 <= 20 ms;
+- `onnx_mlp`: an MLP (64 -> 2048 -> 2048 -> 64, ONNX_WIDTHS) run by onnxruntime (real arithmetic
+  on the 2 cores), p99 <= 20 ms;
   max_batch_size {8, 32, 128} x dynamic batching (1 ms) x 1-2 instances.
 - `stages`: the three-step ensemble, p99 <= 100 ms end to end; dynamic batching (2 ms, max batch
   8) on or off per step.
@@ -87,6 +88,13 @@ STEPS = ("stage_decode", "stage_infer", "stage_post")
 
 PHASES = ("predict", "grid", "measure")
 HUNGRY_BUDGET_MS = 150.0  # see the module's docstring: at 100 ms many configs hold no rate at all
+# onnx_mlp's layers (tests/onnx_model.py): hidden layers 2048 wide, not the tests' 1024, so that the
+# model's arithmetic, not the request path, bounds its batching configs, and at rates where
+# perf_analyzer's client has CPU to spare. With 1024 every batching config ended at the path's
+# capacity, 9,000-13,000 req/s, where perf_analyzer 2.60.0 (76 us of CPU a request,
+# benchmarks/onnx_client_share.py) spends 0.7-1.0 of its one CPU: three quiet grids named three
+# different best configs (8,691, 10,142 and 13,119 req/s; docs/benchmarks.md).
+ONNX_WIDTHS = (64, 2048, 2048, 64)
 
 Variant = tuple[int, bool, int]  # max_batch_size, dynamic batching, instances
 
@@ -364,11 +372,13 @@ def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: 
             sys.path.insert(0, str(ROOT / "tests"))
             from onnx_model import add_onnx_model
 
-            add_onnx_model(repo)
+            add_onnx_model(repo, widths=ONNX_WIDTHS)
         else:
             shutil.copytree(ROOT / "fixtures" / "models" / m, repo / m, ignore=shutil.ignore_patterns("__pycache__"))
     originals = {m: (repo / m / "config.pbtxt").read_text() for m in models if m != "stages"}
     model = "stages" if sub.kind == "pipeline" else name
+    if name == "onnx_mlp":
+        out["onnx_widths"] = list(ONNX_WIDTHS)
     out.update(subject=name, kind=sub.kind, budget_ms=sub.budget_ms, phases=list(args.phases), searches={},
                predicted={}, load_avg_start=load_avg())  # fmt: skip
     launched = launch_local(LocalLaunch(repo, models=(model,)))

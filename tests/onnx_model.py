@@ -60,12 +60,13 @@ def reference_output(x: np.ndarray, seed: int = 0, widths: tuple[int, ...] = WID
     return h
 
 
-def add_onnx_model(repo: Path, name: str = "onnx_mlp", seed: int = 0) -> Path:
-    """Copy the fixture into repo/name and build its graph; returns the model folder."""
+def add_onnx_model(repo: Path, name: str = "onnx_mlp", seed: int = 0, widths: tuple[int, ...] = WIDTHS) -> Path:
+    """Copy the fixture into repo/name and build its graph (layer widths `widths`; input and output
+    stay 64 wide, as the config says); returns the model folder."""
     dest = repo / name
     shutil.copytree(FIXTURE, dest, ignore=shutil.ignore_patterns("__pycache__", "*.onnx"))
     if name != "onnx_mlp":
         cfg = dest / "config.pbtxt"
         cfg.write_text(cfg.read_text().replace('name: "onnx_mlp"', f'name: "{name}"'))
-    (dest / "1" / "model.onnx").write_bytes(mlp_graph(seed))
+    (dest / "1" / "model.onnx").write_bytes(mlp_graph(seed, widths))
     return dest

@@ -88,10 +88,10 @@ STEPS = ("stage_decode", "stage_infer", "stage_post")
 
 PHASES = ("predict", "grid", "measure")
 HUNGRY_BUDGET_MS = 150.0  # see the module's docstring: at 100 ms many configs hold no rate at all
-# onnx_mlp's layers (tests/onnx_model.py): hidden layers 2048 wide, not the tests' 1024, so that the
-# model's arithmetic, not the request path, bounds its batching configs, and at rates where
-# perf_analyzer's client has CPU to spare. With 1024 every batching config ended at the path's
-# capacity, 9,000-13,000 req/s, where perf_analyzer 2.60.0 (76 us of CPU a request,
+# onnx_mlp's layers (tests/onnx_model.py): hidden layers 2048 wide, not the tests' 1024, so that its
+# configs hold rates where perf_analyzer's client has CPU to spare, and its batch sizes differ
+# (4,523-6,783 req/s in the first such grid). With 1024 every batching config ended at the request
+# path's capacity, 9,000-13,000 req/s, where perf_analyzer 2.60.0 (76 us of CPU a request,
 # benchmarks/onnx_client_share.py) spends 0.7-1.0 of its one CPU: three quiet grids named three
 # different best configs (8,691, 10,142 and 13,119 req/s; docs/benchmarks.md).
 ONNX_WIDTHS = (64, 2048, 2048, 64)

@@ -272,7 +272,7 @@ def predict_evidence(
         keep=1 if len(cfgs) > 1 else None,
     )
     best = results[0]
-    err = max(cal.fit_max_rel, 0.0)
+    err = cal.stated_error_rel
     measured = sorted(_measured_errors(rec))
     c = best.config
     config = {

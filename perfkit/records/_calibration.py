@@ -59,6 +59,13 @@ class Calibration:
     loaded_stretch: float = 1.0
 
     @property
+    def stated_error_rel(self) -> float:
+        """The error a prediction from this calibration states: its fit's worst (fit_max_rel), never
+        below 0. `perfkit plan` gives a predicted rate +- this; the predicted search measures a
+        config predicted within it of the best measured (perfkit.tuner._predict)."""
+        return max(self.fit_max_rel, 0.0)
+
+    @property
     def stretch_worth_telling(self) -> bool:
         """Whether the executions stretched under load enough (5%) for the line and report to say so."""
         return self.loaded_stretch >= 1.05

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -196,8 +195,8 @@ class PredictedSearch:
     def most_favourable(self, ratios: list[float]) -> tuple[float, str]:
         """How far up a waiting config's prediction is taken before it is judged against the best
         measured, and why: the most favourable measured / predicted ratio of the trials checked, or
-        the calibration's stated error (its fit's worst, the interval `perfkit plan` states for a
-        predicted rate), whichever is more; x1 where neither is above.
+        the calibration's stated error (Calibration.stated_error_rel, the interval `perfkit plan`
+        states for a predicted rate), whichever is more; x1 where neither is above.
 
         Not below the stated error: two configs predicted closer than it are not told apart by the
         prediction (stages: post batching predicted 920 req/s, post not batching 837, with the
@@ -206,8 +205,7 @@ class PredictedSearch:
         nothing of the next one's error, whose sign differs as often as not (stages: the two best
         predicted read -8% and +6%; the second, predicted 828 req/s against 820 measured, was the
         grid's best)."""
-        worst = self.calibration.fit_max_rel if self.calibration is not None else 0.0
-        stated = 1.0 + worst if math.isfinite(worst) and worst > 0 else 1.0
+        stated = 1.0 + (self.calibration.stated_error_rel if self.calibration is not None else 0.0)
         seen = max(ratios, default=0.0)
         if seen > stated:
             return seen, "the most favourable error seen"

@@ -55,8 +55,13 @@ def perfkit_level(server: Server, rate: float) -> dict[str, float]:
     lv = rec.levels[-1]
     p99 = max(w.p99_us for w in lv.windows) / 1e3
     per_request = 1e6 * cpu / max(lv.request_count, 1)
+    lateness = lv.send_lateness_p99_us
     return {"completed_rps": lv.completed_rps, "p99_ms": p99, "cpu_us_per_request": per_request,
-            "cpu_cores": cpu / wall}  # fmt: skip
+            "cpu_cores": cpu / wall,
+            # the level's p99 over all its windows: from each request's due time (what a budget
+            # judges) and from its send (what perf_analyzer reads), and how late the sends were
+            "p99_level_ms": lv.latency().p99_us / 1e3, "p99_from_send_ms": lv.service.p99_us / 1e3,
+            "send_lateness_p99_ms": (lateness or 0.0) / 1e3}  # fmt: skip
 
 
 def pa_rate_level(server: Server, rate: float, threads: int) -> dict[str, float]:
@@ -74,6 +79,9 @@ def main() -> int:
     ap.add_argument("--pa-threads", default=str(PA_THREADS),
                     help="comma-separated perf_analyzer --max-threads values, each run at every rate")  # fmt: skip
     ap.add_argument("--pin", action="store_true", help="the server on CPU 0, both clients on CPU 1")
+    ap.add_argument("--max-batch-size", type=int, default=128, help="the config's max_batch_size")
+    ap.add_argument("--instances", type=int, default=2, help="the config's instance count")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds of every rate and tool, taking turns")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     add_version_flag(ap)
     args = ap.parse_args()
@@ -89,9 +97,9 @@ def main() -> int:
     path = repo / MODEL / "config.pbtxt"
     text = path.read_text()
     cfg = parse_config(text)
-    cfg.max_batch_size = 128
+    cfg.max_batch_size = args.max_batch_size
     cfg.dynamic_batching.max_queue_delay_microseconds = 1000
-    cfg.instance_group[0].count = 2
+    cfg.instance_group[0].count = args.instances
     every = os.sched_getaffinity(0)
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
@@ -103,7 +111,8 @@ def main() -> int:
         if args.pin:
             os.sched_setaffinity(0, CLIENT_CPUS)
         apply_config(server, MODEL, path, render_config(text, cfg))
-        for rate in (float(r) for r in args.rates.split(",")):
+        rates = [float(r) for r in args.rates.split(",")] * args.repeats
+        for rate in rates:
             tools = [("perfkit", perfkit_level)] + [
                 (f"perf_analyzer {version} x{n}", functools.partial(pa_rate_level, threads=int(n)))
                 for n in args.pa_threads.split(",")
@@ -111,12 +120,27 @@ def main() -> int:
             for tool, level in tools:
                 row = {"tool": tool, "rate_rps": rate, **level(server, rate)}
                 rows.append(row)
-                print(f"{tool:22s} {rate:7.0f}/s: completed {row['completed_rps']:7.0f}/s, p99 {row['p99_ms']:6.2f} ms,"
+                level_p99 = (
+                    f" (level {row['p99_level_ms']:.2f}, from send {row['p99_from_send_ms']:.2f}, sends late"
+                    f" {row['send_lateness_p99_ms']:.2f} ms at p99)"
+                    if "p99_level_ms" in row
+                    else ""
+                )
+                print(f"{tool:22s} {rate:7.0f}/s: completed {row['completed_rps']:7.0f}/s,"
+                      f" p99 {row['p99_ms']:6.2f} ms{level_p99},"
                       f" client CPU {row['cpu_us_per_request']:5.1f} us a request ({row['cpu_cores']:.2f} of a core)",
                       flush=True)  # fmt: skip
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {"date": stamp, "pin": args.pin, "perf_analyzer": version, "cpus": os.cpu_count(), "rows": rows}
+    doc = {
+        "date": stamp,
+        "pin": args.pin,
+        "max_batch_size": args.max_batch_size,
+        "instances": args.instances,
+        "perf_analyzer": version,
+        "cpus": os.cpu_count(),
+        "rows": rows,
+    }
     out = args.out / f"onnx_client_share-{stamp}{'-pinned' if args.pin else ''}.json"
     out.write_text(json.dumps(doc, indent=1))
     print(f"saved {out}")

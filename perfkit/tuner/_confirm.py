@@ -6,10 +6,14 @@ side of the budget, so the best of many trials is the one most favoured by noise
 curse): its figure sits on the budget's edge. Before a figure is claimed it is measured again at
 the trial's load, in longer repeated runs, stepping down where it does not hold there
 (perfkit.tuner._confirm_load, confirm_one); after its steps down a trial is demoted: it is never
-recommended, and the trial table says why. A demoted trial whose ladder still reaches above the
-best claim held later (by a config the search read lower) is resumed, one step further down at a
-time while it could still beat that claim (resume_demoted): on a host whose readings swing, the
-config the search read best can still hold more than the next one, a few steps down.
+recommended, and the trial table says why. A candidate is stepped down only while it stays above
+the next candidate's search load by more than a tie (_walk_floor): below it, the next one's own
+reading is the better bet. A demoted trial whose ladder still reaches above the best claim held
+later (by a config the search read lower) is resumed, one step further down at a time while it
+could still beat that claim (resume_demoted): on a host whose readings swing, the config the search
+read best can still hold more than the next one, a few steps down. Where the candidate read with
+the most room at an arrival rate failed it, the others read there start a step below it
+(_failed_above).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from perfkit.budget import budget_label
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
 from perfkit.records import Confirmation, LoadLevel, from_dict, to_dict
 from perfkit.tuner import _trial_state
@@ -98,6 +103,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
     best_held = -math.inf
     held_at: tuple[float, float] | None = None  # (load value, per-unit factor) of the best claim held
     demoted: list[tuple[optuna.trial.FrozenTrial, Confirmation]] = []
+    failed: dict[tuple[float, float], tuple[float, int]] = {}  # see _failed_above
     candidates = _candidates(study, cs)
     top = _per_unit(candidates[0], _searched_tput(candidates[0])) if candidates else 0.0
     for i, ft in enumerate(candidates):
@@ -111,19 +117,101 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         searched_load = t.judge.level(st.load.value if st.load is not None else 1.0)
         load, then = _start_load(t, ft.number, searched_load)
         per_unit = _per_unit(ft, 1.0)  # 1 / the hardware units this config occupies
+        failed_by = _failed_above(failed, load, searched_load, st, per_unit)
+        why_not = ""
+        if failed_by is not None:
+            stat = budget_label(t.s.budget.metric, t.s.budget.percentile)
+            why_not = f"not at {load.label}: trial {failed_by}, read there with a {stat} no higher, failed it"
+            lower = _lower_load(t, load)
+            if lower is None:
+                t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why_not))
+                continue
+            load, then = lower, _started_below(why_not, searched_load, then)
         floor = held_at[0] if held_at is not None and held_at[1] == per_unit else None
         if floor is not None and not _beats(load, floor):
             # At the load a pick already holds (or within TIE_ABOVE of it) a rival could only tie, by noise.
             why = f"at {load.label} it could only tie the claim held at {t.judge.level(floor).label}"
+            why = f"{why_not}; {why}" if why_not else why
             t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why))
             continue
-        conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor, then=then)
+        walk = _walk_floor(candidates[i + 1 :], load, per_unit)
+        floor_kw: dict[str, Any] = {"floor": floor}
+        if walk is not None and (floor is None or walk[0] > floor):
+            floor_kw = {
+                "floor": walk[0],
+                "floor_why": f"where trial {walk[1]}'s search read it: that one is confirmed first",
+            }
+        conf = _confirm_candidate(t, study, ft, st, load, cs, then=then, **floor_kw)
+        if failed_by is None and load == searched_load and _failed_first(conf, load):
+            failed[(load.value, per_unit)] = (_searched_latency(st), ft.number)
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
             held_at = (conf.load.value, per_unit)
         elif not conf.held and conf.repeats > 0:
             demoted.append((ft, conf))
     resume_demoted(t, study, cs, demoted, best_held)
+
+
+def _searched_latency(st: _trial_state.TrialState) -> float:
+    return float(st.latency_us) if st.latency_us is not None else math.inf
+
+
+def _failed_first(conf: Confirmation, load: LoadLevel) -> bool:
+    """Whether a confirmation's runs failed the load it started at (it stepped down, or was demoted
+    with runs made there)."""
+    return (conf.held and conf.load.value < load.value) or (not conf.held and conf.repeats > 0)
+
+
+def _failed_above(
+    failed: dict[tuple[float, float], tuple[float, int]],
+    load: LoadLevel,
+    searched: LoadLevel,
+    st: _trial_state.TrialState,
+    per_unit: float,
+) -> int | None:
+    """The trial that already failed its longer runs at the arrival rate a candidate's confirmation
+    would start at, its search's own, where its search read a latency no higher than this
+    candidate's did (`failed`: (load value, per-unit factor) -> (that latency, trial number));
+    None where none did. Such a candidate starts a step below: where the config read with more
+    room at a rate fails there, one read with less would too (onnx_mlp: the request path bounds
+    three configs alike and the predicted search reads each at its capacity, 5,100 req/s; the one
+    read with p99 8.4 ms failed there in three longer runs and held 4,880, then the two read with
+    13.8 and 16.3 ms each failed their first run there, 24 s). Candidates at one rate come lowest
+    latency first (_searched_rank), so every later one there was read with at least as much."""
+    if load != searched or load.mode != "request_rate":
+        return None
+    seen = failed.get((load.value, per_unit))
+    return seen[1] if seen is not None and seen[0] <= _searched_latency(st) else None
+
+
+def _started_below(
+    why: str, searched: LoadLevel, then: Callable[[Confirmation], Confirmation]
+) -> Callable[[Confirmation], Confirmation]:
+    def told(c: Confirmation) -> Confirmation:
+        c = then(c)
+        return dataclasses.replace(c, searched_load=searched, note=f"{why}; {c.note}" if c.note else why)
+
+    return told
+
+
+def _walk_floor(rest: Sequence[optuna.trial.FrozenTrial], load: LoadLevel, per_unit: float) -> tuple[float, int] | None:
+    """How far down a candidate starting at `load` is walked before the candidates after it (`rest`,
+    best first) are confirmed: to the highest load (in this one's units, with the trial) their
+    searches read that `load` beats; None where none lies below it. Below it the next candidate's
+    own reading is the better bet, and a candidate demoted there is taken up again
+    (resume_demoted) only while it could still beat what the others held: onnx_mlp's best read
+    (5,660 req/s, the request path's capacity) failed there and at 5,420, then was walked on to
+    5,190 and 4,760, where the next (read at 5,190) then held 5,190: 25 s of runs for no claim."""
+    if load.mode != "request_rate":
+        return None
+    below = []
+    for ft in rest:
+        st = _trial_state.read(ft)
+        if st.load is not None:
+            value = st.load.value * _per_unit(ft, 1.0) / per_unit
+            if _beats(load, value):
+                below.append((value, ft.number))
+    return max(below, default=None)
 
 
 def _start_load(

@@ -6,14 +6,12 @@ side of the budget, so the best of many trials is the one most favoured by noise
 curse): its figure sits on the budget's edge. Before a figure is claimed it is measured again at
 the trial's load, in longer repeated runs, stepping down where it does not hold there
 (perfkit.tuner._confirm_load, confirm_one); after its steps down a trial is demoted: it is never
-recommended, and the trial table says why. A candidate is stepped down only while it stays above
-the next candidate's search load by more than a tie (_walk_floor): below it, the next one's own
-reading is the better bet. A demoted trial whose ladder still reaches above the best claim held
-later (by a config the search read lower) is resumed, one step further down at a time while it
-could still beat that claim (resume_demoted): on a host whose readings swing, the config the search
-read best can still hold more than the next one, a few steps down. Where the candidate read with
-the most room at an arrival rate failed it, the others read there start a step below it
-(_failed_above).
+recommended, and the trial table says why. A demoted trial whose ladder still reaches above the
+best claim held later (by a config the search read lower) is resumed, one step further down at a
+time while it could still beat that claim (resume_demoted): on a host whose readings swing, the
+config the search read best can still hold more than the next one, a few steps down. Where the
+candidate read with the most room at an arrival rate failed it, the others read there start a step
+below it (_failed_above).
 """
 
 from __future__ import annotations
@@ -134,14 +132,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
             why = f"{why_not}; {why}" if why_not else why
             t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why))
             continue
-        walk = _walk_floor(candidates[i + 1 :], load, per_unit)
-        floor_kw: dict[str, Any] = {"floor": floor}
-        if walk is not None and (floor is None or walk[0] > floor):
-            floor_kw = {
-                "floor": walk[0],
-                "floor_why": f"where trial {walk[1]}'s search read it: that one is confirmed first",
-            }
-        conf = _confirm_candidate(t, study, ft, st, load, cs, then=then, **floor_kw)
+        conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor, then=then)
         if failed_by is None and load == searched_load and _failed_first(conf, load):
             failed[(load.value, per_unit)] = (_searched_latency(st), ft.number)
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
@@ -192,26 +183,6 @@ def _started_below(
         return dataclasses.replace(c, searched_load=searched, note=f"{why}; {c.note}" if c.note else why)
 
     return told
-
-
-def _walk_floor(rest: Sequence[optuna.trial.FrozenTrial], load: LoadLevel, per_unit: float) -> tuple[float, int] | None:
-    """How far down a candidate starting at `load` is walked before the candidates after it (`rest`,
-    best first) are confirmed: to the highest load (in this one's units, with the trial) their
-    searches read that `load` beats; None where none lies below it. Below it the next candidate's
-    own reading is the better bet, and a candidate demoted there is taken up again
-    (resume_demoted) only while it could still beat what the others held: onnx_mlp's best read
-    (5,660 req/s, the request path's capacity) failed there and at 5,420, then was walked on to
-    5,190 and 4,760, where the next (read at 5,190) then held 5,190: 25 s of runs for no claim."""
-    if load.mode != "request_rate":
-        return None
-    below = []
-    for ft in rest:
-        st = _trial_state.read(ft)
-        if st.load is not None:
-            value = st.load.value * _per_unit(ft, 1.0) / per_unit
-            if _beats(load, value):
-                below.append((value, ft.number))
-    return max(below, default=None)
 
 
 def _start_load(

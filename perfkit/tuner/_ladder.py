@@ -59,14 +59,21 @@ class LadderSearch:
     the lowest level over where none held. For a config that only has to show what it holds near
     its predicted rate (the predicted search's original, when it cannot compete): onnx_mlp's,
     predicted 4,445 req/s, read over there and held one step down, after 7 levels and 29 s of
-    gallop, bisection and re-measurement."""
+    gallop, bisection and re-measurement.
+
+    `held_elsewhere` (with start_suffices): a rate another config already holds. Where the walk
+    down found nothing within the budget and its lowest level is at or under that rate, the search
+    ends there: below it the config could not beat the other one (the predicted search's configs
+    at the request path's capacity after the first: onnx_mlp's fourth read over at 6,610, 6,060
+    and 5,560 req/s, where another held 6,610, then spent 26 s of levels finding 5,560)."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
                  values: Sequence[float], start_index: int, *, stride: int = 1,
                  ceiling: Callable[[LevelResult], float | None] | None = None,
-                 start_suffices: bool = False) -> None:  # fmt: skip
+                 start_suffices: bool = False, held_elsewhere: float | None = None) -> None:  # fmt: skip
         self.measure_one = measure_one
         self.start_suffices = start_suffices
+        self.held_elsewhere = held_elsewhere
         self.stride = stride
         self.ceiling = ceiling
         self.cap: int | None = None  # lowest index known over from a capacity ceiling (not measured)
@@ -182,7 +189,9 @@ class LadderSearch:
         ends = first is None or (first and self.start_suffices)  # a failed run, or a start that suffices
         if first is False and self.start_suffices:
             walked, over_at = self._walk_down()
-            ends = walked is not False  # held a step or two down, or a run failed
+            # held a step or two down, or a run failed; or below the walk it could not beat what another holds
+            beaten = self.held_elsewhere is not None and self.values[over_at] <= self.held_elsewhere
+            ends = walked is not False or beaten
         elif first is False:
             first = self._confirmed_over(self.start_index)
             ends = first is None

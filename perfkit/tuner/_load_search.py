@@ -213,6 +213,7 @@ def find_load(
     start_suffices: bool = False,
     predicted: bool = False,
     first_warmup_s: float = 0.0,
+    held_elsewhere: float | None = None,
 ) -> RunRecord:
     """Measure a loaded candidate up to its highest load within the budget (concurrency, or
     for open loop the highest sustainable arrival rate); returns one run record holding every
@@ -223,7 +224,9 @@ def find_load(
     budget ends the search there (LadderSearch). `predicted` (open loop): the start is a
     prediction, and the search moves PREDICTED_STRIDE rate steps from it instead of doubling.
     `first_warmup_s`: the first level warms up for at least this long (the runner's warm-up after
-    a reload), and is fitted to the deadline with it."""
+    a reload), and is fitted to the deadline with it. `held_elsewhere` (open loop, with
+    start_suffices): a rate another config holds, below which the search does not go on
+    (LadderSearch)."""
 
     def ok(lv: LevelResult) -> bool:
         return judge.budget.within(lv)
@@ -255,7 +258,8 @@ def find_load(
         search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
                                stride=PREDICTED_STRIDE if predicted else RATE_STEPS_PER_DOUBLING,
                                ceiling=capacity_ceiling,
-                               start_suffices=start_suffices and not probed)  # fmt: skip
+                               start_suffices=start_suffices and not probed,
+                               held_elsewhere=held_elsewhere)  # fmt: skip
         try:
             merged = search.run()
         except OutOfTime as ended:

@@ -24,8 +24,12 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from perfkit import predict
+import optuna
+from optuna.trial import TrialState
+
+from perfkit import objectives, predict
 from perfkit.records import Calibration
+from perfkit.tuner import _trial_state
 
 # A config the path bounds predicted within this of the path's capacity is at it: the simulator's
 # rate lattice (~1.1% a step) and the path's own queue put such configs 1-3% under the capacity.
@@ -126,3 +130,18 @@ def measured_first(
     chosen = [p for p in ranked if tied(p) and cfg(p).max_batch_size in sizes[:2]][:AT_CAPACITY_MEASURED]
     rest = [p for p in ranked if p not in chosen]
     return chosen + rest[: max(0, TOP_MEASURED - len(chosen))]
+
+
+def held_rps(study: optuna.Study, objective: str) -> float | None:
+    """The highest arrival rate a measured config holds (a complete, feasible trial's load), where
+    a config at the path's capacity whose trial reads over the budget stops (TrialRunner
+    held_elsewhere_rps: below it, it could not beat that config); None where none holds, or for an
+    objective per hardware unit (rates of configs occupying different units do not compare)."""
+    if objectives.get(objective).per_hardware:
+        return None
+    rates = [
+        st.load.value
+        for ft in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if (st := _trial_state.read(ft)).feasible and st.load is not None and st.load.mode == "request_rate"
+    ]
+    return max(rates, default=None)

@@ -38,6 +38,7 @@ from perfkit.tuner._path_capacity import (
     alike_at_capacity,
     at_capacity,
     headroom_first,
+    held_rps,
     measured_first,
     path_bound,
 )
@@ -271,6 +272,7 @@ class PredictedSearch:
         self.t.predicted_rate = self.predicted_for
         self.t.confirm_cap_rps = self.confirm_cap
         self.t.at_capacity = self.ends_at_capacity
+        self.t.held_elsewhere_rps = lambda study: held_rps(study, self.t.s.objective)
         self.t.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
         top, configs, simulated = self.predict_space()

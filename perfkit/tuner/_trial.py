@@ -109,9 +109,11 @@ class TrialRunner:
         # The predicted search sets this: the rate at which a trial's confirmation starts at most
         # (None: at its search's load), for trials that read past the request path's capacity.
         self.confirm_cap_rps: Callable[[int], float | None] | None = None
-        # The predicted search sets this: whether a config's trial ends at its predicted rate when
-        # that holds (configs predicted at the request path's capacity, tuner/_path_capacity.py).
+        # The predicted search sets these: whether a config's trial ends at its predicted rate when
+        # that holds (configs predicted at the request path's capacity, tuner/_path_capacity.py), and
+        # the rate another config holds, under which such a trial's search does not go on.
         self.at_capacity: Callable[[Mapping[str, Any]], bool] | None = None
+        self.held_elsewhere_rps: Callable[[optuna.Study], float | None] | None = None
         # A config was put on the server since the last measurement (measure warms up longer).
         self.reloaded = False
 
@@ -301,6 +303,10 @@ class TrialRunner:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
+            if verdict.held_elsewhere_rps is not None:
+                reason += (
+                    f", where another config holds {verdict.held_elsewhere_rps:.0f} req/s: lower could not beat it"
+                )
             _trial_state.store(trial, fail_reason=reason)
             study.tell(trial, state=TrialState.PRUNED)
             self.emit(TrialPruned(trial.number, reason, duration))
@@ -355,17 +361,19 @@ class TrialRunner:
         if predicted is None and self.predicted_rate is not None:
             predicted = self.predicted_rate(params)
         at_prediction = False
+        held = None
         if self.judge.open_loop and predicted is not None and predicted > 0:
             start = predicted  # --search predict: the rate search starts at the prediction
-            at_prediction = (is_original and self.original_at_prediction_only) or (
-                self.at_capacity is not None and self.at_capacity(params)
-            )
+            capped = not is_original and self.at_capacity is not None and self.at_capacity(params)
+            at_prediction = (is_original and self.original_at_prediction_only) or capped
+            held = self.held_elsewhere_rps(study) if capped and self.held_elsewhere_rps is not None else None
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
                                record_path=record_path, deadline=self.search_deadline(),
                                start_suffices=at_prediction, predicted=queued_at_prediction,
-                               first_warmup_s=self.s.reload_warmup_s if self.reloaded else 0.0)  # fmt: skip
+                               first_warmup_s=self.s.reload_warmup_s if self.reloaded else 0.0,
+                               held_elsewhere=held)  # fmt: skip
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)
@@ -383,6 +391,8 @@ class TrialRunner:
         if not record_path.exists():
             record.save(record_path)
         out = self._verdict(study, trial, record, reload_s, measure_s)
+        if out is not None and held is not None:
+            out = (dataclasses.replace(out[0], held_elsewhere_rps=held), *out[1:])
         if out is not None and at_prediction and len(record.levels) == 1 and out[0].feasible_load is not None:
             # held at its start, nothing above measured: the figure is a lower bound
             out = (dataclasses.replace(out[0], metrics={**out[0].metrics, M_LOWER_BOUND: 1.0}), *out[1:])

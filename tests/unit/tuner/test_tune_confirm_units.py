@@ -403,36 +403,27 @@ def test_a_demoted_pick_is_not_taken_up_again_at_a_rate_that_could_only_tie_the_
     assert 771.0 in a_rates and min(a_rates) > b.load.value * TIE_ABOVE, a_rates
 
 
-def test_a_candidate_is_walked_down_only_above_the_next_ones_search_load(tmp_path: Path):
-    """A's search read 1000 req/s, B's 850; A holds only up to 845, B up to 900. A fails 1000 and 917
-    and is not walked on to 841 (within half a ladder step of B's 850): there B's own reading is the
-    better bet, and B is confirmed at 850 and holds. A is not taken up again: its next rate, 841,
-    could only tie B's claim. Before, A was walked to 841 and held there, B (850: a tie with 841)
-    was not run, and the claim was 841 from the config that holds less."""
+def test_a_rival_whose_search_load_only_ties_the_claim_held_is_not_confirmed(tmp_path: Path):
+    """A's search read 1000 req/s, B's 850; A holds only up to 845, so it holds at 841 (two steps
+    down). B's load, 850, is within half a ladder step of A's claim: three longer runs there could
+    only tie it, by noise, so B is not run and A is the pick. Before, B ran 3 runs at 850."""
     from perfkit.tuner._confirm import confirm_picks, confirmations
+    from perfkit.tuner._events import ConfirmSkipped
 
-    t, _, measured, _ = _runner_of(tmp_path, {"A": 845.0, "B": 900.0})
+    t, _, measured, events = _runner_of(tmp_path, {"A": 845.0, "B": 900.0})
     study = _study_of({"A": 1000.0, "B": 850.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
     conf = confirmations(study)
-    assert (
-        not conf[0].held and "not tried at 841 req/s poisson or below, where trial 1's search read it" in conf[0].note
-    )
-    assert conf[1].held and conf[1].load.value == 850.0
-    assert measured == [("A", 1000.0), ("A", 917.0)] + [("B", 850.0)] * 3, measured
-    # Where the next one then fails too, the first is taken up again below where it stopped
-    t, _, measured, _ = _runner_of(tmp_path, {"A": 845.0, "B": 700.0})
-    study = _study_of({"A": 1000.0, "B": 850.0})
-    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
-    conf = confirmations(study)
-    assert conf[0].held and conf[0].load.value == 841.0 and "taken up again as no other config held" in conf[0].note
-    assert not conf[1].held
-    # A rate a full half step above the next one's search load is stepped down to (B read 800)
+    assert conf[0].held and conf[0].load.value == 841.0
+    assert 1 not in conf and {name for name, _ in measured} == {"A"}
+    skipped = [e.line() for e in events if isinstance(e, ConfirmSkipped)]
+    assert skipped == ["confirm trial 1 (cfg=B): not run, at 850 req/s poisson it could only tie the claim held at "
+                       "841 req/s poisson"], skipped  # fmt: skip
+    # One a full half step above the claim is confirmed as before
     t, _, measured, _ = _runner_of(tmp_path, {"A": 845.0, "B": 900.0})
-    study = _study_of({"A": 1000.0, "B": 800.0})
+    study = _study_of({"A": 1000.0, "B": 890.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
-    assert confirmations(study)[0].held and confirmations(study)[0].load.value == 841.0
-    assert {name for name, _ in measured} == {"A"}, measured
+    assert confirmations(study)[1].held and ("B", 890.0) in measured
 
 
 def test_at_a_rate_a_config_read_with_more_room_failed_one_read_with_less_starts_a_step_below(tmp_path: Path):

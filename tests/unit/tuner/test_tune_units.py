@@ -343,6 +343,43 @@ def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_walks_dow
     assert plain.measured[0] == 200.0 and max(plain.measured) > 400.0
 
 
+def test_a_walk_down_that_reaches_what_another_config_holds_without_holding_ends_there():
+    """A config at the request path's capacity, measured after another held 560 req/s: its start,
+    600, and two steps down, 550 and 505, read over the budget. Below 505 it could not beat the
+    other config, so its search ends there (the trial is pruned); without that rate, or with one
+    under the walk's lowest level, it is searched down and bisected as before."""
+    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    held = FakeRateSystem()  # within the budget up to 400 req/s
+    rec = find_load(held, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=560.0)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert held.measured == [600.0, 550.0, 505.0] and v.feasible_load is None and v.lowest_over_budget
+    for other in (None, 480.0):
+        on = FakeRateSystem()
+        rec = find_load(on, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=other)
+        v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+        assert on.measured[:3] == [600.0, 550.0, 505.0] and v.feasible_load is not None, (other, on.measured)
+        assert 365 <= v.feasible_load.value <= 400
+    # A walk that holds a step down ends there, as it did
+    near = FakeRateSystem()
+    rec = find_load(near, None, judge, "m", 430.0, start_suffices=True, held_elsewhere=560.0)
+    assert near.measured == [430.0, 394.0]
+
+
+def test_the_rate_another_config_holds_is_the_best_feasible_trials_load_and_none_per_hardware_unit():
+    import optuna
+
+    from perfkit.tuner._path_capacity import held_rps
+
+    study = optuna.create_study(direction="maximize")
+    assert held_rps(study, "throughput") is None
+    for rate, feasible in ((1270.0, True), (6610.0, True), (7000.0, False)):
+        load = {"mode": "request_rate", "value": rate, "distribution": "poisson"}
+        attrs = {"params": {}, "feasible": feasible, "throughput_infer_per_s": rate, "load": load, "metrics": {}}
+        study.add_trial(optuna.trial.create_trial(value=rate, user_attrs=attrs))
+    assert held_rps(study, "throughput") == 6610.0  # the infeasible 7000 holds nothing
+    assert held_rps(study, "per-instance") is None
+
+
 def _kept_up(rec: RunRecord) -> RunRecord:
     lv = rec.levels[0]
     return dataclasses.replace(rec, levels=(dataclasses.replace(lv, completed_rps=lv.sent_rps),))
@@ -458,3 +495,30 @@ def test_a_search_from_a_prediction_moves_by_the_predictions_tolerance_and_needs
             assert max(sys_.measured) <= start * 2 ** (3 / 8) * 1.01, sys_.measured  # no doubling past it
     assert answers[0] == pytest.approx(answers[1], rel=0.1) and 365 <= answers[0] <= 400
     assert counts[0] < counts[1], counts
+
+
+def test_a_trial_stopped_under_what_another_config_holds_is_pruned_saying_so():
+    """The runner's verdict of such a search: pruned (not a candidate for confirmation), its reason
+    naming the rate the other config holds."""
+    from types import SimpleNamespace
+
+    import optuna
+
+    from perfkit.tuner._trial import TrialRunner
+    from perfkit.tuner._verdict import TrialVerdict
+
+    events: list = []
+    runner = SimpleNamespace(s=TuneSettings(model="m", budget=Budget(20)), judge=SimpleNamespace(open_loop=True),
+                             emit=events.append)  # fmt: skip
+    study = optuna.create_study(direction="maximize")
+    for held in (6610.0, None):
+        trial = study.ask()
+        verdict = TrialVerdict(None, None, None, True, 6100.0, 24_000.0, 3, None, held_elsewhere_rps=held)
+        TrialRunner._tell(runner, study, trial, verdict, 0.1, 2.0, 2.5)  # type: ignore[arg-type]  # a stand-in with the fields _tell reads
+        assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
+    lines = [e.line() for e in events]
+    assert lines[0] == (
+        "  pruned: p99 24.00 ms at the lowest rate tried is over the budget, where another config holds 6610"
+        " req/s: lower could not beat it (2.5 s)"
+    ), lines
+    assert lines[1] == "  pruned: p99 24.00 ms at the lowest rate tried is over the budget (2.5 s)"

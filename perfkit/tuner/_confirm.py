@@ -17,6 +17,7 @@ below it (_failed_above).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -69,23 +70,52 @@ def _candidates(study: optuna.Study, cs: ConfirmSettings) -> list[optuna.trial.F
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if (st := _trial_state.read(t)).feasible and st.throughput_infer_per_s is not None and not st.duplicate_of
     ]
-    done.sort(key=_searched_rank)
+    done.sort(key=functools.cmp_to_key(_searched_order))
     return done[:MAX_ATTEMPTS]
 
 
-def _searched_rank(ft: optuna.trial.FrozenTrial) -> tuple[float, float]:
-    """A candidate's place, best first: its searched figure per hardware unit; in open loop the
-    arrival rate its search held, and among trials that held the same rate the lower latency
-    there first. Such trials complete the rate alike (their throughputs differ by the arrivals'
-    noise), and the one with the lower latency has the more room: the predicted search ends the
-    trials of every config the request path bounds at the path's capacity, one rate for all
-    (tuner/_path_capacity.py), and their throughputs there (10,026 and 10,021 req/s on onnx_mlp)
-    ranked them by chance."""
+def _searched_rank(ft: optuna.trial.FrozenTrial) -> float:
+    """A candidate's searched figure per hardware unit, negated (the lower, the better): in open
+    loop the arrival rate its search held."""
     st = _trial_state.read(ft)
     if st.load is not None and st.load.mode == "request_rate":
-        latency = float(st.latency_us) if st.latency_us is not None else math.inf
-        return (-_per_unit(ft, st.load.value), latency)
-    return (-_per_unit(ft, _searched_tput(ft)), 0.0)
+        return -_per_unit(ft, st.load.value)
+    return -_per_unit(ft, _searched_tput(ft))
+
+
+def _searched_order(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> int:
+    """Which of two candidates comes first (negative: a): the better searched figure (_searched_rank);
+    among trials that held the same arrival rate, the lower latency there, where the two readings'
+    own ~95% intervals tell them apart; else the one measured first. Such trials complete the rate
+    alike (their throughputs differ by the arrivals' noise), and the one with the lower latency has
+    the more room: the predicted search ends the trials of every config the request path bounds at
+    the path's capacity, one rate for all (tuner/_path_capacity.py), and their throughputs there
+    (10,026 and 10,021 req/s on onnx_mlp) ranked them by chance. But a trial's short level reads
+    its percentile within 10-25%, and where the two overlap the order the trials were measured in
+    knows more: the predicted search's, best predicted first, among configs at the path's capacity
+    the most room first (onnx_mlp: max_batch_size 32 read p99 10.1 ms at 5,720 req/s, 128 13.9 ms;
+    32 went first and was the pick, and perf_analyzer then held 128 at 1.11x it side by side)."""
+    ra, rb = _searched_rank(a), _searched_rank(b)
+    if ra != rb:
+        return -1 if ra < rb else 1
+    la, lb = _searched_latency(_trial_state.read(a)), _searched_latency(_trial_state.read(b))
+    if _surely_below(a, la, b, lb):
+        return -1
+    if _surely_below(b, lb, a, la):
+        return 1
+    return a.number - b.number
+
+
+def _surely_below(a: optuna.trial.FrozenTrial, la: float, b: optuna.trial.FrozenTrial, lb: float) -> bool:
+    """Whether a's latency reading lies below b's by more than their ~95% intervals (their levels'
+    latency_rel; none recorded: exact)."""
+    if not la < lb:
+        return False
+    if math.isinf(lb):
+        return True
+    rel_a = float(_trial_state.read(a).metrics.get("latency_rel") or 0.0)
+    rel_b = float(_trial_state.read(b).metrics.get("latency_rel") or 0.0)
+    return la * (1 + rel_a) < lb * (1 - rel_b)
 
 
 # A rate ladder's values are rounded to 3 significant digits: at most 0.5% off the exact step.
@@ -101,7 +131,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
     best_held = -math.inf
     held_at: tuple[float, float] | None = None  # (load value, per-unit factor) of the best claim held
     demoted: list[tuple[optuna.trial.FrozenTrial, Confirmation]] = []
-    failed: dict[tuple[float, float], tuple[float, int]] = {}  # see _failed_above
+    failed: dict[tuple[float, float], optuna.trial.FrozenTrial] = {}  # see _failed_above
     candidates = _candidates(study, cs)
     top = _per_unit(candidates[0], _searched_tput(candidates[0])) if candidates else 0.0
     for i, ft in enumerate(candidates):
@@ -115,11 +145,11 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         searched_load = t.judge.level(st.load.value if st.load is not None else 1.0)
         load, then = _start_load(t, ft.number, searched_load)
         per_unit = _per_unit(ft, 1.0)  # 1 / the hardware units this config occupies
-        failed_by = _failed_above(failed, load, searched_load, st, per_unit)
+        failed_by = _failed_above(failed, load, searched_load, ft, per_unit)
         why_not = ""
         if failed_by is not None:
             stat = budget_label(t.s.budget.metric, t.s.budget.percentile)
-            why_not = f"not at {load.label}: trial {failed_by}, read there with a {stat} no higher, failed it"
+            why_not = f"not at {load.label}: trial {failed_by} failed it, its {stat} there not surely higher"
             lower = _lower_load(t, load)
             if lower is None:
                 t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why_not))
@@ -134,7 +164,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
             continue
         conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor, then=then)
         if failed_by is None and load == searched_load and _failed_first(conf, load):
-            failed[(load.value, per_unit)] = (_searched_latency(st), ft.number)
+            failed[(load.value, per_unit)] = ft
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
             held_at = (conf.load.value, per_unit)
@@ -154,25 +184,27 @@ def _failed_first(conf: Confirmation, load: LoadLevel) -> bool:
 
 
 def _failed_above(
-    failed: dict[tuple[float, float], tuple[float, int]],
+    failed: dict[tuple[float, float], optuna.trial.FrozenTrial],
     load: LoadLevel,
     searched: LoadLevel,
-    st: _trial_state.TrialState,
+    ft: optuna.trial.FrozenTrial,
     per_unit: float,
 ) -> int | None:
     """The trial that already failed its longer runs at the arrival rate a candidate's confirmation
-    would start at, its search's own, where its search read a latency no higher than this
-    candidate's did (`failed`: (load value, per-unit factor) -> (that latency, trial number));
-    None where none did. Such a candidate starts a step below: where the config read with more
-    room at a rate fails there, one read with less would too (onnx_mlp: the request path bounds
+    would start at, its search's own, where this candidate's search did not read the latency there
+    surely lower than that trial's did (_surely_below; `failed`: (load value, per-unit factor) ->
+    that trial); None where none did. Such a candidate starts a step below: where a config read
+    with as much room at a rate fails there, this one would too (onnx_mlp: the request path bounds
     three configs alike and the predicted search reads each at its capacity, 5,100 req/s; the one
     read with p99 8.4 ms failed there in three longer runs and held 4,880, then the two read with
-    13.8 and 16.3 ms each failed their first run there, 24 s). Candidates at one rate come lowest
-    latency first (_searched_rank), so every later one there was read with at least as much."""
+    13.8 and 16.3 ms each failed their first run there, 24 s)."""
     if load != searched or load.mode != "request_rate":
         return None
     seen = failed.get((load.value, per_unit))
-    return seen[1] if seen is not None and seen[0] <= _searched_latency(st) else None
+    if seen is None:
+        return None
+    mine, theirs = _searched_latency(_trial_state.read(ft)), _searched_latency(_trial_state.read(seen))
+    return None if _surely_below(ft, mine, seen, theirs) else seen.number
 
 
 def _started_below(

@@ -89,6 +89,8 @@ def judge_trial(
                 "stable": 1.0 if best.stable else 0.0,
             }
         )
+        if best.precision.latency_rel is not None:  # its latency percentile's ~95% half-width, relative
+            metrics["latency_rel"] = best.precision.latency_rel
         st = best.streaming
         if st is not None:
             metrics.update(

@@ -297,17 +297,19 @@ def test_a_rate_one_repeat_rules_out_is_not_repeated_and_the_claim_steps_down(tm
 
 
 def _study_of(candidates: dict[str, float], *, latency_us: dict[str, float] | None = None,
-              throughput: dict[str, float] | None = None):  # fmt: skip
+              throughput: dict[str, float] | None = None, latency_rel: dict[str, float] | None = None):  # fmt: skip
     """An in-memory study holding one feasible trial per config name, each with the rate its search
     read (open loop) as its load and figure (its throughput there where `throughput` names it,
-    its latency there where `latency_us` does)."""
+    its latency there where `latency_us` does, that reading's ~95% half-width where `latency_rel`
+    does)."""
     import optuna
 
     study = optuna.create_study(direction="maximize")
     for name, rate in candidates.items():
         load = {"mode": "request_rate", "value": rate, "distribution": "poisson"}
-        attrs = {"params": {"cfg": name}, "config_pbtxt": name, "feasible": True,
-                 "throughput_infer_per_s": (throughput or {}).get(name, rate), "load": load, "metrics": {}}  # fmt: skip
+        rel = {"latency_rel": latency_rel[name]} if latency_rel and name in latency_rel else {}
+        attrs = {"params": {"cfg": name}, "config_pbtxt": name, "feasible": True, "metrics": rel,
+                 "throughput_infer_per_s": (throughput or {}).get(name, rate), "load": load}  # fmt: skip
         if latency_us and name in latency_us:
             attrs["latency_us"] = latency_us[name]
         study.add_trial(optuna.trial.create_trial(value=rate, user_attrs=attrs))
@@ -444,20 +446,41 @@ def test_at_a_rate_a_config_read_with_more_room_failed_one_read_with_less_starts
     assert {name for name, _ in measured} == {"A"}, measured
     skipped = [e.line() for e in events if isinstance(e, ConfirmSkipped)]
     assert skipped == [
-        f"confirm trial {n} (cfg={name}): not run, not at 5100 req/s poisson: trial 0, read there with a p99 no"
-        " higher, failed it; at 4680 req/s poisson it could only tie the claim held at 4680 req/s poisson"
+        f"confirm trial {n} (cfg={name}): not run, not at 5100 req/s poisson: trial 0 failed it, its p99 there not"
+        " surely higher; at 4680 req/s poisson it could only tie the claim held at 4680 req/s poisson"
         for n, name in ((2, "C"), (1, "B"))
     ], skipped
-    # Candidates at one rate are confirmed lowest latency first, so a later one was read with at
-    # least as much; one read with less than the trial that failed there would be run there
-    from perfkit.tuner import _trial_state
+    # One read there with a p99 surely lower than A's (their readings' ~95% intervals apart) is run
+    # there; one read with a p99 A's interval reaches is not
     from perfkit.tuner._confirm import _failed_above
 
     level = t.judge.level(5100.0)
-    c = _trial_state.read(study.trials[2])
-    assert _failed_above({(5100.0, 1.0): (126_000.0, 0)}, level, level, c, 1.0) == 0
-    assert _failed_above({(5100.0, 1.0): (126_001.0, 0)}, level, level, c, 1.0) is None
-    assert _failed_above({(5100.0, 1.0): (1.0, 0)}, t.judge.level(4680.0), level, c, 1.0) is None  # started elsewhere
+    a, b = study.trials[0], study.trials[1]
+    assert _failed_above({(5100.0, 1.0): a}, level, level, b, 1.0) == 0
+    assert _failed_above({(5100.0, 1.0): b}, level, level, a, 1.0) is None  # 84 ms against 138: surely lower
+    assert _failed_above({(5100.0, 1.0): a}, t.judge.level(4680.0), level, b, 1.0) is None  # started elsewhere
+    close = _study_of({"A": 5100.0, "B": 5100.0}, latency_us={"A": 84_000.0, "B": 90_000.0},
+                      latency_rel={"A": 0.05, "B": 0.05})  # fmt: skip
+    assert _failed_above({(5100.0, 1.0): close.trials[0]}, level, level, close.trials[1], 1.0) == 0
+    assert _failed_above({(5100.0, 1.0): close.trials[1]}, level, level, close.trials[0], 1.0) == 1  # 88.2 > 85.5
+
+
+def test_of_rivals_at_one_rate_whose_latency_readings_overlap_the_one_measured_first_goes_first(tmp_path: Path):
+    """A trial's short level reads its p99 within 10-25%. Two configs the search read at one rate,
+    A (measured first: the predicted search's order, the most room first) with p99 13.9 ms +-20%,
+    B with 10.1 ms +-20%: the readings cannot tell them apart, so A is confirmed first (before, B
+    was, by its lower reading, and was the pick where perf_analyzer then held A at 1.11x it). Read
+    within +-5% each, B's is surely lower and B goes first."""
+    from perfkit.tuner._confirm import _candidates
+
+    for rel, first in ((0.20, "A"), (0.05, "B")):
+        study = _study_of({"A": 5720.0, "B": 5720.0}, latency_us={"A": 13_900.0, "B": 10_100.0},
+                          latency_rel={"A": rel, "B": rel})  # fmt: skip
+        order = [ft.user_attrs["params"]["cfg"] for ft in _candidates(study, ConfirmSettings())]
+        assert order[0] == first, (rel, order)
+    # no interval recorded: the readings are taken as exact
+    study = _study_of({"A": 5720.0, "B": 5720.0}, latency_us={"A": 13_900.0, "B": 10_100.0})
+    assert [ft.user_attrs["params"]["cfg"] for ft in _candidates(study, ConfirmSettings())] == ["B", "A"]
 
 
 def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_path: Path):

@@ -98,23 +98,24 @@ def _searched_order(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) ->
     ra, rb = _searched_rank(a), _searched_rank(b)
     if ra != rb:
         return -1 if ra < rb else 1
-    la, lb = _searched_latency(_trial_state.read(a)), _searched_latency(_trial_state.read(b))
-    if _surely_below(a, la, b, lb):
+    if _surely_below(a, b):
         return -1
-    if _surely_below(b, lb, a, la):
+    if _surely_below(b, a):
         return 1
     return a.number - b.number
 
 
-def _surely_below(a: optuna.trial.FrozenTrial, la: float, b: optuna.trial.FrozenTrial, lb: float) -> bool:
-    """Whether a's latency reading lies below b's by more than their ~95% intervals (their levels'
-    latency_rel; none recorded: exact)."""
+def _surely_below(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> bool:
+    """Whether a's search read its latency below b's by more than the two readings' ~95% intervals
+    (their levels' latency_rel; none recorded: exact)."""
+    sa, sb = _trial_state.read(a), _trial_state.read(b)
+    la, lb = _searched_latency(sa), _searched_latency(sb)
     if not la < lb:
         return False
     if math.isinf(lb):
         return True
-    rel_a = float(_trial_state.read(a).metrics.get("latency_rel") or 0.0)
-    rel_b = float(_trial_state.read(b).metrics.get("latency_rel") or 0.0)
+    rel_a = float(sa.metrics.get("latency_rel") or 0.0)
+    rel_b = float(sb.metrics.get("latency_rel") or 0.0)
     return la * (1 + rel_a) < lb * (1 - rel_b)
 
 
@@ -154,7 +155,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
             if lower is None:
                 t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why_not))
                 continue
-            load, then = lower, _started_below(why_not, searched_load, then)
+            load, then = lower, _started_elsewhere(why_not, searched_load)  # at the search's load: nothing told yet
         floor = held_at[0] if held_at is not None and held_at[1] == per_unit else None
         if floor is not None and not _beats(load, floor):
             # At the load a pick already holds (or within TIE_ABOVE of it) a rival could only tie, by noise.
@@ -203,15 +204,14 @@ def _failed_above(
     seen = failed.get((load.value, per_unit))
     if seen is None:
         return None
-    mine, theirs = _searched_latency(_trial_state.read(ft)), _searched_latency(_trial_state.read(seen))
-    return None if _surely_below(ft, mine, seen, theirs) else seen.number
+    return None if _surely_below(ft, seen) else seen.number
 
 
-def _started_below(
-    why: str, searched: LoadLevel, then: Callable[[Confirmation], Confirmation]
-) -> Callable[[Confirmation], Confirmation]:
+def _started_elsewhere(why: str, searched: LoadLevel) -> Callable[[Confirmation], Confirmation]:
+    """How the outcome of a confirmation started away from its search's load is told: marked as
+    stepped down from that load, its note led by why."""
+
     def told(c: Confirmation) -> Confirmation:
-        c = then(c)
         return dataclasses.replace(c, searched_load=searched, note=f"{why}; {c.note}" if c.note else why)
 
     return told
@@ -235,12 +235,7 @@ def _start_load(
         return searched, lambda c: c
     start = t.judge.level(max(on_ladder))
     prefix = f"started at {start.label}, the request path's calibrated capacity (the search's reading is past it)"
-
-    def told(c: Confirmation) -> Confirmation:
-        note = f"{prefix}; {c.note}" if c.note else prefix
-        return dataclasses.replace(c, searched_load=searched, note=note)
-
-    return start, told
+    return start, _started_elsewhere(prefix, searched)
 
 
 def resume_demoted(

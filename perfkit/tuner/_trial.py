@@ -46,6 +46,7 @@ from perfkit.tuner._events import (
 )
 from perfkit.tuner._load_search import Measure, OutOfTime, find_load, start_concurrency
 from perfkit.tuner._objective import hardware_units, study_values
+from perfkit.tuner._search_start import search_start
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
@@ -355,25 +356,25 @@ class TrialRunner:
                 self._fail(study, trial, why)
                 return None
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
-        start = start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None
-        predicted = _trial_state.read(trial).predicted_rps
-        queued_at_prediction = predicted is not None  # the predicted search queued it: start near the answer
-        if predicted is None and self.predicted_rate is not None:
-            predicted = self.predicted_rate(params)
-        at_prediction = False
-        held = None
-        if self.judge.open_loop and predicted is not None and predicted > 0:
-            start = predicted  # --search predict: the rate search starts at the prediction
-            capped = not is_original and self.at_capacity is not None and self.at_capacity(params)
-            at_prediction = (is_original and self.original_at_prediction_only) or capped
-            held = self.held_elsewhere_rps(study) if capped and self.held_elsewhere_rps is not None else None
+        queued = _trial_state.read(trial).predicted_rps  # the predicted search queued it: start near the answer
+        at_cap = not is_original and self.at_capacity is not None and self.at_capacity(params)
+        how = search_start(
+            self.judge,
+            history_start=start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None,
+            queued_rps=queued,
+            predicted_rps=self.predicted_rate(params) if queued is None and self.predicted_rate is not None else None,
+            is_original=is_original,
+            original_at_prediction_only=self.original_at_prediction_only,
+            at_capacity=at_cap,
+            held_elsewhere_rps=self.held_elsewhere_rps(study) if at_cap and self.held_elsewhere_rps else None,
+        )
         t1 = time.monotonic()
         try:
-            record = find_load(self.measure, self.server, self.judge, self.model, start, command=self.s.command,
+            record = find_load(self.measure, self.server, how.judge, self.model, how.start, command=self.s.command,
                                record_path=record_path, deadline=self.search_deadline(),
-                               start_suffices=at_prediction, predicted=queued_at_prediction,
+                               start_suffices=how.start_suffices, predicted=how.from_prediction,
                                first_warmup_s=self.s.reload_warmup_s if self.reloaded else 0.0,
-                               held_elsewhere=held)  # fmt: skip
+                               held_elsewhere=how.held_elsewhere)  # fmt: skip
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)
@@ -391,9 +392,9 @@ class TrialRunner:
         if not record_path.exists():
             record.save(record_path)
         out = self._verdict(study, trial, record, reload_s, measure_s)
-        if out is not None and held is not None:
-            out = (dataclasses.replace(out[0], held_elsewhere_rps=held), *out[1:])
-        if out is not None and at_prediction and len(record.levels) == 1 and out[0].feasible_load is not None:
+        if out is not None and how.held_elsewhere is not None:
+            out = (dataclasses.replace(out[0], held_elsewhere_rps=how.held_elsewhere), *out[1:])
+        if out is not None and how.start_suffices and len(record.levels) == 1 and out[0].feasible_load is not None:
             # held at its start, nothing above measured: the figure is a lower bound
             out = (dataclasses.replace(out[0], metrics={**out[0].metrics, M_LOWER_BOUND: 1.0}), *out[1:])
         return out

@@ -1,0 +1,65 @@
+"""Where one trial's load search starts, and how far it has to go: the trial's own decision,
+made before anything is measured, from what the search knows of the config (a prediction, the
+loads similar trials held, a rate another config holds). Pure: the TrialRunner passes in what
+its hooks answered; find_load takes the outcome."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from perfkit.tuner._load_search import JudgeSettings
+
+
+@dataclass(frozen=True)
+class SearchStart:
+    """How one trial's load search runs (find_load's keywords):
+
+    - `start`: the first load (None: probed, or doubled from one);
+    - `from_prediction`: the start is a prediction the trial was queued with (the search moves
+      by the predictions' tolerance from it);
+    - `start_suffices`: a first level within budget ends the search (the figure is a lower bound);
+    - `held_elsewhere`: a rate another config holds, under which the walk down does not go on;
+    - `judge`: how each level is measured."""
+
+    start: float | None
+    from_prediction: bool
+    start_suffices: bool
+    held_elsewhere: float | None
+    judge: JudgeSettings
+
+
+def search_start(
+    judge: JudgeSettings,
+    *,
+    history_start: float | None,
+    queued_rps: float | None,
+    predicted_rps: float | None,
+    is_original: bool,
+    original_at_prediction_only: bool,
+    at_capacity: bool,
+    held_elsewhere_rps: float | None,
+) -> SearchStart:
+    """One trial's SearchStart. `history_start`: where similar trials point (closed loop's
+    adaptive start); `queued_rps`: the prediction the predicted search queued the trial with;
+    `predicted_rps`: the prediction for its params otherwise (--search predict scores every
+    config); `original_at_prediction_only`: your config cannot compete with the best predicted
+    (tuner/_predict.py original_at_prediction); `at_capacity`: the config is predicted at the
+    request path's capacity (tuner/_path_capacity.py); `held_elsewhere_rps`: the highest rate a
+    measured config holds.
+
+    In open loop a prediction is the start. Your config, where it cannot compete, is measured at
+    its prediction only, in the fewest windows a level takes: its figure is a lower bound told
+    beside the pick's ("at most +N% vs the original"), and on a slow model its level's windows
+    are long (hungry: 16.7 req/s, 3 s a window of 50 requests; six windows took 20 s of a
+    2-minute tune where three take 10). A config at the path's capacity other than yours ends at
+    its prediction where that holds, and its walk down stops at what another config holds."""
+    predicted = queued_rps if queued_rps is not None else predicted_rps
+    if not judge.open_loop or predicted is None or predicted <= 0:
+        return SearchStart(history_start, queued_rps is not None, False, None, judge)
+    capped = at_capacity and not is_original
+    original_only = is_original and original_at_prediction_only
+    if original_only:
+        judge = dataclasses.replace(judge, max_windows=judge.min_windows)
+    held = held_elsewhere_rps if capped else None
+    return SearchStart(predicted, queued_rps is not None, original_only or capped, held, judge)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from perfkit import predict
 from perfkit.errors import UsageError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec
 from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._path_capacity import instances_capacity_rps
+from perfkit.tuner._predict_points import batcher_from, dimension_values
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
 from perfkit.tuner._subject_model import ModelSubject
 from perfkit.tuner._trial import TrialRunner
@@ -102,7 +105,7 @@ def calibrate(t: TrialRunner) -> Calibration:
     (predict.host_bound; without batching, one instance saturated tells); saturated rates at the
     two smallest instance counts, without batching, and the overloaded batches again at the larger
     (do they scale as the instances' contention says?); where the path holds, the highest rate it
-    holds within the budget (_held_rate, on the batching config loaded last). The user's config is
+    holds within the budget (_held_rate, on held_config). The user's config is
     put back after. Raises UsageError for a load the prediction does not model, and what measuring
     raises."""
     if not isinstance(t.subject, ModelSubject):
@@ -127,6 +130,7 @@ def calibrate(t: TrialRunner) -> Calibration:
         if top > 0:
             batch.update({P_MBS: top, P_DB: True, P_DELAY: CALIBRATION_DELAY_US, P_PREF: "none"})
         t.put_candidate(subject.candidate(batch, is_original=False, number=-1).text)
+        loaded_last = batch  # the config on the server: the held rate is read on held_config
         before = t.server.model_stats(t.model)
         sizes = pow2_sizes(top) if top > 1 else []
         light = _level(t, _spec(t, 1))
@@ -148,6 +152,7 @@ def calibrate(t: TrialRunner) -> Calibration:
             if top > 0:
                 solo[P_DB] = False
             t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
+            loaded_last = solo
             first = t.server.model_stats(t.model)
             rates.append(_level(t, _spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c)).throughput_infer_per_s)
             if c == 1:  # one instance saturated: batch-1 executions under load, nothing shared with another
@@ -155,7 +160,8 @@ def calibrate(t: TrialRunner) -> Calibration:
                 if not host_points:  # no batching to saturate: one instance without it tells instead
                     host_rps, host_points = rates[-1], loaded
         if top > 1 and len(rates) == 2:  # the same overloaded batches at the larger count: do they scale?
-            t.put_candidate(subject.candidate({**batch, P_COUNT: counts[1]}, is_original=False, number=-1).text)
+            loaded_last = {**batch, P_COUNT: counts[1]}
+            t.put_candidate(subject.candidate(loaded_last, is_original=False, number=-1).text)
             scaled_rps = _level(t, _rate_spec(t, min(t.judge.max_rate_rps, offered * counts[1]))).throughput_infer_per_s
 
         def fitted(held: float) -> Calibration:
@@ -173,11 +179,40 @@ def calibrate(t: TrialRunner) -> Calibration:
                 host_unbatched=top <= 1,
             )
 
-        if top > 1 and fitted(0.0).host_us > 0:  # the path holds: what does it hold within the budget?
-            if not scaled_rps:  # the config loaded last is not a batching one
-                t.put_candidate(subject.candidate(batch, is_original=False, number=-1).text)
+        if top > 1 and (cal := fitted(0.0)).host_us > 0:  # the path holds: what does it hold within the budget?
+            delay_dim = next((d for d in t.space.dimensions if d.name == P_DELAY), None)
+            delays = dimension_values(delay_dim) if delay_dim is not None else []
+
+            def room(c: int) -> float:
+                return instances_capacity_rps(cal, batcher_from(orig, {**batch, P_COUNT: c}))
+
+            held_cfg = held_config(batch, delays, counts if len(rates) == 2 else [], room)
+            if held_cfg != loaded_last:
+                t.put_candidate(subject.candidate(held_cfg, is_original=False, number=-1).text)
             held_rps = _held_rate(t, host_rps)
         return fitted(held_rps)
+
+
+def held_config(
+    batch: dict[str, Any], delays_us: list[Any], counts: list[int], room: Callable[[int], float]
+) -> dict[str, Any]:
+    """The config the request path's capacity is read on (_held_rate): the calibration's batching
+    config (the space's largest max_batch_size) as the configs the path bounds are measured, at
+    the space's shortest queue delay (`delays_us`: the values the prediction scores; none: the
+    calibration's own) and the instance count whose instances alone could complete the most
+    (`room`, under the fitted contention; within 1% the fewer instances). Every config the path
+    bounds is predicted at this capacity, and the first measured is the one with the most room
+    (tuner/_path_capacity.headroom_first); read on two instances and the calibration's 5 ms
+    delay instead (onnx_mlp, server on one CPU, its instances sharing it in full), it held 6,073
+    req/s, where perf_analyzer then held 7,114 on one instance at the space's 1 ms, and 4,828 on
+    two."""
+    cfg = dict(batch)
+    if delays_us:
+        cfg[P_DELAY] = min(delays_us)
+    if counts:
+        best = max(room(c) for c in counts)
+        cfg[P_COUNT] = min(c for c in counts if room(c) >= 0.99 * best)
+    return cfg
 
 
 def _held_rate(t: TrialRunner, saturated_rps: float) -> float:

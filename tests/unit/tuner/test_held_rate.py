@@ -14,7 +14,7 @@ from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import ProfileSpec
 from perfkit.tuner._load_search import JudgeSettings
-from perfkit.tuner._model_calibrate import HELD_STEP, _held_rate
+from perfkit.tuner._model_calibrate import HELD_STEP, _held_rate, held_config
 
 SATURATED_RPS = 10_923.0
 BUDGET = Budget(20.0, 99.0, "latency")
@@ -56,3 +56,21 @@ def test_nothing_held_is_zero_and_measures_every_step() -> None:
     t, rates = _runner(0.0)
     assert _held_rate(t, SATURATED_RPS) == 0.0  # type: ignore[arg-type]  # as above
     assert len(rates) == 5 and rates[-1] == pytest.approx(SATURATED_RPS * HELD_STEP**5)
+
+
+BATCH = {"max_batch_size": 128, "dynamic_batching": True, "max_queue_delay_us": 5_000, "instance_count": 1}
+
+
+def test_the_capacity_is_read_at_the_spaces_shortest_delay_on_the_count_with_the_most_room() -> None:
+    """onnx_mlp on one CPU: its two instances share it in full (room alike), so the path's capacity
+    is read on one instance at the space's 1 ms, as the config measured first runs, not on the two
+    the calibration loaded last at its own 5 ms."""
+    alike = held_config(BATCH, [1000], [1, 2], lambda c: 7_600.0)
+    assert alike == {**BATCH, "max_queue_delay_us": 1000, "instance_count": 1}
+    # where two instances could complete more, on two; the shortest delay scored
+    assert held_config(BATCH, [250, 1000, 4000], [1, 2], lambda c: 1_500.0 * c)["instance_count"] == 2
+    assert held_config(BATCH, [250, 1000, 4000], [1, 2], lambda c: 1_500.0 * c)["max_queue_delay_us"] == 250
+    # within 1%: the fewer instances
+    assert held_config(BATCH, [], [1, 2], lambda c: 7_600.0 + 50.0 * c)["instance_count"] == 1
+    # no delay scored, no second count measured: the calibration's config as it is
+    assert held_config(BATCH, [], [], lambda c: 0.0) == BATCH

@@ -62,10 +62,11 @@ class LadderSearch:
     gallop, bisection and re-measurement.
 
     `held_elsewhere` (with start_suffices): a rate another config already holds. Where the walk
-    down found nothing within the budget and its lowest level is at or under that rate, the search
-    ends there: below it the config could not beat the other one (the predicted search's configs
-    at the request path's capacity after the first: onnx_mlp's fourth read over at 6,610, 6,060
-    and 5,560 req/s, where another held 6,610, then spent 26 s of levels finding 5,560)."""
+    down reads over the budget at or under that rate, the search ends there, the walk's steps
+    below it not measured: below it the config could not beat the other one (the predicted
+    search's configs at the request path's capacity after the first: onnx_mlp's fourth read over
+    at 6,610, 6,060 and 5,560 req/s, where another held 6,610, then spent 26 s of levels finding
+    5,560; a third read over at 6,010 and at 5,510, where another held 5,510, then held 5,050)."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
                  values: Sequence[float], start_index: int, *, stride: int = 1,
@@ -172,6 +173,8 @@ class LadderSearch:
         to the first level within the budget. (True, its index); (False, the lowest index read
         over) where none was; (None, -1) when a run failed."""
         lowest = self.start_index
+        if self.held_elsewhere is not None and self.values[lowest] <= self.held_elsewhere:
+            return False, lowest  # over at a rate another config holds: no step down could beat that one
         for index in range(self.start_index - 1, max(self.start_index - 1 - WALK_STEPS, -1), -1):
             if self.cap is not None and index >= self.cap:
                 break  # the start could not keep up: a step down is over too, the usual search goes down by more
@@ -181,6 +184,8 @@ class LadderSearch:
             if verdict:
                 return True, index
             lowest = index
+            if self.held_elsewhere is not None and self.values[index] <= self.held_elsewhere:
+                break  # over at a rate another config holds: lower, it could not beat that one
         return False, lowest
 
     def _run(self) -> RunRecord:

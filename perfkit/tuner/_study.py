@@ -222,3 +222,30 @@ def param_importances(study: optuna.Study, objective: str) -> dict[str, float]:
     except (RuntimeError, ValueError, ZeroDivisionError):
         return {}
     return {k: float(v) for k, v in imp.items()}
+
+
+def measured_before(study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:
+    """The earlier trial (complete or pruned, not itself a repeat) of the config whose text hashes
+    to `sha`, other than trial `number`; None where there is none."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if t.number != number and (st := _state.read(t)).config_pbtxt_sha256 == sha and not st.duplicate_of:
+            return t
+    return None
+
+
+def answer_repeat(study: optuna.Study, trial: optuna.Trial, same: FrozenTrial, objective: str) -> None:
+    """Answer a repeated config from its earlier trial (samplers do re-propose points in a small
+    space): its measurement, constraints and outcome copied, marked as a repeat of it."""
+    _state.copy_measurement(trial, same)
+    before = _state.read(same)
+    _state.store(trial, duplicate_of=same.number)
+    if before.fail_reason:
+        _state.store(trial, fail_reason=before.fail_reason)
+    set_constraints(trial, before.constraints or {"latency": 0.0})
+    if same.state == TrialState.PRUNED:
+        trial.report(float(same.intermediate_values.get(0, 0.0)), step=0)
+        study.tell(trial, state=TrialState.PRUNED)
+    elif objectives.get(objective).front:
+        study.tell(trial, list(same.values))
+    else:
+        study.tell(trial, same.value)

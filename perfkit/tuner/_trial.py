@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import socket
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.trial import TrialState
 
 from perfkit import objectives
 from perfkit.budget import budget_label, check_budget_metric
@@ -31,7 +30,7 @@ from perfkit.errors import (
 from perfkit.records import M_LOWER_BOUND, Calibration, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
-from perfkit.tuner import _accuracy, _study, _trial_state
+from perfkit.tuner import _accuracy, _output_check, _study, _trial_state
 from perfkit.tuner._events import (
     AccuracyNote,
     OnEvent,
@@ -140,48 +139,19 @@ class TrialRunner:
     def capture_reference(self) -> None:
         """The original config's outputs on fixed inputs (the model must be serving the original)."""
         tol = self.s.max_output_diff or _accuracy.OutputTolerance()
-        if not tol.enabled:
-            self.emit(AccuracyNote("output check off (--max-output-diff off)"))
-            return
-        if self.decoupled or self.subject.original_cfg.HasField("sequence_batching"):
-            # The probe sends one unary request: a decoupled model answers on a stream, and a
-            # sequence model's outputs depend on the state its earlier steps built.
-            kind = "decoupled" if self.decoupled else "a sequence model"
-            self.emit(AccuracyNote(f"output check skipped: {self.model!r} is {kind}; the probe sends unary requests"))
-            return
-        try:
-            metadata = self.server.model_metadata(self.model)
-            probe = _accuracy.make_probe(
-                self.server.endpoints.http_url, self.model, metadata, self.subject.original_cfg.max_batch_size
-            )
-            if probe is None:
-                self.emit(AccuracyNote("output check skipped: inputs of this model cannot be synthesized"))
-                return
-            self.reference = probe.run()
-            self.probe = probe
-        except PerfkitError as err:
-            self.emit(
-                AccuracyNote(f"output check skipped: the original's outputs could not be read ({err.one_line()})")
-            )
+        cfg = self.subject.original_cfg
+        self.probe, self.reference, note = _output_check.capture(self.server, self.model, cfg, self.decoupled, tol)
+        if note is not None:
+            self.emit(AccuracyNote(note))
 
     def _accuracy_failure(self, trial: optuna.Trial) -> str | None:
         if self.probe is None or self.reference is None:
             return None
         tol = self.s.max_output_diff or _accuracy.OutputTolerance()
-        try:
-            got = self.probe.run()
-        except ServerError as err:
-            if not self.server.is_ready():
-                raise
-            return f"inference on the candidate failed: {err.one_line()}"
-        diffs = _accuracy.compare_outputs(self.reference, got, self.probe.datatypes, tol)
-        _trial_state.store(
-            trial, output_diff={d.name: {"max_abs": _finite(d.max_abs), "max_rel": _finite(d.max_rel)} for d in diffs}
-        )
-        bad = [d for d in diffs if not d.within]
-        if not bad:
-            return None
-        return "outputs differ from the original config's: " + "; ".join(d.describe() for d in bad)
+        diffs, why = _output_check.check(self.server, self.probe, self.reference, tol)
+        if diffs is not None:
+            _trial_state.store(trial, output_diff=diffs)
+        return why
 
     # -- set-up ---------------------------------------------------------------------------------
     def original_fixed_params(self) -> dict[str, Any]:
@@ -234,9 +204,10 @@ class TrialRunner:
         _trial_state.store(trial, params=record_params, config_pbtxt_sha256=sha, config_pbtxt=text, worker=worker)
         self.trial_configs[number] = text
         label = "original" if is_original else fmt_params(record_params)
-        same = None if is_original else self._measured_before(study, sha, number)
+        same = None if is_original else _study.measured_before(study, sha, number)
         if same is not None:
-            self._repeat(study, trial, same)
+            self.dup_streak += 1
+            _study.answer_repeat(study, trial, same, self.s.objective)
             self.emit(TrialRepeated(number, of, label, same.number))
             return
         self.dup_streak = 0
@@ -409,30 +380,6 @@ class TrialRunner:
         self.subject.observe(self, study, trial, record, verdict)
         return verdict, reload_s, measure_s
 
-    def _measured_before(self, study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            if t.number != number and (st := _trial_state.read(t)).config_pbtxt_sha256 == sha and not st.duplicate_of:
-                return t
-        return None
-
-    def _repeat(self, study: optuna.Study, trial: optuna.Trial, same: FrozenTrial) -> None:
-        """Answer a repeated config from its earlier trial (samplers do re-propose points in a
-        small space); it does not count against --trials."""
-        self.dup_streak += 1
-        _trial_state.copy_measurement(trial, same)
-        before = _trial_state.read(same)
-        _trial_state.store(trial, duplicate_of=same.number)
-        if before.fail_reason:
-            _trial_state.store(trial, fail_reason=before.fail_reason)
-        _study.set_constraints(trial, before.constraints or {"latency": 0.0})
-        if same.state == TrialState.PRUNED:
-            trial.report(float(same.intermediate_values.get(0, 0.0)), step=0)
-            study.tell(trial, state=TrialState.PRUNED)
-        elif objectives.get(self.s.objective).front:
-            study.tell(trial, list(same.values))
-        else:
-            study.tell(trial, same.value)
-
     def should_stop(self, study: optuna.Study) -> str | None:
         if self.s.trials is not None and _study.trials_used(study) >= self.s.trials:
             return f"{self.s.trials} trials done"
@@ -453,7 +400,3 @@ class TrialRunner:
         the pick (at most half the time) and the claim is not made after the user's deadline."""
         search_s = self.s.search_time_s()
         return None if search_s is None else self.started + search_s
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None

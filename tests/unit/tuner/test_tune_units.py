@@ -345,14 +345,19 @@ def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_walks_dow
 
 def test_a_walk_down_that_reaches_what_another_config_holds_without_holding_ends_there():
     """A config at the request path's capacity, measured after another held 560 req/s: its start,
-    600, and two steps down, 550 and 505, read over the budget. Below 505 it could not beat the
-    other config, so its search ends there (the trial is pruned); without that rate, or with one
-    under the walk's lowest level, it is searched down and bisected as before."""
+    600, and a step down, 550, read over the budget. Under 560 it could not beat the other
+    config, so its search ends there (the trial is pruned), the walk's next step, 505, not
+    measured; a start itself at or under that rate ends at the start. Without that rate, or with
+    one under the walk's lowest level, it is searched down and bisected as before."""
     judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     held = FakeRateSystem()  # within the budget up to 400 req/s
     rec = find_load(held, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=560.0)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
-    assert held.measured == [600.0, 550.0, 505.0] and v.feasible_load is None and v.lowest_over_budget
+    assert held.measured == [600.0, 550.0] and v.feasible_load is None and v.lowest_over_budget
+    at_start = FakeRateSystem()
+    rec = find_load(at_start, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=600.0)
+    v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
+    assert at_start.measured == [600.0] and v.feasible_load is None and v.lowest_over_budget
     for other in (None, 480.0):
         on = FakeRateSystem()
         rec = find_load(on, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=other)
@@ -361,8 +366,12 @@ def test_a_walk_down_that_reaches_what_another_config_holds_without_holding_ends
         assert 365 <= v.feasible_load.value <= 400
     # A walk that holds a step down ends there, as it did
     near = FakeRateSystem()
-    rec = find_load(near, None, judge, "m", 430.0, start_suffices=True, held_elsewhere=560.0)
+    rec = find_load(near, None, judge, "m", 430.0, start_suffices=True, held_elsewhere=380.0)
     assert near.measured == [430.0, 394.0]
+    # Over at a start under what another config holds: the start alone is measured
+    under = FakeRateSystem()
+    rec = find_load(under, None, judge, "m", 430.0, start_suffices=True, held_elsewhere=560.0)
+    assert under.measured == [430.0] and judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99).lowest_over_budget
 
 
 def test_the_rate_another_config_holds_is_the_best_feasible_trials_load_and_none_per_hardware_unit():

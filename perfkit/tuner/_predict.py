@@ -182,16 +182,23 @@ class PredictedSearch:
         factor, why = self.most_favourable(ratios)
         # A config the request path bounds is predicted at the path's capacity, which measurements pass as often
         # as not: the prediction cannot settle it against the best measured; a measurement does.
-        if rate * factor >= best or path_bound(self.calibration, self.point_key(params)):
+        could, also = self.favourable_rps(params, rate, factor)
+        if could >= best or path_bound(self.calibration, self.point_key(params)):
             self.waiting.pop(0)
             _enqueue(study, params, rate)
             return True
         self.passed_over = (
             f"the next predicted, {self.label(params)} at {rate:.0f} req/s, cannot reach the best measured"
-            f" {best:.0f} even x{factor:.2f} up ({why})"
+            f" {best:.0f} even x{factor:.2f} up ({why}){also}"
         )
         self.waiting = []
         return False
+
+    def favourable_rps(self, params: Mapping[str, Any], rate_rps: float, factor: float) -> tuple[float, str]:
+        """The most a waiting config predicted at rate_rps could hold, for next_worth_measuring:
+        its prediction taken up by `factor` (most_favourable); and what else was tried, for the
+        line that says why it was passed over (a pipeline's search adds its steps as measured)."""
+        return rate_rps * factor, ""
 
     def most_favourable(self, ratios: list[float]) -> tuple[float, str]:
         """How far up a waiting config's prediction is taken before it is judged against the best

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
-from perfkit.predict import StepFigures
+import pytest
+
+from perfkit.budget import Budget
+from perfkit.predict import BatcherConfig, Contention, ServiceModel, StepFigures
 from perfkit.records import Calibration, CalibrationPoint, TuneRecord
 from perfkit.records._serial import from_dict, to_dict
 from perfkit.tuner import _pipeline
-from perfkit.tuner._predict_pipeline import StepCheck, StepsChecked, _points, step_order
+from perfkit.tuner._predict_pipeline import PipelinePredictedSearch, StepCheck, StepsChecked, _points, step_order
 from perfkit.tuner._space import TuneSpace
 from tests.conftest import copy_models
 
@@ -86,3 +90,50 @@ def test_the_bottleneck_is_the_step_of_least_predicted_capacity_checked_against_
     assert "breakdown puts the most time in stage_infer" in differ.line()
     unknown = StepsChecked(4, 500.0, (StepCheck(decode, None, None, None), StepCheck(infer, None, None, None)))
     assert unknown.measured_bottleneck() is None and "9.90 ms predicted, - measured" in unknown.line()
+
+
+class _TwoSteps(PipelinePredictedSearch):
+    """The pipeline search over two steps in series, `front` (batching, max 8) and `post`, whose
+    batching a point's `post` param says; no subject needed."""
+
+    def configs(self, params):
+        post = BatcherConfig(8, True, (), 2000.0, 1) if params.get("post") else BatcherConfig(0, False, (), 0.0, 1)
+        return [BatcherConfig(8, True, (), 2000.0, 1), post]
+
+
+def _two_steps() -> _TwoSteps:
+    t = SimpleNamespace(
+        s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency")),
+        judge=SimpleNamespace(distribution="poisson"),
+        original_fixed_params=dict,
+    )
+    ps = _TwoSteps(t, calibration=Calibration("two", (), 0.0, 0.0, 0.01, 0.01, overhead_us=100.0))  # type: ignore[arg-type]  # a stand-in runner
+    ps.order = [("front", ()), ("post", ("front",))]
+    ps.models = {
+        "front": (ServiceModel(1_000.0, 100.0), Contention()),  # 8 in 1.8 ms: 4,400 req/s
+        "post": (ServiceModel(1_280.0, 0.0), Contention()),  # unbatched, 1.28 ms: 780 req/s
+    }
+    return ps
+
+
+def test_a_waiting_config_bounded_by_a_step_measured_faster_than_calibrated_is_predicted_again_with_it():
+    """stages: the post step executed in 0.85 ms where the calibration said 1.28; post without
+    batching, predicted at that step's bound, was passed over though the grid read it best."""
+    ps = _two_steps()
+    rate = 760.0  # about what post unbatched is predicted at: its 1.28 ms bound
+    assert ps.favourable_rps({}, rate, 1.02) == (rate * 1.02, "")  # no step measured yet: taken up only
+    front = StepFigures("front", 500.0, 1_500.0, 6.0, 4_400.0, 0.2)
+    post = StepFigures("post", 900.0, 1_280.0, 1.0, 780.0, 0.97)
+    ps.steps_seen[0] = StepsChecked(
+        0, 700.0, (StepCheck(front, 400.0, 1_450.0, 6.0), StepCheck(post, 20.0, 850.0, 1.0))
+    )
+    assert ps.execution_scale() == pytest.approx({"front": 1_450.0 / 1_500.0, "post": 850.0 / 1_280.0})
+    could, also = ps.favourable_rps({}, rate, 1.02)
+    assert could > 900.0 > rate * 1.02  # with post at 0.85 ms it holds past what it was passed over for
+    assert could < 1.05 * 1e6 / 850.0  # not past the measured bound (kept up with: 95% done)
+    assert "post x0.66" in also and f"{could:.0f} req/s" in also
+    # a step that ran slower than calibrated gives no more than the prediction taken up
+    ps.steps_seen[0] = StepsChecked(
+        0, 700.0, (StepCheck(front, 400.0, 1_600.0, 6.0), StepCheck(post, 20.0, 1_400.0, 1.0))
+    )
+    assert ps.favourable_rps({}, rate, 1.02) == (rate * 1.02, "")

@@ -265,8 +265,8 @@ def service_model(cal: Calibration) -> ServiceModel:
     """The simulator's service model of a calibration: the fitted line stretched as the executions
     were under load (loaded_stretch: a trial's sustainable rate is a loaded level), the overhead
     and the request path's capacity."""
-    k = cal.loaded_stretch
-    return ServiceModel(cal.fixed_us * k, cal.per_item_us * k, overhead_us=cal.overhead_us, host_us=cal.host_us)
+    line = ServiceModel(cal.fixed_us, cal.per_item_us, overhead_us=cal.overhead_us, host_us=cal.host_us)
+    return line.stretched(cal.loaded_stretch)
 
 
 def contention(cal: Calibration) -> Contention:

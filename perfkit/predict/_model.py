@@ -3,6 +3,7 @@ model, a batcher config, a load, and the predicted figures. Frozen dataclasses, 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from perfkit.errors import UsageError
@@ -42,6 +43,14 @@ class ServiceModel:
             if size == n:
                 return us
         return self.fixed_us + self.per_item_us * n
+
+    def stretched(self, factor: float) -> ServiceModel:
+        """This model with every execution `factor` times as long (the overhead outside the
+        instance and the request path's capacity as they are)."""
+        return dataclasses.replace(
+            self, fixed_us=self.fixed_us * factor, per_item_us=self.per_item_us * factor,
+            table_us=tuple((n, us * factor) for n, us in self.table_us),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -168,12 +168,16 @@ class LadderSearch:
         except OutOfTime:
             raise OutOfTime(merged(self.records, list(self.results.values()))) from None
 
+    def _under_held(self, index: int) -> bool:
+        """Whether a level is at or under the rate another config holds (held_elsewhere)."""
+        return self.held_elsewhere is not None and self.values[index] <= self.held_elsewhere
+
     def _walk_down(self) -> tuple[bool | None, int]:
         """start_suffices with the start over: one ladder step down at a time, at most WALK_STEPS,
         to the first level within the budget. (True, its index); (False, the lowest index read
         over) where none was; (None, -1) when a run failed."""
         lowest = self.start_index
-        if self.held_elsewhere is not None and self.values[lowest] <= self.held_elsewhere:
+        if self._under_held(lowest):
             return False, lowest  # over at a rate another config holds: no step down could beat that one
         for index in range(self.start_index - 1, max(self.start_index - 1 - WALK_STEPS, -1), -1):
             if self.cap is not None and index >= self.cap:
@@ -184,7 +188,7 @@ class LadderSearch:
             if verdict:
                 return True, index
             lowest = index
-            if self.held_elsewhere is not None and self.values[index] <= self.held_elsewhere:
+            if self._under_held(index):
                 break  # over at a rate another config holds: lower, it could not beat that one
         return False, lowest
 
@@ -195,7 +199,7 @@ class LadderSearch:
         if first is False and self.start_suffices:
             walked, over_at = self._walk_down()
             # held a step or two down, or a run failed; or below the walk it could not beat what another holds
-            beaten = self.held_elsewhere is not None and self.values[over_at] <= self.held_elsewhere
+            beaten = self._under_held(over_at)
             ends = walked is not False or beaten
         elif first is False:
             first = self._confirmed_over(self.start_index)

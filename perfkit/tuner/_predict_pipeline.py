@@ -267,7 +267,7 @@ class PipelinePredictedSearch(PredictedSearch):
         if self.calibration is None or not any(v < 1.0 for v in scale.values()):
             return taken_up, ""
         steps = [
-            dataclasses.replace(s, service=_scaled(s.service, scale.get(s.name, 1.0)))
+            dataclasses.replace(s, service=s.service.stretched(scale.get(s.name, 1.0)))
             for s in self.steps(self.configs({**self.t.original_fixed_params(), **params}))
         ]
         again = predict.pipeline_rate(steps, self.t.s.budget.latency_budget_ms * 1e3,
@@ -309,15 +309,6 @@ class PipelinePredictedSearch(PredictedSearch):
 
 
 _SIM_STEP_REQUESTS = 4_000
-
-
-def _scaled(svc: predict.ServiceModel, factor: float) -> predict.ServiceModel:
-    """A service model whose executions take `factor` times as long (the overhead outside the
-    instance and the request path's capacity as they were)."""
-    return dataclasses.replace(
-        svc, fixed_us=svc.fixed_us * factor, per_item_us=svc.per_item_us * factor,
-        table_us=tuple((n, us * factor) for n, us in svc.table_us),
-    )  # fmt: skip
 
 
 def _by_rate(pair: tuple[dict[str, Any], predict.RateResult]) -> float:

@@ -56,6 +56,7 @@ def _settings(out: Path, budget_ms: float, trials: int, sampler: str, max_time_s
         output_dir=out,
         sampler=sampler,  # type: ignore[arg-type]  # argparse gives str; the values are the Literal's
         max_concurrency=64,
+        search="measure",  # as every run recorded here (predict_quality.py measures --search predict)
         measurement_interval_ms=300,
         load="concurrency",  # the grid and the re-measurements here are closed loop
     )

@@ -140,6 +140,7 @@ def settings(model: str, budget_ms: float, max_c: int, out: Path, trials: int, s
         measurement_interval_ms=300,
         load=load,  # type: ignore[arg-type]  # as above
         confirm_repeats=confirm,
+        search="measure",  # as every run recorded here (predict_quality.py measures --search predict)
     )
 
 

@@ -98,6 +98,7 @@ def _settings(sc: Scenario, out: Path, trials: int, sampler: str, seed: int, ada
         max_concurrency=sc.max_concurrency,
         measurement_interval_ms=300,
         adaptive_load=adaptive,
+        search="measure",  # as every run recorded here (predict_quality.py measures --search predict)
         load="concurrency",  # the grid and the re-measurements here are closed loop (tune_claims.py: both)
     )
 

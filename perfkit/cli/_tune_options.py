@@ -102,10 +102,12 @@ _OPTIONS = [
     click.option(
         "--search",
         "search_kind",
-        type=click.Choice(["measure", "predict"]),
+        type=click.Choice(["auto", "measure", "predict"]),
         default=None,
-        help="measure (default): every trial measured; predict: calibrate on the server, predict every config,"
-        " measure the best predicted (the measured search takes over where predictions miss).",
+        help="predict: calibrate on the server, predict every config, measure the best predicted (the measured"
+        " search takes over where predictions miss); measure: every trial measured; auto (default): predict where"
+        " the prediction applies (one model or an ensemble, open-loop rates, a latency budget, the batching and"
+        " instance knobs), else measure, saying why.",
     ),
     click.option("--min-throughput", type=float, help="Constraint: infer/s at least this."),
     click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB."),

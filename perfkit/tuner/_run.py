@@ -4,6 +4,8 @@ configs are guarded throughout (the route's guard puts them back on every ending
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,6 +27,7 @@ from perfkit.tuner._record import build_record, summary
 from perfkit.tuner._repo_guard import apply_all
 from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._route_api import ApiRoute
+from perfkit.tuner._search_kind import SearchChoice, choose_search, subject_kind
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
@@ -59,16 +62,20 @@ def run_search(
     *,
     seed: Callable[[optuna.Study], None] | None = None,
     stop: Callable[[optuna.Study], str | None] | None = None,
+    choice: SearchChoice | None = None,
 ) -> tuple[TuneRecord, dict[str, Path]]:
     """One tune from its announcement to its outputs, for any subject: the study opened (`seed`
     may queue more points: the predicted search's), the search run inside the route's guard of
     the subject's configs (`stop`: one more stop rule), and on every ending the record and its
-    outputs written (the subject's own files too). Raises UsageError for an empty space, and as
-    search does (after the outputs are written)."""
+    outputs written (the subject's own files too); `choice`: --search auto's, told under the
+    announcement. Raises UsageError for an empty space, and as search does (after the outputs are
+    written)."""
     s, subject = t.s, t.subject
     t.emit(SearchStarted(subject.title, t.space.backend, s.budget.percentile, s.budget.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
                          s.budget.metric, t.judge.load_line(default=s.load is None)))  # fmt: skip
+    if choice is not None:
+        t.emit(choice)
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)
@@ -152,7 +159,7 @@ def open_study(t: TrialRunner) -> optuna.Study:
         study.enqueue_trial(original, user_attrs={_trial_state.A_ORIGINAL: True}, skip_if_exists=True)
         # The sampler's own draws follow; a grid or random search walks its points unseeded.
         # (--search predict queues its predicted configs instead.)
-        seed = batching_seed(t.space, original) if t.s.sampler == "auto" and t.s.search == "measure" else None
+        seed = batching_seed(t.space, original) if t.s.sampler == "auto" and t.s.search != "predict" else None
         if seed is not None and (t.s.trials is None or t.s.trials > 1):
             study.enqueue_trial(seed, skip_if_exists=True)
     return study
@@ -216,10 +223,16 @@ def tune(
         served_text = route.original_text(server, settings.model)
     subject = open_subject(settings, space, model_repository, composing=composing, route=route, served_text=served_text)
     t = TrialRunner(server, settings, subject, measure, emit_to)
-    if settings.search == "predict":
-        rec, result_paths = _predict.run_predicted(t, run_search)
+    choice = choose_search(settings, subject=subject_kind(subject), open_loop=t.judge.open_loop,
+                           load_mode=t.judge.load_mode, knobs=[d.name for d in t.space.dimensions])  # fmt: skip
+    told = None
+    if settings.search == "auto":
+        t.s, told = dataclasses.replace(settings, search=choice.kind), choice
+    searched = functools.partial(run_search, choice=told)
+    if choice.kind == "predict":
+        rec, result_paths = _predict.run_predicted(t, searched)
     else:
-        rec, result_paths = run_search(t)
+        rec, result_paths = searched(t)
     backup = None
     if settings.apply and rec.best_config is not None:
         backup = apply_best(t, rec)

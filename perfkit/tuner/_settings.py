@@ -100,8 +100,9 @@ class TuneSettings:
     # a level that reads its first window there is decided over the budget by it.
     reload_warmup_s: float = 2.0
     sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
-    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py)
-    search: Literal["measure", "predict"] = "measure"
+    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py);
+    # "measure": every trial measured; "auto": predict where the prediction applies (tuner/_search_kind.py)
+    search: Literal["auto", "measure", "predict"] = "auto"
     # Accuracy guard: None compares outputs with per-datatype defaults; OutputTolerance.off() skips it.
     max_output_diff: OutputTolerance | None = None
     # Concurrency search: start where the most similar trial met the budget, gallop and bisect a
@@ -222,8 +223,8 @@ class TuneSettings:
         for key in ("objective", "protocol", "sampler", "load", "arrival", "search"):
             if key in data:
                 kw[key] = str(data[key])
-        if kw.get("search", "measure") not in ("measure", "predict"):
-            raise InputError(f"{named('search')} = {kw['search']!r}: give measure or predict")
+        if kw.get("search", "auto") not in ("auto", "measure", "predict"):
+            raise InputError(f"{named('search')} = {kw['search']!r}: give auto, measure or predict")
         if kw.get("objective", objectives.DEFAULT) not in objectives.NAMES:
             *first, last = objectives.NAMES
             raise InputError(f"{source}: objective must be {', '.join(first)} or {last}")

@@ -84,7 +84,7 @@ def test_a_tune_whose_deadline_comes_before_any_trial_is_measured_exits_5(model_
     cmd = [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "--model-repository", str(model_repo), "-o",
            str(out), "--latency-budget", "60ms", "--load", "rate", "--measurement-interval", "2000", "--max-time",
            "8s", "--confirm", "0", "--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2",
-           "--precisions", "fp32"]  # fmt: skip
+           "--precisions", "fp32", "--search", "measure"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
                           timeout=300)  # fmt: skip
     log = proc.stdout + proc.stderr

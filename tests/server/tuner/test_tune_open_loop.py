@@ -38,7 +38,9 @@ def _load(out: Path) -> TuneRecord:
 def test_open_loop_sustainable_rate_matches_the_md1_queue(model_repo: Path, tmp_path: Path):
     out = tmp_path / "out"
     # No --load: the default is open loop (Poisson arrivals) for a model that is not decoupled.
-    proc = _tune(model_repo, out, "queue", "--latency-budget", "100ms", "--trials", "1", "--confirm", "0")
+    # --search measure: the measured search's open-loop trial (test_tune_predict.py: the predicted search's)
+    proc = _tune(model_repo, out, "queue", "--latency-budget", "100ms", "--trials", "1", "--confirm", "0",
+                 "--search", "measure")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "  load: open loop, poisson arrivals" in proc.stdout and "(the default)" in proc.stdout
     rec = _load(out)

@@ -25,18 +25,20 @@ pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 MEASURED_SPREAD = 0.6
 
 
-def _tune(repo: Path, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _tune(repo: Path, out: Path, *extra: str, search: str | None = "predict") -> subprocess.CompletedProcess[str]:
     # Cheap settings: two configs (1 or 2 instances), short windows, no confirmation runs.
+    # search None: the default (--search auto), which predicts an open-loop tune of one model.
     cmd = [sys.executable, "-m", "perfkit", "tune", "-m", "queue", "--model-repository", str(repo), "-o", str(out),
-           "--search", "predict", "--instance-counts", "1,2", "--measurement-interval", "400", "--confirm", "0",
-           *extra]  # fmt: skip
+           *(["--search", search] if search else []), "--instance-counts", "1,2", "--measurement-interval", "400",
+           "--confirm", "0", *extra]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=900)
 
 
 def test_predicted_tune_picks_the_known_best_and_the_measurement_holds_the_prediction(model_repo: Path, tmp_path):
     out = tmp_path / "out"
-    proc = _tune(model_repo, out, "--latency-budget", "100ms", "--trials", "3")
+    proc = _tune(model_repo, out, "--latency-budget", "100ms", "--trials", "3", search=None)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--search auto: predicting" in proc.stdout, proc.stdout
     assert "calibrated in" in proc.stdout and "predicted 2 configs" in proc.stdout, proc.stdout
     rec = TuneRecord.load(out / "tune.json")
     cal = rec.calibration

@@ -25,6 +25,7 @@ from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from perfkit.tuner._predict import Predicted, PredictedSearch
 from perfkit.tuner._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
 from perfkit.tuner._predict_points import batcher_from
+from perfkit.tuner._search_kind import SearchChoice
 from perfkit.tuner._trial_state import TrialState
 from tests.conftest import copy_models
 
@@ -244,6 +245,35 @@ def test_a_predicted_tune_cut_short_keeps_its_calibration_and_the_original_start
     predicted = next(e for e in events if isinstance(e, Predicted))
     want = dict(predicted.best)["instance_count=1"]
     assert measure.rates and measure.rates[0] == pytest.approx(want, rel=0.01), (measure.rates, predicted.best)
+
+
+@pytest.mark.parametrize(("load", "kind"), [(None, "predict"), ("concurrency", "measure")])
+def test_the_default_search_predicts_an_open_loop_tune_and_measures_a_closed_loop_one_saying_so(
+    tmp_path: Path, load: str | None, kind: str
+):
+    repo = copy_models(tmp_path, ["queue"])
+    out = tmp_path / "out"
+    how: Any = load  # None or a value of TuneSettings.load's Literal
+    settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), trials=3, output_dir=out, load=how,
+                            max_concurrency=4, confirm_repeats=0,
+                            max_output_diff=parse_max_output_diff("off"))  # fmt: skip
+    assert settings.search == "auto"
+    server = _Server()
+    events: list[Any] = []
+    # predicted: the first trial's rate search ends the run; measured: its second concurrency level
+    with pytest.raises(KeyboardInterrupt):
+        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
+             measure=_Measure(server, "interrupted" if load is None else "calibrating"), route=_Route(),
+             on_event=events.append)  # fmt: skip
+    choice = [e for e in events if isinstance(e, SearchChoice)]
+    assert [c.kind for c in choice] == [kind]
+    rec = TuneRecord.load(out / "tune.json")
+    if kind == "predict":
+        assert choice[0].line().lstrip().startswith("--search auto: predicting")
+        assert rec.calibration is not None and any(isinstance(e, Predicted) for e in events)
+    else:
+        assert "closed-loop" in choice[0].line() and "--search predict" not in choice[0].line()
+        assert rec.calibration is None and not any(isinstance(e, Predicted) for e in events)
 
 
 def _told(study: optuna.Study, st: TrialState, *, original: bool = False, predicted: float | None = None) -> int:

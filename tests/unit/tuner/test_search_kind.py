@@ -1,0 +1,86 @@
+"""--search auto, the default (tuner/_search_kind.py): the predicted search where it applies (one
+model or an ensemble, open-loop rates, a latency budget ranked by the rate, the knobs the simulator
+tells apart), else the measured search with the reason said; --search measure/predict as given."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from perfkit.budget import Budget
+from perfkit.errors import InputError
+from perfkit.tuner import TuneSettings
+from perfkit.tuner._search_kind import choose_search
+
+BATCHING = ["max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "instance_count"]
+AUTO = TuneSettings(model="m", budget=Budget(20.0, 99.0))
+
+
+def _choose(s: TuneSettings = AUTO, *, subject="model", open_loop=True, load_mode="rate", knobs=BATCHING):
+    return choose_search(s, subject=subject, open_loop=open_loop, load_mode=load_mode, knobs=knobs)
+
+
+def test_auto_is_the_default_and_predicts_one_model_or_an_ensemble_under_open_loop_rates():
+    assert AUTO.search == "auto"
+    assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 5}).search == "auto"
+    model = _choose()
+    assert (model.kind, model.why_measured) == ("predict", None)
+    assert model.line().lstrip().startswith("--search auto: predicting")
+    ensemble = _choose(subject="ensemble", knobs=[f"{step}.{k}" for step in ("pre", "infer") for k in BATCHING])
+    assert ensemble.kind == "predict"
+
+
+@pytest.mark.parametrize(
+    ("subject", "open_loop", "load_mode", "said"),
+    [
+        ("mix", True, "rate", "traffic mix"),
+        ("bls", True, "rate", "BLS"),
+        ("model", False, "trace", "trace"),
+        ("model", False, "concurrency", "closed-loop"),
+    ],
+)
+def test_auto_measures_what_the_prediction_does_not_model_and_says_why(subject, open_loop, load_mode, said):
+    c = _choose(subject=subject, open_loop=open_loop, load_mode=load_mode)
+    assert c.kind == "measure" and said in (c.why_measured or "")
+    # --search predict refuses these or falls back: no hint to force it
+    assert c.line().lstrip().startswith("--search auto: measuring every trial:") and "--search predict" not in c.line()
+
+
+def test_a_ttft_budget_is_measured():
+    c = _choose(TuneSettings(model="m", budget=Budget(300.0, 99.0, metric="ttft")))
+    assert c.kind == "measure" and "TTFT" in (c.why_measured or "")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"objective": "pareto"}, "--objective pareto"),
+        ({"sampler": "grid"}, "--sampler grid"),
+        ({"resume": True}, "resumed"),
+    ],
+)
+def test_auto_measures_where_the_predicted_search_would_not_answer_as_asked_and_says_predict_forces_it(change, said):
+    c = _choose(dataclasses.replace(AUTO, **change))
+    assert c.kind == "measure" and said in (c.why_measured or "")
+    assert c.predict_anyway and "--search predict predicts anyway" in c.line()
+
+
+def test_a_space_that_searches_a_knob_the_simulator_does_not_model_is_measured_naming_it():
+    model = _choose(knobs=[*BATCHING, "precision"])
+    assert model.kind == "measure" and "precision" in (model.why_measured or "")
+    step = _choose(subject="ensemble", knobs=["pre.max_batch_size", "infer.instance_kind", "infer.precision"])
+    assert step.kind == "measure"
+    assert "instance_kind, precision" in (step.why_measured or "")  # the knob, not the step's name
+
+
+@pytest.mark.parametrize("given", ["measure", "predict"])
+def test_an_explicit_search_is_taken_as_given_whatever_the_subject(given):
+    s = dataclasses.replace(AUTO, search=given)
+    for c in (_choose(s), _choose(s, subject="mix", open_loop=False, load_mode="concurrency", knobs=["precision"])):
+        assert (c.kind, c.why_measured) == (given, None)
+
+
+def test_a_tune_file_names_the_search_field_it_cannot_read():
+    with pytest.raises(InputError, match="search.*'fast'.*auto, measure or predict"):
+        TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 5, "search": "fast"})

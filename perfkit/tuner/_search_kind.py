@@ -82,6 +82,8 @@ def _should_measure(s: TuneSettings, *, knobs: Sequence[str]) -> str | None:
         return f"--sampler {s.sampler} walks its own points"
     if s.resume:
         return "a resumed study goes on as it was searched"
+    if s.trials == 1:
+        return "--trials 1 measures your config alone"
     unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - set(SIMULATED))
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"

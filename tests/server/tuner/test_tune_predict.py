@@ -1,4 +1,5 @@
-"""perfkit tune --search predict against a real Triton: the calibration fits the known-truth
+"""perfkit tune's predicted search against a real Triton (the default, --search auto, for this
+open-loop tune of one model; --search predict for the fallback): the calibration fits the known-truth
 queue fixture (deterministic service, instances that do not contend), the predicted best is the
 known best and its measured rate is within the stated tolerance of the prediction; on the same
 fixture with exponential service, which the simulator (deterministic service per batch size)

@@ -58,6 +58,7 @@ def test_a_ttft_budget_is_measured():
         ({"objective": "pareto"}, "--objective pareto"),
         ({"sampler": "grid"}, "--sampler grid"),
         ({"resume": True}, "resumed"),
+        ({"trials": 1}, "--trials 1"),
     ],
 )
 def test_auto_measures_where_the_predicted_search_would_not_answer_as_asked_and_says_predict_forces_it(change, said):

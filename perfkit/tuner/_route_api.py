@@ -70,8 +70,10 @@ class ApiRoute:
             stack.callback(self._reload, server, last)  # after every model is back: the ensembles see their steps
             for model in (*last, *models):  # entered first, left last
                 routes.append(stack.enter_context(ApiConfigRoute(server, model)))
+                # A guard within a guard (the calibration's within the search's) hands the model back
+                # to the outer one on leaving, which then serves the trials and puts the original back.
+                stack.callback(self._activate, model, self._active.get(model))
                 self._active[model] = routes[-1]
-                stack.callback(self._active.pop, model, None)
             yield
         failed = [f"{r.model}: {r.restore_error}" for r in routes if r.restore_error]
         if failed:  # reached only when the block ended normally (an exception in flight is not hidden)
@@ -79,6 +81,13 @@ class ApiRoute:
                 "the original config was not restored on the server: " + "; ".join(failed),
                 hint=self.restore_hint(server, [r.model for r in routes if r.restore_error]),
             )
+
+    def _activate(self, model: str, route: ApiConfigRoute | None) -> None:
+        """Serve model through `route` from now on (None: outside any guard)."""
+        if route is None:
+            self._active.pop(model, None)
+        else:
+            self._active[model] = route
 
     def restore_hint(self, server: Server, models: Sequence[str]) -> str:
         """Load each model again without an override (the server then reads its own config from its

@@ -92,6 +92,30 @@ def _serves(server: LocalServer, original: ModelConfig) -> bool:
     return not applied_differences(original, now, previous=now)
 
 
+def test_the_default_search_predicts_through_the_api_and_leaves_the_repository_and_the_server_as_they_were(
+    server: LocalServer, readonly_repo: tuple[Path, Snapshot], tmp_path: Path
+) -> None:
+    # open loop (the default load), one precision: --search auto calibrates through the API's overrides
+    # (in a guard of its own within the search's: once, the search's trials then went unguarded, and the
+    # server was left serving the last trial's two instances)
+    repo, before = readonly_repo
+    original = served_config(server, "batcher")
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "-u", server.endpoints.http_url, "-o", str(out),
+            "--latency-budget", "100ms", "--measurement-interval", "300", "--trials", "3", "--confirm", "0",
+            "--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2",
+            "--precisions", "fp32"]  # fmt: skip
+    proc = subprocess.run(args, capture_output=True, text=True, env=_env(), timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log
+    assert "--search auto: predicting" in proc.stdout and "calibrated in" in proc.stdout, log
+    rec = TuneRecord.load(out / "tune.json")
+    assert rec.route == "api" and rec.calibration is not None and rec.calibration.model == "batcher"
+    assert any("predicted_rps" in t.metrics for t in rec.trials), log
+    assert _snapshot(repo) == before, "the repository's files changed (bytes, mtime or mode)"
+    assert _serves(server, original)
+
+
 def test_a_whole_tune_through_the_api_leaves_the_repository_and_the_server_as_they_were(
     server: LocalServer, readonly_repo: tuple[Path, Snapshot], tmp_path: Path
 ) -> None:

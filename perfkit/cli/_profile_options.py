@@ -187,7 +187,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
         "--mix",
         default=None,
         metavar="MODEL:WEIGHT,...",
-        help="With several -m: the traffic mix (batcher:3,hungry:1), each request drawn for a model by weight,"
+        help="With several -m: the traffic mix (model_a:3,model_b:1), each request drawn for a model by weight,"
         " exactly over every cycle of the weights' sum. Default: equal weights.",
     ),
     click.option("-x", "--model-version", default="", help="Model version (default: the server's choice)."),

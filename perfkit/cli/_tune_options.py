@@ -57,14 +57,14 @@ _OPTIONS = [
         "mix_text",
         default=None,
         metavar="MODEL:WEIGHT,...",
-        help="With several -m: the traffic mix each trial is measured at (batcher:3,hungry:1); default equal weights.",
+        help="With several -m: the traffic mix each trial is measured at (model_a:3,model_b:1); default equal weights.",
     ),
     click.option(
         "--latency-budget",
         required=True,
         help="Budget for the percentile: end-to-end latency (20ms, 0.5s, 800us), or for a decoupled model"
         " time to first token (ttft:300ms) or inter-token latency (itl:20ms). With several -m: each model's"
-        " (batcher:20ms,hungry:50ms), or one for all.",
+        " (model_a:20ms,model_b:50ms), or one for all.",
     ),
     click.option("--percentile", type=float, default=99.0, show_default=True, help="Percentile held to the budget."),
     click.option("--trials", type=int, default=None, help="Trials in the study (default 20; counts resumed ones)."),

@@ -111,7 +111,7 @@ _D = spec_defaults()
     help="Allowed change toward worse, repeatable: throughput:-5%, p99:+10%, p99:+2ms, throughput:-50/s. "
     "Metrics: throughput, p50, p90, p95, p99, p999; streamed runs also ttft_p50, ttft_p99 (ttft), itl_p50, "
     "itl_p99 (itl), tokens (tokens/s). Default: " + " and ".join(DEFAULT_THRESHOLDS) + ". "
-    "MODEL:METRIC:CHANGE (hungry:p99:+2ms) judges only that model, alone or in a traffic mix, on top of the others.",
+    "MODEL:METRIC:CHANGE (model_b:p99:+2ms) judges only that model, alone or in a traffic mix, on top of the others.",
 )
 @click.option(
     "--job-noise",

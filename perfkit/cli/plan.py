@@ -92,8 +92,8 @@ def command(
     config's), or the best predicted of the tuner's default space; marked as predicted, with the
     range its calibration error spans, beside the measured plan.
 
-        perfkit plan runs/tune-hungry/ --target-rate 20000/s --latency-budget 50ms --headroom 30%
-        perfkit plan runs/tune-hungry/ --target-rate 20000/s --max-batch-sizes 64 --instance-counts 2
+        perfkit plan runs/tune-my_model/ --target-rate 20000/s --latency-budget 50ms --headroom 30%
+        perfkit plan runs/tune-my_model/ --target-rate 20000/s --max-batch-sizes 64 --instance-counts 2
     """
     target = parse_rate_rps(target_rate)
     room = parse_percent(headroom)

@@ -50,7 +50,7 @@ def command(**kw: Any) -> int:
       perfkit profile -m sleeper --request-rate-range 50:150:50 --request-distribution poisson
       perfkit profile -m identity -u localhost:8001 -i grpc -f out.csv
       perfkit profile -m identity --ray auto --client-hosts 4 -u gpu1:8000,gpu2:8000
-      perfkit profile -m batcher -m hungry --mix batcher:3,hungry:1 --request-rate-range 40
+      perfkit profile -m model_a -m model_b --mix model_a:3,model_b:1 --request-rate-range 40
     """
     from perfkit.measure import parse_mix
 

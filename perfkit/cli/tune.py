@@ -89,7 +89,7 @@ def command(  # noqa: PLR0917
 
         perfkit tune -m batcher --model-repository models --latency-budget 20ms --trials 20
 
-        perfkit tune -m batcher -m hungry --mix batcher:3,hungry:1 --latency-budget batcher:20ms,hungry:50ms
+        perfkit tune -m model_a -m model_b --mix model_a:3,model_b:1 --latency-budget model_a:20ms,model_b:50ms
     """
     table = _read_tune_table(space_file) if space_file else {}
     source = f"{space_file} [tune]" if space_file else "flags"

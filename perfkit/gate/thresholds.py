@@ -82,9 +82,8 @@ def parse_threshold(text: str) -> Threshold:
 # standard deviation, in percent): the runner's neighbours, its thermal state, a noise episode
 # that lasts a whole level. A stored baseline carries two such job factors that no window can
 # see, so the gate allows for them; an A/B comparison measures both arms in one job and needs
-# none. Measured: 14 unchanged runs of the 10 ms `sleeper` fixture on a shared 2-core runner
-# moved (sd of the log) throughput 1.3%, p50 0.8%, p90 3%, p95 4.5-5%, p99 8-11% with single
-# runs 29% off; the defaults are about 1.5-2x that, for the tails of the tails (docs/guides/ci-gates.md).
+# none. The defaults are about 1.5-2x the spread measured over unchanged runs on a shared CI
+# runner, for the tails of the tails (the measurement: docs/guides/ci-gates.md).
 DEFAULT_JOB_NOISE_PCT: dict[str, float] = {
     "throughput": 3.0,
     "tokens": 3.0,

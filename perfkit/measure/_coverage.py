@@ -28,11 +28,10 @@ Z95 = 1.959964
 
 # The between-run relative sd of a level's figures on a shared machine, past what the runs' own
 # intervals state: (throughput, latency statistic). Calibrated with benchmarks/stopping_and_drift.py
-# --only coverage on a 2-core machine shared with other jobs (64 runs of identity c4 -p 1000 in four
-# sets, quiet and with a competing CPU load; docs/benchmarks.md): the values that bring the share of
-# runs whose figure lies inside another run's re-run interval to its nominal 83.4% over the sets
-# (throughput 85%, p99 81%; within the sets 75-94% and 70-91%: the machine's between-run spread
-# itself moves from one quarter hour to the next). No number of windows in one run can see it.
+# --only coverage on a shared machine, quiet and with a competing CPU load (docs/benchmarks.md): the
+# values that bring the share of runs whose figure lies inside another run's re-run interval to its
+# nominal 83.4% over the sets (the machine's between-run spread itself moves from one quarter hour
+# to the next). No number of windows in one run can see it.
 BETWEEN_RUN_REL = (0.15, 0.30)
 
 

@@ -29,7 +29,7 @@ from perfkit.records import LevelResult, MixShare, ProfileSpec, Samples
 from perfkit.server.base import Server
 
 _ITEM = re.compile(r"^\s*([^:,\s]+)\s*:\s*([^:,\s]+)\s*$")
-_FORM = "write it as MODEL:WEIGHT,MODEL:WEIGHT (e.g. --mix batcher:3,hungry:1) with positive integer weights"
+_FORM = "write it as MODEL:WEIGHT,MODEL:WEIGHT (e.g. --mix model_a:3,model_b:1) with positive integer weights"
 
 
 def synthetic_step(io: ModelIO, spec: ProfileSpec) -> list[Tensor]:

@@ -123,16 +123,15 @@ def fit_shared_fraction(counts: Sequence[int], rates_rps: Sequence[float]) -> fl
 
 
 # Saturated with its instance busy less than this, a model is held back by its requests' path,
-# not by its instance: the rate there is that path's capacity. onnx_mlp on 2 cores, whose
-# executions share the CPU with the request handling and the load generator, read 64%, 71%, 75%,
-# 76%, 83% and 90% busy over six calibrations; hungry's emulated device read 100%, the queue
-# fixture (10 ms executions, one instance, closed loop) 99.98%. Taking the path for the bound
-# where the instance held costs little (the configs it bounds are measured by their instances'
-# room first, and holding past the path's capacity is no error); the reverse predicts configs at
-# twice what they hold, and the search falls back to measuring. Not higher: under a loaded CI
-# machine an unbatched instance's gaps between executions (a millisecond in 10) read as idle:
-# one unbatched instance saturated in closed loop (no batching to overload) is judged by
-# UNBATCHED_HOST_BOUND_BUSY instead (the queue fixture read 94% on a loaded CI machine).
+# not by its instance: the rate there is that path's capacity. A model whose executions share the
+# CPU with the request handling and the load generator reads its instance well under fully busy
+# there, and by a margin that moves from one calibration to the next; one on a device of its own
+# reads it fully busy. Taking the path for the bound where the instance held costs little (the
+# configs it bounds are measured by their instances' room first, and holding past the path's
+# capacity is no error); the reverse predicts configs at twice what they hold, and the search
+# falls back to measuring. Not higher: under a loaded CI machine an unbatched instance's gaps
+# between executions read as idle: one unbatched instance saturated in closed loop (no batching to
+# overload) is judged by UNBATCHED_HOST_BOUND_BUSY instead.
 HOST_BOUND_BUSY = 0.92
 UNBATCHED_HOST_BOUND_BUSY = 0.85
 
@@ -166,9 +165,9 @@ def host_bound(
     request path, not by its instances: busy < HOST_BOUND_BUSY (UNBATCHED_HOST_BOUND_BUSY where
     the saturated level was one unbatched instance in closed loop), or with more instances it
     delivered `scaled` times its rate where their contention gives `expected` times and scaled <
-    SCALING_SHORT x expected (onnx_mlp on 2 cores: 94% busy by a line its loaded calibration
-    levels had stretched, yet two instances delivered about what one did where their contention
-    gives 1.6x)."""
+    SCALING_SHORT x expected (an instance can read busy by a line its loaded calibration levels
+    stretched, while more instances deliver no more than one: the path, not the instances, held
+    the rate)."""
     if busy < (UNBATCHED_HOST_BOUND_BUSY if unbatched else HOST_BOUND_BUSY):
         return True
     return scaled is not None and expected is not None and scaled < SCALING_SHORT * expected
@@ -189,9 +188,8 @@ def scaling(
 def execution_stretch(points: Sequence[CalibrationPoint], service_us: Callable[[int], float]) -> float:
     """How much longer the executions of a loaded level took than the unloaded line says
     (service_us), over their total time: at least 1 (1 with no points). An execution sharing the
-    CPU with the requests' handling and the load generator stretches under their load (onnx_mlp
-    on 2 cores: batches of 56 at 7.95 ms overloaded against 3.8 ms unloaded); one on a device of
-    its own, or hungry's emulated one, does not."""
+    CPU with the requests' handling and the load generator stretches under their load; one on a
+    device of its own does not."""
     unloaded = sum(p.executions * service_us(p.batch_size) for p in points)
     loaded = sum(p.executions * p.service_us for p in points)
     return max(1.0, loaded / unloaded) if unloaded > 0 else 1.0
@@ -231,8 +229,8 @@ def calibration(
     host_unbatched: the saturated level was one unbatched instance in closed loop (a model without
     batching), not the trials' open-loop overload of batches: its instance is judged by the
     unbatched threshold, and its executions' stretch is not simulated (a closed loop's few
-    clients do not load the path as the trials' rates do; the queue fixture's exponential service
-    read x1.07 by chance and the simulator followed it). Raises MeasurementError as fit_service /
+    clients do not load the path as the trials' rates do, so a stretch read there is chance, and
+    the simulator would follow it). Raises MeasurementError as fit_service /
     fit_shared_fraction do."""
     a, b, rms, worst = fit_service(points)
     shared = fit_shared_fraction(instance_counts, saturated_rps) if instance_counts else 0.0

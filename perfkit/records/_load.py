@@ -159,7 +159,7 @@ class ProfileSpec:
 
     @property
     def mix_label(self) -> str:
-        """The mix as the user writes it (`batcher:3,hungry:1`); the model's name without a mix."""
+        """The mix as the user writes it (`model_a:3,model_b:1`); the model's name without a mix."""
         return ",".join(f"{m}:{w}" for m, w in self.mix) if self.mix else self.model
 
 

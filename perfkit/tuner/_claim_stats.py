@@ -8,9 +8,9 @@ re-measurement that long is how perf_analyzer reads a level: its reported latenc
 the last stability window of measurements (3 of --measurement-interval, 5000 ms by default)
 merged into one summary (perf_analyzer's inference_profiler.cc, ProfileHelper: "Only merge the
 results if the results have stabilized", MergePerfStatusReports). The bound was for one more run
-of a repeat's length (sqrt(1 + 1/n)) before: for hungry, whose p99 rises slowly with the rate, it
-kept the claim a whole ladder step under a rate three runs held (775 req/s read 139, 144 and 136
-ms against 150, bound 153.6) and 0.83x perf_analyzer's sustainable rate.
+of a repeat's length (sqrt(1 + 1/n)) before: for a model whose p99 rises slowly with the rate, that
+wider bound kept the claim a whole ladder step under a rate its three runs held, well under the
+rate perf_analyzer sustains.
 """
 
 from __future__ import annotations
@@ -74,10 +74,9 @@ def warmed_up_late(level: LevelResult) -> bool:
     """Whether a run's latency fell part way through it: its first windows were still settling, so
     it read no steady state at its load. Either its windows drifted down (the level's drift), or
     its first windows each read the p99 more than SETTLING_FACTOR times any window after them
-    (settling_windows). A config just put on the server can take longer than the warm-up (onnx_mlp,
-    the server on one CPU: a confirmation run 2 s after a reload read p99 69.3 ms over its first 3
-    windows and 4.2 ms after; another, windows of 31.5, 3.7, 6.9, 5.8, 6.3, 12.7 and 6.9 ms, read
-    24.2 ms over the run against a 20 ms budget, no drift found in it)."""
+    (settling_windows). A config just put on the server can take longer than the warm-up (a server
+    short of CPU can serve a run's first windows many times slower than the rest, enough to put
+    the run's percentile over the budget with no drift found in it)."""
     d = level.drift
     return (d is not None and d.metric != "throughput" and d.after < d.before) or settling_windows(level) > 0
 
@@ -98,8 +97,8 @@ def settling_windows(level: LevelResult) -> int:
 def only_bound_over(levels: Sequence[LevelResult], budget: Budget) -> bool:
     """Every run made (one at least) read within the budget: where the load did not hold, only the
     bound was over, and the percentile sits just under the budget. Also where one run decided it
-    (cannot_hold: its own interval too wide for runs reading alike; hungry at 875 req/s read p99
-    149.1 ms against 150, bound 150.6, and perf_analyzer then held 921 req/s)."""
+    (cannot_hold: its own interval too wide for runs reading alike, the percentile itself just
+    under the budget, where the sustainable rate lies just below)."""
     return bool(levels) and all(budget.within(lv) for lv in levels)
 
 

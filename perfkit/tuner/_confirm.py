@@ -89,12 +89,12 @@ def _searched_order(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) ->
     own ~95% intervals tell them apart; else the one measured first. Such trials complete the rate
     alike (their throughputs differ by the arrivals' noise), and the one with the lower latency has
     the more room: the predicted search ends the trials of every config the request path bounds at
-    the path's capacity, one rate for all (tuner/_path_capacity.py), and their throughputs there
-    (10,026 and 10,021 req/s on onnx_mlp) ranked them by chance. But a trial's short level reads
-    its percentile within 10-25%, and where the two overlap the order the trials were measured in
-    knows more: the predicted search's, best predicted first, among configs at the path's capacity
-    the most room first (onnx_mlp: max_batch_size 32 read p99 10.1 ms at 5,720 req/s, 128 13.9 ms;
-    32 went first and was the pick, and perf_analyzer then held 128 at 1.11x it side by side)."""
+    the path's capacity, one rate for all (tuner/_path_capacity.py), and their throughputs there,
+    within a fraction of a percent of each other, would rank them by chance. But a trial's short
+    level reads its percentile within 10-25%, and where the two overlap the order the trials were
+    measured in knows more: the predicted search's, best predicted first, among configs at the
+    path's capacity the most room first (a lower reading from one short level is no surer sign of
+    the better config than that order)."""
     ra, rb = _searched_rank(a), _searched_rank(b)
     if ra != rb:
         return -1 if ra < rb else 1
@@ -195,10 +195,9 @@ def _failed_above(
     would start at, its search's own, where this candidate's search did not read the latency there
     surely lower than that trial's did (_surely_below; `failed`: (load value, per-unit factor) ->
     that trial); None where none did. Such a candidate starts a step below: where a config read
-    with as much room at a rate fails there, this one would too (onnx_mlp: the request path bounds
-    three configs alike and the predicted search reads each at its capacity, 5,100 req/s; the one
-    read with p99 8.4 ms failed there in three longer runs and held 4,880, then the two read with
-    13.8 and 16.3 ms each failed their first run there, 24 s)."""
+    with as much room at a rate fails there, this one would too (where the request path bounds
+    several configs alike, the predicted search reads each at the path's capacity, and once the one
+    read with the most room fails there, the others' longer runs at that rate only spend time)."""
     if load != searched or load.mode != "request_rate":
         return None
     seen = failed.get((load.value, per_unit))

@@ -1,7 +1,7 @@
 """Confirming one candidate at a load (confirm_one): `repeats` independent runs there, each with
 more windows than a search's level, no early stop and at least `min_repeat_s` long (tune's
 --confirm-time, 5 s by default: one window of perf_analyzer's default --measurement-interval,
-5000 ms; a repeat of a couple of short windows read p99 3-8% below a 6 s perf_analyzer run at the
+5000 ms: a repeat of a couple of short windows reads the percentile low against a longer run at the
 same rate, since rare slow requests and queue excursions need time to show). The load holds when
 every repeat's percentile is within the budget (and, open loop, every repeat is sustainable) and
 the percentile's upper bound is within it too (the margin: repeats that read just under the
@@ -19,8 +19,8 @@ runs are made at the same load while they could still bring it under (the bound'
 the mean's share shrink with more runs, as perf_analyzer keeps measuring a level until it is
 stable, up to --max-trials), and where they cannot, the next load tried is half a ladder step
 down, not a whole one: the percentile sits just under the budget there, so the sustainable rate
-lies just below (hungry at 845 req/s read p99 147, 143 and 149 ms against 150; whole steps down
-left its claims at 0.83x and 0.88x perf_analyzer's sustainable rate).
+lies just below, and a whole step down would leave the claim well under the rate an anchor sustains
+(benchmarks/results/design-evidence.md).
 When the load fails, the next load down the same ladder is confirmed instead (the claim steps
 down, and says so); after MAX_STEPS_DOWN steps the candidate is demoted. A repeat over the budget,
 or so wide by its own interval that repeats reading alike could not make the bound, fails a load
@@ -73,8 +73,8 @@ HALF_STEP = 2 ** (1 / (2 * RATE_STEPS_PER_DOUBLING))  # half a step of the arriv
 MAX_STEPS_DOWN = 2  # ladder steps below the search's load tried before a candidate is demoted
 # An arrival rate within half a ladder step above a claim already held ties with it: each trial's
 # ladder is anchored at its own search's rate, so a step of one lands anywhere near another's claim,
-# and a rate there could beat it only by noise (onnx_mlp: a demoted config taken up again held
-# 7,860 req/s in three longer runs against a claim at 7,850). Such a rate is not tried.
+# and a rate there could beat it only by noise (a demoted config taken up again can hold a rate a
+# fraction of a percent above the claim). Such a rate is not tried.
 TIE_ABOVE = HALF_STEP
 
 

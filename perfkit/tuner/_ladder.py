@@ -57,16 +57,14 @@ class LadderSearch:
     time (at most WALK_STEPS), ending at the first level within the budget (the level above it read
     over: a figure at the ladder's resolution, as a bisection's), and searched down as usual from
     the lowest level over where none held. For a config that only has to show what it holds near
-    its predicted rate (the predicted search's original, when it cannot compete): onnx_mlp's,
-    predicted 4,445 req/s, read over there and held one step down, after 7 levels and 29 s of
-    gallop, bisection and re-measurement.
+    its predicted rate (the predicted search's original, when it cannot compete), a level or two
+    there says so, where a full gallop, bisection and re-measurement would spend many levels.
 
     `held_elsewhere` (with start_suffices): a rate another config already holds. Where the walk
     down reads over the budget at or under that rate, the search ends there, the walk's steps
     below it not measured: below it the config could not beat the other one (the predicted
-    search's configs at the request path's capacity after the first: onnx_mlp's fourth read over
-    at 6,610, 6,060 and 5,560 req/s, where another held 6,610, then spent 26 s of levels finding
-    5,560; a third read over at 6,010 and at 5,510, where another held 5,510, then held 5,050)."""
+    search's configs at the request path's capacity after the first, which would otherwise spend
+    levels finding a rate under the one another config already holds)."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
                  values: Sequence[float], start_index: int, *, stride: int = 1,

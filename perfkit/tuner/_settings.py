@@ -95,9 +95,9 @@ class TuneSettings:
     stability_percentage: float = 15.0
     warmup_s: float = 0.5
     # The first measurement after a config is put on the server warms up this long (at least): the
-    # first second or so after a reload serves slowly (onnx_mlp, the server on one CPU: a 0.8 s
-    # window read p99 36-47 ms right after a reload and 2.6-3.3 ms after it at the same rate), and
-    # a level that reads its first window there is decided over the budget by it.
+    # first second or so after a reload serves slowly (a short window right after a reload can read
+    # the p99 ten times what it reads a second later at the same rate), and a level that reads its
+    # first window there is decided over the budget by it.
     reload_warmup_s: float = 2.0
     sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
     # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py);
@@ -244,8 +244,8 @@ class TuneSettings:
         ("rate"), whose claimed figures agree with an independent re-measurement (closed-loop
         figures on a batching model depend on the client's turnaround); closed loop
         ("concurrency") for a decoupled model, whose streams outlast an open-loop window, so a
-        level cannot tell a growing backlog from streams still in flight (open-loop picks of the
-        streaming fixture were demoted on confirmation, none held)."""
+        level cannot tell a growing backlog from streams still in flight (an open-loop pick of a
+        streaming model does not hold its confirmation)."""
         if self.load is not None:
             return self.load
         return "concurrency" if decoupled else "rate"

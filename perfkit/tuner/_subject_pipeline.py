@@ -255,7 +255,7 @@ def _turn_on(choices: Sequence[Any], value: Any) -> Any:
 
 def joint_seed(p: _pipeline.Pipeline, original: Mapping[str, Any]) -> dict[str, Any] | None:
     """Every searched step pushed to its batching corner at once (the single-model seed, per step):
-    a batch-hungry step pays off only once the steps before it batch as well."""
+    a step that gains from large batches pays off only once the steps before it batch as well."""
     per = _pipeline.split(original)
     out: dict[str, dict[str, Any]] = {}
     for s in p.searched_steps:

@@ -93,7 +93,7 @@ HUNGRY_BUDGET_MS = 150.0  # see the module's docstring: at 100 ms many configs h
 # (4,523-6,783 req/s in the first such grid). With 1024 every batching config ended at the request
 # path's capacity, 9,000-13,000 req/s, where perf_analyzer 2.60.0 (76 us of CPU a request,
 # benchmarks/onnx_client_share.py) spends 0.7-1.0 of its one CPU: three quiet grids named three
-# different best configs (8,691, 10,142 and 13,119 req/s; docs/benchmarks.md).
+# different best configs (8,691, 10,142 and 13,119 req/s; benchmarks/results/history.md).
 ONNX_WIDTHS = (64, 2048, 2048, 64)
 
 Variant = tuple[int, bool, int]  # max_batch_size, dynamic batching, instances

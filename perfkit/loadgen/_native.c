@@ -158,8 +158,8 @@ static PyObject *Core_feed(Sender *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* wait_hungry(timeout_s) -> True when the open loop wants more dues, False when it no longer runs. */
-static PyObject *Core_wait_hungry(Sender *self, PyObject *args) {
+/* wait_for_demand(timeout_s) -> True when the open loop wants more dues, False when it no longer runs. */
+static PyObject *Core_wait_for_demand(Sender *self, PyObject *args) {
     double timeout_s;
     if (!PyArg_ParseTuple(args, "d", &timeout_s)) return NULL;
     int result;
@@ -243,8 +243,8 @@ static PyMethodDef Core_methods[] = {
     {"start_closed", (PyCFunction)Core_start_closed, METH_VARARGS, "start_closed(share): a closed loop of share slots"},
     {"start_open", (PyCFunction)Core_start_open, METH_VARARGS, "start an open loop (see _native_engine)"},
     {"feed", (PyCFunction)Core_feed, METH_VARARGS, "feed(dues, ended): more due offsets (int64 ns) for the open loop"},
-    {"wait_hungry", (PyCFunction)Core_wait_hungry, METH_VARARGS,
-     "wait_hungry(timeout_s): True when the open loop wants more dues, False when it stopped, None on timeout"},
+    {"wait_for_demand", (PyCFunction)Core_wait_for_demand, METH_VARARGS,
+     "wait_for_demand(timeout_s): True when the open loop wants more dues, False when it stopped, None on timeout"},
     {"swap", (PyCFunction)Core_swap, METH_NOARGS, "swap() -> (records bytes, examples, reconnects[, uint32 response counts per record, int64 "
      "response times]) since the last swap"},
     {"stop", (PyCFunction)Core_stop, METH_VARARGS, "stop(drain_s, unfinished_message) -> swap() after the drain"},

@@ -196,10 +196,10 @@ class NativeEngine:
 
     def _feed(self, dues: Iterator[int], chunk: int) -> None:
         while True:
-            hungry = self._core.wait_hungry(FEED_WAIT_S)
-            if hungry is False:
+            wants_dues = self._core.wait_for_demand(FEED_WAIT_S)
+            if wants_dues is False:
                 return
-            if hungry:
+            if wants_dues:
                 more, ended = _take(dues, chunk)
                 self._core.feed(more, ended)
                 if ended:

@@ -128,22 +128,25 @@ class MetricsSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            t = time.monotonic() - self.origin
-            got: list[MetricSample] = []
-            if self.url:
-                try:
-                    text = self._fetch()
-                except OSError:
-                    self.errors += 1
-                else:
-                    got = parse_prometheus(text, t)
-                    histograms = parse_first_response(text)
-                    if histograms:
-                        self.first_response.append((t, histograms))
-            if not got and self.use_nvml:
-                got = nvml_sample(t)
-            self.samples.extend(got)
+            self.scrape(time.monotonic() - self.origin)
             self._stop.wait(self.interval_s)
+
+    def scrape(self, t_s: float) -> None:
+        """One scrape, timed t_s from origin: GPU samples, and the first-response histogram where reported."""
+        got: list[MetricSample] = []
+        if self.url:
+            try:
+                text = self._fetch()
+            except OSError:
+                self.errors += 1
+            else:
+                got = parse_prometheus(text, t_s)
+                histograms = parse_first_response(text)
+                if histograms:
+                    self.first_response.append((t_s, histograms))
+        if not got and self.use_nvml:
+            got = nvml_sample(t_s)
+        self.samples.extend(got)
 
     def between(self, t0_s: float, t1_s: float) -> tuple[MetricSample, ...]:
         """Samples taken in [t0_s, t1_s) (seconds from origin)."""

@@ -3,9 +3,10 @@
 `nv_inference_first_response_histogram_ms` is a per-model histogram (labels `model`, `version`,
 and `le` on its buckets; `_count` and `_sum` series beside them), described in the server's
 `docs/user_guide/metrics.md` ("Histograms"). Servers report it with
-`--metrics-config histogram_latencies=true`: decoupled models since 2.52, every model since
-2.65 (server PR #8580). Servers that do not report it leave it out of the text, and the levels
-measured against them carry no histogram.
+`--metrics-config histogram_latencies=true`: decoupled models since 2.52 (24.11; core PR #396),
+every model since 2.65 (26.01; server PR #8580, core PR #464). Servers that do not report it
+(the bundled 2.51 among them) leave it out of the text, and the levels measured against them
+carry no histogram.
 """
 
 from __future__ import annotations

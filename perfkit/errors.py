@@ -15,7 +15,7 @@ class ExitCode(enum.IntEnum):
     INTERNAL = 1  # a bug: unexpected exception
     USAGE = 2  # bad command line (click's own code for usage errors)
     INPUT = 3  # bad input file, model config, data file, unknown model
-    SERVER = 4  # server could not start, is unreachable, or died
+    SERVER = 4  # server could not start, is unreachable, died, or refused what it was not started for
     MEASUREMENT = 5  # measurement ran but failed part-way (partial results saved)
     GATE_REGRESSION = 10  # gate: at least one metric regressed
     GATE_INCONCLUSIVE = 11  # gate: not enough evidence either way
@@ -86,6 +86,11 @@ class PortInUseError(ServerError):
 
 class BinaryNotFoundError(ServerError):
     """No tritonserver binary could be found."""
+
+
+class ServerRefusedError(ServerError):
+    """The server refused a request it was not started to allow (e.g. client shared memory on a
+    Triton started without --allow-client-shm=true)."""
 
 
 class ModelLoadError(ServerError):

@@ -79,6 +79,7 @@ def server_options(sweep: Sweep) -> ServerOptions:
         log_path=s.get("log"),
         tritonserver=s.get("tritonserver"),
         backend_directory=s.get("backend_directory"),
+        client_shm=any(m.spec.shared_memory != "none" for m in sweep.models),
         **{k: s[k] for k in ("image", "gpus", "shm_size", "url", "grpc_url", "metrics_url") if k in s},
     )
 

@@ -83,8 +83,8 @@ def command(**kw: Any) -> int:
     serve_models = tuple(kw.pop("serve_models")) or None
     request_count = kw.pop("request_count") or 0
     opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
-    opts = dataclasses.replace(opts, tls=admin_tls)
     spec = build_spec(kw, model=models[0], mix=mix, request_count=request_count, tls=engine_tls)
+    opts = dataclasses.replace(opts, tls=admin_tls, client_shm=spec.shared_memory != "none")
     if request_count:
         _check_request_count(spec, request_count)
         if ray_address:

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from perfkit.errors import PortInUseError
 from perfkit.measure import LevelDone, LevelStarted, WindowMeasured
-from perfkit.records import STATUS_DROPPED, LevelResult, LoadLevel, RunRecord, status_name
+from perfkit.records import STATUS_DROPPED, FirstResponseHistogram, LevelResult, LoadLevel, RunRecord, status_name
 
 _log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ class _Level:
     sums_s: dict[str, float] = field(default_factory=dict)
     tokens: int | None = None
     done: bool = False
+    first_response: tuple[FirstResponseHistogram, ...] = ()  # the server's, per model it served (at level end)
 
     def observe(self, kind: str, latencies_us: Any) -> None:
         if latencies_us is None or len(latencies_us) == 0:
@@ -149,6 +150,7 @@ class LiveMetrics(Collector):
             lv.observe_histogram("ttft", r.streaming.ttft.histogram)
             lv.observe_histogram("itl", r.streaming.itl.histogram)
             lv.tokens = round(r.streaming.output_len_mean * r.streaming.request_count)
+        lv.first_response = r.first_response
         lv.done = True
 
     def _tune_event(self, event: object) -> None:
@@ -232,6 +234,12 @@ class LiveMetrics(Collector):
             ),
         }  # fmt: skip
         tokens = CounterMetricFamily("perfkit_output_tokens", "Streamed requests: output tokens", labels=labels)
+        first = HistogramMetricFamily(
+            "perfkit_server_first_response_seconds",
+            "Triton's request-to-first-response histogram over the level (nv_inference_first_response_histogram_ms,"
+            " at level end, where the server reports it), per model the server ran",
+            labels=[*labels, "server_model", "version"],
+        )
         for key, lv in self._levels.items():
             values = list(key)
             fams["offered"].add_metric(values, lv.offered)
@@ -263,10 +271,17 @@ class LiveMetrics(Collector):
                     hists.add_metric([*values, kind], buckets, lv.sums_s[kind])
             if lv.tokens is not None:
                 tokens.add_metric(values, lv.tokens)
+            for h in lv.first_response:
+                server_buckets = [(f"{b / 1e3:.6g}", float(n)) for b, n in zip(h.bounds_ms, h.counts)]
+                first.add_metric(
+                    [*values, h.model, h.version], [*server_buckets, ("+Inf", float(h.count))], h.sum_ms / 1e3
+                )
         yield from fams.values()
         yield from (tput, inflight, stable, prec, current, hists)
         if any(lv.tokens is not None for lv in self._levels.values()):
             yield from (*streamed.values(), tokens)
+        if any(lv.first_response for lv in self._levels.values()):
+            yield first
         yield from self._collect_tune()
 
     def _collect_tune(self) -> Iterator[Any]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from perfkit import __version__
-from perfkit.errors import MeasurementError, ServerError, UsageError
+from perfkit.errors import MeasurementError, ServerError, ServerRefusedError, UsageError
 from perfkit.loadgen import (
     EngineConfig,
     FileRequest,
@@ -296,6 +296,9 @@ def profile(
                             break
     except KeyboardInterrupt:
         record("interrupted", "interrupted by the user")
+        raise
+    except ServerRefusedError as err:  # refused before any load for how it was started: exit 4, naming what to change
+        record("failed", err.one_line())
         raise
     except ServerError as err:
         rec = record("failed", err.one_line())

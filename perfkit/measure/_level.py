@@ -315,9 +315,11 @@ def _result(
     if before is not None and after is not None:
         server = _server_stats.delta(before, after, stats_models[0])
     samples: tuple[Any, ...] = ()
+    first_response: tuple[Any, ...] = ()
     if metrics is not None:
         origin_ns = int(metrics.origin * 1e9)
         samples = metrics.between((t0_ns - origin_ns) / 1e9, (end_ns - origin_ns) / 1e9)
+        first_response = metrics.first_response_between((t0_ns - origin_ns) / 1e9, (end_ns - origin_ns) / 1e9)
     examples = rec.samples.error_examples
     note = ""
     if examples:
@@ -341,6 +343,7 @@ def _result(
         windows=tuple(windows),
         server=server,
         metrics=samples,
+        first_response=first_response,
         note=note,
         streaming=streaming_summary(
             rec.samples,

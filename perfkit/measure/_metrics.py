@@ -1,4 +1,5 @@
-"""GPU metrics during a run: Triton's Prometheus endpoint, and pynvml where a local GPU exists."""
+"""GPU metrics during a run: Triton's Prometheus endpoint, and pynvml where a local GPU exists; the
+server's first-response histogram where it reports one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from perfkit.records import MetricSample
+from perfkit.measure._first_response import Snapshot, level_first_response, parse_first_response
+from perfkit.records import FirstResponseHistogram, MetricSample
 
 # One sample line: name{labels} value [timestamp]. Prometheus values may be NaN or +Inf.
 _LINE = re.compile(r"^(nv_gpu_\w+)\{([^}]*)\}\s+(\S+)")
@@ -108,6 +110,7 @@ class MetricsSampler:
         self.interval_s = interval_s
         self.use_nvml = use_nvml
         self.samples: list[MetricSample] = []
+        self.first_response: list[Snapshot] = []  # the scrapes that reported Triton's first-response histogram
         self.errors = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="perfkit-metrics", daemon=True)
@@ -125,21 +128,34 @@ class MetricsSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            t = time.monotonic() - self.origin
-            got: list[MetricSample] = []
-            if self.url:
-                try:
-                    got = parse_prometheus(self._fetch(), t)
-                except OSError:
-                    self.errors += 1
-            if not got and self.use_nvml:
-                got = nvml_sample(t)
-            self.samples.extend(got)
+            self.scrape(time.monotonic() - self.origin)
             self._stop.wait(self.interval_s)
+
+    def scrape(self, t_s: float) -> None:
+        """One scrape, timed t_s from origin: GPU samples, and the first-response histogram where reported."""
+        got: list[MetricSample] = []
+        if self.url:
+            try:
+                text = self._fetch()
+            except OSError:
+                self.errors += 1
+            else:
+                got = parse_prometheus(text, t_s)
+                histograms = parse_first_response(text)
+                if histograms:
+                    self.first_response.append((t_s, histograms))
+        if not got and self.use_nvml:
+            got = nvml_sample(t_s)
+        self.samples.extend(got)
 
     def between(self, t0_s: float, t1_s: float) -> tuple[MetricSample, ...]:
         """Samples taken in [t0_s, t1_s) (seconds from origin)."""
         return tuple(s for s in self.samples if t0_s <= s.t_s < t1_s)
+
+    def first_response_between(self, t0_s: float, t1_s: float) -> tuple[FirstResponseHistogram, ...]:
+        """Each model's first-response histogram over [t0_s, t1_s) (seconds from origin); empty
+        where the server does not report it."""
+        return level_first_response(self.first_response, t0_s, t1_s)
 
     def stop(self) -> None:
         self._stop.set()

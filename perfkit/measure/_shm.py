@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from perfkit.errors import ServerError, UsageError
+from perfkit.errors import ServerError, ServerRefusedError, UsageError
 from perfkit.loadgen import ModelIO, ShmBinding, Tensor
 from perfkit.server.base import Server
 
@@ -26,6 +26,8 @@ def _unregister(unregister: Callable[[str], None], name: str) -> None:
     while True:
         try:
             unregister(name)
+            return
+        except ServerRefusedError:  # a server without client shared memory registered nothing
             return
         except ServerError as err:
             if time.monotonic() > deadline:

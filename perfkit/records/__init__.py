@@ -23,6 +23,7 @@ from perfkit.errors import InputError
 from perfkit.records._calibration import Calibration, CalibrationPoint
 from perfkit.records._level import (
     Drift,
+    FirstResponseHistogram,
     LatencySummary,
     LevelResult,
     MetricSample,
@@ -95,6 +96,7 @@ __all__ = [
     "Calibration",
     "CalibrationPoint",
     "Drift",
+    "FirstResponseHistogram",
     "DEFAULT_GATE_THRESHOLDS",
     "DEFAULT_MIN_WINDOWS",
     "DEFAULT_TAIL_PERCENTILES",

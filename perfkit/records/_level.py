@@ -94,6 +94,24 @@ class MetricSample:
 
 
 @dataclass(frozen=True)
+class FirstResponseHistogram:
+    """Triton's request-to-first-response histogram of one model over a level: the server's
+    `nv_inference_first_response_histogram_ms` (its metrics endpoint, where the server reports
+    it), as the change of its cumulative buckets between the scrapes before and at the level's end.
+
+    `bounds_ms` are the buckets' finite upper bounds (Prometheus `le`), `counts` the responses at
+    or below each (cumulative); `count` is every response (the +Inf bucket), `sum_ms` their sum.
+    """
+
+    model: str
+    version: str
+    count: int
+    sum_ms: float
+    bounds_ms: tuple[float, ...] = ()
+    counts: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class Precision:
     """How precisely a level was measured: half-widths of ~95% confidence intervals, relative.
 
@@ -205,6 +223,8 @@ class LevelResult:
     # own figures are the whole mix's (its counts are their sums)
     models: tuple[MixShare, ...] = ()
     drift: Drift | None = None  # the level ended early: its windows moved (a change point), all kept
+    # Triton's first-response histogram per model (--collect-metrics, servers that report it); () before it was read
+    first_response: tuple[FirstResponseHistogram, ...] = ()
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from perfkit.errors import ModelLoadError, ModelNotFoundError, ServerError, ServerStartError
 from perfkit.records import TlsSpec
+from perfkit.server._client_shm import consent_refusal
 
 # Triton's answer to a load/unload request when it runs without explicit model control.
 _MODEL_CONTROL_REFUSED = "explicit model load / unload is not allowed"
@@ -40,6 +41,12 @@ class Endpoints:
         if self.metrics_port is None:
             return None
         return f"http://{_bracket(self.host)}:{self.metrics_port}/metrics"
+
+
+def _refuse_without_consent(payload: dict[str, Any], region: str) -> None:
+    refusal = consent_refusal(payload.get("error", ""), region=region)
+    if refusal is not None:
+        raise refusal
 
 
 def _bracket(host: str) -> str:
@@ -215,10 +222,12 @@ class Server:
 
     # -- shared memory -----------------------------------------------------------------------------
     def register_system_shared_memory(self, name: str, key: str, byte_size: int, offset: int = 0) -> None:
-        """Register a POSIX shared-memory region with the server; raises ServerError."""
+        """Register a POSIX shared-memory region with the server; raises ServerError (ServerRefusedError
+        when the server was not started to allow client shared memory)."""
         body = {"key": key, "offset": offset, "byte_size": byte_size}
         status, payload = self._request("POST", f"/v2/systemsharedmemory/region/{name}/register", body)
         if status != 200:
+            _refuse_without_consent(payload, name)
             raise ServerError(f"registering shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def unregister_system_shared_memory(self, name: str) -> None:
@@ -226,13 +235,16 @@ class Server:
         server refuses (e.g. the region is still in use by requests it is executing)."""
         status, payload = self._request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", {})
         if status != 200:
+            _refuse_without_consent(payload, name)
             raise ServerError(f"unregistering shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def register_cuda_shared_memory(self, name: str, raw_handle_b64: str, device_id: int, byte_size: int) -> None:
-        """Register a CUDA IPC region with the server; raises ServerError."""
+        """Register a CUDA IPC region with the server; raises ServerError (ServerRefusedError when the
+        server was not started to allow client shared memory)."""
         body = {"raw_handle": {"b64": raw_handle_b64}, "device_id": device_id, "byte_size": byte_size}
         status, payload = self._request("POST", f"/v2/cudasharedmemory/region/{name}/register", body)
         if status != 200:
+            _refuse_without_consent(payload, name)
             raise ServerError(f"registering CUDA shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def unregister_cuda_shared_memory(self, name: str) -> None:
@@ -240,6 +252,7 @@ class Server:
         server refuses (e.g. the region is still in use by requests it is executing)."""
         status, payload = self._request("POST", f"/v2/cudasharedmemory/region/{name}/unregister", {})
         if status != 200:
+            _refuse_without_consent(payload, name)
             raise ServerError(f"unregistering CUDA shared memory {name!r} failed: {payload.get('error', payload)}")
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:

@@ -25,6 +25,7 @@ import docker.utils
 import requests
 
 from perfkit.errors import InputError, PortInUseError, ServerError, ServerStartError, UsageError
+from perfkit.server._client_shm import ALLOW_CLIENT_SHM_FLAG, knows_allow_client_shm
 from perfkit.server._ports import check_port_free, free_ports
 from perfkit.server.base import Endpoints, Server
 from perfkit.server.local import DEFAULT_SERVER_ENV
@@ -94,7 +95,29 @@ def _check_repository(opts: ServerOptions) -> Path:
     return repo
 
 
-def _command(models: tuple[str, ...] | None) -> list[str]:
+def image_server_version(image: Any) -> str | None:
+    """The Triton version an image declares (NGC images set TRITON_SERVER_VERSION in their
+    environment: the server repository's build.py); None where it declares none."""
+    try:
+        env = image.attrs.get("Config", {}).get("Env") or []
+    except AttributeError:
+        return None
+    for item in env:
+        key, _, value = str(item).partition("=")
+        if key == "TRITON_SERVER_VERSION" and value:
+            return value
+    return None
+
+
+def allow_client_shm_args(opts: ServerOptions, server_version: str | None) -> list[str]:
+    """`--allow-client-shm=true` where clients will use shared memory and the image's server knows
+    the flag (by its declared version, else its tag); nothing otherwise."""
+    if not opts.client_shm:
+        return []
+    return [ALLOW_CLIENT_SHM_FLAG] if knows_allow_client_shm(server_version=server_version, image=opts.image) else []
+
+
+def _command(models: tuple[str, ...] | None, consent: list[str] | None = None) -> list[str]:
     http, grpc, metrics = CONTAINER_PORTS
     cmd = [
         "tritonserver",
@@ -105,7 +128,7 @@ def _command(models: tuple[str, ...] | None) -> list[str]:
         f"--metrics-port={metrics}",
         "--strict-readiness=true",
     ]
-    return cmd + [f"--load-model={m}" for m in (models if models is not None else ("*",))]
+    return cmd + [f"--load-model={m}" for m in (models if models is not None else ("*",))] + (consent or [])
 
 
 def _connect(opts: ServerOptions) -> Any:
@@ -121,17 +144,16 @@ def _connect(opts: ServerOptions) -> Any:
         ) from err
 
 
-def _ensure_image(client: Any, image: str) -> None:
-    """Pull the image unless the engine has it; raises ServerError naming the image."""
+def _ensure_image(client: Any, image: str) -> Any:
+    """The image, pulled unless the engine has it; raises ServerError naming the image."""
     try:
-        client.images.get(image)
-        return
+        return client.images.get(image)
     except docker.errors.ImageNotFound:
         pass
     except _ENGINE_ERRORS as err:
         raise ServerError(f"cannot inspect image {image}: {_reason(err)}") from err
     try:
-        client.images.pull(image)
+        return client.images.pull(image)
     except _ENGINE_ERRORS as err:
         raise ServerError(
             f"cannot pull image {image}: {_reason(err)}",
@@ -299,7 +321,7 @@ def launch_docker(opts: ServerOptions) -> DockerServer:
     env = {**DEFAULT_SERVER_ENV, **opts.env}
     client = _connect(opts)
     try:
-        _ensure_image(client, opts.image)
+        consent = allow_client_shm_args(opts, image_server_version(_ensure_image(client, opts.image)))
     except BaseException:
         client.close()
         raise
@@ -315,7 +337,7 @@ def launch_docker(opts: ServerOptions) -> DockerServer:
         try:
             container = client.containers.create(
                 opts.image,
-                command=_command(opts.models),
+                command=_command(opts.models, consent),
                 name=name,
                 labels=LABEL,
                 environment=env,

@@ -31,6 +31,8 @@ class ServerOptions:
     startup_timeout_s: float = 120.0
     env: Mapping[str, str] = field(default_factory=dict)
     log_path: Path | None = None
+    # clients will use shared memory: a launched server that knows --allow-client-shm is started with it
+    client_shm: bool = False
     # local
     tritonserver: Path | None = None
     backend_directory: Path | None = None
@@ -71,5 +73,6 @@ def open_server(opts: ServerOptions) -> Server:
             startup_timeout_s=opts.startup_timeout_s,
             env=dict(opts.env),
             log_path=opts.log_path,
+            client_shm=opts.client_shm,
         )
     )

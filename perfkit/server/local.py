@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from perfkit.errors import BinaryNotFoundError, InputError, PortInUseError, ServerStartError
+from perfkit.server._client_shm import ALLOW_CLIENT_SHM_FLAG, knows_allow_client_shm
 from perfkit.server._ports import check_port_free, free_ports
 from perfkit.server.base import Endpoints, Server
 
@@ -34,6 +35,7 @@ from perfkit.server.base import Endpoints, Server
 # every python-backend instance spin and starve a small machine (seen: throughput collapse).
 DEFAULT_SERVER_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 _PR_SET_PDEATHSIG = 1
+_HELP_TIMEOUT_S = 30.0
 # tritonserver's words for a port another process holds: its own (server src/http_server.cc
 # HTTPServer::Start, src/grpc/grpc_server.cc Server::Start: "Socket 'HOST:PORT' already in use"),
 # and the gRPC library's and the OS's
@@ -57,6 +59,8 @@ class LocalLaunch:
     extra_args: tuple[str, ...] = ()
     log_path: Path | None = None
     log_verbose: int = 0
+    # Clients will use shared memory: the server is started with --allow-client-shm=true where it knows the flag
+    client_shm: bool = False
 
 
 def _bundled_root() -> Path | None:
@@ -215,7 +219,33 @@ def _build_env(spec: LocalLaunch, binary: Path, bundled: Path | None) -> dict[st
     return env
 
 
-def _command(binary: Path, spec: LocalLaunch, backend_dir: Path | None, ports: Sequence[int], repo: Path) -> list[str]:
+def _help_text(binary: Path, env: Mapping[str, str]) -> str | None:
+    """`tritonserver --help` (what options this binary takes); None where it cannot be run."""
+    try:
+        done = subprocess.run(
+            [str(binary), "--help"], env=dict(env), capture_output=True, timeout=_HELP_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (done.stdout + done.stderr).decode(errors="replace")
+
+
+def allow_client_shm_args(spec: LocalLaunch, binary: Path, env: Mapping[str, str]) -> list[str]:
+    """`--allow-client-shm=true` where clients will use shared memory and the binary knows the flag
+    (its --help lists it); nothing otherwise, as a server that does not know a flag refuses to start."""
+    if not spec.client_shm or any(a.startswith("--allow-client-shm") for a in spec.extra_args):
+        return []
+    return [ALLOW_CLIENT_SHM_FLAG] if knows_allow_client_shm(help_text=_help_text(binary, env)) else []
+
+
+def _command(
+    binary: Path,
+    spec: LocalLaunch,
+    backend_dir: Path | None,
+    ports: Sequence[int],
+    repo: Path,
+    consent: Sequence[str] = (),
+) -> list[str]:
     http_port, grpc_port, metrics_port = ports
     cmd = [
         str(binary),
@@ -236,6 +266,7 @@ def _command(binary: Path, spec: LocalLaunch, backend_dir: Path | None, ports: S
         cmd.append(f"--backend-directory={backend_dir}")
     models = spec.models if spec.models is not None else ("*",)
     cmd += [f"--load-model={m}" for m in models]
+    cmd += list(consent)
     cmd += list(spec.extra_args)
     return cmd
 
@@ -262,6 +293,7 @@ def launch_local(spec: LocalLaunch) -> LocalServer:
         check_stub_numpy(np.__version__)
     backend_dir = spec.backend_directory or (_bundled_backends(bundled) if bundled is not None else None)
     env = _build_env(spec, binary, bundled)
+    consent = allow_client_shm_args(spec, binary, env)
     chosen = (spec.http_port, spec.grpc_port, spec.metrics_port)
     for port, what in zip(chosen, ("HTTP", "gRPC", "metrics")):
         if port is not None:
@@ -280,7 +312,7 @@ def launch_local(spec: LocalLaunch) -> LocalServer:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                _command(binary, spec, backend_dir, ports, repo),
+                _command(binary, spec, backend_dir, ports, repo, consent),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -252,3 +252,34 @@ def test_ctrl_c_saves_what_was_measured_and_cleans_up_shared_memory(triton, tmp_
     assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"perfkit_{proc.pid}_")]
     status, regions = triton._request("GET", "/v2/systemsharedmemory/status")
     assert not [r for r in regions if r.get("name", "").startswith(f"perfkit_{proc.pid}_")]
+
+
+def test_shared_memory_refused_for_consent_is_one_line_exit_4_and_leaves_nothing(triton, tmp_path, monkeypatch):
+    """The bundled server (2.51.0) accepts shared memory, so the refusal of Triton 2.69.0+ started
+    without --allow-client-shm cannot be produced by it: a STAND-IN answers the registrations as
+    that server does (HTTP 501 and the exact text of its src/common.h), everything else is the
+    real server. The run stops before any load with the one-line server refusal (exit 4), its
+    record saved as failed, and no region left behind on either side."""
+    from perfkit.errors import ExitCode, ServerRefusedError
+    from perfkit.server._client_shm import CLIENT_SHM_DISABLED
+
+    real = triton._request
+
+    def no_consent(method, path, body=None, timeout_s=None):
+        if "sharedmemory/region/" in path and path.endswith(("/register", "/unregister")):
+            return 501, {"error": CLIENT_SHM_DISABLED}  # the stand-in: what only a newer server says
+        return real(method, path, body, timeout_s)
+
+    monkeypatch.setattr(triton, "_request", no_consent)
+    out = tmp_path / "run.json"
+    with pytest.raises(ServerRefusedError) as info:
+        profile(triton, _spec("identity", LoadLevel("concurrency", 1), shared_memory="system"), record_path=out)
+    assert info.value.exit_code == ExitCode.SERVER
+    line = info.value.one_line()
+    assert "--allow-client-shm=true" in line and "\n" not in line
+    rec = RunRecord.load(out)
+    assert rec.status == "failed" and not rec.levels
+    monkeypatch.undo()
+    status, regions = triton._request("GET", "/v2/systemsharedmemory/status")
+    assert status == 200 and not [r for r in regions if "perfkit" in r.get("name", "")]
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"perfkit_{os.getpid()}_")]

@@ -113,3 +113,22 @@ def test_engine_lost_during_startup_is_a_server_error_naming_the_leftover(tmp_pa
     leftover = [k for k, srv in docker_target._LIVE.items() if f"docker rm -f {srv.container_name}" in caplog.text]
     assert len(leftover) == 1  # still registered for another try at exit
     docker_target._LIVE.pop(leftover[0])  # forget it so this test process exits quietly
+
+
+@pytest.mark.usefixtures("tritonserver")
+def test_shared_memory_asked_for_gives_a_2605_image_the_consent_flag_and_a_2410_one_none(tmp_path, make_engine):  # noqa: F811
+    """No 26.05 image can be had here (no registry; only a 2.51 server runs), so the fake engine
+    pulls one by name: its container's command carries --allow-client-shm=true (the image's tag says
+    it is 26.05 or later), while the default 24.10 image's does not (it would refuse the option)."""
+    new_image = "nvcr.io/nvidia/tritonserver:26.05-py3"
+    repo = copy_models(tmp_path, ["identity"])
+    for image, flagged in ((new_image, True), (IMAGE, False)):
+        engine = make_engine(images=set(), pullable={new_image, IMAGE})
+        opts = ServerOptions(
+            mode="docker", model_repository=repo, models=("identity",), image=image, docker_url=engine.url,
+            client_shm=True, startup_timeout_s=90,
+        )  # fmt: skip
+        with open_server(opts) as server:
+            assert server.is_ready()
+        cmd = engine.create_body()["Cmd"]
+        assert ("--allow-client-shm=true" in cmd) is flagged, (image, cmd)

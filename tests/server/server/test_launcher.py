@@ -272,3 +272,27 @@ def test_a_server_without_explicit_model_control_is_named_as_the_problem(tmp_pat
         with pytest.raises(ServerError, match="does not let clients load models") as info:
             server.unload_model("identity")
         assert not isinstance(info.value, ModelLoadError)
+
+
+@pytest.mark.usefixtures("tritonserver")
+def test_shared_memory_asked_for_launches_the_bundled_server_without_the_consent_flag_and_serves_it(tmp_path):
+    """The bundled Triton (2.51.0) predates --allow-client-shm (2.69.0 / 26.05) and would refuse it
+    as an unknown option, so a launch that asks for client shared memory reads the binary's --help,
+    leaves the flag out, starts, and serves a --shared-memory system profile. (A newer server given
+    the flag is checked on the command lines: tests/unit/server/test_client_shm.py.)"""
+    from perfkit.measure import profile
+    from perfkit.records import LoadLevel, ProfileSpec
+
+    repo = copy_models(tmp_path, ["identity"])
+    with launch_local(LocalLaunch(repo, models=("identity",), client_shm=True)) as server:
+        cmdline = Path(f"/proc/{server.pid}/cmdline").read_bytes().split(b"\0")
+        assert not [a for a in cmdline if a.startswith(b"--allow-client-shm")]
+        assert server.version() == "2.51.0"
+        spec = ProfileSpec(
+            model="identity", levels=(LoadLevel("concurrency", 1),), shared_memory="system",
+            measurement_interval_ms=300.0, max_trials=3, min_windows=3, warmup_s=0.2,
+        )  # fmt: skip
+        rec = profile(server, spec)
+        assert rec.levels[0].error_count == 0 and rec.levels[0].service.count > 0
+        status, regions = server._request("GET", "/v2/systemsharedmemory/status")
+        assert status == 200 and not [r for r in regions if "perfkit" in r.get("name", "")]

@@ -39,7 +39,7 @@ def test_lines_waits_for_a_line_and_fails_when_the_stream_ends_without_it() -> N
 def test_a_server_left_running_by_a_test_file_is_found_by_its_tag_and_ended(tmp_path) -> None:
     import shutil
 
-    from tests import leftovers
+    from tests.support import leftovers
 
     fake = tmp_path / "tritonserver"  # a process of that name, as /proc shows it; not the real binary
     shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)

@@ -88,7 +88,7 @@ def main() -> int:
     version = use_version(args.pa_version)
     if args.pin and len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("--pin needs two CPUs")
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from onnx_model import add_onnx_model
 
     work = Path(tempfile.mkdtemp(prefix="perfkit-onnx-client-share-"))

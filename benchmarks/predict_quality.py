@@ -88,7 +88,7 @@ STEPS = ("stage_decode", "stage_infer", "stage_post")
 
 PHASES = ("predict", "grid", "measure")
 HUNGRY_BUDGET_MS = 150.0  # see the module's docstring: at 100 ms many configs hold no rate at all
-# onnx_mlp's layers (tests/onnx_model.py): hidden layers 2048 wide, not the tests' 1024, so that its
+# onnx_mlp's layers (tests/support/onnx_model.py): hidden layers 2048 wide, not the tests' 1024, so that its
 # configs hold rates where perf_analyzer's client has CPU to spare, and its batch sizes differ
 # (4,523-6,783 req/s in the first such grid). With 1024 every batching config ended at the request
 # path's capacity, 9,000-13,000 req/s, where perf_analyzer 2.60.0 (76 us of CPU a request,
@@ -369,7 +369,7 @@ def run_subject(name: str, args: argparse.Namespace, out: dict[str, Any], save: 
     models = ("stages", *STEPS) if sub.kind == "pipeline" else (name,)
     for m in models:
         if m == "onnx_mlp":
-            sys.path.insert(0, str(ROOT / "tests"))
+            sys.path.insert(0, str(ROOT / "tests" / "support"))
             from onnx_model import add_onnx_model
 
             add_onnx_model(repo, widths=ONNX_WIDTHS)

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.queueing
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo root: tests.support.queueing
 
 from perfkit.predict import (  # noqa: E402
     BatcherConfig,
@@ -50,7 +50,7 @@ from perfkit.predict import (  # noqa: E402
     sustainable_rate,
     unit_arrivals,
 )
-from tests.queueing import sustainable_rate_rps  # noqa: E402
+from tests.support.queueing import sustainable_rate_rps  # noqa: E402
 
 DELAYS_US = (0.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 5_000.0, 10_000.0, 20_000.0)
 LARGE_DELAYS_US = (0.0, 50.0, 100.0, 200.0, 500.0, 1_000.0, 2_000.0, 3_000.0, 5_000.0, 7_000.0, 10_000.0, 15_000.0,

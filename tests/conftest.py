@@ -29,9 +29,9 @@ import pytest
 from perfkit.errors import BinaryNotFoundError
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer, find_tritonserver
-from tests import leftovers
-from tests.docker_engine import docker_daemon, triton_image  # noqa: F401  (fixtures: a real Docker engine)
-from tests.failed_list import pytest_runtest_logreport  # noqa: F401  (a hook: scripts/test.sh's re-runs)
+from tests.support import leftovers
+from tests.support.docker_engine import docker_daemon, triton_image  # noqa: F401  (fixtures: a real Docker engine)
+from tests.support.failed_list import pytest_runtest_logreport  # noqa: F401  (a hook: scripts/test.sh's re-runs)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_MODELS = ROOT / "fixtures" / "models"
@@ -119,7 +119,7 @@ def _file_of(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before any fixture of the test is set up, module- and session-scoped ones too
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Name the test's file for the servers it starts (tests/leftovers.py); outside `server` tests,
+    """Name the test's file for the servers it starts (tests/support/leftovers.py); outside `server` tests,
     make starting tritonserver (here or in a child Python) fail."""
     os.environ[leftovers.TAG] = _file_of(item)
     if not _guarded(item):

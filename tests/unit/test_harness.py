@@ -1,4 +1,5 @@
-"""The test harness's own rules: a missing real component fails under CI=true; waits are on output."""
+"""The test harness's own rules: a missing real component fails under CI=true; waits are on output;
+the unit tests' stand-in server answers what it stands in for and nothing else."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ import sys
 
 import pytest
 
+from perfkit.errors import ModelLoadError, ModelNotFoundError, ServerError
+from perfkit.predict import batch_points
+from perfkit.server.base import Server
 from tests.conftest import Lines, require, wait_until
+from tests.support.stand_in_server import StandInServer
 
 
 def test_a_missing_component_skips_locally_and_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -39,7 +44,7 @@ def test_lines_waits_for_a_line_and_fails_when_the_stream_ends_without_it() -> N
 def test_a_server_left_running_by_a_test_file_is_found_by_its_tag_and_ended(tmp_path) -> None:
     import shutil
 
-    from tests import leftovers
+    from tests.support import leftovers
 
     fake = tmp_path / "tritonserver"  # a process of that name, as /proc shows it; not the real binary
     shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
@@ -58,3 +63,24 @@ def test_a_server_left_running_by_a_test_file_is_found_by_its_tag_and_ended(tmp_
         for proc in (left, stopping):
             proc.kill()
             proc.wait()
+
+
+def test_the_stand_in_server_answers_from_memory_and_refuses_the_rest() -> None:
+    server = StandInServer(service_us=lambda n: 1_000.0 + 10.0 * n, refuses=("broken",))
+    assert isinstance(server, Server) and server.is_ready() and server.version() == "stand-in"
+    before = server.model_stats("m")
+    server.executed(4, 10)
+    assert [(p.batch_size, p.executions, p.service_us) for p in batch_points(before, server.model_stats("m"), "m")] == [
+        (4, 10, 1_040.0)
+    ]
+    server.load_model("m", config={"max_batch_size": 4})
+    assert server.model_config("m") == {"max_batch_size": 4} and server.loads == [("m", {"max_batch_size": 4})]
+    with pytest.raises(ModelLoadError):
+        server.load_model("broken")
+    with pytest.raises(ModelNotFoundError):
+        server.model_config("broken")
+    # what it does not stand in for fails as an unreachable server does, never reaching a port
+    with pytest.raises(ServerError, match="answers no HTTP request"):
+        server.repository_index()
+    with pytest.raises(ServerError, match="no statistics"):
+        StandInServer(keeps_stats=False).model_stats("m")

@@ -111,7 +111,7 @@ def _suite(tmp_path: Path, tests: str) -> Path:
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python.chmod(0o755)
     (repo / "tests").mkdir()
-    shutil.copy(ROOT / "tests" / "failed_list.py", repo / "tests" / "failed_list.py")
+    shutil.copy(ROOT / "tests" / "support" / "failed_list.py", repo / "tests" / "failed_list.py")
     (repo / "tests" / "conftest.py").write_text(CONFTEST)
     (repo / "tests" / "test_one.py").write_text(textwrap.dedent(tests))
     (repo / "tests" / "test_two.py").write_text("def test_beside():\n    pass\n")

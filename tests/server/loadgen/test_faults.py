@@ -44,7 +44,7 @@ from perfkit.records import (
 from perfkit.schedule import due_times
 from perfkit.server import LocalLaunch, launch_local
 from tests.conftest import copy_models
-from tests.faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 
 MODEL = "identity"
 # senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones

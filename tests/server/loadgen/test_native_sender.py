@@ -49,8 +49,8 @@ from perfkit.records import (
 )
 from perfkit.schedule import due_times
 from tests.conftest import require
-from tests.faultproxy import FaultProxy
 from tests.server.loadgen.test_faults import _check, _collect, drive_through_fault
+from tests.support.faultproxy import FaultProxy
 
 # senders: the compiled one ("native": HTTP/1.1, "native-grpc": gRPC) and the Python ones
 SENDERS = ("native", "http1")

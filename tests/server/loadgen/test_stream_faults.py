@@ -32,8 +32,8 @@ from perfkit.loadgen import ModelIO, StreamConfig, grpc_payload, native_availabl
 from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR
 from perfkit.records import LoadLevel
 from tests.conftest import require
-from tests.faultproxy import FaultProxy
 from tests.server.loadgen.test_faults import LEVELS, Run, _check, drive_through_fault
+from tests.support.faultproxy import FaultProxy
 
 MODEL = "identity"
 RESPONSES = 1  # per request: identity answers once, then the (empty) final response

@@ -1,6 +1,6 @@
 """-H and --grpc-compression-algorithm on streamed requests, seen on the wire and answered by Triton.
 
-A recording proxy (tests/faultproxy.py, record_bytes) sits in front of the real server: what perfkit
+A recording proxy (tests/support/faultproxy.py, record_bytes) sits in front of the real server: what perfkit
 sent is on record, and the run's result says the server accepted it (Triton decompresses a gzip
 stream message or fails the request).
 """
@@ -12,7 +12,7 @@ import re
 from perfkit.cli import main
 from perfkit.errors import ExitCode
 from perfkit.records import RunRecord
-from tests.faultproxy import FaultProxy
+from tests.support.faultproxy import FaultProxy
 
 RUN = ["-m", "streamer", "--streaming", "--concurrency-range", "2", "-p", "300", "-r", "3", "-s", "999"]
 

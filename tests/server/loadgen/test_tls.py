@@ -1,6 +1,6 @@
 """TLS to the server with perf_analyzer's --ssl-* flags: HTTPS and gRPC over TLS, end to end.
 
-A TLS-terminating proxy (tests/tlsproxy.py, a certificate from a test CA made with the openssl
+A TLS-terminating proxy (tests/support/tlsproxy.py, a certificate from a test CA made with the openssl
 CLI) sits in front of the real Triton's HTTP and gRPC ports; `perfkit profile` measures through it.
 """
 
@@ -16,7 +16,7 @@ from perfkit.cli import main
 from perfkit.errors import ExitCode
 from perfkit.records import RunRecord
 from tests.conftest import require
-from tests.tlsproxy import TlsProxy
+from tests.support.tlsproxy import TlsProxy
 
 FAST = ["-m", "identity", "--concurrency-range", "2", "-p", "300", "-r", "3"]
 

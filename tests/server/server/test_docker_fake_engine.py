@@ -1,5 +1,5 @@
 """Docker launch mode against the fake engine, for the two things a real engine cannot be made to do
-in a test (tests/fake_docker_engine.py says why): pull an absent image, and vanish mid-start.
+in a test (tests/support/fake_docker_engine.py says why): pull an absent image, and vanish mid-start.
 Everything else runs against a real dockerd in tests/server/server/test_docker_mode.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from perfkit.server import docker as docker_target
 from perfkit.server.docker import DockerServer, launch_docker
 from perfkit.server.launch import ServerOptions, open_server
 from tests.conftest import copy_models
-from tests.fake_docker_engine import IMAGE, assert_removed, make_engine  # noqa: F401  (make_engine: a fixture)
+from tests.support.fake_docker_engine import IMAGE, assert_removed, make_engine  # noqa: F401  (make_engine: a fixture)
 
 
 @pytest.mark.usefixtures("tritonserver")

@@ -1,9 +1,9 @@
 """Docker launch mode against a real Docker engine: Debian's dockerd started by the harness, and a
-Triton image built on this machine from the nvidia-pytriton wheel (tests/docker_engine.py).
+Triton image built on this machine from the nvidia-pytriton wheel (tests/support/docker_engine.py).
 
 Every test checks with the engine's own container list that perfkit left no container behind,
 whether the run ended normally, with an error, on Ctrl-C, or at interpreter exit. The fake engine
-(tests/fake_docker_engine.py) is left for pulling and for a daemon vanishing mid-start.
+(tests/support/fake_docker_engine.py) is left for pulling and for a daemon vanishing mid-start.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.server.docker import DockerServer, launch_docker
 from perfkit.server.launch import ServerOptions, open_server
 from tests.conftest import CHEAP_CONFIRM, ROOT, Lines, copy_models
-from tests.docker_engine import DockerDaemon
+from tests.support.docker_engine import DockerDaemon
 
 pytestmark = [pytest.mark.usefixtures("tritonserver")]
 

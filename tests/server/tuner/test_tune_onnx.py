@@ -1,5 +1,5 @@
 """perfkit tune on a model that computes for real: an MLP run by onnxruntime in the python backend
-(tests/onnx_model.py), one intra-op and one inter-op thread per instance. What batching buys here
+(tests/support/onnx_model.py), one intra-op and one inter-op thread per instance. What batching buys here
 comes from arithmetic (one matrix product per batch instead of one matrix-vector product per
 request), not from a sleep, and the tune must find it."""
 
@@ -20,7 +20,7 @@ from perfkit.records import TuneRecord, from_dict
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import config_pbtxt_sha256, read_config
 from tests.conftest import require
-from tests.onnx_model import add_onnx_model, reference_output
+from tests.support.onnx_model import add_onnx_model, reference_output
 
 pytestmark = [pytest.mark.usefixtures("tritonserver")]
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from perfkit.records import RunRecord, TuneRecord, from_dict
-from tests.queueing import sustainable_rate_rps
+from tests.support.queueing import sustainable_rate_rps
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 

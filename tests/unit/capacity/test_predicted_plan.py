@@ -17,7 +17,7 @@ from perfkit.cli import main
 from perfkit.errors import ExitCode, InputError, UsageError
 from perfkit.predict import BatcherConfig, Contention, ServiceModel, sustainable_rate
 from perfkit.records import Calibration, CalibrationPoint, LoadLevel, Machine, TrialRecord, TuneRecord
-from tests.queueing import sustainable_rate_rps
+from tests.support.queueing import sustainable_rate_rps
 
 R90 = LoadLevel("request_rate", 90.0, "poisson")
 ORIGINAL = 'name: "queue"\nbackend: "python"\nmax_batch_size: 8\ninstance_group [{ count: 1, kind: KIND_CPU }]\n'

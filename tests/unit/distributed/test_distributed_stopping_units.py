@@ -17,9 +17,9 @@ import pytest
 from perfkit.distributed import _run, _worker
 from perfkit.distributed._cluster import Placed
 from perfkit.distributed._worker import LoadWorker, Unit
-from perfkit.errors import ServerError
 from perfkit.measure import _stopping
 from perfkit.records import STATUS_OK, LoadLevel, ProfileSpec, Samples
+from tests.support.stand_in_server import StandInServer
 
 WINDOW_MS = 60.0
 
@@ -80,16 +80,6 @@ RAY = SimpleNamespace(
 )
 
 
-class FakeServer:
-    endpoints = SimpleNamespace(http_url="http://fake:8000", grpc_url="fake:8001")
-
-    def model_stats(self, name: str) -> dict:
-        raise ServerError("no statistics from a stand-in server")
-
-    def is_ready(self) -> bool:
-        return True
-
-
 def _measure(monkeypatch: pytest.MonkeyPatch, slow: float, slow_at_s: float, **spec_kw: Any):
     engines = iter(SyntheticEngine(2000.0, 1000.0, slow, slow_at_s, seed) for seed in range(2))
     monkeypatch.setattr(_worker, "make_engine", lambda cfg: next(engines))
@@ -99,7 +89,9 @@ def _measure(monkeypatch: pytest.MonkeyPatch, slow: float, slow_at_s: float, **s
     level = LoadLevel("concurrency", 2)
     kw = {"measurement_interval_ms": WINDOW_MS, "warmup_s": 0.0, "tail_percentiles": (), "max_trials": 30, **spec_kw}
     spec = ProfileSpec(model="m", levels=(level,), **kw)  # type: ignore[arg-type]  # test kwargs
-    result, died = _run._measure_level(RAY, [FakeServer()], workers, units, spec, level, ["m"], None)  # type: ignore[list-item]  # a stand-in server
+    result, died = _run._measure_level(
+        RAY, [StandInServer(keeps_stats=False)], workers, units, spec, level, ["m"], None
+    )
     assert not died
     return result
 

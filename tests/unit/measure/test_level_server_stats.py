@@ -13,6 +13,7 @@ import pytest
 
 from perfkit.measure import _level
 from perfkit.records import LoadLevel, ProfileSpec, Samples
+from tests.support.stand_in_server import StandInServer
 
 MS = 1_000_000
 SEND_EVERY_NS = MS // 2  # closed loop at 2000 requests/s
@@ -71,9 +72,13 @@ class Gen:
         return self._hand_over(self.clock.now_ns)
 
 
-class Server:
+class CountingServer(StandInServer):
+    """Counts the generator's requests on the fake timeline, each once it is in the counters; one
+    that keeps no statistics answers zero counts."""
+
     def __init__(self, clock: Clock, gen: Gen, keeps_stats: bool = True) -> None:
-        self.clock, self.gen, self.keeps_stats = clock, gen, keeps_stats
+        super().__init__()
+        self.clock, self.gen, self.counts_requests = clock, gen, keeps_stats
         self.reads = 0
 
     def counted_at(self, sent_ns: int) -> int:
@@ -81,26 +86,23 @@ class Server:
         held_from, held_to = (self.gen.t0 + t for t in HELD_UP_NS)
         return max(answered + COUNTED_AFTER_NS, held_to if held_from <= answered < held_to else 0)
 
-    def model_stats(self, name: str) -> dict:
+    def model_stats(self, name: str = "") -> dict:
         self.reads += 1
         self.clock.now_ns += READ_NS  # the load runs on while the counters are read, at the end of the request
         self.gen.send_until_now()
-        n = sum(1 for t in self.gen.sent if self.counted_at(t) <= self.clock.now_ns) if self.keeps_stats else 0
+        n = sum(1 for t in self.gen.sent if self.counted_at(t) <= self.clock.now_ns) if self.counts_requests else 0
         return {"model_stats": [{"name": name, "inference_stats": {"success": {"count": n, "ns": n * LATENCY_NS}}}]}
-
-    def is_ready(self) -> bool:
-        return True
 
 
 def _measure(monkeypatch: pytest.MonkeyPatch, keeps_stats: bool = True):
     clock = Clock()
     gen = Gen(clock)
-    server = Server(clock, gen, keeps_stats)
+    server = CountingServer(clock, gen, keeps_stats)
     monkeypatch.setattr(_level, "sleep_until", clock.sleep_until)
     monkeypatch.setattr(_level, "perf_counter_ns", lambda: clock.now_ns)
     level = LoadLevel("concurrency", 1)
     spec = ProfileSpec(model="m", levels=(level,), **SPEC)  # type: ignore[arg-type]  # test kwargs
-    result = _level.measure_level(server, gen, spec, level, ["m"], None).result  # type: ignore[arg-type]  # fakes stand in
+    result = _level.measure_level(server, gen, spec, level, ["m"], None).result  # type: ignore[arg-type]  # a stand-in generator
     return result, server
 
 

@@ -13,20 +13,12 @@ import numpy as np
 import pytest
 
 from perfkit.changepoints import describe_drift, window_drift
-from perfkit.errors import ServerError
 from perfkit.measure import _level, _stopping
 from perfkit.records import LoadLevel, ProfileSpec, Samples, Window
+from tests.support.stand_in_server import StandInServer
 
 WINDOW_MS = 1000.0
 RATE_RPS = 400  # requests completed per window-second, closed loop
-
-
-class FakeServer:
-    def model_stats(self, name: str) -> dict:
-        raise ServerError("no statistics from a fake server")
-
-    def is_ready(self) -> bool:
-        return True
 
 
 class FakeClock:
@@ -72,7 +64,8 @@ def _run(monkeypatch: pytest.MonkeyPatch, latency_us: Callable[[float], float], 
     level = LoadLevel("concurrency", 4)
     kw = {"measurement_interval_ms": WINDOW_MS, "warmup_s": 0.0, "tail_percentiles": (), **spec_kw}
     spec = ProfileSpec(model="m", levels=(level,), **kw)  # type: ignore[arg-type]  # test kwargs
-    return _level.measure_level(FakeServer(), FakeGen(clock, latency_us), spec, level, ["m"], None).result  # type: ignore[arg-type]  # fakes stand in
+    server = StandInServer(keeps_stats=False)
+    return _level.measure_level(server, FakeGen(clock, latency_us), spec, level, ["m"], None).result  # type: ignore[arg-type]  # a stand-in generator
 
 
 def test_a_steady_level_runs_until_precise(monkeypatch):

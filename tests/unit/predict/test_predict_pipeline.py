@@ -26,7 +26,7 @@ from perfkit.predict import (
     step_departures,
     unit_arrivals,
 )
-from tests.queueing import sustainable_rate_rps
+from tests.support.queueing import sustainable_rate_rps
 
 D_US = 10_000.0
 ONE = BatcherConfig()

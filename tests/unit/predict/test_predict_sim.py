@@ -22,7 +22,7 @@ from perfkit.predict import (
     sustainable_rate,
     unit_arrivals,
 )
-from tests.queueing import sustainable_rate_rps
+from tests.support.queueing import sustainable_rate_rps
 
 D_US = 10_000.0  # the queue fixture's service time (fixtures/models/queue: service_ms 10)
 NO_BATCHING = BatcherConfig()

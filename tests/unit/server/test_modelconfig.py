@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +29,7 @@ from perfkit.server.modelconfig import (
     render_config,
     write_config,
 )
+from tests.support.stand_in_server import StandInServer
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "models"
 
@@ -228,16 +230,18 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_files(tmp_path: Path):
     assert [p.name for p in tmp_path.iterdir()] == ["config.pbtxt"]
 
 
-class _FakeServer:
+class _FileReadingServer(StandInServer):
+    """Reads the config file at each load, as a server reading its repository does: `loaded`
+    holds the bytes each load found."""
+
     def __init__(self, path: Path) -> None:
+        super().__init__()
         self.path = path
         self.loaded: list[bytes] = []
 
-    def load_model(self, name: str) -> None:
+    def load_model(self, name: str, *, config: dict[str, Any] | None = None) -> None:
+        super().load_model(name, config=config)
         self.loaded.append(self.path.read_bytes())
-
-    def alive(self) -> bool:
-        return True
 
 
 @pytest.mark.parametrize("ending", ["normal", "exception", "keyboard"])
@@ -245,9 +249,9 @@ def test_guard_restores_bytes_and_reloads(tmp_path: Path, ending: str):
     path = tmp_path / "config.pbtxt"
     original = b'# my comments and odd   spacing\nname: "m"   \nmax_batch_size: 8\n'
     path.write_bytes(original)
-    server = _FakeServer(path)
+    server = _FileReadingServer(path)
     with pytest.raises((RuntimeError, KeyboardInterrupt)) if ending != "normal" else _nullcontext():
-        with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]  # a stand-in server with just the methods the guard calls
+        with ConfigGuard(path, server, "m"):
             write_config(path, 'name: "m"\nmax_batch_size: 2\n')
             if ending == "exception":
                 raise RuntimeError("boom")
@@ -260,8 +264,8 @@ def test_guard_restores_bytes_and_reloads(tmp_path: Path, ending: str):
 def test_guard_does_not_reload_when_nothing_changed(tmp_path: Path):
     path = tmp_path / "config.pbtxt"
     path.write_bytes(b'name: "m"\n')
-    server = _FakeServer(path)
-    with ConfigGuard(path, server, "m"):  # type: ignore[arg-type]  # a stand-in server with just the methods the guard calls
+    server = _FileReadingServer(path)
+    with ConfigGuard(path, server, "m"):
         pass
     assert server.loaded == []
 

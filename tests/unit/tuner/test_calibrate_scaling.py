@@ -6,8 +6,6 @@ it); one busy all the time needs the second level to tell."""
 
 from __future__ import annotations
 
-import contextlib
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +14,9 @@ import pytest
 from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import ProfileSpec, RunRecord, TuneRecord
-from perfkit.server.base import Endpoints
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from tests.conftest import copy_models
+from tests.support.stand_in_server import StandInRoute, StandInServer
 
 TOP = 8  # hungry's max_batch_size, the space's largest
 
@@ -27,56 +25,11 @@ def _service_us(batch: int) -> float:
     return 1_000.0 + 50.0 * batch
 
 
-class _Server:
-    mode = "external"
-
-    def __init__(self) -> None:
-        self.endpoints = Endpoints("localhost", 8000, None, None)
-        self.stats: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])  # batch -> [executions, ns]
-
-    def version(self) -> str:
-        return "stand-in"
-
-    def is_ready(self) -> bool:
-        return True
-
-    def log_tail(self, lines: int = 20) -> str:
-        return ""
-
-    def executed(self, batch: int, executions: int) -> None:
-        s = self.stats[batch]
-        s[0] += executions
-        s[1] += executions * _service_us(batch) * 1e3
-
-    def model_stats(self, name: str = "") -> dict[str, Any]:
-        rows = []
-        for batch, (n, ns) in sorted(self.stats.items()):
-            phases = {"compute_input": 0, "compute_infer": int(ns), "compute_output": 0}
-            rows.append({"batch_size": batch, **{k: {"count": int(n), "ns": v} for k, v in phases.items()}})
-        return {"model_stats": [{"name": name, "batch_stats": rows}]}
-
-
-class _Route:
-    name = "stand-in"
-
-    def __init__(self) -> None:
-        self.served: list[str] = []
-
-    def serve(self, server: Any, model: str, config_path: Path, text: str) -> None:
-        self.served.append(text)
-
-    def guard(self, server: Any, paths: Any, *, reload_last: Any = ()) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def restore_hint(self, server: Any, models: Any) -> str:
-        return ""
-
-
 class _Measure:
     """Calibration levels (one window each) execute what they ask; an overload of batches keeps
     the instance `busy` of the time. The first trial's level ends the tune (Ctrl-C)."""
 
-    def __init__(self, server: _Server, busy: float) -> None:
+    def __init__(self, server: StandInServer, busy: float) -> None:
         self.server, self.busy = server, busy
 
     def __call__(self, server: Any, spec: ProfileSpec, **kw: Any) -> RunRecord:
@@ -104,9 +57,9 @@ def test_the_second_overload_runs_only_where_the_instances_busy_time_did_not_tel
     out = tmp_path / "out"
     settings = TuneSettings(model="hungry", budget=Budget(100.0, 99.0), search="predict", trials=3, output_dir=out,
                             confirm_repeats=0, max_output_diff=parse_max_output_diff("off"))  # fmt: skip
-    server, route = _Server(), _Route()
+    server, route = StandInServer(service_us=_service_us), StandInRoute()
     with pytest.raises(KeyboardInterrupt):
-        tune(server, settings, TuneSpace(max_batch_sizes=(TOP,), instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
+        tune(server, settings, TuneSpace(max_batch_sizes=(TOP,), instance_counts=(1, 2)), model_repository=repo,
              measure=_Measure(server, busy), route=route)  # fmt: skip
     cal = TuneRecord.load(out / "tune.json").calibration
     assert cal is not None and cal.host_busy == pytest.approx(busy, rel=0.05)

@@ -6,7 +6,6 @@ it (a whole predicted tune on a stand-in server and measure)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
@@ -20,7 +19,6 @@ from perfkit.budget import Budget
 from perfkit.errors import MeasurementError, ServerError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import M_LOWER_BOUND, Calibration, CalibrationPoint, LoadLevel, ProfileSpec, RunRecord, TuneRecord
-from perfkit.server.base import Endpoints
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from perfkit.tuner._predict import Predicted, PredictedSearch
 from perfkit.tuner._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
@@ -28,6 +26,7 @@ from perfkit.tuner._predict_points import batcher_from
 from perfkit.tuner._search_kind import SearchChoice
 from perfkit.tuner._trial_state import TrialState
 from tests.conftest import copy_models
+from tests.support.stand_in_server import StandInRoute, StandInServer
 
 SERVICE_US = 10_000.0
 OVERHEAD_US = 2_000.0
@@ -155,53 +154,11 @@ def test_predicted_for_reads_a_points_params_over_the_originals():
 
 
 # -- a whole predicted tune on a stand-in server -----------------------------------------------------
-class _Server:
-    """What the tune asks of a server: where it listens, its version, and per-batch-size
-    statistics that grow by what the stand-in measure executed."""
-
-    mode = "external"
-
-    def __init__(self) -> None:
-        self.endpoints = Endpoints("localhost", 8000, None, None)
-        self.executions = 0
-        self.ready = True
-
-    def version(self) -> str:
-        return "stand-in"
-
-    def is_ready(self) -> bool:
-        return self.ready
-
-    def log_tail(self, lines: int = 20) -> str:
-        return ""
-
-    def model_stats(self, name: str = "") -> dict[str, Any]:
-        n = self.executions
-        phases = {"compute_input": 0, "compute_infer": int(n * SERVICE_US * 1e3), "compute_output": 0}
-        stats = {k: {"count": n, "ns": ns} for k, ns in phases.items()}
-        return {"model_stats": [{"name": name, "batch_stats": [{"batch_size": 1, **stats}]}]}
-
-
-class _Route:
-    """Serves nothing and puts nothing back: the stand-in server serves whatever it is told."""
-
-    name = "stand-in"
-
-    def serve(self, server: Any, model: str, config_path: Path, text: str) -> None:
-        pass
-
-    def guard(self, server: Any, paths: Any, *, reload_last: Any = ()) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def restore_hint(self, server: Any, models: Any) -> str:
-        return ""
-
-
 class _Measure:
     """A closed-loop level reads c clients / 10 ms (the calibration's); at the first open-loop
     level (a trial's rate search) the user presses Ctrl-C, or the server dies."""
 
-    def __init__(self, server: _Server, ending: str) -> None:
+    def __init__(self, server: StandInServer, ending: str) -> None:
         self.server = server
         self.ending = ending
         self.rates: list[float] = []
@@ -216,7 +173,7 @@ class _Measure:
                 raise KeyboardInterrupt
             self.server.ready = False
             raise MeasurementError("connection refused")
-        self.server.executions += 100
+        self.server.executed(1, 100)
         level = synthetic_level(concurrency=lv.value, latency_ms=SERVICE_US / 1e3, noise=0.0)
         return synthetic_record([level], model=spec.model)
 
@@ -229,12 +186,12 @@ def test_a_predicted_tune_cut_short_keeps_its_calibration_and_the_original_start
     out = tmp_path / "out"
     settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), search="predict", trials=3, output_dir=out,
                             confirm_repeats=0, max_output_diff=parse_max_output_diff("off"))  # fmt: skip
-    server = _Server()
+    server = StandInServer(service_us=SERVICE_US)  # its statistics grow by what _Measure executed
     measure = _Measure(server, ending)
     events: list[Any] = []
     with pytest.raises(raised):
-        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
-             measure=measure, route=_Route(), on_event=events.append)  # fmt: skip
+        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,
+             measure=measure, route=StandInRoute(), on_event=events.append)  # fmt: skip
     rec = TuneRecord.load(out / "tune.json")
     assert rec.status == ending
     assert rec.calibration is not None and rec.calibration.model == "queue"
@@ -258,12 +215,12 @@ def test_the_default_search_predicts_an_open_loop_tune_and_measures_a_closed_loo
                             max_concurrency=4, confirm_repeats=0,
                             max_output_diff=parse_max_output_diff("off"))  # fmt: skip
     assert settings.search == "auto"
-    server = _Server()
+    server = StandInServer(service_us=SERVICE_US)  # its statistics grow by what _Measure executed
     events: list[Any] = []
     # predicted: the first trial's rate search ends the run; measured: its second concurrency level
     with pytest.raises(KeyboardInterrupt):
-        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
-             measure=_Measure(server, "interrupted" if load is None else "calibrating"), route=_Route(),
+        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,
+             measure=_Measure(server, "interrupted" if load is None else "calibrating"), route=StandInRoute(),
              on_event=events.append)  # fmt: skip
     choice = [e for e in events if isinstance(e, SearchChoice)]
     assert [c.kind for c in choice] == [kind]
@@ -420,10 +377,10 @@ def test_a_predicted_tune_interrupted_while_calibrating_still_writes_its_record(
     out = tmp_path / "out"
     settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), search="predict", trials=3, output_dir=out,
                             confirm_repeats=0, max_output_diff=parse_max_output_diff("off"))  # fmt: skip
-    server = _Server()
+    server = StandInServer(service_us=SERVICE_US)  # its statistics grow by what _Measure executed
     with pytest.raises(KeyboardInterrupt):
-        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
-             measure=_Measure(server, "calibrating"), route=_Route())  # fmt: skip
+        tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,
+             measure=_Measure(server, "calibrating"), route=StandInRoute())  # fmt: skip
     rec = TuneRecord.load(out / "tune.json")
     assert rec.status == "interrupted" and rec.trials == () and rec.calibration is None
 
@@ -435,12 +392,12 @@ def test_your_config_is_predicted_even_below_the_best_three_and_its_search_start
     settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), search="predict", trials=3,
                             output_dir=tmp_path / "out", confirm_repeats=0,
                             max_output_diff=parse_max_output_diff("off"))  # fmt: skip
-    server = _Server()
+    server = StandInServer(service_us=SERVICE_US)  # its statistics grow by what _Measure executed
     measure = _Measure(server, "interrupted")
     events: list[Any] = []
     with pytest.raises(KeyboardInterrupt):
-        tune(server, settings, TuneSpace(instance_counts=(1, 2, 3, 4)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
-             measure=measure, route=_Route(), on_event=events.append)  # fmt: skip
+        tune(server, settings, TuneSpace(instance_counts=(1, 2, 3, 4)), model_repository=repo,
+             measure=measure, route=StandInRoute(), on_event=events.append)  # fmt: skip
     predicted = next(e for e in events if isinstance(e, Predicted))
     assert "instance_count=1" not in dict(predicted.best) and len(predicted.best) == 3
     cal = TuneRecord.load(tmp_path / "out" / "tune.json").calibration

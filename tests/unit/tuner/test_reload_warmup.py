@@ -6,55 +6,17 @@ at least reload_warmup_s, every other one the level's own warm-up."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import ProfileSpec, RunRecord
-from perfkit.server.base import Endpoints
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from tests.conftest import copy_models
+from tests.support.stand_in_server import StandInRoute, StandInServer
 
 LATENCY_MS = 10.0  # every level reads this, far within the budget
-
-
-class _Server:
-    mode = "external"
-
-    def __init__(self) -> None:
-        self.endpoints = Endpoints("localhost", 8000, None, None)
-
-    def version(self) -> str:
-        return "stand-in"
-
-    def is_ready(self) -> bool:
-        return True
-
-    def log_tail(self, lines: int = 20) -> str:
-        return ""
-
-    def model_stats(self, name: str = "") -> dict[str, Any]:
-        return {"model_stats": [{"name": name, "batch_stats": []}]}
-
-
-class _Route:
-    """Serves whatever it is told, and says so in the shared log."""
-
-    name = "stand-in"
-
-    def __init__(self, log: list[tuple[str, float]]) -> None:
-        self.log = log
-
-    def serve(self, server: Any, model: str, config_path: Path, text: str) -> None:
-        self.log.append(("put", 0.0))
-
-    def guard(self, server: Any, paths: Any, *, reload_last: Any = ()) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def restore_hint(self, server: Any, models: Any) -> str:
-        return ""
 
 
 def test_the_first_measurement_after_a_config_is_put_warms_up_for_the_reload_warmup(tmp_path: Path):
@@ -71,8 +33,9 @@ def test_the_first_measurement_after_a_config_is_put_warms_up_for_the_reload_war
                             load="concurrency", max_concurrency=4, confirm_repeats=2,
                             max_output_diff=parse_max_output_diff("off"))  # fmt: skip
     assert settings.reload_warmup_s > settings.warmup_s
-    tune(_Server(), settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,  # type: ignore[arg-type]  # a stand-in server
-         measure=measure, route=_Route(log))  # fmt: skip
+    route = StandInRoute(on_serve=lambda text: log.append(("put", 0.0)))  # says so in the shared log
+    tune(StandInServer(), settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo, measure=measure,
+         route=route)  # fmt: skip
     after_put = [w for (prev, _), (what, w) in zip(log, log[1:], strict=False) if what == "measure" and prev == "put"]
     others = [w for (prev, _), (what, w) in zip(log, log[1:], strict=False) if what == "measure" and prev != "put"]
     assert len(after_put) >= 3 and others, log  # each trial's config, and the confirmation's put again

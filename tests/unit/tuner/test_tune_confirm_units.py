@@ -20,7 +20,7 @@ from perfkit.tuner._confirm import ConfirmSettings, repeat_windows
 from perfkit.tuner._load_search import JudgeSettings, rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
 from perfkit.tuner._record import summary
-from tests.queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
+from tests.support.queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
 
 C8 = LoadLevel("concurrency", 8.0)
 

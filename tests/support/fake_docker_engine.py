@@ -1,6 +1,6 @@
 """A stand-in for the Docker Engine API, for what a real engine cannot be made to do in a test.
 
-The tests run a real dockerd (tests/docker_engine.py). This fake is kept only where a real
+The tests run a real dockerd (tests/support/docker_engine.py). This fake is kept only where a real
 engine cannot be made to behave as needed: pulling an image (no registry is reachable from the
 test machines) and a daemon vanishing in the middle of a container's start-up. It speaks the
 Docker Engine API calls the docker SDK makes (on a unix socket), records every request, and

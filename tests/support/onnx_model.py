@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-FIXTURE = Path(__file__).resolve().parent.parent / "fixtures" / "onnx" / "onnx_mlp"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "onnx" / "onnx_mlp"
 WIDTHS = (64, 1024, 1024, 64)  # input, hidden, hidden, output
 
 

@@ -18,6 +18,7 @@ from perfkit.records import TrialRecord, TuneRecord
 from perfkit.tuner._accuracy import OutputTolerance
 from perfkit.tuner._load_search import JudgeSettings
 from perfkit.tuner._setting_decl import (
+    BUDGET_SETTINGS,
     BYTES,
     DURATION_S,
     FILE,
@@ -26,7 +27,6 @@ from perfkit.tuner._setting_decl import (
     INT,
     REPEATS,
     TOLERANCE,
-    BUDGET_SETTINGS,
     declarations,
     judge,
     judge_fields,

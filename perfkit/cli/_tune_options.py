@@ -15,19 +15,23 @@ from perfkit.tuner import TUNE_SETTINGS, TuneSpace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+_DECLARED = {s.key: s for s in TUNE_SETTINGS if s.flags and s.key is not None}
 # The settings given as flags, each under its declared key (its click parameter), as the settings
 # parser takes them (TuneSettings.from_mapping's `flags`); --latency-budget is parse_budget's.
-SETTINGS_FLAGS = tuple(s.key for s in TUNE_SETTINGS if s.flags and s.key is not None)
-_DECLARED = {s.key: s for s in TUNE_SETTINGS if s.flags}
+SETTINGS_FLAGS = tuple(_DECLARED)
 # Flag parameters of the search space: TuneSpace.from_mapping's keys, one list (TuneSpace.KEYS) that the
 # sweep file's [tune] table and the flags share; each flag's parameter is named as its key.
 SPACE_FLAGS = TuneSpace.KEYS
+
+
+_placed: set[str] = set()  # the settings whose option _OPTIONS places
 
 
 def _setting(key: str) -> Callable[[F], F]:
     """The option of a declared tune setting: its flags, type and help, its default shown once (from
     the declaration). Its own default is None, so that a flag not given leaves the [tune] table's."""
     s = _DECLARED[key]
+    _placed.add(key)
     kind: Any = s.kind.flag_type
     if s.choices:
         kind = click.Choice(list(s.choices))
@@ -152,6 +156,9 @@ _OPTIONS = [
         "--gpus-per-worker", type=float, default=0.0, show_default=True, help="With --ray: GPUs Ray gives each worker."
     ),
 ]
+
+# A declared setting _OPTIONS does not place comes last in --help: declaring it is enough.
+_OPTIONS += [_setting(key) for key in _DECLARED if key not in _placed]
 
 
 def tune_options(fn: F) -> F:

@@ -1,6 +1,7 @@
 """The options of `perfkit tune`, in one block (as _server_options holds the launch options): the
 search's settings, its space, the target (-m, --mix, --composing-models) and --ray placement. The
-command hands them to the tuner's settings parser as a mapping (SETTINGS_FLAGS, SPACE_FLAGS)."""
+command hands them to the tuner's settings parser as a mapping (SETTINGS_FLAGS, SPACE_FLAGS). A tune
+setting's option is generated from its declaration on TuneSettings (tuner/_settings.py)."""
 
 from __future__ import annotations
 
@@ -10,37 +11,37 @@ from typing import Any, TypeVar
 
 import click
 
-from perfkit import objectives
-from perfkit.tuner import TuneSpace
+from perfkit.tuner import TUNE_SETTINGS, TuneSpace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Flag parameter -> key of the settings parser (TuneSettings.from_mapping's table keys and FLAG_KEYS).
-SETTINGS_FLAGS = {
-    "percentile": "percentile",
-    "trials": "trials",
-    "max_time": "max_time",
-    "objective": "objective",
-    "seed": "seed",
-    "min_throughput": "min_throughput",
-    "max_gpu_memory": "max_gpu_memory",
-    "max_concurrency": "max_concurrency",
-    "measurement_interval": "measurement_interval_ms",
-    "protocol": "protocol",
-    "sampler": "sampler",
-    "search_kind": "search",
-    "max_output_diff": "max_output_diff",
-    "load_mode": "load",
-    "arrival": "arrival",
-    "confirm_repeats": "confirm",
-    "confirm_time": "confirm_time",
-    "goodput_slos": "goodput",
-    "trace_file": "trace",
-    "max_rate": "max_rate",
-}
+_DECLARED = {s.key: s for s in TUNE_SETTINGS if s.flags and s.key is not None}
+# The settings given as flags, each under its declared key (its click parameter), as the settings
+# parser takes them (TuneSettings.from_mapping's `flags`); --latency-budget is parse_budget's.
+SETTINGS_FLAGS = tuple(_DECLARED)
 # Flag parameters of the search space: TuneSpace.from_mapping's keys, one list (TuneSpace.KEYS) that the
 # sweep file's [tune] table and the flags share; each flag's parameter is named as its key.
 SPACE_FLAGS = TuneSpace.KEYS
+
+
+_placed: set[str] = set()  # the settings whose option _OPTIONS places
+
+
+def _setting(key: str) -> Callable[[F], F]:
+    """The option of a declared tune setting: its flags, type and help, its default shown once (from
+    the declaration). Its own default is None, so that a flag not given leaves the [tune] table's."""
+    s = _DECLARED[key]
+    _placed.add(key)
+    kind: Any = s.kind.flag_type
+    if s.choices:
+        kind = click.Choice(list(s.choices))
+    elif kind is Path:
+        kind = click.Path(path_type=Path, exists=True, dir_okay=False)
+    shown = s.shown_default()
+    # Written into the help as click shows a default (show_default would print a text one in parentheses).
+    text = f"{s.help}  [default: {shown}]" if shown else s.help
+    return click.option(*s.flags, key, type=kind, default=None, required=s.required, help=text)
+
 
 _OPTIONS = [
     click.option(
@@ -59,16 +60,10 @@ _OPTIONS = [
         metavar="MODEL:WEIGHT,...",
         help="With several -m: the traffic mix each trial is measured at (model_a:3,model_b:1); default equal weights.",
     ),
-    click.option(
-        "--latency-budget",
-        required=True,
-        help="Budget for the percentile: end-to-end latency (20ms, 0.5s, 800us), or for a decoupled model"
-        " time to first token (ttft:300ms) or inter-token latency (itl:20ms). With several -m: each model's"
-        " (model_a:20ms,model_b:50ms), or one for all.",
-    ),
-    click.option("--percentile", type=float, default=99.0, show_default=True, help="Percentile held to the budget."),
-    click.option("--trials", type=int, default=None, help="Trials in the study (default 20; counts resumed ones)."),
-    click.option("--max-time", default=None, help="Bound the whole tune, e.g. 10m (trials stop in time to confirm)."),
+    _setting("latency_budget"),
+    _setting("percentile"),
+    _setting("trials"),
+    _setting("max_time"),
     click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Default: runs/tune-<model>-<timestamp>."),
     click.option("--resume", is_flag=True, help="Continue an interrupted study (same -o DIR or --storage)."),
     click.option("--storage", help="Optuna storage URL (default sqlite:///DIR/study.db; postgresql://... to share)."),
@@ -82,41 +77,14 @@ _OPTIONS = [
         " or api (load each as a config override through the server's API, writing nothing; the default for -u"
         " without --model-repository; --apply is refused).",
     ),
-    click.option(
-        "--objective",
-        type=click.Choice(list(objectives.NAMES)),
-        default=None,
-        help="Default: throughput (within the budget). per-instance / per-gpu: throughput over the instances or GPUs"
-        " the config occupies; goodput: streamed requests meeting every --goodput SLO per second (decoupled models);"
-        " pareto: throughput and latency.",
-    ),
-    click.option("--goodput", "goodput_slos", help="With --objective goodput: the SLOs, e.g. ttft:200ms,itl:20ms."),
-    click.option("--seed", type=int, default=None, help="Sampler seed (default 0)."),
-    click.option(
-        "--sampler",
-        type=click.Choice(["auto", "grid", "random"]),
-        default="auto",
-        show_default=True,
-        help="auto: TPE (NSGA-II for pareto); grid: every point (ranges at 4 log-spaced values); random.",
-    ),
-    click.option(
-        "--search",
-        "search_kind",
-        type=click.Choice(["auto", "measure", "predict"]),
-        default=None,
-        help="predict: calibrate on the server, predict every config, measure the best predicted (the measured"
-        " search takes over where predictions miss); measure: every trial measured; auto (default): predict where"
-        " the prediction applies (one model or an ensemble, open-loop rates, a latency budget, the batching and"
-        " instance knobs), else measure, saying why.",
-    ),
-    click.option("--min-throughput", type=float, help="Constraint: infer/s at least this."),
-    click.option("--max-gpu-memory", help="Constraint: GPU memory used at most this, e.g. 8GiB."),
-    click.option(
-        "--max-output-diff",
-        help="Accuracy guard: how far a candidate's outputs may differ from the original config's on the same "
-        "inputs: a relative difference (1e-3), abs=X,rel=Y, or off. Default by output datatype: FP32 2e-3, "
-        "FP16/BF16 1e-2, integers and strings exact.",
-    ),
+    _setting("objective"),
+    _setting("goodput"),
+    _setting("seed"),
+    _setting("sampler"),
+    _setting("search"),
+    _setting("min_throughput"),
+    _setting("max_gpu_memory"),
+    _setting("max_output_diff"),
     click.option(
         "--max-batch-sizes",
         help="max_batch_size values, e.g. 1,2,4,8 (default: powers of 2 up to 128, or the model's own for TensorRT).",
@@ -153,53 +121,18 @@ _OPTIONS = [
     click.option(
         "--precision-parameter", help="Config parameter holding precision for other backends (default precision)."
     ),
-    click.option(
-        "--load",
-        "load_mode",
-        type=click.Choice(["concurrency", "rate", "trace"]),
-        default=None,
-        help="How each trial offers load. Default: rate (open loop: the figure is the highest sustainable arrival"
-        " rate; its claims agree with an independent re-measurement), but concurrency for a decoupled model (its"
-        " streams outlast an open-loop window). concurrency: closed loop, clients in lockstep. trace: --trace FILE"
-        " replayed faster or slower (the highest sustainable mean rate).",
-    ),
-    click.option(
-        "--trace",
-        "trace_file",
-        type=click.Path(path_type=Path, exists=True, dir_okay=False),
-        help="With --load trace: a JSONL trace (perfkit profile --trace's format); sessions are kept.",
-    ),
-    click.option(
-        "--arrival",
-        type=click.Choice(["poisson", "constant"]),
-        default=None,
-        help="With --load rate (default poisson).",
-    ),
-    click.option("--max-rate", type=float, default=None, help="With --load rate: highest rate tried, req/s (20000)."),
-    click.option(
-        "--confirm",
-        "confirm_repeats",
-        type=int,
-        default=None,
-        help="Re-measure the pick and its nearest rivals in N longer runs before claiming it (default 3; 0: off).",
-    ),
-    click.option(
-        "--confirm-time",
-        default=None,
-        help="Each confirmation run lasts at least this long, e.g. 5s (default 5s: one perf_analyzer window).",
-    ),
-    click.option(
-        "--max-concurrency",
-        type=int,
-        default=None,
-        help="Closed loop (--load concurrency; a decoupled model's default): highest concurrency tried per trial"
-        " (default 64).",
-    ),
-    click.option("--measurement-interval", type=float, default=None, help="Window length in ms (default 800)."),
+    _setting("load"),
+    _setting("trace"),
+    _setting("arrival"),
+    _setting("max_rate"),
+    _setting("confirm"),
+    _setting("confirm_time"),
+    _setting("max_concurrency"),
+    _setting("measurement_interval_ms"),
     click.option(
         "--space-file", type=click.Path(path_type=Path), help="Sweep file (TOML) whose [tune] table sets these."
     ),
-    click.option("-i", "--protocol", type=click.Choice(["http", "grpc"]), default=None, help="Default: http."),
+    _setting("protocol"),
     click.option(
         "-u",
         "--url",
@@ -223,6 +156,9 @@ _OPTIONS = [
         "--gpus-per-worker", type=float, default=0.0, show_default=True, help="With --ray: GPUs Ray gives each worker."
     ),
 ]
+
+# A declared setting _OPTIONS does not place comes last in --help: declaring it is enough.
+_OPTIONS += [_setting(key) for key in _DECLARED if key not in _placed]
 
 
 def tune_options(fn: F) -> F:

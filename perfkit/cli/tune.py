@@ -62,7 +62,6 @@ def _served_text(kwargs: dict[str, Any], url: str, model: str) -> str:
 def command(  # noqa: PLR0917
     models: tuple[str, ...],
     mix_text: str | None,
-    latency_budget: str,
     output_dir: Path | None,
     resume: bool,
     storage: str | None,
@@ -94,11 +93,11 @@ def command(  # noqa: PLR0917
     table = _read_tune_table(space_file) if space_file else {}
     source = f"{space_file} [tune]" if space_file else "flags"
     space_flags = {k: kwargs.pop(k) for k in SPACE_FLAGS}
-    flags = {key: kwargs.pop(param) for param, key in SETTINGS_FLAGS.items()}
+    flags = {key: kwargs.pop(key) for key in SETTINGS_FLAGS}
     space = TuneSpace.from_mapping(
         {**table, **{k: v for k, v in space_flags.items() if v is not None}}, source=source, ignore=SETTINGS_KEYS
     )
-    budget, mix = parse_budget(models, latency_budget, mix_text)
+    budget, mix = parse_budget(models, flags.pop("latency_budget"), mix_text)
     if mix:
         for given, flag in ((dry_run, "--dry-run"), (ray_address, "--ray"), (composing_models, "--composing-models"),
                             (flags["load"] == "trace", "--load trace")):  # fmt: skip

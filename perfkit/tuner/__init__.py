@@ -20,7 +20,14 @@ from perfkit.tuner._preview import Preview, describe, preview, render_candidate,
 from perfkit.tuner._ray import WorkerOutcome, tune_on_ray
 from perfkit.tuner._route import ConfigRoute, FileRoute
 from perfkit.tuner._run import tune
-from perfkit.tuner._settings import SETTINGS_KEYS, TuneResult, TuneSettings, default_output_dir, parse_budget
+from perfkit.tuner._settings import (
+    SETTINGS_KEYS,
+    TUNE_SETTINGS,
+    TuneResult,
+    TuneSettings,
+    default_output_dir,
+    parse_budget,
+)
 from perfkit.tuner._space import (
     ResolvedSpace,
     TuneSpace,
@@ -37,6 +44,7 @@ from perfkit.units import parse_bytes, parse_duration_s, parse_latency_ms
 __all__ = [
     "BUDGET_METRICS",
     "SETTINGS_KEYS",
+    "TUNE_SETTINGS",
     "JudgeSettings",
     "OutputTolerance",
     "ResolvedSpace",

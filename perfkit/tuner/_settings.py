@@ -15,51 +15,41 @@ from perfkit.budget import BUDGET_METRICS, Budget, check_percentile, parse_laten
 from perfkit.errors import InputError, UsageError
 from perfkit.objectives import ObjectiveName
 from perfkit.records import TrialRecord, TuneRecord
-from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
+from perfkit.tuner._accuracy import OutputTolerance
 from perfkit.tuner._load_search import JudgeSettings
-from perfkit.units import parse_bytes, parse_duration_s
-
-SETTINGS_KEYS = (
-    "latency_budget",
-    "percentile",
-    "trials",
-    "max_time",
-    "objective",
-    "seed",
-    "min_throughput",
-    "max_gpu_memory",
-    "max_concurrency",
-    "measurement_interval_ms",
-    "protocol",
-    "sampler",
-    "search",
-    "max_output_diff",
-    "load",
-    "arrival",
-    "confirm",
-    "confirm_time",
+from perfkit.tuner._setting_decl import (
+    BUDGET_SETTINGS,
+    BYTES,
+    DURATION_S,
+    FILE,
+    FLOAT,
+    GOODPUT_MS,
+    INT,
+    REPEATS,
+    TOLERANCE,
+    declarations,
+    judge,
+    judge_fields,
+    setting,
 )
 
 
-# Keys only the command line gives (beside SETTINGS_KEYS): --goodput, --trace and --max-rate.
-FLAG_KEYS = ("goodput", "trace", "max_rate")
-
-
 def parse_budget(
-    models: Sequence[str], text: str | float, mix_text: str | None = None, *, percentile: float = 99.0
+    models: Sequence[str], text: str | float, mix_text: str | None = None
 ) -> tuple[Budget, tuple[tuple[str, int], ...]]:
     """--latency-budget of one model ('20ms', 'ttft:300ms') or, with several -m, of a traffic mix
     (--mix, default equal weights; 'A:20ms,B:50ms' or one budget for all): the Budget and the mix
-    (() for one model). Raises UsageError naming the value."""
+    (() for one model), held to Budget's default percentile (from_mapping sets the one asked for).
+    Raises UsageError naming the value."""
     from perfkit.measure import parse_mix  # the mix's syntax is the profiler's
 
     mix = parse_mix(models, mix_text)
     if not mix:
         metric, ms = parse_latency_budget(text)
-        return Budget(ms, percentile, metric), ()
+        return Budget(ms, metric=metric), ()
     budgets = parse_mix_budgets([m for m, _ in mix], str(text))
     own = tuple((m, budgets[m]) for m, _ in mix)
-    return Budget(own[0][1], percentile, "latency", own), mix
+    return Budget(own[0][1], per_model_ms=own), mix
 
 
 CONFIRM_MIN_WINDOWS = 5  # windows of a confirmation run at the least (ConfirmSettings.min_windows)
@@ -68,65 +58,194 @@ CONFIRM_EXTRA_REPEATS = 2  # more runs at a load read within the budget but not 
 
 @dataclass(frozen=True)
 class TuneSettings:
-    """How to search: budget, objective, bounds, where results and the study go."""
+    """How to search: budget, objective, bounds, where results and the study go. Each setting is
+    declared on its field (setting(): its default, [tune] key, flags, unit, help and the trial's
+    settings it feeds); `perfkit tune`'s options and the [tune] parser are derived from them."""
 
     model: str
     # The one budget trials are held to: its value in ms, the percentile, what it holds (end-to-end
     # latency, or TTFT / ITL of a decoupled model's stream) and, for a traffic mix, each model's own.
-    budget: Budget
-    objective: ObjectiveName = "throughput"  # a name of perfkit.objectives
+    budget: Budget = judge(judge="budget")
+    objective: ObjectiveName = setting(
+        objectives.DEFAULT,
+        key="objective",
+        flags=("--objective",),
+        choices=objectives.NAMES,
+        help="throughput: within the budget. per-instance / per-gpu: throughput over the instances or GPUs the"
+        " config occupies; goodput: streamed requests meeting every --goodput SLO per second (decoupled models);"
+        " pareto: throughput and latency.",
+    )
     # --objective goodput: the SLOs a streamed request must meet to count, e.g. {"ttft": 200, "itl": 20}
-    goodput_slo_ms: dict[str, float] = field(default_factory=dict)
-    trials: int | None = 20
-    max_time_s: float | None = None
-    min_throughput: float | None = None  # infer/s
-    max_gpu_memory_bytes: float | None = None
-    seed: int = 0
+    goodput_slo_ms: dict[str, float] = setting(
+        default_factory=dict,
+        key="goodput",
+        flags=("--goodput",),
+        kind=GOODPUT_MS,
+        flag_only=True,
+        judge="goodput_slo_ms",
+        help="With --objective goodput: the SLOs, e.g. ttft:200ms,itl:20ms.",
+    )
+    trials: int | None = setting(
+        20, key="trials", flags=("--trials",), kind=INT, minimum=1, help="Trials in the study (counts resumed ones)."
+    )
+    max_time_s: float | None = setting(
+        None,
+        key="max_time",
+        flags=("--max-time",),
+        kind=DURATION_S,
+        help="Bound the whole tune, e.g. 10m (trials stop in time to confirm).",
+    )
+    min_throughput: float | None = setting(
+        None, key="min_throughput", flags=("--min-throughput",), kind=FLOAT, help="Constraint: infer/s at least this."
+    )
+    max_gpu_memory_bytes: float | None = setting(
+        None,
+        key="max_gpu_memory",
+        flags=("--max-gpu-memory",),
+        kind=BYTES,
+        help="Constraint: GPU memory used at most this, e.g. 8GiB.",
+    )
+    seed: int = setting(0, key="seed", flags=("--seed",), kind=INT, help="Sampler seed.")
     output_dir: Path | None = None
     storage: str | None = None  # default: sqlite:///<output_dir>/study.db
     study_name: str | None = None
     resume: bool = False
     apply: bool = False
-    protocol: Literal["http", "grpc"] = "http"
-    max_concurrency: int = 64
-    measurement_interval_ms: float = 800.0
-    min_windows: int = 3
-    max_windows: int = 6
-    stability_percentage: float = 15.0
-    warmup_s: float = 0.5
+    protocol: Literal["http", "grpc"] = setting(
+        "http",
+        key="protocol",
+        flags=("-i", "--protocol"),
+        choices=("http", "grpc"),
+        judge="protocol",
+        help="Protocol of the trials' requests.",
+    )
+    max_concurrency: int = setting(
+        64,
+        key="max_concurrency",
+        flags=("--max-concurrency",),
+        kind=INT,
+        minimum=1,
+        judge="max_concurrency",
+        help="Closed loop (--load concurrency; a decoupled model's default): highest concurrency tried per trial.",
+    )
+    measurement_interval_ms: float = setting(
+        800.0,
+        key="measurement_interval_ms",
+        flags=("--measurement-interval",),
+        kind=FLOAT,
+        unit="ms",
+        judge="measurement_interval_ms",
+        help="Window length in ms.",
+    )
+    min_windows: int = setting(3, judge="min_windows")
+    max_windows: int = setting(6, judge="max_windows")
+    stability_percentage: float = setting(15.0, judge="stability_percentage")
+    warmup_s: float = setting(0.5, judge="warmup_s")
     # The first measurement after a config is put on the server warms up this long (at least): the
     # first second or so after a reload serves slowly (a short window right after a reload can read
     # the p99 ten times what it reads a second later at the same rate), and a level that reads its
     # first window there is decided over the budget by it.
     reload_warmup_s: float = 2.0
-    sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
+    sampler: Literal["auto", "grid", "random"] = setting(
+        "auto",
+        key="sampler",
+        flags=("--sampler",),
+        choices=("auto", "grid", "random"),
+        checked_choices=True,
+        help="auto: TPE (NSGA-II for pareto); grid: every point (ranges at 4 log-spaced values); random.",
+    )
     # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py);
     # "measure": every trial measured; "auto": predict where the prediction applies (tuner/_search_kind.py)
-    search: Literal["auto", "measure", "predict"] = "auto"
+    search: Literal["auto", "measure", "predict"] = setting(
+        "auto",
+        key="search",
+        flags=("--search",),
+        choices=("auto", "measure", "predict"),
+        help="predict: calibrate on the server, predict every config, measure the best predicted (the measured"
+        " search takes over where predictions miss); measure: every trial measured; auto: predict where the"
+        " prediction applies (one model or an ensemble, open-loop rates, a latency budget, the batching and"
+        " instance knobs), else measure, saying why.",
+    )
     # Accuracy guard: None compares outputs with per-datatype defaults; OutputTolerance.off() skips it.
-    max_output_diff: OutputTolerance | None = None
+    max_output_diff: OutputTolerance | None = setting(
+        None,
+        key="max_output_diff",
+        flags=("--max-output-diff",),
+        kind=TOLERANCE,
+        default_text="by output datatype: FP32 2e-3, FP16/BF16 1e-2, integers and strings exact",
+        help="Accuracy guard: how far a candidate's outputs may differ from the original config's on the same"
+        " inputs: a relative difference (1e-3), abs=X,rel=Y, or off.",
+    )
     # Concurrency search: start where the most similar trial met the budget, gallop and bisect a
     # sqrt(2) ladder from there, and end a level as soon as it is clearly over or under the budget.
     # False: every level from 1 by doubling.
-    adaptive_load: bool = True
+    adaptive_load: bool = setting(True, judge="stop_when_decided")
     command: tuple[str, ...] = ()
     # Load: open loop ("rate": the figure is the highest sustainable arrival rate, Poisson or
     # constant arrivals), closed loop ("concurrency": N clients in lockstep) or a trace replayed.
     # None: the default, decided by load_for() alone (see there and docs/concepts/tuning.md).
-    load: Literal["concurrency", "rate", "trace"] | None = None
-    trace: Path | None = None  # --load trace FILE: a JSONL trace (perfkit profile --trace's format)
-    arrival: Literal["poisson", "constant"] = "poisson"
-    max_rate_rps: float = 20000.0
-    # Confirmation of the pick and its nearest rivals: repeated longer runs (0: off).
-    confirm_repeats: int = 3
+    load: Literal["concurrency", "rate", "trace"] | None = setting(
+        None,
+        key="load",
+        flags=("--load",),
+        choices=("concurrency", "rate", "trace"),
+        default_text="",  # decided by load_for(), as the help says
+        help="How each trial offers load. Default: rate (open loop: the figure is the highest sustainable arrival"
+        " rate; its claims agree with an independent re-measurement), but concurrency for a decoupled model (its"
+        " streams outlast an open-loop window). concurrency: closed loop, clients in lockstep. trace: --trace FILE"
+        " replayed faster or slower (the highest sustainable mean rate).",
+    )
+    trace: Path | None = setting(
+        None,
+        key="trace",
+        flags=("--trace",),
+        kind=FILE,
+        flag_only=True,
+        help="With --load trace: a JSONL trace (perfkit profile --trace's format); sessions are kept.",
+    )
+    arrival: Literal["poisson", "constant"] = setting(
+        "poisson",
+        key="arrival",
+        flags=("--arrival",),
+        choices=("poisson", "constant"),
+        checked_choices=True,
+        judge="distribution",
+        help="With --load rate.",
+    )
+    max_rate_rps: float = setting(
+        20000.0,
+        key="max_rate",
+        flags=("--max-rate",),
+        kind=FLOAT,
+        unit="req/s",
+        flag_only=True,
+        judge="max_rate_rps",
+        help="With --load rate: highest rate tried.",
+    )
+    confirm_repeats: int = setting(
+        3,
+        key="confirm",
+        flags=("--confirm",),
+        kind=REPEATS,
+        help="Re-measure the pick and its nearest rivals in N longer runs before claiming it (0: off).",
+    )
     # Each confirmation repeat lasts at least this long: one window of perf_analyzer's default
     # --measurement-interval (5000 ms), so the claim is read over as long as a re-measurement.
-    confirm_time_s: float = 5.0
+    confirm_time_s: float = setting(
+        5.0,
+        key="confirm_time",
+        flags=("--confirm-time",),
+        kind=DURATION_S,
+        unit="s",
+        help="Each confirmation run lasts at least this long, e.g. 5s (the default: one perf_analyzer window).",
+    )
     # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms): the models
     # (model is the first) and their weights; each model's budget is the budget's per_model_ms
-    mix: tuple[tuple[str, int], ...] = ()
+    mix: tuple[tuple[str, int], ...] = setting((), judge="mix")
 
     def __post_init__(self) -> None:
+        for decl in FIELD_SETTINGS:
+            decl.check(getattr(self, decl.field))
         check_percentile(self.budget.percentile)
         if self.budget.latency_budget_ms <= 0:
             raise UsageError("--latency-budget must be positive")
@@ -134,20 +253,12 @@ class TuneSettings:
             raise UsageError(
                 f"--latency-budget metric {self.budget.metric!r} unknown", hint="use ttft:300ms, itl:20ms or 20ms"
             )
-        if self.trials is not None and self.trials < 1:
-            raise UsageError("--trials must be at least 1")
         if self.trials is None and self.max_time_s is None:
             raise UsageError("give --trials N or --max-time (or both) to bound the search")
-        if self.sampler not in ("auto", "grid", "random"):
-            raise UsageError(f"--sampler {self.sampler!r}: choose auto, grid or random")
-        if self.max_concurrency < 1:
-            raise UsageError("--max-concurrency must be at least 1")
         if self.load is not None and self.load not in ("concurrency", "rate", "trace"):
             raise UsageError(f"--load {self.load!r}: choose concurrency, rate or trace FILE")
         if (self.load == "trace") != (self.trace is not None):
             raise UsageError("--load trace FILE names the trace to replay (and only --load trace takes a file)")
-        if self.arrival not in ("poisson", "constant"):
-            raise UsageError(f"--arrival {self.arrival!r}: choose poisson or constant")
         if self.objective == "goodput" and not self.goodput_slo_ms:
             raise UsageError(
                 "--objective goodput needs the SLOs a request must meet", hint="e.g. --goodput ttft:200ms,itl:20ms"
@@ -168,10 +279,10 @@ class TuneSettings:
         **overrides: Any,
     ) -> TuneSettings:
         """Settings from a sweep file's [tune] table (keys in SETTINGS_KEYS; space keys are
-        TuneSpace's) and, for `perfkit tune`, its flags: `flags` holds them under the table's keys
-        (and FLAG_KEYS: goodput, trace, max_rate), None for a flag not given. A flag
-        given overrides the table and its errors name the flag. The budget is the table's
-        latency_budget and percentile, or arrives parsed (by parse_budget, a mix's too) as
+        TuneSpace's) and, for `perfkit tune`, its flags: `flags` holds them under the declared keys
+        (those of SETTINGS_KEYS and the flag-only goodput, trace, max_rate), None for a flag not
+        given. A flag given overrides the table and its errors name the flag. The budget is the
+        table's latency_budget and percentile, or arrives parsed (by parse_budget, a mix's too) as
         `budget=` in `overrides`, held to the percentile given here. On the command line
         --max-time alone bounds the search by time (no trial count). Raises InputError/UsageError
         naming the key or flag."""
@@ -188,54 +299,22 @@ class TuneSettings:
         if parsed is None:
             metric, ms = parse_latency_budget(data["latency_budget"])
             parsed = Budget(ms, metric=metric)
-        if "max_time" in data:
-            kw["max_time_s"] = parse_duration_s(data["max_time"], what=named("max_time"))
-        if "confirm_time" in data:
-            kw["confirm_time_s"] = parse_duration_s(data["confirm_time"], what=named("confirm_time"))
         try:
             percentile = float(data.get("percentile", parsed.percentile))
         except (TypeError, ValueError):
             raise InputError(f"{source}: percentile = {data['percentile']!r} is not a number") from None
         kw["budget"] = dataclasses.replace(parsed, percentile=percentile)
-        for key, conv in (
-            ("trials", int),
-            ("seed", int),
-            ("min_throughput", float),
-            ("max_concurrency", int),
-            ("measurement_interval_ms", float),
-        ):
-            if key in data:
-                try:
-                    kw[key] = conv(data[key])
-                except (TypeError, ValueError):
-                    raise InputError(f"{source}: {key} = {data[key]!r} is not a number") from None
-        if flags is not None and "trials" not in data:
-            kw["trials"] = None if "max_time" in data else 20
-        if "max_gpu_memory" in data:
-            kw["max_gpu_memory_bytes"] = parse_bytes(data["max_gpu_memory"])
-        if "max_output_diff" in data:
-            kw["max_output_diff"] = parse_max_output_diff(str(data["max_output_diff"]))
-        if "confirm" in data:
-            try:
-                kw["confirm_repeats"] = int(data["confirm"])
-            except (TypeError, ValueError):
-                raise InputError(f"{source}: confirm = {data['confirm']!r} is not a number of repeats") from None
-        for key in ("objective", "protocol", "sampler", "load", "arrival", "search"):
-            if key in data:
-                kw[key] = str(data[key])
+        for decl in FIELD_SETTINGS:
+            values = given if decl.flag_only else data
+            if decl.key is not None and decl.key in values:
+                kw[decl.field] = decl.kind.parse(values[decl.key], decl.key, source, named(decl.key))
+        if flags is not None and "trials" not in data and "max_time" in data:
+            kw["trials"] = None
         if kw.get("search", "auto") not in ("auto", "measure", "predict"):
             raise InputError(f"{named('search')} = {kw['search']!r}: give auto, measure or predict")
         if kw.get("objective", objectives.DEFAULT) not in objectives.NAMES:
             *first, last = objectives.NAMES
             raise InputError(f"{source}: objective must be {', '.join(first)} or {last}")
-        if "goodput" in given:
-            from perfkit.measure import parse_goodput
-
-            kw["goodput_slo_ms"] = parse_goodput(given["goodput"])
-        if "trace" in given:
-            kw["trace"] = Path(given["trace"])
-        if "max_rate" in given:
-            kw["max_rate_rps"] = float(given["max_rate"])
         kw.update(overrides)
         return cls(model=model, **kw)
 
@@ -258,28 +337,23 @@ class TuneSettings:
         return self.max_time_s - min(confirmation_reserve_s(self), self.max_time_s / 2)
 
     def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
-        """How each trial is measured; streaming for a decoupled model."""
+        """How each trial is measured; streaming for a decoupled model. The settings that feed it
+        as they are say so in their declaration (judge=...); the rest depend on the trial."""
         return JudgeSettings(
-            budget=self.budget,
+            **judge_fields(self, FIELD_SETTINGS),
             streaming=streaming,
-            max_concurrency=self.max_concurrency,
-            protocol=self.protocol,
-            measurement_interval_ms=self.measurement_interval_ms,
-            stability_percentage=self.stability_percentage,
-            min_windows=self.min_windows,
-            max_windows=self.max_windows,
-            warmup_s=self.warmup_s,
             collect_metrics=self.max_gpu_memory_bytes is not None,
             metrics_url=metrics_url,
-            stop_when_decided=self.adaptive_load,
             load_mode=self.load_for(streaming),
-            goodput_slo_ms=dict(self.goodput_slo_ms),
             trace=str(self.trace) if self.trace is not None else None,
             trace_base_rps=_trace_base(self.trace),
-            distribution=self.arrival,
-            max_rate_rps=self.max_rate_rps,
-            mix=self.mix,
         )
+
+
+FIELD_SETTINGS = declarations(TuneSettings)
+TUNE_SETTINGS = (*BUDGET_SETTINGS, *FIELD_SETTINGS)
+# The keys of a [tune] table's settings (TuneSpace's keys are the rest of the table).
+SETTINGS_KEYS = tuple(s.key for s in TUNE_SETTINGS if s.key is not None and not s.flag_only)
 
 
 def confirmation_reserve_s(s: TuneSettings) -> float:

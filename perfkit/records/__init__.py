@@ -24,6 +24,7 @@ from perfkit.records._calibration import Calibration, CalibrationPoint
 from perfkit.records._level import (
     Drift,
     LatencySummary,
+    LevelCounts,
     LevelResult,
     MetricSample,
     MixShare,
@@ -116,6 +117,7 @@ __all__ = [
     "Confirmation",
     "LatencyKind",
     "LatencySummary",
+    "LevelCounts",
     "LevelResult",
     "LoadLevel",
     "LoadMode",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 from hdrh.histogram import HdrHistogram
@@ -23,6 +22,7 @@ from perfkit.records import (
     STATUS_UNFINISHED,
     LatencyKind,
     LatencySummary,
+    LevelCounts,
     Precision,
     Samples,
     Window,
@@ -236,22 +236,6 @@ def sectioned_quantile_ci_rel(sections: Sequence[np.ndarray], pct: float) -> flo
     if len(sections) < 2 or any(s.size * (1 - q) < MIN_TAIL_SAMPLES for s in sections):
         return None
     return mean_ci_rel([float(np.percentile(s, pct)) for s in sections])
-
-
-@dataclass(frozen=True)
-class LevelCounts:
-    """Counts and rates over a level's measurement period."""
-
-    request_count: int
-    inference_count: int
-    throughput_infer_per_s: float
-    sent_rps: float
-    completed_rps: float
-    error_count: int
-    errors: dict[str, int]
-    late_count: int
-    dropped_count: int
-    send_lateness_p99_us: float | None
 
 
 class LevelRecorder:

@@ -2,94 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from perfkit.cli._gate_output import emit, finish
 from perfkit.cli._server_options import build_server_options, server_options
-from perfkit.errors import ExitCode, UsageError
+from perfkit.errors import UsageError
 from perfkit.gate import (
     DEFAULT_JOB_NOISE_PCT,
     DEFAULT_THRESHOLDS,
-    EXIT_OF,
-    GateFailed,
     GateOptions,
-    GateResult,
-    append_step_summary,
-    compare_pair,
-    compare_records,
-    overall_verdict,
     parse_job_noise,
     parse_thresholds,
-    render_table,
-    resolve_run,
-    write_json,
-    write_junit,
+    stored_gate,
 )
-from perfkit.records import LoadLevel, ProfileSpec, RunRecord, spec_defaults
-
-
-def emit(
-    results: Sequence[GateResult],
-    pairs: Sequence[tuple[RunRecord, RunRecord]],
-    *,
-    confidence: float,
-    junit: Path | None,
-    json_path: Path | None,
-    report: Path | None,
-) -> int:
-    """Print every finding, write every output asked for, and return the exit code (shared with `run`)."""
-    click.echo(render_table(results, confidence))
-    if junit:
-        click.echo(f"perfkit: JUnit XML: {write_junit(results, junit)}", err=True)
-    if json_path:
-        click.echo(f"perfkit: JSON: {write_json(results, json_path)}", err=True)
-    summary = append_step_summary(results, confidence)
-    if summary:
-        click.echo(f"perfkit: summary appended to {summary}", err=True)
-    if report:
-        write_report(results, pairs, report)
-    verdict = overall_verdict(results)
-    return int(EXIT_OF[verdict])
-
-
-def finish(results: Sequence[GateResult]) -> None:
-    """Exit with the gate's code: return on pass/improvement, else raise GateFailed (10/11/12)."""
-    verdict = overall_verdict(results)
-    code = EXIT_OF[verdict]
-    if code == ExitCode.OK:
-        click.echo(f"perfkit gate: {verdict.upper()} (exit 0)", err=True)
-        return
-    counts: dict[str, int] = {}
-    for r in results:
-        for f in r.findings:
-            if f.verdict not in ("pass", "improvement"):
-                counts[f.verdict] = counts.get(f.verdict, 0) + 1
-    detail = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no comparable levels"
-    raise GateFailed(verdict.upper(), code, f"{detail}; exit {int(code)}")
-
-
-def write_report(results: Sequence[GateResult], pairs: Sequence[tuple[RunRecord, RunRecord]], path: Path) -> None:
-    """The HTML comparison report (every model's baseline and current, the verdicts first)."""
-    try:
-        from perfkit.report import write_comparison_report  # noqa: PLC0415
-    except ImportError:
-        click.echo("perfkit: --report: this build has no HTML report; skipped", err=True)
-        return
-    target = write_comparison_report([b for b, _ in pairs], [c for _, c in pairs], path, results=results)
-    click.echo(f"perfkit: report: {target}", err=True)
-
-
-def _levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution: str) -> tuple[LoadLevel, ...]:
-    if concurrency and rates:
-        raise UsageError("--concurrency and --request-rate are exclusive: one load mode per A/B run")
-    if rates:
-        dist: Any = distribution
-        return tuple(LoadLevel("request_rate", float(r), dist) for r in rates)
-    return tuple(LoadLevel("concurrency", float(c)) for c in (concurrency or (1,)))
-
+from perfkit.records import ProfileSpec, spec_defaults
 
 # Defaults defined once: the gate's on GateOptions, the measurement's on ProfileSpec.
 _G = GateOptions()
@@ -213,78 +142,31 @@ def command(  # noqa: PLR0917  (click passes every option)
         allow_different_machine=allow_different_machine,
         max_error_fraction=max_error_fraction,
     )
-    if ab:
+    if not ab:
+        results, pairs = stored_gate(baseline_ref, current_ref, opts, model=model, store=store)
+    else:
+        from perfkit.gate.ab import ab_gate, ab_levels  # noqa: PLC0415  # the load generator only for an A/B run
+
         if baseline_ref or current_ref:
             raise UsageError("--ab measures both arms itself: drop --baseline/--current")
         if not (baseline_config and candidate_config and model):
             raise UsageError("--ab needs --baseline-config, --candidate-config and -m MODEL")
-        baseline, current = _run_ab(
-            server_kwargs,
-            url=url,
+        spec = ProfileSpec(
             model=model,
-            baseline_config=baseline_config,
-            candidate_config=candidate_config,
-            rounds=rounds,
-            spec=ProfileSpec(
-                model=model,
-                levels=_levels(concurrency, rates, request_distribution),
-                protocol=protocol,  # type: ignore[arg-type]  # click.Choice limits protocol to http or grpc
-                batch_size=batch_size,
-                measurement_interval_ms=interval_ms,
-                max_trials=max_trials,
-                min_windows=min_windows,
-            ),
+            levels=ab_levels(concurrency, rates, request_distribution),
+            protocol=protocol,  # type: ignore[arg-type]  # click.Choice limits protocol to http or grpc
+            batch_size=batch_size,
+            measurement_interval_ms=interval_ms,
+            max_trials=max_trials,
+            min_windows=min_windows,
         )
-        if output:
-            baseline.save(output / "baseline.json")
-            current.save(output / "candidate.json")
-            click.echo(f"perfkit: pooled run records in {output}", err=True)
-        result = compare_records(
-            baseline,
-            current,
-            opts,
-            comparison="ab",
-            baseline_label=f"{baseline_config} ({rounds} rounds)",
-            current_label=f"{candidate_config} ({rounds} rounds)",
-        )
-    else:
-        if not (baseline_ref and current_ref):
-            raise UsageError("give --baseline RUN and --current RUN (or --ab with two configs)")
-        current, c_label = resolve_run(current_ref, role="current", model=model, store=store)
-        baseline, b_label = resolve_run(
-            baseline_ref, role="baseline", model=model or str(current.model.name), store=store
-        )
-        # a traffic mix is judged as a whole and model by model
-        results = compare_pair(baseline, current, opts, baseline_label=b_label, current_label=c_label)
-        emit(results, [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)
-        finish(results)
-        return
-    emit([result], [(baseline, current)], confidence=confidence, junit=junit, json_path=json_path, report=report)
-    finish([result])
-
-
-def _run_ab(
-    server_kwargs: dict[str, Any],
-    *,
-    url: str | None,
-    model: str,
-    baseline_config: Path,
-    candidate_config: Path,
-    rounds: int,
-    spec: ProfileSpec,
-) -> tuple[RunRecord, RunRecord]:
-    from perfkit.gate.ab import ABPlan, run_ab  # noqa: PLC0415
-    from perfkit.server.launch import open_server  # noqa: PLC0415
-
-    server_opts = build_server_options(server_kwargs, url=url, models=(model,))
-    if server_opts.model_repository is None:
-        raise UsageError("--ab needs --model-repository DIR (the folder whose config.pbtxt is swapped)")
-    plan = ABPlan(model, server_opts.model_repository, baseline_config, candidate_config, spec, rounds)
-    click.echo(f"perfkit: A/B gate of {model}: {rounds} rounds per config ...", err=True)
-    with open_server(server_opts) as server:
-        return run_ab(
-            server,
-            plan,
-            command=("perfkit", "gate", "--ab"),
+        server_opts = build_server_options(server_kwargs, url=url, models=(model,))
+        results, pairs = ab_gate(
+            server_opts, spec, baseline_config, candidate_config, opts, rounds=rounds, output=output,
+            on_start=lambda plan: click.echo(f"perfkit: A/B gate of {plan.model}: {plan.rounds} rounds per config ...",
+                                             err=True),
             on_round=lambda n, arm: click.echo(f"perfkit: round {n}: {arm}", err=True),
-        )
+            on_saved=lambda out: click.echo(f"perfkit: pooled run records in {out}", err=True),
+        )  # fmt: skip
+    emit(results, pairs, confidence=confidence, junit=junit, json_path=json_path, report=report)
+    finish(results)

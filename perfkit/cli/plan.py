@@ -6,30 +6,25 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import click
 
 from perfkit.capacity import (
-    CapacityPlan,
-    KnobChoice,
-    PredictedPlan,
-    evidence_from_run,
-    evidence_from_tune,
-    judge_verification,
+    PlanAsk,
+    check_plan,
     knob_choice,
-    plan_capacity,
-    plan_predicted,
-    predict_evidence,
-    verification_spec,
+    measured_plan,
+    plan_json,
+    predicted_plan,
+    read_plan_record,
 )
-from perfkit.errors import InputError, MeasurementError, UsageError
-from perfkit.records import RunRecord, TuneRecord, load_record
-from perfkit.units import parse_duration_s, parse_latency_ms, parse_percent, parse_rate_rps
+from perfkit.errors import MeasurementError, UsageError
+from perfkit.records import TuneRecord
+from perfkit.units import parse_latency_ms, parse_percent, parse_rate_rps
 
 
-def _read(path: Path) -> RunRecord | TuneRecord:
-    return load_record(path / "tune.json" if path.is_dir() else path)
+def _checking(servers: int, rate_rps: float) -> None:
+    click.echo(f"perfkit: checking the plan on {servers} server(s) at {rate_rps:,.1f} req/s", err=True)
 
 
 @click.command(name="plan")
@@ -95,10 +90,9 @@ def command(
         perfkit plan runs/tune-my_model/ --target-rate 20000/s --latency-budget 50ms --headroom 30%
         perfkit plan runs/tune-my_model/ --target-rate 20000/s --max-batch-sizes 64 --instance-counts 2
     """
-    target = parse_rate_rps(target_rate)
-    room = parse_percent(headroom)
+    target_rps, room = parse_rate_rps(target_rate), parse_percent(headroom)
     budget_ms = parse_latency_ms(latency_budget) if latency_budget else None
-    rec = _read(record)
+    rec = read_plan_record(record)
     choice = knob_choice(
         max_batch_sizes=max_batch_sizes,
         dynamic_batching=dynamic_batching,
@@ -106,46 +100,25 @@ def command(
         preferred_batch_sizes=preferred_batch_sizes,
         instance_counts=instance_counts,
     )
-    want_predicted = predicted or choice.named
-    if want_predicted and not isinstance(rec, TuneRecord):
-        raise UsageError(f"{record}: --predict needs a tune record with a calibration, not a profile run record",
-                         hint="tune with --search predict, then plan from its tune.json")  # fmt: skip
-    the_plan: CapacityPlan | None = None
-    result: dict[str, Any]
-    try:
-        if isinstance(rec, TuneRecord):
-            evidence, notes = evidence_from_tune(rec, latency_budget_ms=budget_ms, source=str(record))
-        else:
-            evidence, notes = evidence_from_run(rec, latency_budget_ms=budget_ms, percentile=percentile,
-                                                source=str(record))  # fmt: skip
-        the_plan = plan_capacity(evidence, target_rps=target, headroom=room, notes=notes)
-        result = the_plan.to_json()
-        if not as_json:
-            for line in the_plan.lines():
-                click.echo(line)
-    except (InputError, UsageError) as err:
-        if not want_predicted:
-            raise
-        # A config never measured is what a prediction is for: the measured plan's absence is stated.
-        result = {"target_rps": target, "headroom": room, "replicas": None, "measured_error": err.message}
-        if not as_json:
-            click.echo(f"measured: no plan ({err.message})")
-    pred: PredictedPlan | None = None
-    if want_predicted:
-        assert isinstance(rec, TuneRecord)
-        pred = _predicted_plan(rec, choice, budget_ms, target, room)
-        result["predicted"] = pred.to_json()
+    ask = PlanAsk(target_rps, room, budget_ms, percentile, choice, predicted)
+    measured = measured_plan(rec, ask, source=str(record))
+    if not as_json:
+        for line in measured.lines():
+            click.echo(line)
+    pred = None
+    if ask.wants_predicted:
+        assert isinstance(rec, TuneRecord)  # measured_plan refused a profile record
+        pred = predicted_plan(rec, ask)
         if not as_json:
             for line in pred.lines():
                 click.echo(line)
-    ok = True
+    verification = None
     if urls:
-        if the_plan is None:
-            raise UsageError("-u checks the measured plan, and there is none", hint="see the 'measured:' line above")
-        ok, line = _verify(the_plan, list(urls), ray_address, parse_duration_s(duration, what="--duration"), protocol)
-        result["verification"] = {"servers": len(urls), "held": ok, "line": line}
+        verification = check_plan(measured, list(urls), ray_address=ray_address, duration=duration, protocol=protocol,
+                                  command=tuple(sys.argv), on_start=_checking)  # fmt: skip
         if not as_json:
-            click.echo(line)
+            click.echo(verification.line)
+    result = plan_json(ask, measured, pred, verification)
     if as_json:
         click.echo(json.dumps(result, indent=2))
     if output is not None:
@@ -154,42 +127,9 @@ def command(
     if report_path is not None:
         from perfkit.report import write_plan_report
 
-        if the_plan is None:
+        if measured.plan is None:
             raise UsageError("--report draws the measured plan, and there is none", hint="see the 'measured:' line")
-        write_plan_report(the_plan, report_path, result.get("verification"), pred)
+        write_plan_report(measured.plan, report_path, result.get("verification"), pred)
         click.echo(f"perfkit: plan report written to {report_path}", err=True)
-    if not ok:
+    if verification is not None and not verification.held:
         raise MeasurementError("the fleet did not hold the plan", hint="see the verification line above")
-
-
-def _predicted_plan(
-    rec: TuneRecord, choice: KnobChoice, budget_ms: float | None, target: float, room: float
-) -> PredictedPlan:
-    budget = budget_ms if budget_ms is not None else rec.latency_budget_ms
-    return plan_predicted(predict_evidence(rec, choice, budget_ms=budget), target_rps=target, headroom=room)
-
-
-def _verify(
-    the_plan: CapacityPlan, urls: list[str], ray_address: str | None, duration_s: float, protocol: str
-) -> tuple[bool, str]:
-    from perfkit.server.remote import attach_remote
-
-    if len(urls) > 1 and not ray_address:
-        raise UsageError("several -u servers (a fleet) need --ray ADDRESS|auto to drive them")
-    spec = verification_spec(the_plan, len(urls), duration_s=duration_s, protocol=protocol)
-    click.echo(f"perfkit: checking the plan on {len(urls)} server(s) at {spec.levels[0].value:,.1f} req/s", err=True)
-    servers = [attach_remote(u) for u in urls]
-    try:
-        if ray_address:
-            from perfkit.distributed import profile_distributed
-
-            rec = profile_distributed(servers, spec, address=ray_address, client_hosts=1, command=tuple(sys.argv))
-        else:
-            from perfkit.measure import profile
-
-            rec = profile(servers[0], spec, command=tuple(sys.argv))
-    except MeasurementError as err:
-        if isinstance(err.record, RunRecord):
-            return judge_verification(the_plan, err.record, len(urls))
-        raise
-    return judge_verification(the_plan, rec, len(urls))

@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from perfkit.campaign import CampaignProgress, load_sweep, run_campaign
+from perfkit.cli._gate_output import emit, finish
 from perfkit.cli._metrics_options import metrics_options, publish
-from perfkit.cli.gate import emit, finish
 
 
 def _echo_step(ev: CampaignProgress) -> None:

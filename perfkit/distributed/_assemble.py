@@ -13,6 +13,7 @@ from perfkit.measure import rerun_precision
 from perfkit.measure._server_stats import delta, snapshot
 from perfkit.records import (
     LatencySummary,
+    LevelCounts,
     LevelResult,
     LoadLevel,
     ProfileSpec,
@@ -26,7 +27,6 @@ from perfkit.server.base import Server
 def partial_digest(parts: list[WindowDigest], closed: bool, period_s: float, batch_size: int) -> LevelDigest:
     """What a worker that died had reported: its windows, as a level digest (late/dropped unknown)."""
     from perfkit.distributed._digest import summary_from_windows
-    from perfkit.recorder import LevelCounts
 
     completed = sum(p.window.completed for p in parts)
     errors = sum(p.window.errors for p in parts)

@@ -20,7 +20,6 @@ from hdrh.histogram import HdrHistogram
 from perfkit.recorder import (
     MIN_TAIL_SAMPLES,
     PRECISION_METHOD,
-    LevelCounts,
     LevelRecorder,
     histogram_of,
     mean_ci_rel,
@@ -35,6 +34,7 @@ from perfkit.records import (
     STATUS_UNFINISHED,
     LatencyKind,
     LatencySummary,
+    LevelCounts,
     Precision,
     Window,
 )

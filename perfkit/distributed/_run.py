@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import math
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from time import perf_counter_ns
 from typing import Any
@@ -15,17 +17,17 @@ from perfkit.distributed._assemble import level_result, partial_digest, snapshot
 from perfkit.distributed._cluster import CALL_TIMEOUT_S, Placed, call_all, call_start, connect, place, sync_clocks
 from perfkit.distributed._digest import LevelDigest, MergedWindows, WindowDigest
 from perfkit.distributed._worker import LevelPlan, Unit
-from perfkit.errors import MeasurementError, ServerError, UsageError
+from perfkit.errors import UsageError
 from perfkit.loadgen import EngineConfig, ModelIO, grpc_payload, http_payload, sleep_until, synthetic_tensors
 from perfkit.measure import (
-    LevelDone,
-    LevelStarted,
+    LevelOutcome,
     LevelStop,
+    MeasureOne,
     PlacedWorker,
     Progress,
     WindowMeasured,
     WorkersPlaced,
-    over_latency_threshold,
+    run_levels,
 )
 from perfkit.measure._context import make_record, server_info
 from perfkit.measure._server_stats import composing_models
@@ -93,6 +95,8 @@ def _check(spec: ProfileSpec, client_hosts: int, io: ModelIO) -> None:
         raise UsageError("--ray supports --input-data random or zero (a data file would have to be on every host)")
     if spec.binary_search:
         raise UsageError("--binary-search is not supported with --ray yet; give the levels to measure")
+    if spec.periodic_concurrency is not None:
+        raise UsageError("--ray measures time windows: drop --periodic-concurrency-range (or --ray)")
     if spec.batch_size < 1 or (io.max_batch_size == 0 and spec.batch_size > 1):
         raise UsageError(f"-b {spec.batch_size}: model {io.name!r} does not take that batch size")
     if not spec.levels:
@@ -136,7 +140,6 @@ def profile_distributed(
     info = server_info(main, spec.protocol)
     urls = [s.endpoints.http_url for s in servers]
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    levels: list[LevelResult] = []
     units = _units(servers, spec, io, client_hosts, intervals)
     workers = place(ray, units, client_hosts, node_resource)
     if on_progress:
@@ -161,7 +164,7 @@ def profile_distributed(
         "spread": "round_robin",
     }
 
-    def record(status: str = "ok", error: str | None = None) -> RunRecord:
+    def record(levels: list[LevelResult], status: str = "ok", error: str | None = None) -> RunRecord:
         meta["nodes"] = sorted({str(w.identity.get("node_id", "")) for w in workers})
         meta["workers"] = [
             {
@@ -192,27 +195,22 @@ def profile_distributed(
             rec.save(record_path)
         return rec
 
+    def measure(level: LoadLevel) -> LevelOutcome:
+        result, server_died = _measure_level(ray, servers, workers, units, spec, level, stats_models, on_progress)
+        outcome = LevelOutcome(result, server_died)
+        if server_died or all(w.dead for w in workers):
+            why = "a server stopped answering" if server_died else "every load worker was lost"
+            outcome.error = f"{why} during {level.label}"
+        return outcome
+
+    return run_levels(spec, _closing(ray, workers, measure), record, on_progress)
+
+
+@contextlib.contextmanager
+def _closing(ray: Any, workers: list[Placed], measure: MeasureOne) -> Iterator[MeasureOne]:
+    """The placed workers, closed (and their actors killed) when the levels are done, whatever happens."""
     try:
-        for level in spec.levels:
-            if on_progress:
-                on_progress(LevelStarted(level))
-            result, server_died = _measure_level(ray, servers, workers, units, spec, level, stats_models, on_progress)
-            levels.append(result)
-            if server_died or all(w.dead for w in workers):
-                why = "a server stopped answering" if server_died else "every load worker was lost"
-                rec = record("failed", f"{why} during {level.label}")
-                raise MeasurementError(f"{why} during {level.label}", hint="partial results saved").with_record(rec)
-            record()
-            if on_progress:
-                on_progress(LevelDone(level, result))
-            if over_latency_threshold(spec, result):
-                break
-    except KeyboardInterrupt:
-        record("interrupted", "interrupted by the user")
-        raise
-    except ServerError as err:
-        rec = record("failed", err.one_line())
-        raise MeasurementError(f"measurement failed: {err.one_line()}").with_record(rec) from err
+        yield measure
     finally:
         for w in workers:
             if not w.dead:
@@ -221,7 +219,6 @@ def profile_distributed(
                 except Exception:
                     pass
             ray.kill(w.handle)
-    return record()
 
 
 def _measure_level(

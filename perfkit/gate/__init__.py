@@ -4,8 +4,9 @@ compare_runs() (the one comparison core: the gate and the comparison report rend
 judges every load level and metric (throughput, latency percentiles)
 against thresholds, with a seeded bootstrap over the per-window samples for
 significance; verdicts pass / regression / improvement / inconclusive / invalid map
-to exit codes 0 / 10 / 0 / 11 / 12. run_ab() (the one part that touches a server)
-measures baseline and candidate configs alternately in one job.
+to exit codes 0 / 10 / 0 / 11 / 12 (gate_failure() is a failing gate's error). stored_gate()
+compares two stored runs; gate.ab's ab_gate() (the one part that touches a server) measures
+baseline and candidate configs alternately in one job and compares them.
 """
 
 from perfkit.gate._mix import mix_views
@@ -24,13 +25,14 @@ from perfkit.gate.compare import (
 )
 from perfkit.gate.output import (
     append_step_summary,
+    gate_failure,
     overall_verdict,
     render_markdown,
     render_table,
     write_json,
     write_junit,
 )
-from perfkit.gate.resolve import default_store_path, resolve_run
+from perfkit.gate.resolve import default_store_path, resolve_run, stored_gate
 from perfkit.gate.stats import bootstrap_rel_diff, min_samples
 from perfkit.gate.thresholds import (
     DEFAULT_JOB_NOISE_PCT,
@@ -61,6 +63,7 @@ __all__ = [
     "level_label",
     "config_changes",
     "default_store_path",
+    "gate_failure",
     "machine_differences",
     "min_samples",
     "overall_verdict",
@@ -70,6 +73,7 @@ __all__ = [
     "render_markdown",
     "render_table",
     "resolve_run",
+    "stored_gate",
     "write_json",
     "write_junit",
 ]

@@ -12,12 +12,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from perfkit.errors import ConfigError, InputError
+from perfkit.errors import ConfigError, InputError, UsageError
+from perfkit.gate.compare import GateOptions, GateResult, compare_records
 from perfkit.gate.merge import merge_runs
-from perfkit.records import ProfileSpec, RunRecord
+from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import ConfigGuard, parse_config
+
+if TYPE_CHECKING:
+    from perfkit.server.launch import ServerOptions
 
 
 @dataclass(frozen=True)
@@ -85,3 +90,57 @@ def run_ab(
                 guard.apply(arms[arm])
                 runs[arm].append(profile(server, plan.spec, command=command))
     return merge_runs(runs["baseline"]), merge_runs(runs["candidate"])
+
+
+def ab_levels(concurrency: tuple[int, ...], rates: tuple[float, ...], distribution: str) -> tuple[LoadLevel, ...]:
+    """An A/B run's levels: the request rates, else the concurrencies (1 when neither is given); raises UsageError."""
+    if concurrency and rates:
+        raise UsageError("--concurrency and --request-rate are exclusive: one load mode per A/B run")
+    if rates:
+        dist: Any = distribution
+        return tuple(LoadLevel("request_rate", float(r), dist) for r in rates)
+    return tuple(LoadLevel("concurrency", float(c)) for c in (concurrency or (1,)))
+
+
+def ab_gate(
+    server_opts: ServerOptions,
+    spec: ProfileSpec,
+    baseline_config: Path,
+    candidate_config: Path,
+    opts: GateOptions,
+    *,
+    rounds: int = 3,
+    output: Path | None = None,
+    on_start: Callable[[ABPlan], None] | None = None,
+    on_round: Callable[[int, str], None] | None = None,
+    on_saved: Callable[[Path], None] | None = None,
+) -> tuple[list[GateResult], list[tuple[RunRecord, RunRecord]]]:
+    """`perfkit gate --ab`: serve spec's model, measure both configs `rounds` times each (run_ab), save the
+    pooled records in output (when given) and compare them; returns the result and the (baseline, candidate) pair.
+
+    Raises UsageError when the server has no model repository (the folder whose config.pbtxt is swapped),
+    and as run_ab and compare_records do.
+    """
+    if server_opts.model_repository is None:
+        raise UsageError("--ab needs --model-repository DIR (the folder whose config.pbtxt is swapped)")
+    plan = ABPlan(spec.model, server_opts.model_repository, baseline_config, candidate_config, spec, rounds)
+    if on_start:
+        on_start(plan)
+    from perfkit.server.launch import open_server  # noqa: PLC0415  # a server is started only for an A/B run
+
+    with open_server(server_opts) as server:
+        baseline, current = run_ab(server, plan, command=("perfkit", "gate", "--ab"), on_round=on_round)
+    if output:
+        baseline.save(output / "baseline.json")
+        current.save(output / "candidate.json")
+        if on_saved:
+            on_saved(output)
+    result = compare_records(
+        baseline,
+        current,
+        opts,
+        comparison="ab",
+        baseline_label=f"{plan.baseline_config} ({plan.rounds} rounds)",
+        current_label=f"{plan.candidate_config} ({plan.rounds} rounds)",
+    )
+    return [result], [(baseline, current)]

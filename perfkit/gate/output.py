@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from perfkit.gate.compare import EXIT_OF, VERDICT_ORDER, Finding, GateResult
+from perfkit.errors import ExitCode
+from perfkit.gate.compare import EXIT_OF, VERDICT_ORDER, Finding, GateFailed, GateResult
 
 _MARK = {"pass": "ok", "improvement": "better", "regression": "REGRESSION", "inconclusive": "inconclusive"}
 _EMOJI = {"pass": "✅", "improvement": "🚀", "regression": "❌", "inconclusive": "❔", "invalid": "⚠️"}
@@ -54,6 +55,21 @@ def overall_verdict(results: Sequence[GateResult]) -> str:
     """The worst verdict over several results (one per model)."""
     present = {r.verdict for r in results} or {"invalid"}
     return next(v for v in VERDICT_ORDER if v in present)
+
+
+def gate_failure(results: Sequence[GateResult]) -> GateFailed | None:
+    """The error a gate that did not pass exits with (10/11/12, its findings counted), or None on pass/improvement."""
+    verdict = overall_verdict(results)
+    code = EXIT_OF[verdict]
+    if code == ExitCode.OK:
+        return None
+    counts: dict[str, int] = {}
+    for r in results:
+        for f in r.findings:
+            if f.verdict not in ("pass", "improvement"):
+                counts[f.verdict] = counts.get(f.verdict, 0) + 1
+    detail = ", ".join(f"{n} {v}" for v, n in counts.items()) or "no comparable levels"
+    return GateFailed(verdict.upper(), code, f"{detail}; exit {int(code)}")
 
 
 def render_table(results: Sequence[GateResult], confidence: float = 0.95) -> str:

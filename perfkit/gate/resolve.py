@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from perfkit.errors import InputError
+from perfkit.errors import InputError, UsageError
+from perfkit.gate.compare import GateOptions, GateResult, compare_pair
 from perfkit.records import RunRecord
 from perfkit.store import DEFAULT_STORE, DirectoryStore, open_store
 
@@ -56,3 +57,24 @@ def resolve_run(
         entry = st.entry(ref)
         record = st.get(entry.id)
     return record, f"{entry.name or entry.id} ({store_path})"
+
+
+def stored_gate(
+    baseline_ref: str | None,
+    current_ref: str | None,
+    opts: GateOptions,
+    *,
+    model: str | None = None,
+    store: str | Path | None = None,
+) -> tuple[list[GateResult], list[tuple[RunRecord, RunRecord]]]:
+    """`perfkit gate --baseline RUN --current RUN`: resolve both runs and compare them (a traffic mix as a
+    whole and model by model); returns the results and the (baseline, current) pair.
+
+    Raises UsageError when a run is not given, and as resolve_run and compare_pair do.
+    """
+    if not (baseline_ref and current_ref):
+        raise UsageError("give --baseline RUN and --current RUN (or --ab with two configs)")
+    current, c_label = resolve_run(current_ref, role="current", model=model, store=store)
+    baseline, b_label = resolve_run(baseline_ref, role="baseline", model=model or str(current.model.name), store=store)
+    results = compare_pair(baseline, current, opts, baseline_label=b_label, current_label=c_label)
+    return results, [(baseline, current)]

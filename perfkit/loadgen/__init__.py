@@ -58,12 +58,7 @@ from time import perf_counter_ns
 from perfkit.loadgen._engine import Engine, EngineConfig
 from perfkit.loadgen._http_json import http_json_payload
 from perfkit.loadgen._inputdata import (
-    ExpectedOutput,
     FileRequest,
-    InputData,
-    Step,
-    StepTensor,
-    Stream,
     build_requests,
     check_synthetic,
     file_tensors,
@@ -96,9 +91,7 @@ from perfkit.schedule import split_concurrency
 __all__ = [
     "Engine",
     "EngineConfig",
-    "ExpectedOutput",
     "FileRequest",
-    "InputData",
     "LoadGenerator",
     "ModelIO",
     "PARAMETER_TYPES",
@@ -107,9 +100,6 @@ __all__ = [
     "SequenceSpec",
     "StreamConfig",
     "ShmBinding",
-    "Step",
-    "StepTensor",
-    "Stream",
     "Tensor",
     "build_requests",
     "check_synthetic",

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfkit.recorder import LevelCounts
-from perfkit.records import LevelResult, LoadLevel, Precision
+from perfkit.records import LevelCounts, LevelResult, LoadLevel, Precision
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from perfkit.records._level import (
     Drift,
     FirstResponseHistogram,
     LatencySummary,
+    LevelCounts,
     LevelResult,
     MetricSample,
     MixShare,
@@ -49,7 +50,7 @@ from perfkit.records._load import (
     TlsSpec,
     spec_defaults,
 )
-from perfkit.records._machine import HARDWARE_FIELDS, Machine, ModelInfo, ServerInfo
+from perfkit.records._machine import Machine, ModelInfo, ServerInfo
 from perfkit.records._run import RUN_SCHEMA, RUN_SCHEMA_VERSION, RunRecord
 from perfkit.records._samples import (
     GRPC_STATUS_BASE,
@@ -63,7 +64,7 @@ from perfkit.records._samples import (
     Samples,
     status_name,
 )
-from perfkit.records._serial import T, _read_json, from_dict, to_dict
+from perfkit.records._serial import _read_json, from_dict, to_dict
 from perfkit.records._tune import (
     M_LOWER_BOUND,
     TUNE_SCHEMA,
@@ -101,7 +102,6 @@ __all__ = [
     "DEFAULT_MIN_WINDOWS",
     "DEFAULT_TAIL_PERCENTILES",
     "GRPC_STATUS_BASE",
-    "HARDWARE_FIELDS",
     "PERCENTILES",
     "PERCENTILE_OF_METRIC",
     "RUN_SCHEMA",
@@ -118,6 +118,7 @@ __all__ = [
     "Confirmation",
     "LatencyKind",
     "LatencySummary",
+    "LevelCounts",
     "LevelResult",
     "LoadLevel",
     "LoadMode",
@@ -134,7 +135,6 @@ __all__ = [
     "ServerStats",
     "StreamWindow",
     "StreamingSummary",
-    "T",
     "TlsSpec",
     "TrialRecord",
     "TuneRecord",

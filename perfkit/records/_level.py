@@ -189,14 +189,9 @@ class StreamingSummary:
 
 
 @dataclass(frozen=True)
-class LevelResult:
-    """Everything measured at one load level."""
+class LevelCounts:
+    """Counts and rates over a level's measurement period: a LevelResult's, and what live exporters read mid-level."""
 
-    load: LoadLevel
-    batch_size: int
-    stable: bool
-    precision: Precision
-    duration_s: float
     request_count: int
     inference_count: int
     throughput_infer_per_s: float
@@ -207,6 +202,24 @@ class LevelResult:
     late_count: int
     dropped_count: int
     send_lateness_p99_us: float | None
+
+
+@dataclass(frozen=True)
+class _LevelHead:
+    """A LevelResult's fields before its counts: a base of its own so that the saved JSON keeps its key order."""
+
+    load: LoadLevel
+    batch_size: int
+    stable: bool
+    precision: Precision
+    duration_s: float
+
+
+# The bases' fields come first, _LevelHead's then LevelCounts' (dataclasses collect them in reverse MRO order).
+@dataclass(frozen=True)
+class LevelResult(LevelCounts, _LevelHead):
+    """Everything measured at one load level."""
+
     service: LatencySummary
     corrected: LatencySummary | None
     windows: tuple[Window, ...]

@@ -23,8 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from perfkit.gate.synthetic import synthetic_level
 from perfkit.live import LiveMetrics
 from perfkit.measure import LevelDone, LevelStarted, WindowMeasured
-from perfkit.recorder import LevelCounts
-from perfkit.records import Precision, RunRecord
+from perfkit.records import LevelCounts, Precision, RunRecord
 from perfkit.server._ports import free_ports
 from tests.conftest import FIXTURE_MODELS, ROOT, Lines
 

@@ -27,6 +27,7 @@ from perfkit.loadgen import (
     EngineConfig,
     LoadGenerator,
     ModelIO,
+    StreamConfig,
     grpc_payload,
     http_payload,
     make_engine,
@@ -34,7 +35,6 @@ from perfkit.loadgen import (
     synthetic_tensors,
 )
 from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR, NativeEngine, _native
-from perfkit.loadgen._stream_transport import StreamConfig
 from perfkit.recorder import concat
 from perfkit.records import (
     GRPC_STATUS_BASE,

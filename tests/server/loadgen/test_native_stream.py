@@ -21,10 +21,8 @@ import hpack
 import numpy as np
 import pytest
 
-from perfkit.loadgen import LoadGenerator, ModelIO, StreamConfig, grpc_payload
+from perfkit.loadgen import LoadGenerator, ModelIO, SequenceSpec, StreamConfig, Tensor, grpc_payload, to_wire
 from perfkit.loadgen._native_engine import NativeEngine
-from perfkit.loadgen._requests import Tensor, to_wire
-from perfkit.loadgen._sequences import SequenceSpec
 from perfkit.loadgen._stream_grpc import grpc_stream_request
 from perfkit.recorder import concat
 from perfkit.records import (

@@ -295,8 +295,7 @@ def test_jsonl_trace_of_lengths_over_http_generate_stream(triton, tmp_path):
 def test_both_grpc_stream_transports_carry_large_requests_and_every_token(triton, transport):
     import numpy as np
 
-    from perfkit.loadgen import LoadGenerator, ModelIO, StreamConfig, grpc_payload
-    from perfkit.loadgen._requests import Tensor, to_wire
+    from perfkit.loadgen import LoadGenerator, ModelIO, StreamConfig, Tensor, grpc_payload, to_wire
 
     io = ModelIO.from_server(triton.model_metadata("streamer", ""), triton.model_config("streamer"))
     prompt = np.array([b"x" * 40_000], dtype=np.object_)  # spans several HTTP/2 DATA frames

@@ -12,10 +12,10 @@ import asyncio
 import dataclasses
 from time import perf_counter_ns
 
+from perfkit.loadgen import SequenceSpec, StreamConfig
 from perfkit.loadgen._ledger import Ledger
 from perfkit.loadgen._loops import ClosedLoop, OpenLoop
-from perfkit.loadgen._sequences import SequenceSpec
-from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
+from perfkit.loadgen._stream_transport import SeqFlags, StreamTransport
 from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_DROPPED, STATUS_UNFINISHED
 
 

@@ -9,7 +9,8 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from perfkit.errors import UsageError
-from perfkit.loadgen._sequences import SequenceManager, SequenceSpec
+from perfkit.loadgen import SequenceSpec
+from perfkit.loadgen._sequences import SequenceManager
 from perfkit.loadgen._stream_parts import request_suffix
 from perfkit.measure import parse_goodput
 from perfkit.measure._streaming import streaming_summary

@@ -14,7 +14,7 @@ import pytest
 from perfkit.budget import Budget
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.measure import _binary_search, over_latency_threshold
+from perfkit.measure import walk_levels
 from perfkit.records import MetricSample, ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
@@ -48,12 +48,7 @@ class FakeSystem:
             levels.append(result)
             return result
 
-        if spec.binary_search:
-            _binary_search(spec, run)
-        else:
-            for lv in spec.levels:
-                if over_latency_threshold(spec, run(lv)):
-                    break
+        walk_levels(spec, run)
         return synthetic_record(levels, model=spec.model)
 
 

@@ -40,7 +40,8 @@ def run_levels(
     """Measure spec's levels with what `measurer` opens, saving the record after each; returns the record.
 
     Raises MeasurementError (with `.record` holding what was measured) when a level ends in an error,
-    the server fails (a ServerError; a ServerRefusedError goes on as itself, after the record is saved as failed) or the run is interrupted (the KeyboardInterrupt itself goes on,
+    the server fails (a ServerError; a ServerRefusedError goes on as itself, after the record is saved
+    as failed) or the run is interrupted (the KeyboardInterrupt itself goes on,
     after the record is saved as interrupted).
     """
     levels: list[LevelResult] = []

@@ -165,7 +165,7 @@ def command(
 def _predicted_plan(
     rec: TuneRecord, choice: KnobChoice, budget_ms: float | None, target: float, room: float
 ) -> PredictedPlan:
-    budget = budget_ms if budget_ms is not None else rec.latency_budget_ms
+    budget = budget_ms if budget_ms is not None else rec.budget.latency_budget_ms
     return plan_predicted(predict_evidence(rec, choice, budget_ms=budget), target_rps=target, headroom=room)
 
 

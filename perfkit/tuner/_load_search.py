@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import Budget
-from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.records import Budget, LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.tuner._ladder import LadderSearch, OutOfTime, run_level_by_level
 

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from perfkit.budget import Budget, level_budget_us
-from perfkit.records import LevelResult, LoadLevel, RunRecord
+from perfkit.records import Budget, LevelResult, LoadLevel, RunRecord, level_budget_us
 
 
 class ConstraintSettings(Protocol):
@@ -66,7 +65,7 @@ def judge_trial(
         if latency_budget_ms is None:
             raise TypeError("judge_trial needs a budget (or latency_budget_ms)")
         budget = Budget(latency_budget_ms, percentile, metric)
-    budget_us = budget.latency_budget_ms * 1e3
+    budget_us = budget.latency_budget_us
     percentile = budget.percentile
     levels = list(record.levels)
     best: LevelResult | None = None
@@ -132,7 +131,7 @@ def constraints(settings: ConstraintSettings, v: TrialVerdict) -> tuple[bool, di
     """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
     the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
     unknown (no metrics) does not break the constraint."""
-    budget_us = settings.budget.latency_budget_ms * 1e3
+    budget_us = settings.budget.latency_budget_us
     lat = v.latency_us if v.latency_us is not None else v.lowest_latency_us
     rel = (lat - budget_us) / budget_us
     cons = {"latency": rel if v.within_budget else max(1e-6, rel)}

@@ -10,9 +10,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import ProfileSpec, RunRecord
+from perfkit.records import Budget, ProfileSpec, RunRecord
 from perfkit.server.base import Endpoints
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from tests.conftest import copy_models

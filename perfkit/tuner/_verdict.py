@@ -53,7 +53,9 @@ def judge_trial(
 ) -> TrialVerdict:
     """Read a trial's run record against the budget (the settings' Budget: its value, percentile,
     and what it holds: end-to-end latency, TTFT or ITL; a mix's per-model budgets). A level counts
-    only without errors. Callers outside the tuner may still give the budget as
+    only where Budget.within holds (no errors, the percentile within the budget, no open-loop
+    shortfall), the rule the load search walks by; measure's latency threshold, which may have
+    ended the sweep, judges no level. Callers outside the tuner may still give the budget as
     latency_budget_ms / percentile / metric instead.
 
     The throughput judged stays completed requests per second for every model. For a decoupled

@@ -57,8 +57,7 @@ def original_trial(tune: TuneRecord) -> TrialRecord | None:
 
 def budget_name(tune: TuneRecord) -> str:
     """What the budget bounds, e.g. 'p99' (request latency) or 'TTFT p99' / 'ITL p99' (streamed models)."""
-    pct = pct_name(tune.budget.percentile)
-    return pct if tune.budget.metric == "latency" else f"{tune.budget.metric.upper()} {pct}"
+    return tune.budget.label
 
 
 def recommendation(tune: TuneRecord) -> str:

@@ -70,9 +70,11 @@ from benchmarks._cpus import parse_cpus, pin_apart  # noqa: E402
 from benchmarks._pa_rate import REMEASURE_FACTOR, WINDOW_REQUESTS, pa_sustainable  # noqa: E402
 from benchmarks._quality_figures import goals_met, grid_best, markdown, prediction_errors, search_figures  # noqa: E402
 from perfkit import predict  # noqa: E402
-from perfkit.budget import Budget  # noqa: E402
 from perfkit.errors import PerfkitError  # noqa: E402
-from perfkit.records import Calibration  # noqa: E402
+from perfkit.records import (
+    Budget,  # noqa: E402
+    Calibration,  # noqa: E402
+)
 from perfkit.server import LocalLaunch, Server, launch_local  # noqa: E402
 from perfkit.server.modelconfig import apply_config, parse_config, render_config  # noqa: E402
 from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, tune  # noqa: E402

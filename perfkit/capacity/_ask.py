@@ -92,7 +92,7 @@ def measured_plan(rec: RunRecord | TuneRecord, ask: PlanAsk, *, source: str) -> 
 
 def predicted_plan(rec: TuneRecord, ask: PlanAsk) -> PredictedPlan:
     """Plan from the rate predicted for the asked config with the tune's calibration; raises InputError/UsageError."""
-    budget = ask.latency_budget_ms if ask.latency_budget_ms is not None else rec.latency_budget_ms
+    budget = ask.latency_budget_ms if ask.latency_budget_ms is not None else rec.budget.latency_budget_ms
     evidence = predict_evidence(rec, ask.choice, budget_ms=budget)
     return plan_predicted(evidence, target_rps=ask.target_rps, headroom=ask.headroom)
 

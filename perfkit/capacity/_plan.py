@@ -16,9 +16,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from perfkit.budget import budget_label, level_budget_us, open_loop_shortfall
 from perfkit.errors import InputError, UsageError
-from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord, TuneRecord
+from perfkit.records import (
+    Budget,
+    LoadLevel,
+    ProfileSpec,
+    RunRecord,
+    TuneRecord,
+    budget_label,
+    level_budget_us,
+    open_loop_shortfall,
+)
 
 
 @dataclass(frozen=True)
@@ -117,7 +125,7 @@ def evidence_from_tune(
 ) -> tuple[ReplicaEvidence, list[str]]:
     """The recommendation of a tune record as one replica's evidence; raises InputError when
     it recommends nothing, UsageError for a tighter budget."""
-    budget_ms, notes = _budget(latency_budget_ms, rec.latency_budget_ms, source)
+    budget_ms, notes = _budget(latency_budget_ms, rec.budget.latency_budget_ms, source)
     best = rec.best()
     if best is None or best.throughput_infer_per_s is None or best.load is None:
         raise InputError(f"{source} recommends no config (none met its budget): nothing to plan from")
@@ -131,18 +139,12 @@ def evidence_from_tune(
         how = f"{source} trial {best.number} (one reading, not confirmed: no interval)"
         notes.append("the evidence is a single unconfirmed reading: tune with --confirm 3 for an interval")
     evidence = ReplicaEvidence(
-        rate, low, high, load.label, load.mode != "concurrency", how, lat / 1e3, budget_ms, rec.percentile,
-        rec.budget_metric, rec.model,
+        rate, low, high, load.label, load.mode != "concurrency", how, lat / 1e3, budget_ms, rec.budget.percentile,
+        rec.budget.metric, rec.model,
     )  # fmt: skip
     if not evidence.open_loop:
         notes.append("closed-loop evidence (clients in lockstep): `perfkit tune --load rate` measures arrival rates")
     return evidence, notes
-
-
-def _level_ok(lv: LevelResult, budget_ms: float, percentile: float) -> bool:
-    return (
-        lv.error_count == 0 and open_loop_shortfall(lv) is None and level_budget_us(lv, percentile) <= budget_ms * 1e3
-    )
 
 
 def evidence_from_run(
@@ -152,7 +154,8 @@ def evidence_from_run(
     levels: sustainable ones only); raises UsageError without a budget, InputError when no level
     is within it."""
     budget_ms, notes = _budget(latency_budget_ms, None, source)
-    ok = [lv for lv in rec.levels if _level_ok(lv, budget_ms, percentile)]
+    budget = Budget(budget_ms, percentile)
+    ok = [lv for lv in rec.levels if budget.within(lv)]
     if not ok:
         raise InputError(
             f"{source}: no level is within p{percentile:g} <= {budget_ms:g} ms",
@@ -211,9 +214,10 @@ def judge_verification(plan: CapacityPlan, record: RunRecord, servers: int) -> t
     if not record.levels:
         return False, f"NOT verified: the fleet's run measured nothing ({record.error or record.status})"
     lv = record.levels[-1]
-    lat_ms = level_budget_us(lv, e.percentile) / 1e3
+    budget = Budget(e.budget_ms, e.percentile)
+    lat_ms = budget.level_us(lv) / 1e3
     short = open_loop_shortfall(lv)
-    ok = lv.error_count == 0 and short is None and lat_ms <= e.budget_ms
+    ok = budget.within(lv)
     stat = budget_label(e.budget_metric, e.percentile)
     share = "" if servers >= plan.replicas else f" (the fleet's share: {servers} of {plan.replicas} replicas)"
     why = "" if ok else "; " + (short or (f"{lv.error_count} errors" if lv.error_count else "over the budget"))

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfkit import predict
-from perfkit.budget import budget_label
 from perfkit.capacity._plan import replicas_for
 from perfkit.errors import ConfigError, InputError, UsageError
-from perfkit.records import Calibration, TuneRecord
+from perfkit.records import Budget, Calibration, TuneRecord, budget_label
 from perfkit.server.modelconfig import parse_config
 
 PREFERRED_CHOICES = ("none", "max", "pow2")
@@ -214,7 +213,7 @@ def predicted_space(rec: TuneRecord, choice: KnobChoice, budget_ms: float) -> li
     else:
         sizes = _pow2(top)
         dbs = [False, True]
-        high = max(200.0, min(budget_ms * 1e3 / 2, 50_000.0))
+        high = max(200.0, min(Budget(budget_ms).latency_budget_us / 2, 50_000.0))
         delays = [0.0] + [50.0 * (high / 50.0) ** (i / (DELAY_POINTS - 1)) for i in range(DELAY_POINTS)]
         prefs = ["none", "pow2"]
         counts = list(range(1, max(4, *cal.instance_counts, orig["instances"]) + 1))
@@ -260,13 +259,13 @@ def predict_evidence(
     space it names, from the record's calibration. Raises InputError without a calibration,
     UsageError for a value out of range."""
     cal = _calibration(rec)
-    pct = rec.percentile if percentile is None else percentile
+    budget = Budget(budget_ms, rec.budget.percentile if percentile is None else percentile)
     cfgs = predicted_space(rec, choice, budget_ms)
     results = predict.score_space(
         cfgs,
         predict.service_model(cal),
-        budget_ms * 1e3,
-        percentile=pct,
+        budget.latency_budget_us,
+        percentile=budget.percentile,
         contention=predict.contention(cal),
         requests=SIM_REQUESTS,
         keep=1 if len(cfgs) > 1 else None,
@@ -292,7 +291,7 @@ def predict_evidence(
         fit_rms_rel=cal.fit_rms_rel,
         latency_ms=lat / 1e3,
         budget_ms=budget_ms,
-        percentile=pct,
+        percentile=budget.percentile,
         configs_scored=len(cfgs),
         model=rec.model,
         checked=len(measured),

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from perfkit.errors import ConfigError, UsageError
+from perfkit.records import Budget
 from perfkit.tuner import (
     TuneSpace,
     describe,
@@ -45,8 +46,7 @@ def dry_run(
     repository: Path | None,
     composing: Sequence[str],
     *,
-    latency_budget_ms: float,
-    budget_metric: str,
+    budget: Budget,
     gpus: int,
     output_dir: Path | None,
     served_text: str | None = None,
@@ -55,8 +55,7 @@ def dry_run(
     (ConfigError) when nothing can be tuned. repository None: one model planned from `served_text`
     (the config a running server serves)."""
     if composing or is_pipeline(repository, model):
-        _pipeline(model, space, repository, composing, latency_budget_ms=latency_budget_ms, gpus=gpus,
-                  output_dir=output_dir)  # fmt: skip
+        _pipeline(model, space, repository, composing, budget=budget, gpus=gpus, output_dir=output_dir)
         return
     if repository is None and served_text is None:
         raise UsageError(
@@ -64,7 +63,7 @@ def dry_run(
             hint="or -u HOST:PORT of a server serving it (planned from its served config)",
         )
     the_preview = preview(
-        space, repository, model, latency_budget_us=latency_budget_ms * 1e3, gpus=gpus, budget_metric=budget_metric,
+        space, repository, model, latency_budget_us=budget.latency_budget_us, gpus=gpus, budget_metric=budget.metric,
         served_text=served_text,
     )  # fmt: skip
     for line in describe(the_preview):
@@ -82,13 +81,13 @@ def _pipeline(
     repository: Path | None,
     composing: Sequence[str],
     *,
-    latency_budget_ms: float,
+    budget: Budget,
     gpus: int,
     output_dir: Path | None,
 ) -> None:
     if repository is None:
         raise UsageError("perfkit tune --dry-run needs --model-repository DIR: the folder holding the pipeline")
-    pp = preview_pipeline(space, repository, model, composing=composing, latency_budget_us=latency_budget_ms * 1e3,
+    pp = preview_pipeline(space, repository, model, composing=composing, latency_budget_us=budget.latency_budget_us,
                           gpus=gpus)  # fmt: skip
     for line in describe_pipeline(pp):
         click.echo(line)

@@ -114,7 +114,7 @@ def command(  # noqa: PLR0917
         if kwargs.get("model_repository") is None and url and not composing:
             served = _served_text(dict(kwargs), url, models[0])
         preview_dry_run(models[0], space, kwargs.get("model_repository"), composing,
-                        latency_budget_ms=budget.latency_budget_ms, budget_metric=budget.metric,
+                        budget=budget,
                         gpus=planned_gpus(kwargs.get("gpus"), assume_gpu), output_dir=output_dir,
                         served_text=served)  # fmt: skip
         return

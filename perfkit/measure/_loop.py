@@ -100,7 +100,11 @@ def walk_levels(spec: ProfileSpec, run: Callable[[LoadLevel], LevelResult]) -> N
 
 
 def over_latency_threshold(spec: ProfileSpec, result: LevelResult) -> bool:
-    """Whether a level's latency (mean, or spec.percentile) is past `-l`: the sweep stops there."""
+    """Whether a level's latency (mean, or spec.percentile) is past `-l`: the sweep stops there.
+
+    perf_analyzer's --latency-threshold, on the latency alone: a level with errors or an open-loop
+    shortfall under it does not stop the sweep. Not a verdict: whether a level is within a latency
+    budget is perfkit.records.Budget.within, which the tuner applies to every level measured."""
     if spec.latency_threshold_ms is None:
         return False
     lat = result.latency()

@@ -1,14 +1,16 @@
 """The shared vocabulary: frozen dataclasses for what flows between stages.
 
 A RunRecord is the unit of truth: everything a report or a gate needs, saved as one
-versioned JSON file; a TuneRecord is a whole tune run. The package is a leaf: it imports
-nothing from perfkit except errors and the objective registry (which ranks a tune's trials).
+versioned JSON file; a TuneRecord is a whole tune run, under its Budget. The package is a leaf: it
+imports nothing from perfkit except errors, the unit parsers (a budget's '20ms') and the objective
+registry (which ranks a tune's trials).
 Its modules are named for what flows:
 
 - `_load`: the load spec (ProfileSpec, LoadLevel, TlsSpec, the defaults);
 - `_samples`: raw per-request samples and the request outcome codes;
 - `_level`: what one level measured (latency summaries, windows, server stats, shares);
 - `_machine`: where it was measured (machine, server, model as served);
+- `_budget`: a latency budget and what a measured level says about it (within it, its statistic);
 - `_run` / `_tune`: the run and tune records and their schemas;
 - `_serial`: to and from JSON, migration helpers, atomic writes.
 
@@ -20,6 +22,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfkit.errors import InputError
+from perfkit.records._budget import (
+    BUDGET_METRICS,
+    STREAM_BUDGET_METRICS,
+    Budget,
+    budget_label,
+    check_budget_metric,
+    check_percentile,
+    level_budget_us,
+    open_loop_shortfall,
+    parse_latency_budget,
+    parse_mix_budgets,
+)
 from perfkit.records._calibration import Calibration, CalibrationPoint
 from perfkit.records._level import (
     Drift,
@@ -92,6 +106,16 @@ def load_record(path: Path) -> RunRecord | TuneRecord:
 
 
 __all__ = [
+    "BUDGET_METRICS",
+    "STREAM_BUDGET_METRICS",
+    "Budget",
+    "budget_label",
+    "check_budget_metric",
+    "check_percentile",
+    "level_budget_us",
+    "open_loop_shortfall",
+    "parse_latency_budget",
+    "parse_mix_budgets",
     "M_LOWER_BOUND",
     "marks_lower_bound",
     "Calibration",

@@ -9,13 +9,18 @@ from typing import Any, Literal
 from perfkit import objectives
 from perfkit.errors import InputError
 from perfkit.objectives import ObjectiveName
+from perfkit.records._budget import Budget
 from perfkit.records._calibration import Calibration
 from perfkit.records._load import LoadLevel
 from perfkit.records._machine import Machine
 from perfkit.records._serial import _read_json, _renamed_key, _save_json, from_dict, to_dict
 
 TUNE_SCHEMA = "perfkit.tune"
-TUNE_SCHEMA_VERSION = 1
+# Version 2 holds the budget as one object ("budget": latency_budget_ms, percentile, metric,
+# per_model_ms); version 1 held it flat (latency_budget_ms, percentile, budget_metric,
+# mix_budgets_ms) and is still read (_budget_from_flat_keys).
+TUNE_SCHEMA_VERSION = 2
+READABLE_TUNE_SCHEMA_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -96,8 +101,11 @@ class TuneRecord:
     machine: Machine  # older tune records' free-form machine objects are read by Machine.from_mapping
     server: dict[str, Any]
     model: str
-    latency_budget_ms: float
-    percentile: float
+    # What every trial was judged by: the value, its percentile, what it holds ("latency": the
+    # end-to-end request latency, or a decoupled model's stream "ttft" / "itl"; trials'
+    # latency_us are that metric's percentile), and for a traffic mix each model's own budget
+    # (trials' latency_us are then the worst model's percentile scaled to the first's).
+    budget: Budget
     objective: ObjectiveName
     original_config: str  # config.pbtxt text, byte for byte
     best_config: str | None  # config.pbtxt text of the recommendation
@@ -107,15 +115,9 @@ class TuneRecord:
     importances: dict[str, float] = field(default_factory=dict)
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
-    # What latency_budget_ms holds at the percentile: "latency" (end-to-end request latency; what
-    # records before this field meant), "ttft" or "itl" (a decoupled model's stream). Trials'
-    # latency_us are that metric's percentile.
-    budget_metric: str = "latency"
-    # A traffic mix tuned jointly: its models (model is the first) and weights, and each model's
-    # budget (latency_budget_ms is the first's; trials' latency_us the worst model's percentile
-    # scaled to it). Empty for one model.
+    # A traffic mix tuned jointly: its models (model is the first) and weights (each model's budget
+    # is the budget's per_model_ms). Empty for one model.
     mix: tuple[tuple[str, int], ...] = ()
-    mix_budgets_ms: dict[str, float] = field(default_factory=dict)
     calibration: Calibration | None = None  # the fitted server model of a predicted search (--search predict)
     # How candidates reached the server: "file" (config.pbtxt rewritten in the repository, what
     # records before this field did) or "api" (loaded as config overrides, no file written); and
@@ -162,16 +164,34 @@ class TuneRecord:
         """Build from parsed JSON; raises InputError on another schema or version or a malformed record."""
         if not isinstance(data, dict) or data.get("schema") != TUNE_SCHEMA:
             raise InputError(f"{source} is not a perfkit tune record (field 'schema' is not {TUNE_SCHEMA!r})")
-        if data.get("schema_version") != TUNE_SCHEMA_VERSION:
+        version = data.get("schema_version")
+        if version not in READABLE_TUNE_SCHEMA_VERSIONS:
             raise InputError(
-                f"{source} has schema_version {data.get('schema_version')!r}; this perfkit reads version "
-                f"{TUNE_SCHEMA_VERSION}",
+                f"{source} has schema_version {version!r}; this perfkit reads versions "
+                f"{', '.join(map(str, READABLE_TUNE_SCHEMA_VERSIONS))}",
                 hint="read it with the perfkit version that wrote it",
             )
         trials = data.get("trials")
         if isinstance(trials, list):  # records before the hashes were named for what they hash
             data = {**data, "trials": [_renamed_key(t, "config_sha256", "config_pbtxt_sha256") for t in trials]}
         try:
+            if version == 1:
+                data = _budget_from_flat_keys(data)
             return from_dict(cls, data)
         except (TypeError, KeyError, ValueError) as err:
             raise InputError(f"{source} is a malformed tune record: {err}") from None
+
+
+def _budget_from_flat_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 record's flat budget keys as version 2's budget object (records before
+    budget_metric held end-to-end latency budgets; before mix_budgets_ms, one model's)."""
+    flat = ("latency_budget_ms", "percentile", "budget_metric", "mix_budgets_ms")
+    out = {k: v for k, v in data.items() if k not in flat}
+    out["budget"] = {
+        "latency_budget_ms": data["latency_budget_ms"],
+        "percentile": data["percentile"],
+        "metric": data.get("budget_metric", "latency"),
+        "per_model_ms": list((data.get("mix_budgets_ms") or {}).items()),
+    }
+    out["schema_version"] = TUNE_SCHEMA_VERSION
+    return out

@@ -40,7 +40,7 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
     pct = T.budget_name(tune)
     page = Page(
         kind="tune",
-        title=f"{tune.model}: config tuning within {tune.latency_budget_ms:g} ms {pct}",
+        title=f"{tune.model}: config tuning within {tune.budget.latency_budget_ms:g} ms {pct}",
         subtitle=f"{len(tune.trials)} trials · objective {tune.objective} · Triton "
         f"{tune.server.get('version', '?')} · {tune.created_utc}",
         data={"tune": tune, "runs": runs},
@@ -75,7 +75,7 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
                     f"{pct} at that load",
                     fmt_value(best.latency_us / 1000),
                     "ms",
-                    f"budget {tune.latency_budget_ms:g} ms",
+                    f"budget {tune.budget.latency_budget_ms:g} ms",
                 )
             )
         if orig is not None and orig.throughput_infer_per_s:
@@ -160,7 +160,7 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
             kind="facts",
             facts=[
                 ("model", tune.model),
-                ("budget", f"{pct} ≤ {tune.latency_budget_ms:g} ms"),
+                ("budget", f"{pct} ≤ {tune.budget.latency_budget_ms:g} ms"),
                 ("objective", tune.objective),
                 ("server", " · ".join(f"{k} {v}" for k, v in tune.server.items())),
                 ("command", command_line(tune.command)),

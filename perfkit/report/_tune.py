@@ -57,14 +57,13 @@ def original_trial(tune: TuneRecord) -> TrialRecord | None:
 
 def budget_name(tune: TuneRecord) -> str:
     """What the budget bounds, e.g. 'p99' (request latency) or 'TTFT p99' / 'ITL p99' (streamed models)."""
-    pct = pct_name(tune.percentile)
-    return pct if tune.budget_metric == "latency" else f"{tune.budget_metric.upper()} {pct}"
+    return tune.budget.label
 
 
 def recommendation(tune: TuneRecord) -> str:
     """The recommendation in one sentence: config, throughput, latency, gain over the original, budget."""
     pct = budget_name(tune)
-    budget = f"{tune.latency_budget_ms:g} ms"
+    budget = f"{tune.budget.latency_budget_ms:g} ms"
     best = tune.best()
     orig = original_trial(tune)
     if best is None or best.throughput_infer_per_s is None:
@@ -99,14 +98,14 @@ def recommendation(tune: TuneRecord) -> str:
             sentence += f", {gain:.1f}× the original config's {fmt_rate(base)} infer/s"
         if not orig.feasible:
             sentence += " (which missed the budget)"
-    scope = budget if tune.budget_metric == "latency" else f"{budget} {pct}"  # a TTFT/ITL budget says what it bounds
+    scope = budget if tune.budget.metric == "latency" else f"{budget} {pct}"  # a TTFT/ITL budget says what it bounds
     if tune.mix:
         # a traffic mix: the figure is the whole mix's; each model is held to its own budget
         mix = ",".join(f"{m}:{w}" for m, w in tune.mix)
         per = "; ".join(
             f"{m} {fmt_rate(best.metrics.get(f'{m}.throughput_infer_per_s', 0.0))} infer/s at {pct} "
             f"{fmt_ms(best.metrics.get(f'{m}.latency_us', 0.0) / 1000)} of {b:g} ms"
-            for m, b in tune.mix_budgets_ms.items()
+            for m, b in tune.budget.per_model_ms
         )
         sentence += f", at the traffic mix {mix} with every model within its own budget ({per})."
     else:
@@ -154,7 +153,7 @@ def trial_history(tune: TuneRecord) -> tuple[LineFigure, LineFigure]:
     orig = original_trial(tune)
     if orig is not None and orig.throughput_infer_per_s is not None:
         marks.append(Mark(float(orig.number), orig.throughput_infer_per_s, "original", group="original"))
-    pct = pct_name(tune.percentile)
+    pct = pct_name(tune.budget.percentile)
     thr_fig = LineFigure(
         key="trial-throughput",
         title="Throughput per trial",
@@ -170,7 +169,7 @@ def trial_history(tune: TuneRecord) -> tuple[LineFigure, LineFigure]:
         x_label="trial",
         y_label=f"{pct} latency (ms)",
         series=tuple(lat_series),
-        hlines=((tune.latency_budget_ms, f"budget {tune.latency_budget_ms:g} ms"),),
+        hlines=((tune.budget.latency_budget_ms, f"budget {tune.budget.latency_budget_ms:g} ms"),),
     )
     return thr_fig, lat_fig
 
@@ -204,7 +203,7 @@ def pareto_figure(tune: TuneRecord) -> LineFigure:
         for t in tune.trials
         if t.latency_us is not None and t.throughput_infer_per_s is not None
     ]
-    pct = pct_name(tune.percentile)
+    pct = pct_name(tune.budget.percentile)
     return LineFigure(
         key="pareto",
         title="Throughput vs latency of every trial",
@@ -212,7 +211,7 @@ def pareto_figure(tune: TuneRecord) -> LineFigure:
         y_label="throughput (infer/s)",
         series=tuple(series),
         marks=tuple(marks),
-        vlines=((tune.latency_budget_ms, f"budget {tune.latency_budget_ms:g} ms"),),
+        vlines=((tune.budget.latency_budget_ms, f"budget {tune.budget.latency_budget_ms:g} ms"),),
         caption="Up and to the left is better. No trial on the front is beaten on both throughput and latency.",
     )
 
@@ -297,7 +296,7 @@ def trials_table(tune: TuneRecord) -> Table:
                 "" if t.confirmation is None else ("good" if t.confirmation.held else "bad"),
             )
         )
-    pct = pct_name(tune.percentile)
+    pct = pct_name(tune.budget.percentile)
     return Table(
         key="trials",
         title="Trials",

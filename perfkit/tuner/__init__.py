@@ -9,7 +9,7 @@ one trial runner over whichever settings name. Candidates reach the server throu
 ConfigRoute (_route: the file route rewrites config.pbtxt and reloads).
 """
 
-from perfkit.budget import BUDGET_METRICS, Budget, parse_latency_budget, parse_mix_budgets
+from perfkit.records import BUDGET_METRICS, Budget, parse_latency_budget, parse_mix_budgets
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._launch import RayPlacement, run_tune

@@ -19,9 +19,8 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from perfkit.budget import Budget, budget_label, open_loop_shortfall
 from perfkit.recorder import t95, t95_one_sided
-from perfkit.records import Confirmation, LevelResult, LoadLevel
+from perfkit.records import Budget, Confirmation, LevelResult, LoadLevel, budget_label, open_loop_shortfall
 
 # A ~95% two-sided half-width (a run's own interval, 1.96 sd) as a one-sided 95% bound's (1.645 sd).
 ONE_SIDED_OF_TWO = 1.645 / 1.96
@@ -61,7 +60,7 @@ def cannot_hold(level: LevelResult, budget: Budget, repeats: int = 1) -> bool:
     own interval so wide that `repeats` runs reading alike would put the bound over it."""
     if not budget.within(level):
         return True
-    return levels_bound_us([level], budget, repeats, n=repeats) > budget.latency_budget_ms * 1e3
+    return levels_bound_us([level], budget, repeats, n=repeats) > budget.latency_budget_us
 
 
 # A run's first windows were settling where each read its p99 more than this many times the
@@ -105,7 +104,7 @@ def only_bound_over(levels: Sequence[LevelResult], budget: Budget) -> bool:
 def more_could_hold(levels: Sequence[LevelResult], budget: Budget, repeats: int, most: int) -> bool:
     """Whether more runs at this load (up to `most` in all) could bring the bound under the budget:
     with all of them reading as these did (the same mean and spread), it would be."""
-    return len(levels) < most and levels_bound_us(levels, budget, repeats, n=most) <= budget.latency_budget_ms * 1e3
+    return len(levels) < most and levels_bound_us(levels, budget, repeats, n=most) <= budget.latency_budget_us
 
 
 def _schedule_factor(load: LoadLevel, level: LevelResult) -> float:
@@ -158,7 +157,7 @@ def summarize_repeats(
     ucb = levels_bound_us(levels, budget, repeats, n=repeats if len(levels) == 1 and decided else None)
     bad = [lv for lv in levels if not budget.within(lv)]
     # The margin: the percentile's upper ~95% bound, not only its reading, within the budget.
-    margin_ok = ucb <= budget.latency_budget_ms * 1e3
+    margin_ok = ucb <= budget.latency_budget_us
     held = len(levels) >= repeats and not bad and margin_ok
     note = ""
     extra = "; ".join(sorted({w for w in (open_loop_shortfall(lv) for lv in bad) if w}))

@@ -26,9 +26,8 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from perfkit.budget import budget_label
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
-from perfkit.records import Confirmation, LoadLevel, from_dict, to_dict
+from perfkit.records import Confirmation, LoadLevel, budget_label, from_dict, to_dict
 from perfkit.tuner import _trial_state
 from perfkit.tuner._claim_stats import describe
 from perfkit.tuner._confirm_load import (

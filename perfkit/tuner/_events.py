@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import budget_label
+from perfkit.records import budget_label
 
 
 @dataclass(frozen=True)

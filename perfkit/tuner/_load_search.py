@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import Budget
-from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
+from perfkit.records import Budget, LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.tuner._ladder import LadderSearch, OutOfTime, run_level_by_level
 
@@ -111,8 +110,9 @@ class JudgeSettings:
 
     @property
     def judged_by_measure(self) -> bool:
-        """Whether perfkit profile itself can judge levels against the budget (its threshold is
-        on the end-to-end latency); TTFT/ITL budgets are judged by the tuner level by level."""
+        """Whether perfkit profile's latency threshold can stop a sweep where the budget's percentile
+        breaks (the threshold is on the end-to-end latency; TTFT/ITL budgets are stopped by the tuner
+        level by level). The threshold only stops the sweep: every level is judged by Budget.within."""
         return self.budget.metric == "latency" and not self.mix  # a mix's models each hold their own budget
 
     def spec(self, model: str, levels: tuple[LoadLevel, ...] | None = None, *, bisect: bool = False) -> ProfileSpec:

@@ -118,7 +118,7 @@ def write_outputs(out_dir: Path, record: TuneRecord, *, trial_configs: dict[int,
     write_bytes_atomic(tune_json, json.dumps(to_dict(record), indent=1).encode())
     paths["tune.json"] = tune_json
     csv = out_dir / "trials.csv"
-    trials_frame(record.trials, record.percentile, record.budget_metric).to_csv(csv, index=False)
+    trials_frame(record.trials, record.budget.percentile, record.budget.metric).to_csv(csv, index=False)
     paths["trials.csv"] = csv
     if record.best_config is not None and record.best_trial is not None:
         best_dir = out_dir / "best"

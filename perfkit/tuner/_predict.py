@@ -298,7 +298,7 @@ class PredictedSearch:
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
         service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
-        budget_us, percentile = self.t.s.budget.latency_budget_ms * 1e3, self.t.s.budget.percentile
+        budget_us, percentile = self.t.s.budget.latency_budget_us, self.t.s.budget.percentile
         arrival = self.t.judge.distribution
         results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
                                       arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip

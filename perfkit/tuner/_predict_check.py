@@ -18,8 +18,7 @@ import math
 from dataclasses import dataclass
 
 from perfkit import predict
-from perfkit.budget import budget_label
-from perfkit.records import Calibration
+from perfkit.records import Calibration, budget_label
 from perfkit.tuner._events import TuneEvent
 
 # A measured sustainable rate within 25% of its prediction counts as the prediction holding: the

@@ -189,7 +189,7 @@ class PipelinePredictedSearch(PredictedSearch):
         self.order = step_order(self.pipeline)
         self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
         started = time.perf_counter()
-        budget_us = self.t.s.budget.latency_budget_ms * 1e3
+        budget_us = self.t.s.budget.latency_budget_us
         base = _pipeline.split(self.t.original_fixed_params())
         # Each step alone, within the budget less what the other steps take at least.
         picks: dict[str, list[dict[str, Any]]] = {}
@@ -270,7 +270,7 @@ class PipelinePredictedSearch(PredictedSearch):
             dataclasses.replace(s, service=s.service.stretched(scale.get(s.name, 1.0)))
             for s in self.steps(self.configs({**self.t.original_fixed_params(), **params}))
         ]
-        again = predict.pipeline_rate(steps, self.t.s.budget.latency_budget_ms * 1e3,
+        again = predict.pipeline_rate(steps, self.t.s.budget.latency_budget_us,
                                       percentile=self.t.s.budget.percentile, overhead_us=self.calibration.overhead_us,
                                       arrival=self.t.judge.distribution).rate_rps  # fmt: skip
         shown = ", ".join(f"{m} x{v:.2f}" for m, v in scale.items() if v < 1.0)

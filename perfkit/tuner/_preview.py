@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import check_budget_metric
 from perfkit.errors import CandidateRejectedError, ConfigError, InputError
+from perfkit.records import check_budget_metric
 from perfkit.server.modelconfig import ModelConfig, config_pbtxt_sha256, parse_config, read_config, render_config
 from perfkit.tuner._space import (
     KNOBS,

@@ -11,7 +11,6 @@ from typing import Any, Literal
 import optuna
 
 from perfkit import __version__
-from perfkit.budget import budget_label
 from perfkit.errors import ServerError
 from perfkit.measure import machine_info
 from perfkit.records import TuneRecord
@@ -40,11 +39,8 @@ def build_record(
         machine=machine_info(),
         server=_server_info(t),
         model=t.model,
-        latency_budget_ms=t.s.budget.latency_budget_ms,
-        budget_metric=t.s.budget.metric,
+        budget=t.s.budget,
         mix=t.s.mix,
-        mix_budgets_ms=dict(t.s.budget.per_model_ms),
-        percentile=t.s.budget.percentile,
         objective=t.s.objective,
         original_config=t.subject.original_text,
         route=getattr(t.subject.route, "name", "file"),
@@ -105,11 +101,11 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
             gain = ", the original did not meet the budget"
         tokens_per_s = best.metrics.get("output_tokens_per_s")
         tokens = f" ({tokens_per_s:.1f} output tokens/s)" if tokens_per_s is not None else ""
-        stat = budget_label(rec.budget_metric, rec.percentile)
+        stat = rec.budget.label
         c = best.confirmation
         if c is not None:
             # The headline is the confirmed figure; the search's single reading follows it.
-            told = describe(c, rec.percentile, rec.budget_metric)
+            told = describe(c, rec.budget.percentile, rec.budget.metric)
             lines.append(f"best: trial {best.number} {fmt_params(best.params)}: {told}{tokens}{gain}")
             where = f" at {best.load.label}" if best.load is not None else ""
             lines.append(

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import Budget
 from perfkit.errors import InputError, UsageError
+from perfkit.records import Budget
 from perfkit.units import parse_bytes, parse_duration_s
 
 # How a value of the [tune] table or a flag is read: (value, key, source, named) -> the field's value,

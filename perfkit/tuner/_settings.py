@@ -11,10 +11,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfkit import objectives
-from perfkit.budget import BUDGET_METRICS, Budget, check_percentile, parse_latency_budget, parse_mix_budgets
 from perfkit.errors import InputError, UsageError
 from perfkit.objectives import ObjectiveName
-from perfkit.records import TrialRecord, TuneRecord
+from perfkit.records import (
+    BUDGET_METRICS,
+    Budget,
+    TrialRecord,
+    TuneRecord,
+    check_percentile,
+    parse_latency_budget,
+    parse_mix_budgets,
+)
 from perfkit.tuner._accuracy import OutputTolerance
 from perfkit.tuner._load_search import JudgeSettings
 from perfkit.tuner._setting_decl import (

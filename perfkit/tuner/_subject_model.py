@@ -8,9 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfkit.budget import Budget
 from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelLoadError, ServerError
-from perfkit.records import ProfileSpec, RunRecord, TuneRecord
+from perfkit.records import Budget, ProfileSpec, RunRecord, TuneRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import config_pbtxt_sha256, parse_config, read_config, render_config
 from perfkit.tuner._events import Applied, TuneEvent
@@ -64,7 +63,7 @@ class ModelSubject:
             space,
             self.original_cfg,
             folder,
-            latency_budget_us=budget.latency_budget_ms * 1e3,
+            latency_budget_us=budget.latency_budget_us,
             gpu_available=gpu_available(),
         )
 

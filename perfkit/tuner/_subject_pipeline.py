@@ -228,7 +228,7 @@ def pipeline_subject(
     would not load the pipeline as it is, InputError/UsageError as _pipeline.build does."""
     p = _pipeline.build(
         space, repository, settings.model, composing=composing,
-        latency_budget_us=settings.budget.latency_budget_ms * 1e3, gpu_available=gpu_available(),
+        latency_budget_us=settings.budget.latency_budget_us, gpu_available=gpu_available(),
     )  # fmt: skip
     if p.refused:
         raise ConfigError(p.refused, hint="see perfkit tune --dry-run for each step's reasons")

@@ -17,7 +17,6 @@ import optuna
 from optuna.trial import TrialState
 
 from perfkit import objectives
-from perfkit.budget import budget_label, check_budget_metric
 from perfkit.errors import (
     CandidateNotAppliedError,
     CandidateRejectedError,
@@ -27,7 +26,7 @@ from perfkit.errors import (
     ServerError,
     UsageError,
 )
-from perfkit.records import M_LOWER_BOUND, Calibration, ProfileSpec, RunRecord
+from perfkit.records import M_LOWER_BOUND, Calibration, ProfileSpec, RunRecord, budget_label, check_budget_metric
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _output_check, _study, _trial_state

@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from perfkit.budget import Budget, level_budget_us
-from perfkit.records import LevelResult, LoadLevel, RunRecord
+from perfkit.records import Budget, LevelResult, LoadLevel, RunRecord, level_budget_us
 
 
 class ConstraintSettings(Protocol):
@@ -54,7 +53,9 @@ def judge_trial(
 ) -> TrialVerdict:
     """Read a trial's run record against the budget (the settings' Budget: its value, percentile,
     and what it holds: end-to-end latency, TTFT or ITL; a mix's per-model budgets). A level counts
-    only without errors. Callers outside the tuner may still give the budget as
+    only where Budget.within holds (no errors, the percentile within the budget, no open-loop
+    shortfall), the rule the load search walks by; measure's latency threshold, which may have
+    ended the sweep, judges no level. Callers outside the tuner may still give the budget as
     latency_budget_ms / percentile / metric instead.
 
     The throughput judged stays completed requests per second for every model. For a decoupled
@@ -66,7 +67,7 @@ def judge_trial(
         if latency_budget_ms is None:
             raise TypeError("judge_trial needs a budget (or latency_budget_ms)")
         budget = Budget(latency_budget_ms, percentile, metric)
-    budget_us = budget.latency_budget_ms * 1e3
+    budget_us = budget.latency_budget_us
     percentile = budget.percentile
     levels = list(record.levels)
     best: LevelResult | None = None
@@ -132,7 +133,7 @@ def constraints(settings: ConstraintSettings, v: TrialVerdict) -> tuple[bool, di
     """A verdict's constraint values (<= 0 is satisfied), relative so they mix on one scale:
     the latency budget, and --min-throughput / --max-gpu-memory when given. GPU memory
     unknown (no metrics) does not break the constraint."""
-    budget_us = settings.budget.latency_budget_ms * 1e3
+    budget_us = settings.budget.latency_budget_us
     lat = v.latency_us if v.latency_us is not None else v.lowest_latency_us
     rel = (lat - budget_us) / budget_us
     cons = {"latency": rel if v.within_budget else max(1e-6, rel)}

@@ -21,9 +21,8 @@ LAYERS: list[set[str]] = [
     {"errors"},
     {"units"},  # unit parsers: '20ms', '8GiB', '20k/s' read one way by every command
     {"objectives"},  # the objective registry: records rank a tune's trials with it
-    {"records"},
+    {"records"},  # with the budget (records/_budget): measure, the tuner's verdicts and capacity read it
     {"changepoints"},  # e-divisive over a series: the level loop's windows, the gate, history
-    {"budget"},  # a latency budget and what a measured level says about it (tuner verdicts, capacity)
     {"server"},
     {"schedule"},
     {"recorder"},

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.budget import level_budget_us, level_within_budget
 from perfkit.cli import main
 from perfkit.errors import UsageError
-from perfkit.records import MixShare, RunRecord
+from perfkit.records import Budget, MixShare, RunRecord, level_budget_us
 from perfkit.tuner import parse_mix_budgets
 from tests.conftest import ROOT, copy_models, wait_until
 from tests.server.cli.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
@@ -66,10 +65,11 @@ def test_a_mixed_level_is_within_budget_only_when_every_model_is():
     scale = {"a": 20.0 / 20.0, "b": 20.0 / 50.0}  # the reference budget is a's (20 ms); b's own is 50 ms
     # the figure is the worst model's percentile scaled to the reference: b's 45 of 50 ms is 90%
     assert level_budget_us(mixed, 99.0, "latency", scale) == pytest.approx(18_000)
-    assert level_within_budget(mixed, 20.0, 99.0, "latency", scale)
-    tight = {"a": 1.0, "b": 20.0 / 40.0}  # b's budget 40 ms: 45 ms is over, whatever the whole mix's p99
-    assert not level_within_budget(mixed, 20.0, 99.0, "latency", tight)
-    assert level_within_budget(mixed, 1e6, 99.0, "latency")  # without the mix's scale, the old rule
+    assert Budget(20.0, 99.0, "latency", (("a", 20.0), ("b", 50.0))).mix_scale == scale
+    assert Budget(20.0, 99.0, "latency", (("a", 20.0), ("b", 50.0))).within(mixed)
+    tight = Budget(20.0, 99.0, "latency", (("a", 20.0), ("b", 40.0)))  # b's 40 ms: 45 is over, whatever the mix's p99
+    assert tight.mix_scale == {"a": 1.0, "b": 20.0 / 40.0} and not tight.within(mixed)
+    assert Budget(1e6, 99.0, "latency").within(mixed)  # without the mix's scale, the old rule
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_mix_tune_recommends_a_pair_within_both_budgets_and_applies_it(tmp_path:
     assert "  models: batcher " in printed and " of 60 ms; hungry " in printed and " of 120 ms" in printed
     assert "  steps: batcher queue" in printed and "hungry queue" in printed
     rec = json.loads((out_dir / "tune.json").read_text())
-    assert rec["mix"] == [["batcher", 3], ["hungry", 1]] and rec["mix_budgets_ms"] == BUDGETS_MS
+    assert rec["mix"] == [["batcher", 3], ["hungry", 1]] and dict(rec["budget"]["per_model_ms"]) == BUDGETS_MS
     best = rec["best_trial"]
     assert best is not None
     row = next(t for t in rec["trials"] if t["number"] == best)

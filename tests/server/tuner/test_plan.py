@@ -17,7 +17,7 @@ from perfkit.capacity import evidence_from_run, evidence_from_tune, parse_percen
 from perfkit.cli import main
 from perfkit.errors import ExitCode, InputError, UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import Confirmation, LoadLevel, Machine, Precision, RunRecord, TrialRecord, TuneRecord
+from perfkit.records import Budget, Confirmation, LoadLevel, Machine, Precision, RunRecord, TrialRecord, TuneRecord
 from perfkit.server import LocalLaunch, launch_local
 
 C16 = LoadLevel("concurrency", 16.0)
@@ -26,7 +26,7 @@ R900 = LoadLevel("request_rate", 900.0, "poisson")
 
 def _tune(conf: Confirmation | None, budget_ms: float = 50.0) -> TuneRecord:
     best = TrialRecord(3, "complete", {"max_batch_size": 32}, R900, 950.0, 41_000.0, True, confirmation=conf)
-    return TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "hungry", budget_ms, 99.0, "throughput", "",
+    return TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "hungry", Budget(budget_ms, 99.0), "throughput", "",
                       None, 3, (best,))  # fmt: skip
 
 

@@ -39,7 +39,7 @@ def test_tune_of_the_streaming_fixture_under_a_ttft_budget(model_repo: Path, tmp
     assert "load: closed loop" in proc.stdout and "(the default; closed loop for a decoupled model)" in proc.stdout
 
     rec = TuneRecord.load(out / "tune.json")
-    assert rec.status == "ok" and rec.budget_metric == "ttft" and rec.latency_budget_ms == 300
+    assert rec.status == "ok" and rec.budget.metric == "ttft" and rec.budget.latency_budget_ms == 300
     measured = [t for t in rec.trials if t.state == "complete" and "duplicate_of" not in t.metrics]
     assert measured and any(t.is_original for t in measured)
     for t in measured:
@@ -75,7 +75,7 @@ def test_tune_of_a_sequence_model_searches_the_sequence_batcher(model_repo: Path
     assert cfg_path.read_bytes() == original
 
     rec = TuneRecord.load(out / "tune.json")
-    assert rec.status == "ok" and rec.budget_metric == "latency"
+    assert rec.status == "ok" and rec.budget.metric == "latency"
     configs = {t.number: parse_config((out / "configs" / f"trial-{t.number:03d}.pbtxt").read_text())
                for t in rec.trials if t.state == "complete"}  # fmt: skip
     assert len(configs) >= 2

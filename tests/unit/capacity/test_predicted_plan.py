@@ -16,7 +16,7 @@ from perfkit.capacity import KnobChoice, knob_choice, plan_predicted, predict_ev
 from perfkit.cli import main
 from perfkit.errors import ExitCode, InputError, UsageError
 from perfkit.predict import BatcherConfig, Contention, ServiceModel, sustainable_rate
-from perfkit.records import Calibration, CalibrationPoint, LoadLevel, Machine, TrialRecord, TuneRecord
+from perfkit.records import Budget, Calibration, CalibrationPoint, LoadLevel, Machine, TrialRecord, TuneRecord
 from tests.support.queueing import sustainable_rate_rps
 
 R90 = LoadLevel("request_rate", 90.0, "poisson")
@@ -39,8 +39,8 @@ def _tune(cal: Calibration | None = CAL, *, feasible: bool = True) -> TuneRecord
                            metrics={"predicted_rps": 72.0})  # fmt: skip
     other = TrialRecord(1, "complete", {"instance_count": 2}, R90, 150.0, 90_000.0, feasible,
                         metrics={"predicted_rps": 160.0})  # fmt: skip
-    return TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "queue", 100.0, 99.0, "throughput", ORIGINAL,
-                      None, 1 if feasible else None, (measured, other), calibration=cal)  # fmt: skip
+    return TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "queue", Budget(100.0, 99.0), "throughput",
+                      ORIGINAL, None, 1 if feasible else None, (measured, other), calibration=cal)  # fmt: skip
 
 
 def test_a_named_config_is_predicted_at_its_closed_form_rate():

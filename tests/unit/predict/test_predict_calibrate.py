@@ -12,7 +12,7 @@ import pytest
 
 from perfkit.errors import MeasurementError
 from perfkit.predict import batch_points, calibration, contention, fit_service, fit_shared_fraction, service_model
-from perfkit.records import Calibration, CalibrationPoint, Machine, TuneRecord
+from perfkit.records import Budget, Calibration, CalibrationPoint, Machine, TuneRecord
 
 
 def _stats(model: str, batches: dict[int, tuple[int, float]]) -> dict:
@@ -108,8 +108,8 @@ def test_the_calibration_round_trips_through_the_tune_record(tmp_path: Path):
     assert cal.host_us == pytest.approx(1e6 / 280.0)
     svc = service_model(cal)
     assert svc.overhead_us == 400.0 and svc.service_us(8) == pytest.approx(4_100.0, rel=1e-6)
-    rec = TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", 50.0, 99.0, "throughput", "", None, None, (),
-                     calibration=cal)  # fmt: skip
+    rec = TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", Budget(50.0, 99.0), "throughput", "", None,
+                     None, (), calibration=cal)  # fmt: skip
     path = rec.save(tmp_path / "tune.json")
     back = TuneRecord.load(path)
     assert back.calibration == cal and isinstance(back.calibration, Calibration)

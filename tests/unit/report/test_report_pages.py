@@ -150,7 +150,7 @@ def test_tune_report(tmp_path):
 
 def test_tune_report_names_a_streaming_budget(tmp_path):
     runs, tunes = load_inputs([RECORDS / "tune"])
-    ttft = dataclasses.replace(tunes[0], budget_metric="ttft")
+    ttft = dataclasses.replace(tunes[0], budget=dataclasses.replace(tunes[0].budget, metric="ttft"))
     text = _visible(_text(write_tune_report(ttft, tmp_path / "tune.html", runs)))
     assert "within the 20 ms TTFT p99 budget" in text
     assert "TTFT p99 ≤ 20 ms" in text

@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 
-from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import ProfileSpec, RunRecord, TuneRecord
+from perfkit.records import Budget, ProfileSpec, RunRecord, TuneRecord
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from tests.conftest import copy_models
 from tests.support.stand_in_server import StandInRoute, StandInServer

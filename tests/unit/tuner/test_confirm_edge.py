@@ -16,10 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.recorder import t95_one_sided
-from perfkit.records import Drift, LoadLevel, Precision
+from perfkit.records import Budget, Drift, LoadLevel, Precision
 from perfkit.tuner._claim_stats import cannot_hold, latency_bound_us, summarize_repeats
 from perfkit.tuner._confirm import ConfirmSettings, confirm_one
 from perfkit.tuner._load_search import JudgeSettings

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import ProfileSpec
+from perfkit.records import Budget, ProfileSpec
 from perfkit.tuner._load_search import JudgeSettings
 from perfkit.tuner._model_calibrate import HELD_STEP, _held_rate, held_config
 

@@ -15,10 +15,18 @@ import optuna
 import pytest
 
 from perfkit import predict
-from perfkit.budget import Budget
 from perfkit.errors import MeasurementError, ServerError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import M_LOWER_BOUND, Calibration, CalibrationPoint, LoadLevel, ProfileSpec, RunRecord, TuneRecord
+from perfkit.records import (
+    M_LOWER_BOUND,
+    Budget,
+    Calibration,
+    CalibrationPoint,
+    LoadLevel,
+    ProfileSpec,
+    RunRecord,
+    TuneRecord,
+)
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from perfkit.tuner._predict import Predicted, PredictedSearch
 from perfkit.tuner._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked

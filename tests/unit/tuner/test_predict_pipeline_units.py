@@ -10,9 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from perfkit.budget import Budget
 from perfkit.predict import BatcherConfig, Contention, ServiceModel, StepFigures
-from perfkit.records import Calibration, CalibrationPoint, TuneRecord, from_dict, to_dict
+from perfkit.records import Budget, Calibration, CalibrationPoint, TuneRecord, from_dict, to_dict
 from perfkit.tuner import _pipeline
 from perfkit.tuner._predict_pipeline import PipelinePredictedSearch, StepCheck, StepsChecked, _points, step_order
 from perfkit.tuner._space import TuneSpace

@@ -9,9 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import ProfileSpec, RunRecord
+from perfkit.records import Budget, ProfileSpec, RunRecord
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
 from tests.conftest import copy_models
 from tests.support.stand_in_server import StandInRoute, StandInServer

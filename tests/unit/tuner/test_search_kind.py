@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from perfkit.budget import Budget
 from perfkit.errors import InputError
+from perfkit.records import Budget
 from perfkit.tuner import TuneSettings
 from perfkit.tuner._search_kind import choose_search
 

@@ -8,9 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
-from perfkit.records import ProfileSpec, RunRecord
+from perfkit.records import Budget, ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings
 from perfkit.tuner._load_search import find_load
 from perfkit.tuner._search_start import search_start

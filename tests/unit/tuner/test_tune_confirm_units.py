@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.budget import Budget, level_within_budget, open_loop_shortfall
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level
-from perfkit.records import Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord
+from perfkit.records import Budget, Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord, open_loop_shortfall
 from perfkit.tuner._claim_stats import describe, summarize_repeats
 from perfkit.tuner._confirm import ConfirmSettings, repeat_windows
 from perfkit.tuner._load_search import JudgeSettings, rate_ladder, start_on, step_below
@@ -125,8 +124,8 @@ def _conf(held: bool, tput: float, note: str = "") -> Confirmation:
 
 
 def _tune(trials: tuple[TrialRecord, ...]) -> TuneRecord:
-    return TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", 50.0, 99.0, "throughput", "", None, None,
-                      trials)  # fmt: skip
+    return TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", Budget(50.0, 99.0), "throughput", "", None,
+                      None, trials)  # fmt: skip
 
 
 def test_a_demoted_pick_is_never_recommended_and_the_claim_is_the_confirmed_figure(tmp_path: Path):
@@ -158,10 +157,10 @@ def test_open_loop_levels_are_sustainable_only_on_schedule_without_backlog_or_dr
     ok = synthetic_level(concurrency=100, latency_ms=10, open_loop=True, noise=0.0)
     assert ok.load.mode == "request_rate"
     ok = dataclasses.replace(ok, sent_rps=100.0, completed_rps=100.0, duration_s=6.0)
-    assert open_loop_shortfall(ok) is None and level_within_budget(ok, 50, 99)
+    assert open_loop_shortfall(ok) is None and Budget(50, 99).within(ok)
     assert "dropped" in (open_loop_shortfall(dataclasses.replace(ok, dropped_count=3)) or "")
     behind = dataclasses.replace(ok, sent_rps=70.0)  # 420 sent of 600 due: far past Poisson noise
-    assert "sent 70.0" in (open_loop_shortfall(behind) or "") and not level_within_budget(behind, 50, 99)
+    assert "sent 70.0" in (open_loop_shortfall(behind) or "") and not Budget(50, 99).within(behind)
     assert open_loop_shortfall(dataclasses.replace(ok, sent_rps=93.0)) is None  # within Poisson noise
     backlog = dataclasses.replace(ok, completed_rps=80.0)
     assert "backlog" in (open_loop_shortfall(backlog) or "")

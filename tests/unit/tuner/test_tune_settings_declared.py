@@ -11,10 +11,10 @@ from pathlib import Path
 import click
 import pytest
 
-from perfkit.budget import Budget
 from perfkit.campaign import load_sweep
 from perfkit.cli.tune import command
 from perfkit.errors import ConfigError, InputError, UsageError
+from perfkit.records import Budget
 from perfkit.tuner import SETTINGS_KEYS, TUNE_SETTINGS, JudgeSettings, TuneSettings, parse_budget
 
 # A value the [tune] table may give each declared key.

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.budget import Budget, parse_latency_budget
 from perfkit.errors import CandidateRejectedError, InputError, UsageError
 from perfkit.records import (
+    Budget,
     LatencySummary,
     LevelResult,
     LoadLevel,
@@ -22,6 +22,7 @@ from perfkit.records import (
     RunRecord,
     StreamingSummary,
     TuneRecord,
+    parse_latency_budget,
 )
 from perfkit.server.modelconfig import parse_config, read_config
 from perfkit.tuner import JudgeSettings, TuneSettings, TuneSpace, apply_params, judge_trial, resolve
@@ -73,7 +74,7 @@ def test_sweep_file_budget_carries_its_metric():
 def test_old_tune_records_read_as_end_to_end_latency_budgets():
     data = json.loads((ROOT / "fixtures" / "records" / "tune" / "tune.json").read_text())
     data.pop("budget_metric", None)
-    assert TuneRecord.from_dict(data).budget_metric == "latency"
+    assert TuneRecord.from_dict(data).budget.metric == "latency"
 
 
 # -- judging levels by the stream's figures ---------------------------------------------------------

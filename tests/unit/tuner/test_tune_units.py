@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfkit.budget import Budget
 from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.measure import walk_levels
-from perfkit.records import MetricSample, ProfileSpec, RunRecord
+from perfkit.records import Budget, MetricSample, ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected

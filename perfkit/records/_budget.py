@@ -1,7 +1,14 @@
 """A latency budget and what a measured level says about it: the statistic a budget holds
 (end-to-end latency, or a stream's TTFT / ITL, at a percentile), whether a level is within it,
-and why an open-loop level is not sustainable whatever its latency. Pure functions over records,
-shared by the tuner's verdicts and capacity planning (which must not load the tuner).
+and why an open-loop level is not sustainable whatever its latency. A record (a tune record
+holds its Budget) and pure functions over levels, shared by the tuner's verdicts, its load
+search and capacity planning (which must not load the tuner).
+
+`Budget.within` is the one rule for "this level is within budget". measure's `-l` threshold
+(perfkit.measure.over_latency_threshold) is another rule on purpose: perf_analyzer's
+--latency-threshold, which ends a sweep once the latency statistic passes it and counts neither
+errors nor an open-loop shortfall; the tuner uses it only to stop measuring higher loads, and
+judges every level it measured by `Budget.within`.
 """
 
 from __future__ import annotations
@@ -11,7 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from perfkit.errors import UsageError
-from perfkit.records import PERCENTILES, LevelResult
+from perfkit.records._level import LevelResult
+from perfkit.records._load import PERCENTILES
 from perfkit.units import parse_latency_ms
 
 # What a budget holds to its percentile: the end-to-end request latency (plain '20ms'), or for
@@ -118,23 +126,6 @@ def open_loop_shortfall(level: LevelResult) -> str | None:
     return None
 
 
-def level_within_budget(
-    level: LevelResult,
-    latency_budget_ms: float,
-    percentile: float,
-    metric: str = "latency",
-    mix_scale: Mapping[str, float] | None = None,
-) -> bool:
-    """Whether a level counts as within budget: no errors, its percentile (of the budget's
-    metric; coordinated-omission corrected for open loop) at most the budget, and for an
-    open-loop level nothing dropped, sends on schedule and no growing backlog."""
-    return (
-        level.error_count == 0
-        and open_loop_shortfall(level) is None
-        and level_budget_us(level, percentile, metric, mix_scale) <= latency_budget_ms * 1e3
-    )
-
-
 _FORM = "write it as MODEL:BUDGET,MODEL:BUDGET (A:20ms,B:50ms), or one budget for every model (20ms)"
 
 
@@ -181,6 +172,11 @@ class Budget:
     per_model_ms: tuple[tuple[str, float], ...] = ()
 
     @property
+    def latency_budget_us(self) -> float:
+        """The budget in microseconds, the unit levels' latencies are recorded in."""
+        return self.latency_budget_ms * 1e3
+
+    @property
     def mix_scale(self) -> dict[str, float] | None:
         """Each mix model's factor to the reference budget (None without a mix): see level_budget_us."""
         if not self.per_model_ms:
@@ -197,5 +193,12 @@ class Budget:
         return level_budget_us(level, self.percentile, self.metric, self.mix_scale)
 
     def within(self, level: LevelResult) -> bool:
-        """Whether a level counts as within this budget (see level_within_budget)."""
-        return level_within_budget(level, self.latency_budget_ms, self.percentile, self.metric, self.mix_scale)
+        """Whether a level counts as within this budget, the one rule every verdict applies: no
+        errors, its statistic (level_us: the percentile of the budget's metric, coordinated-omission
+        corrected for open loop) at most the budget, and for an open-loop level nothing dropped,
+        sends on schedule and no growing backlog (open_loop_shortfall)."""
+        return (
+            level.error_count == 0
+            and open_loop_shortfall(level) is None
+            and self.level_us(level) <= self.latency_budget_us
+        )

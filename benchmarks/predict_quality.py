@@ -77,10 +77,10 @@ from perfkit.server import LocalLaunch, Server, launch_local  # noqa: E402
 from perfkit.server.modelconfig import apply_config, parse_config, render_config  # noqa: E402
 from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, tune  # noqa: E402
 from perfkit.tuner._events import TuneEvent  # noqa: E402
-from perfkit.tuner._model_calibrate import Calibrated  # noqa: E402
 from perfkit.tuner._pipeline import split, unbundle  # noqa: E402
-from perfkit.tuner._pipeline_calibrate import PipelineCalibrated  # noqa: E402
-from perfkit.tuner._predict import PREDICTED_ATTR, SIM_REQUESTS  # noqa: E402
+from perfkit.tuner._search._model_calibrate import Calibrated  # noqa: E402
+from perfkit.tuner._search._pipeline_calibrate import PipelineCalibrated  # noqa: E402
+from perfkit.tuner._search._predict import PREDICTED_ATTR, SIM_REQUESTS  # noqa: E402
 from perfkit.tuner._space import P_COUNT, P_DB, P_MBS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

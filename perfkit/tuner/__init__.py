@@ -12,8 +12,8 @@ ConfigRoute (_route: the file route rewrites config.pbtxt and reloads).
 from perfkit.budget import BUDGET_METRICS, Budget, parse_latency_budget, parse_mix_budgets
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
 from perfkit.tuner._events import TuneEvent
+from perfkit.tuner._find_load import JudgeSettings, concurrency_levels
 from perfkit.tuner._launch import RayPlacement, run_tune
-from perfkit.tuner._load_search import JudgeSettings, concurrency_levels
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._pipeline_preview import describe_pipeline, preview_pipeline, write_pipeline_candidates
 from perfkit.tuner._preview import Preview, describe, preview, render_candidate, write_candidates

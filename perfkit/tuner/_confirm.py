@@ -40,7 +40,7 @@ from perfkit.tuner._confirm_load import (
     repeat_windows,
 )
 from perfkit.tuner._events import ConfirmDone, ConfirmSkipped, ConfirmStarted, fmt_params
-from perfkit.tuner._load_search import rate_ladder
+from perfkit.tuner._find_load import rate_ladder
 from perfkit.tuner._trial import TrialRunner
 
 # Re-exported: the tuner's confirmation as one module to its callers and tests.
@@ -89,7 +89,7 @@ def _searched_order(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) ->
     own ~95% intervals tell them apart; else the one measured first. Such trials complete the rate
     alike (their throughputs differ by the arrivals' noise), and the one with the lower latency has
     the more room: the predicted search ends the trials of every config the request path bounds at
-    the path's capacity, one rate for all (tuner/_path_capacity.py), and their throughputs there
+    the path's capacity, one rate for all (tuner/_search/_request_path.py), and their throughputs there
     (10,026 and 10,021 req/s on onnx_mlp) ranked them by chance. But a trial's short level reads
     its percentile within 10-25%, and where the two overlap the order the trials were measured in
     knows more: the predicted search's, best predicted first, among configs at the path's capacity

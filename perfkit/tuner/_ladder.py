@@ -1,6 +1,6 @@
 """The bracketing search over a ladder of load levels (concurrencies or arrival rates): the
 highest level within budget, galloping from a start and bisecting, with the readings its answer
-hinges on measured twice; and the plain level-by-level walk. The load search (_load_search)
+hinges on measured twice; and the plain level-by-level walk. The load search (_find_load)
 decides the ladder and the start; this module only walks it."""
 
 from __future__ import annotations

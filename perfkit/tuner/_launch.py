@@ -15,7 +15,7 @@ from perfkit.tuner._events import OnEvent
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._route_api import ApiRoute
 from perfkit.tuner._run import tune
-from perfkit.tuner._search_kind import ON_RAY, SearchChoice
+from perfkit.tuner._search._kind import ON_RAY, SearchChoice
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._space import TuneSpace
 

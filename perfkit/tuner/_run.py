@@ -19,15 +19,16 @@ from perfkit.records import TuneRecord
 from perfkit.server.api_route import check_explicit_model_control
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import config_pbtxt_sha256
-from perfkit.tuner import _outputs, _predict, _study, _trial_state
+from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
 from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
-from perfkit.tuner._load_search import Measure
+from perfkit.tuner._find_load import Measure
 from perfkit.tuner._record import build_record, summary
 from perfkit.tuner._repo_guard import apply_all
 from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._route_api import ApiRoute
-from perfkit.tuner._search_kind import SearchChoice, choose_search, subject_kind
+from perfkit.tuner._search import _predict
+from perfkit.tuner._search._kind import SearchChoice, choose_search, subject_kind
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points

@@ -16,7 +16,7 @@ from perfkit.errors import InputError, UsageError
 from perfkit.objectives import ObjectiveName
 from perfkit.records import TrialRecord, TuneRecord
 from perfkit.tuner._accuracy import OutputTolerance, parse_max_output_diff
-from perfkit.tuner._load_search import JudgeSettings
+from perfkit.tuner._find_load import JudgeSettings
 from perfkit.units import parse_bytes, parse_duration_s
 
 SETTINGS_KEYS = (
@@ -100,8 +100,8 @@ class TuneSettings:
     # a level that reads its first window there is decided over the budget by it.
     reload_warmup_s: float = 2.0
     sampler: Literal["auto", "grid", "random"] = "auto"  # auto: TPE, or NSGA-II for pareto
-    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py);
-    # "measure": every trial measured; "auto": predict where the prediction applies (tuner/_search_kind.py)
+    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_search/_predict.py);
+    # "measure": every trial measured; "auto": predict where the prediction applies (tuner/_search/_kind.py)
     search: Literal["auto", "measure", "predict"] = "auto"
     # Accuracy guard: None compares outputs with per-datatype defaults; OutputTolerance.off() skips it.
     max_output_diff: OutputTolerance | None = None

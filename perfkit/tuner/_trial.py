@@ -43,9 +43,9 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._load_search import Measure, OutOfTime, find_load, start_concurrency
+from perfkit.tuner._find_load import Measure, OutOfTime, find_load, start_concurrency
+from perfkit.tuner._load_start import search_start
 from perfkit.tuner._objective import hardware_units, study_values
-from perfkit.tuner._search_start import search_start
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
@@ -110,7 +110,7 @@ class TrialRunner:
         # (None: at its search's load), for trials that read past the request path's capacity.
         self.confirm_cap_rps: Callable[[int], float | None] | None = None
         # The predicted search sets these: whether a config's trial ends at its predicted rate when
-        # that holds (configs predicted at the request path's capacity, tuner/_path_capacity.py), and
+        # that holds (configs predicted at the request path's capacity, tuner/_search/_request_path.py), and
         # the rate another config holds, under which such a trial's search does not go on.
         self.at_capacity: Callable[[Mapping[str, Any]], bool] | None = None
         self.held_elsewhere_rps: Callable[[optuna.Study], float | None] | None = None

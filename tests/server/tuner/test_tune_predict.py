@@ -19,7 +19,7 @@ import pytest
 
 from perfkit.predict import contention
 from perfkit.records import RunRecord, TuneRecord
-from perfkit.tuner._predict import LATENCY_TOLERANCE, PREDICTION_TOLERANCE
+from perfkit.tuner._search._predict import LATENCY_TOLERANCE, PREDICTION_TOLERANCE
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""The calibration's second overload, on two instances (tuner/_model_calibrate.py): measured only
+"""The calibration's second overload, on two instances (tuner/_search/_model_calibrate.py): measured only
 where the instance's busy time at the first did not already say the request path held the rate
 (predict.host_bound). On a stand-in server whose per-batch-size statistics grow by what each level
 executed: an instance half busy at the overload is the path's (no second level, no reload for

@@ -13,8 +13,8 @@ import pytest
 from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import ProfileSpec
-from perfkit.tuner._load_search import JudgeSettings
-from perfkit.tuner._model_calibrate import HELD_STEP, _held_rate, held_config
+from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._search._model_calibrate import HELD_STEP, _held_rate, held_config
 
 SATURATED_RPS = 10_923.0
 BUDGET = Budget(20.0, 99.0, "latency")

@@ -10,7 +10,7 @@ from typing import Any
 
 from perfkit import predict
 from perfkit.records import Calibration, CalibrationPoint
-from perfkit.tuner._path_capacity import (
+from perfkit.tuner._search._request_path import (
     AT_CAPACITY_MEASURED,
     TOP_MEASURED,
     headroom_first,

@@ -22,10 +22,10 @@ from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import M_LOWER_BOUND, Calibration, CalibrationPoint, LoadLevel, ProfileSpec, RunRecord, TuneRecord
 from perfkit.server.base import Endpoints
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
-from perfkit.tuner._predict import Predicted, PredictedSearch
-from perfkit.tuner._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
-from perfkit.tuner._predict_points import batcher_from
-from perfkit.tuner._search_kind import SearchChoice
+from perfkit.tuner._search._kind import SearchChoice
+from perfkit.tuner._search._predict import Predicted, PredictedSearch
+from perfkit.tuner._search._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
+from perfkit.tuner._search._predict_points import batcher_from
 from perfkit.tuner._trial_state import TrialState
 from tests.conftest import copy_models
 
@@ -467,13 +467,13 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
     # levels read past it, and the confirmation starts there); one instance's search goes on as usual.
     assert all(ps.ends_at_capacity({"instance_count": n}) for n in (2, 3, 4))
     assert not ps.ends_at_capacity({"instance_count": 1})
-    from perfkit.tuner._path_capacity import at_capacity
+    from perfkit.tuner._search._request_path import at_capacity
 
     four_key = ps.key({"instance_count": 4})
     assert at_capacity(ps.calibration, four_key, 146.0) and not at_capacity(ps.calibration, four_key, 120.0)
     assert not at_capacity(CAL, four_key, 146.0) and not at_capacity(ps.calibration, four_key, None)
     # A lattice step apart at the capacity is still alike; further under it, the rate decides.
-    from perfkit.tuner._path_capacity import headroom_first
+    from perfkit.tuner._search._request_path import headroom_first
 
     two_cfg, four_cfg = (ps.key({"instance_count": n}) for n in (2, 4))
     assert headroom_first(ps.calibration, four_cfg, 146.0) < headroom_first(ps.calibration, two_cfg, 148.0)
@@ -511,7 +511,7 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
 
 
 def test_configs_at_the_paths_capacity_left_unsimulated_are_scored_alike_with_the_simulated_ones():
-    from perfkit.tuner._path_capacity import alike_at_capacity
+    from perfkit.tuner._search._request_path import alike_at_capacity
 
     cal = dataclasses.replace(CAL, host_us=1e6 / 150.0)
     cfg = {n: predict.BatcherConfig(instances=n) for n in (1, 2, 3, 4)}

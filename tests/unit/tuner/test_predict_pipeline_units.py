@@ -15,7 +15,13 @@ from perfkit.predict import BatcherConfig, Contention, ServiceModel, StepFigures
 from perfkit.records import Calibration, CalibrationPoint, TuneRecord
 from perfkit.records._serial import from_dict, to_dict
 from perfkit.tuner import _pipeline
-from perfkit.tuner._predict_pipeline import PipelinePredictedSearch, StepCheck, StepsChecked, _points, step_order
+from perfkit.tuner._search._predict_pipeline import (
+    PipelinePredictedSearch,
+    StepCheck,
+    StepsChecked,
+    _points,
+    step_order,
+)
 from perfkit.tuner._space import TuneSpace
 from tests.conftest import copy_models
 

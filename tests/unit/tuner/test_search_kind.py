@@ -1,4 +1,4 @@
-"""--search auto, the default (tuner/_search_kind.py): the predicted search where it applies (one
+"""--search auto, the default (tuner/_search/_kind.py): the predicted search where it applies (one
 model or an ensemble, open-loop rates, a latency budget ranked by the rate, the knobs the simulator
 tells apart), else the measured search with the reason said; --search measure/predict as given."""
 
@@ -11,7 +11,7 @@ import pytest
 from perfkit.budget import Budget
 from perfkit.errors import InputError
 from perfkit.tuner import TuneSettings
-from perfkit.tuner._search_kind import choose_search
+from perfkit.tuner._search._kind import choose_search
 
 BATCHING = ["max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "instance_count"]
 AUTO = TuneSettings(model="m", budget=Budget(20.0, 99.0))

@@ -1,4 +1,4 @@
-"""Where a trial's load search starts and how far it goes (tuner/_search_start.py): a prediction
+"""Where a trial's load search starts and how far it goes (tuner/_load_start.py): a prediction
 is the open-loop start; your config, where it cannot compete, is measured at its prediction only,
 in the fewest windows a level takes; a config at the request path's capacity ends at its
 prediction where that holds and stops its walk down at what another config holds."""
@@ -12,8 +12,8 @@ from perfkit.budget import Budget
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import ProfileSpec, RunRecord
 from perfkit.tuner import JudgeSettings
-from perfkit.tuner._load_search import find_load
-from perfkit.tuner._search_start import search_start
+from perfkit.tuner._find_load import find_load
+from perfkit.tuner._load_start import search_start
 
 OPEN = JudgeSettings(budget=Budget(20.0, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
 CLOSED = JudgeSettings(budget=Budget(20.0, percentile=99))

@@ -17,7 +17,7 @@ from perfkit.gate.synthetic import synthetic_level
 from perfkit.records import Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord
 from perfkit.tuner._claim_stats import describe, summarize_repeats
 from perfkit.tuner._confirm import ConfirmSettings, repeat_windows
-from perfkit.tuner._load_search import JudgeSettings, rate_ladder, start_on, step_below
+from perfkit.tuner._find_load import JudgeSettings, rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
 from perfkit.tuner._record import summary
 from tests.queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps

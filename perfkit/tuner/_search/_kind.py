@@ -1,7 +1,7 @@
-"""--search auto, the default: the predicted search (tuner/_predict.py) where it applies, the
+"""--search auto, the default: the predicted search (tuner/_search/_predict.py) where it applies, the
 measured search elsewhere, with the reason said. The predicted search models one model or an
 ensemble under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
-the batcher simulator tells apart (tuner/_predict_points.py SIMULATED); anything else is searched
+the batcher simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
 by measurement, as it always was. --search predict and --search measure are taken as given."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal
 
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline import SEP
-from perfkit.tuner._predict_points import SIMULATED
+from perfkit.tuner._search._predict_points import SIMULATED
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._subject import Subject
 from perfkit.tuner._subject_pipeline import PipelineSubject

@@ -16,7 +16,7 @@ cannot tell them apart. So:
   path carries at least that there, in a trial's short levels (onnx_mlp on 2 cores: the
   calibration held 10,292 req/s, trials read 11,600-13,500 on the configs it bounds, and the
   confirmation's longer runs held 10,500). Said so, it counts as holding. One that holds less
-  is checked as any other (tuner/_predict_check.py)."""
+  is checked as any other (tuner/_search/_predict_check.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 of every size formed on purpose and read from the server's per-batch-size statistics, the
 overhead outside the instance, whether the instance or the request path holds an overloaded
 rate, and the saturated rates at two instance counts (perfkit.predict fits them). An ensemble's
-steps are calibrated by tuner/_pipeline_calibrate.py with the same levels."""
+steps are calibrated by tuner/_search/_pipeline_calibrate.py with the same levels."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from perfkit import predict
 from perfkit.errors import UsageError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._path_capacity import instances_capacity_rps
-from perfkit.tuner._predict_points import batcher_from, dimension_values
+from perfkit.tuner._search._predict_points import batcher_from, dimension_values
+from perfkit.tuner._search._request_path import instances_capacity_rps
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
 from perfkit.tuner._subject_model import ModelSubject
 from perfkit.tuner._trial import TrialRunner

@@ -2,7 +2,7 @@
 server, predict every config of the space with the batcher simulator (perfkit.predict), then
 let the trial runner measure the best predicted configs first; every trial's rate search starts
 at its config's prediction where it has one (the original's too). Each measured trial with a
-prediction is checked against it (tuner/_predict_check.py), two ways, either one enough: its
+prediction is checked against it (tuner/_search/_predict_check.py), two ways, either one enough: its
 sustainable rate within PREDICTION_TOLERANCE of the predicted, or, where the rate is further off,
 the simulator's budget statistic at the rate measured within LATENCY_TOLERANCE of the one
 measured there (near the budget a batching config's p99 is flat in the rate, so a small error in
@@ -32,8 +32,17 @@ from perfkit import predict
 from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
-from perfkit.tuner._path_capacity import (
+from perfkit.tuner._search._model_calibrate import Calibrated, calibrate, check_predictable
+from perfkit.tuner._search._predict_check import (
+    LATENCY_TOLERANCE,
+    PREDICTION_TOLERANCE,
+    PredictionChecked,
+    latency_holds,
+    rate_holds,
+    simulated_latency_us,
+)
+from perfkit.tuner._search._predict_points import batcher_config, space_points
+from perfkit.tuner._search._request_path import (
     TOP_MEASURED,
     alike_at_capacity,
     at_capacity,
@@ -42,15 +51,6 @@ from perfkit.tuner._path_capacity import (
     measured_first,
     path_bound,
 )
-from perfkit.tuner._predict_check import (
-    LATENCY_TOLERANCE,
-    PREDICTION_TOLERANCE,
-    PredictionChecked,
-    latency_holds,
-    rate_holds,
-    simulated_latency_us,
-)
-from perfkit.tuner._predict_points import batcher_config, space_points
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF
 from perfkit.tuner._trial import TrialRunner
 
@@ -414,10 +414,10 @@ def run_predicted(t: TrialRunner, run_search: RunSearch) -> tuple[TuneRecord, di
     """The predicted search through the tuner's own run_search: calibration and predictions seed
     the study, one more stop rule ends it once the predictions held; the calibration goes into
     the record run_search writes however the search ends (Ctrl-C and failures included). An
-    ensemble is predicted end to end (tuner/_predict_pipeline.py); a BLS pipeline goes to the
+    ensemble is predicted end to end (tuner/_search/_predict_pipeline.py); a BLS pipeline goes to the
     measured search, which the tuner says. Raises as calibrate and run_search do."""
     # The pipeline search builds on this module: imported here, where it is used.
-    from perfkit.tuner import _predict_pipeline as pipe  # noqa: PLC0415
+    from perfkit.tuner._search import _predict_pipeline as pipe  # noqa: PLC0415
     from perfkit.tuner._subject_pipeline import PipelineSubject  # noqa: PLC0415
 
     kind = t.subject.pipeline.kind if isinstance(t.subject, PipelineSubject) else None

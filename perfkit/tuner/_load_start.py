@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from perfkit.tuner._load_search import JudgeSettings
+from perfkit.tuner._find_load import JudgeSettings
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ def search_start(
     adaptive start); `queued_rps`: the prediction the predicted search queued the trial with;
     `predicted_rps`: the prediction for its params otherwise (--search predict scores every
     config); `original_at_prediction_only`: your config cannot compete with the best predicted
-    (tuner/_predict.py original_at_prediction); `at_capacity`: the config is predicted at the
-    request path's capacity (tuner/_path_capacity.py); `held_elsewhere_rps`: the highest rate a
+    (tuner/_search/_predict.py original_at_prediction); `at_capacity`: the config is predicted at the
+    request path's capacity (tuner/_search/_request_path.py); `held_elsewhere_rps`: the highest rate a
     measured config holds.
 
     In open loop a prediction is the start. Your config, where it cannot compete, is measured at

@@ -6,7 +6,7 @@ predicted sets measured first; each checked trial names the bottleneck step with
 and measured time in step, and is checked by its rate alone (no latency check: the steps'
 figures are shown one by one instead). A BLS model's calls are code the simulator cannot see:
 its pipelines go to the measured search, which the tuner says. The calibration:
-tuner/_pipeline_calibrate.py.
+tuner/_search/_pipeline_calibrate.py.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from perfkit import predict
 from perfkit.errors import MeasurementError
 from perfkit.tuner import _pipeline, _trial_state
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._pipeline_calibrate import calibrate_pipeline
-from perfkit.tuner._predict import TOP_MEASURED, Predicted, PredictedSearch, _label, _Note
-from perfkit.tuner._predict_points import SIMULATED, batcher_from, dimension_values
+from perfkit.tuner._search._pipeline_calibrate import calibrate_pipeline
+from perfkit.tuner._search._predict import TOP_MEASURED, Predicted, PredictedSearch, _label, _Note
+from perfkit.tuner._search._predict_points import SIMULATED, batcher_from, dimension_values
 from perfkit.tuner._space import P_DB
 from perfkit.tuner._subject_pipeline import PipelineSubject
 from perfkit.tuner._trial import TrialRunner

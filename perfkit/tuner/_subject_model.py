@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from perfkit.budget import Budget
 from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelLoadError, ServerError
@@ -67,6 +67,15 @@ class ModelSubject:
             latency_budget_us=budget.latency_budget_ms * 1e3,
             gpu_available=gpu_available(),
         )
+
+    @property
+    def kind(self) -> Literal["model"]:
+        return "model"
+
+    @property
+    def pipeline(self) -> None:
+        """One model: no pipeline."""
+        return None
 
     @property
     def paths(self) -> Mapping[str, Path]:

@@ -14,10 +14,8 @@ from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline import SEP
 from perfkit.tuner._search._predict_points import SIMULATED
 from perfkit.tuner._settings import TuneSettings
-from perfkit.tuner._subject import Subject
-from perfkit.tuner._subject_pipeline import PipelineSubject
+from perfkit.tuner._subject import SubjectKind
 
-SubjectKind = Literal["model", "ensemble", "bls", "mix"]
 # --ray: each worker would calibrate and queue its own predictions into the one study they share
 ON_RAY = "a study shared by several workers is searched by measurement"
 
@@ -88,8 +86,3 @@ def _should_measure(s: TuneSettings, *, knobs: Sequence[str]) -> str | None:
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"
     return None
-
-
-def subject_kind(subject: Subject) -> SubjectKind:
-    """One model, or the kind of the pipeline (an ensemble, a BLS model's calls, a traffic mix)."""
-    return subject.pipeline.kind if isinstance(subject, PipelineSubject) else "model"

@@ -32,7 +32,7 @@ from perfkit.tuner._search._model_calibrate import (
 )
 from perfkit.tuner._search._predict_points import dimension_values
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
-from perfkit.tuner._subject_pipeline import PipelineSubject, step_rows
+from perfkit.tuner._subject_pipeline import step_rows
 from perfkit.tuner._trial import TrialRunner
 
 SEP = _pipeline.SEP
@@ -70,10 +70,10 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
     counts measured on the step itself. Every step's config is put back after. Raises UsageError
     for a load the prediction does not model, MeasurementError when a step executed nothing, and
     what measuring raises."""
-    check_predictable(t)
+    check_predictable(t.judge)
     subject = t.subject
-    assert isinstance(subject, PipelineSubject)
     p = subject.pipeline
+    assert p is not None  # an ensemble's subject holds its pipeline
     started = time.monotonic()
     point = dict(t.original_fixed_params())
     top = 0

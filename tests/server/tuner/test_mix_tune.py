@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.budget import level_budget_us, level_within_budget
+from perfkit.budget import level_budget_us, level_within_budget, parse_mix_budgets
 from perfkit.cli import main
 from perfkit.errors import UsageError
 from perfkit.records import MixShare, RunRecord
-from perfkit.tuner import parse_mix_budgets
 from tests.conftest import ROOT, copy_models, wait_until
 from tests.server.cli.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
 

@@ -16,7 +16,7 @@ from perfkit.records import Calibration, CalibrationPoint, TuneRecord
 from perfkit.records._serial import from_dict, to_dict
 from perfkit.tuner import _pipeline
 from perfkit.tuner._search._predict_pipeline import (
-    PipelinePredictedSearch,
+    PipelinePredictor,
     StepCheck,
     StepsChecked,
     _points,
@@ -98,7 +98,7 @@ def test_the_bottleneck_is_the_step_of_least_predicted_capacity_checked_against_
     assert unknown.measured_bottleneck() is None and "9.90 ms predicted, - measured" in unknown.line()
 
 
-class _TwoSteps(PipelinePredictedSearch):
+class _TwoSteps(PipelinePredictor):
     """The pipeline search over two steps in series, `front` (batching, max 8) and `post`, whose
     batching a point's `post` param says; no subject needed."""
 

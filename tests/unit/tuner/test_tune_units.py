@@ -16,10 +16,10 @@ from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.measure import _binary_search, over_latency_threshold
 from perfkit.records import MetricSample, ProfileSpec, RunRecord
-from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
+from perfkit.tuner import TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
-from perfkit.tuner._find_load import find_load, ladder, start_concurrency
+from perfkit.tuner._find_load import JudgeSettings, find_load, ladder, start_concurrency
 from perfkit.tuner._verdict import constraints
 
 BUDGET_MS = 20.0
@@ -344,7 +344,7 @@ def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_walks_dow
 
 
 def test_a_walk_down_that_reaches_what_another_config_holds_without_holding_ends_there():
-    """A config at the request path's capacity, measured after another held 560 req/s: its start,
+    """A config at the request path's ceiling, measured after another held 560 req/s: its start,
     600, and a step down, 550, read over the budget. Under 560 it could not beat the other
     config, so its search ends there (the trial is pruned), the walk's next step, 505, not
     measured; a start itself at or under that rate ends at the start. Without that rate, or with

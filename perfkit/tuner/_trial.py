@@ -1,6 +1,7 @@
 """One trial, whatever the subject: ask a candidate, put it on the server (through the subject's
 route), check its outputs against the original's, find its highest load within budget, judge,
-tell. The search state shared by the trials lives in TrialRunner."""
+tell. The search state shared by the trials lives in TrialRunner; what the config search's
+strategy knows of a trial (a prediction, a ceiling) it asks of its Search (tuner/_search)."""
 
 from __future__ import annotations
 

@@ -129,9 +129,9 @@ def measured_first(
 
 def held_rps(study: optuna.Study, objective: str) -> float | None:
     """The highest arrival rate a measured config holds (a complete, feasible trial's load), where
-    a config at the path's ceiling whose trial reads over the budget stops (TrialRunner
-    LoadHints.held_elsewhere_rps: below it, it could not beat that config); None where none holds, or for an
-    objective per hardware unit (rates of configs occupying different units do not compare)."""
+    a config at the path's ceiling whose trial reads over the budget stops (LoadHints
+    held_elsewhere_rps: below it, it could not beat that config); None where none holds, or for
+    an objective per hardware unit (rates of configs occupying different units do not compare)."""
     if objectives.get(objective).per_hardware:
         return None
     rates = [

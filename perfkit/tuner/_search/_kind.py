@@ -62,6 +62,8 @@ def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, l
         return "a traffic mix is searched by measurement"
     if subject == "bls":
         return "a BLS model's calls (their order and fan-out) cannot be simulated"
+    if subject not in ("model", "ensemble"):  # a kind no predictor models yet
+        return f"a {subject} subject is searched by measurement"
     if load_mode == "trace":
         return "a trace's arrivals are replayed, not predicted"
     if not open_loop:

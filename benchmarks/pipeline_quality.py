@@ -38,9 +38,7 @@ from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import _bundled_backends, _bundled_root
 from perfkit.server.modelconfig import apply_config, parse_config, render_config
 from perfkit.tuner import Budget, TuneSettings, TuneSpace, judge_trial, tune
-from perfkit.tuner._load_search import find_load
-from perfkit.tuner._pipeline import unbundle
-from perfkit.tuner._repo_guard import RepoGuard
+from perfkit.tuner.parts import RepoGuard, find_load, unbundle
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("stage_decode", "stage_infer", "stage_post")

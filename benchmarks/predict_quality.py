@@ -77,13 +77,24 @@ from perfkit.records import (
 )
 from perfkit.server import LocalLaunch, Server, launch_local  # noqa: E402
 from perfkit.server.modelconfig import apply_config, parse_config, render_config  # noqa: E402
-from perfkit.tuner import TuneResult, TuneSettings, TuneSpace, tune  # noqa: E402
-from perfkit.tuner._events import TuneEvent  # noqa: E402
-from perfkit.tuner._model_calibrate import Calibrated  # noqa: E402
-from perfkit.tuner._pipeline import split, unbundle  # noqa: E402
-from perfkit.tuner._pipeline_calibrate import PipelineCalibrated  # noqa: E402
-from perfkit.tuner._predict import PREDICTED_ATTR, SIM_REQUESTS  # noqa: E402
-from perfkit.tuner._space import P_COUNT, P_DB, P_MBS  # noqa: E402
+from perfkit.tuner import (  # noqa: E402
+    TuneEvent,  # noqa: E402
+    TuneResult,
+    TuneSettings,
+    TuneSpace,
+    tune,
+)
+from perfkit.tuner.parts import (  # noqa: E402
+    P_COUNT,
+    P_DB,
+    P_MBS,
+    PREDICTED_ATTR,
+    SIM_REQUESTS,
+    Calibrated,
+    PipelineCalibrated,
+    split,
+    unbundle,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("stage_decode", "stage_infer", "stage_post")
@@ -93,7 +104,7 @@ HUNGRY_BUDGET_MS = 150.0  # see the module's docstring: at 100 ms many configs h
 # onnx_mlp's layers (tests/support/onnx_model.py): hidden layers 2048 wide, not the tests' 1024, so that its
 # configs hold rates where perf_analyzer's client has CPU to spare, and its batch sizes differ
 # (4,523-6,783 req/s in the first such grid). With 1024 every batching config ended at the request
-# path's capacity, 9,000-13,000 req/s, where perf_analyzer 2.60.0 (76 us of CPU a request,
+# path's ceiling, 9,000-13,000 req/s, where perf_analyzer 2.60.0 (76 us of CPU a request,
 # benchmarks/onnx_client_share.py) spends 0.7-1.0 of its one CPU: three quiet grids named three
 # different best configs (8,691, 10,142 and 13,119 req/s; benchmarks/results/history.md).
 ONNX_WIDTHS = (64, 2048, 2048, 64)

@@ -46,7 +46,7 @@ from perfkit.server import LocalLaunch, launch_local  # noqa: E402
 from perfkit.server.local import LocalServer  # noqa: E402
 from perfkit.server.modelconfig import ConfigGuard  # noqa: E402
 from perfkit.tuner import Budget, TuneResult, TuneSettings, tune  # noqa: E402
-from perfkit.tuner._load_search import ladder, rate_ladder, step_below  # noqa: E402
+from perfkit.tuner.parts import ladder, rate_ladder, step_below  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -38,7 +38,7 @@ from perfkit.measure import profile
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import ConfigGuard, read_config
 from perfkit.tuner import Budget, TuneResult, TuneSettings, TuneSpace, grid_points, judge_trial, resolve, tune
-from perfkit.tuner._load_search import find_load
+from perfkit.tuner.parts import find_load
 
 ROOT = Path(__file__).resolve().parent.parent
 

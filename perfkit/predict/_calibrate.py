@@ -1,7 +1,7 @@
 """Fitting the simulator's inputs from what Triton reports: execution time per batch size from
 the per-batch-size statistics of /v2/models/M/stats (batch_stats), the per-request overhead
 outside the instance, the instances' contention from saturated rates at two counts, and the
-request path's capacity from the rate held within the budget by a config whose instance is not
+request path's ceiling from the rate held within the budget by a config whose instance is not
 busy all the time when saturated. Pure
 functions of the figures; measuring them is the caller's (the tuner's predicted search)."""
 
@@ -123,12 +123,12 @@ def fit_shared_fraction(counts: Sequence[int], rates_rps: Sequence[float]) -> fl
 
 
 # Saturated with its instance busy less than this, a model is held back by its requests' path,
-# not by its instance: the rate there is that path's capacity. A model whose executions share the
+# not by its instance: the rate there is that path's ceiling. A model whose executions share the
 # CPU with the request handling and the load generator reads its instance well under fully busy
 # there, and by a margin that moves from one calibration to the next; one on a device of its own
 # reads it fully busy. Taking the path for the bound where the instance held costs little (the
 # configs it bounds are measured by their instances' room first, and holding past the path's
-# capacity is no error); the reverse predicts configs at twice what they hold, and the search
+# ceiling is no error); the reverse predicts configs at twice what they hold, and the search
 # falls back to measuring. Not higher: under a loaded CI machine an unbatched instance's gaps
 # between executions read as idle: one unbatched instance saturated in closed loop (no batching to
 # overload) is judged by UNBATCHED_HOST_BOUND_BUSY instead.
@@ -196,12 +196,12 @@ def execution_stretch(points: Sequence[CalibrationPoint], service_us: Callable[[
 
 
 def fit_host_us(saturated_rps: float, path_holds: bool, held_rps: float = 0.0) -> float:
-    """The request path's capacity (ServiceModel.host_us) from a saturated config: where the path,
+    """The request path's ceiling (ServiceModel.host_us) from a saturated config: where the path,
     not the instances, held its rate (path_holds, see host_bound), 1 / the highest rate the same
     config held within the tune's budget (held_rps, measured below the saturated rate: on a
     machine whose CPUs the path shares with the executions and the load generator, its latency
     runs past a budget long before it saturates), or without one 1 / the saturated rate; else 0
-    (the instances held it: the path's capacity is past what was seen)."""
+    (the instances held it: the path's ceiling is past what was seen)."""
     if saturated_rps <= 0 or not path_holds:
         return 0.0
     return 1e6 / (held_rps if 0 < held_rps < saturated_rps else saturated_rps)
@@ -222,7 +222,7 @@ def calibration(
     host_unbatched: bool = False,
 ) -> Calibration:
     """A Calibration from the measured points, overhead and (optionally) saturated rates at two
-    instance counts, and the request path's capacity from the saturated rate of one instance
+    instance counts, and the request path's ceiling from the saturated rate of one instance
     (host_saturated_rps, items/s) with the batches executed at it (host_points), and the highest
     rate it held within the budget (host_held_rps, 0 if not measured; see fit_host_us), and the
     same config's saturated rate at the larger instance count (host_scaled_rps; see host_bound).
@@ -262,7 +262,7 @@ def calibration(
 def service_model(cal: Calibration) -> ServiceModel:
     """The simulator's service model of a calibration: the fitted line stretched as the executions
     were under load (loaded_stretch: a trial's sustainable rate is a loaded level), the overhead
-    and the request path's capacity."""
+    and the request path's ceiling."""
     line = ServiceModel(cal.fixed_us, cal.per_item_us, overhead_us=cal.overhead_us, host_us=cal.host_us)
     return line.stretched(cal.loaded_stretch)
 

@@ -18,7 +18,7 @@ class ServiceModel:
     (network, HTTP/gRPC, the server's request handling): added to its latency, never holding an
     instance. table_us, when given, overrides the line for the batch sizes it names.
 
-    host_us is the request path's capacity: each request holds the path every request shares on
+    host_us is the request path's ceiling: each request holds the path every request shares on
     its way to the batcher (the server's HTTP/gRPC frontend and the backend's per-request work,
     and a load generator on the same machine) for host_us, one request at a time, first come
     first served; 0 where the instances, not that path, set the ceiling. It is what a model whose
@@ -46,7 +46,7 @@ class ServiceModel:
 
     def stretched(self, factor: float) -> ServiceModel:
         """This model with every execution `factor` times as long (the overhead outside the
-        instance and the request path's capacity as they are)."""
+        instance and the request path's ceiling as they are)."""
         return dataclasses.replace(
             self, fixed_us=self.fixed_us * factor, per_item_us=self.per_item_us * factor,
             table_us=tuple((n, us * factor) for n, us in self.table_us),

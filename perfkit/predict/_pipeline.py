@@ -26,11 +26,11 @@ import numpy as np
 
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Prediction, ServiceModel
-from perfkit.predict._rate import capacity_rps
+from perfkit.predict._rate import ceiling_rps
 from perfkit.predict._sim import WARMUP_FRACTION, departures, unit_arrivals
 
 PIPELINE_REQUESTS = 4_000  # per simulated run; the p99 then rests on the slowest 36 of 3,600 kept
-BISECTION_STEPS = 9  # the bracket [1/32, 1.02] of the slowest step's capacity: to within ~2%
+BISECTION_STEPS = 9  # the bracket [1/32, 1.02] of the slowest step's ceiling: to within ~2%
 
 
 @dataclass(frozen=True)
@@ -48,13 +48,13 @@ class PipelineStep:
 @dataclass(frozen=True)
 class StepFigures:
     """One step's simulated figures at a load: mean queue wait and execution per request, mean
-    batch executed, its capacity bound and the fraction of it the load used."""
+    batch executed, its ceiling and the fraction of it the load used."""
 
     name: str
     mean_wait_us: float
     mean_exec_us: float
     mean_batch: float
-    capacity_rps: float
+    ceiling_rps: float
     utilization: float
 
     @property
@@ -72,14 +72,14 @@ class PipelinePrediction:
     steps: tuple[StepFigures, ...]
 
     def bottleneck(self) -> StepFigures:
-        """The step running closest to its capacity."""
+        """The step running closest to its ceiling."""
         return max(self.steps, key=lambda s: s.utilization)
 
 
 @dataclass(frozen=True)
 class PipelineRate:
     """A set of step configs' sustainable rate end to end (0: even a light load misses the budget),
-    the latency percentile there, the slowest step by capacity, and the prediction at that rate
+    the latency percentile there, the slowest step by its ceiling, and the prediction at that rate
     (None when the rate is 0); `bounded` when not simulated (rate_rps then holds the bound)."""
 
     configs: tuple[BatcherConfig, ...]
@@ -188,7 +188,7 @@ def _simulate(
         exec_s = table[size.astype(int)]
         wait = (end - arrive - exec_s)[skip:]
         waits += wait
-        cap = capacity_rps(s.config, s.service, s.contention)
+        cap = ceiling_rps(s.config, s.service, s.contention)
         figures.append(
             StepFigures(
                 s.name,
@@ -227,8 +227,8 @@ def floor_us(steps: Sequence[PipelineStep], overhead_us: float = 0.0) -> float:
 
 
 def slowest_step(steps: Sequence[PipelineStep]) -> int:
-    """The index of the step with the lowest capacity bound (the pipeline's bound)."""
-    caps = [capacity_rps(s.config, s.service, s.contention) for s in steps]
+    """The index of the step with the lowest ceiling (the pipeline's bound)."""
+    caps = [ceiling_rps(s.config, s.service, s.contention) for s in steps]
     return int(np.argmin(caps))
 
 
@@ -245,7 +245,7 @@ def pipeline_rate(
 ) -> PipelineRate:
     """The highest rate at which the simulated end-to-end `percentile` is within budget_us and the
     pipeline keeps up (completes 95% of what is offered), by geometric bisection under the slowest
-    step's capacity. Raises UsageError for a budget that is not positive (and as simulate_pipeline)."""
+    step's ceiling. Raises UsageError for a budget that is not positive (and as simulate_pipeline)."""
     if budget_us <= 0:
         raise UsageError(f"latency budget {budget_us} us: must be > 0", hint="give a positive budget")
     if not steps:
@@ -257,7 +257,7 @@ def pipeline_rate(
     floor = floor_us(steps, overhead_us)
     if floor > budget_us:
         return PipelineRate(configs, 0.0, floor, name)
-    cap = capacity_rps(steps[slow].config, steps[slow].service, steps[slow].contention) * 1.02
+    cap = ceiling_rps(steps[slow].config, steps[slow].service, steps[slow].contention) * 1.02
 
     def within(rate: float) -> PipelinePrediction | None:
         p = _simulate(steps, rate, overhead_us, arrival, len(base), seed, base, (budget_us, percentile))
@@ -293,13 +293,13 @@ def score_pipelines(
     seed: int = 0,
 ) -> list[PipelineRate]:
     """Each candidate set of step configs' sustainable rate, best first. With keep=k a candidate
-    whose slowest step's capacity cannot reach the k-th best rate found so far is not simulated
+    whose slowest step's ceiling cannot reach the k-th best rate found so far is not simulated
     (it comes back bounded, with that bound): the best k are the same as simulating all."""
     base = unit_arrivals(arrival, requests, seed)
     bounds = []
     for steps in candidates:
         slow = steps[slowest_step(steps)]
-        bounds.append(capacity_rps(slow.config, slow.service, slow.contention))
+        bounds.append(ceiling_rps(slow.config, slow.service, slow.contention))
     order = sorted(range(len(candidates)), key=lambda i: -bounds[i])
     rates: list[float] = []
     out: list[PipelineRate] = []

@@ -14,14 +14,14 @@ from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._sim import DEFAULT_REQUESTS, _service_array, simulate_within, unit_arrivals
 
-BISECTION_STEPS = 8  # the bracket [1/16, 1] of the capacity bound, geometric: to within 1.1%
+BISECTION_STEPS = 8  # the bracket [1/16, 1] of the ceiling, geometric: to within 1.1%
 LATTICE = 2**BISECTION_STEPS  # lattice points from the bound down to 1/16 of it (see sustainable_rate)
 BOTTOM = LATTICE + 2 ** (BISECTION_STEPS + 2)  # and on down to LOWEST_RATE_FRACTION of it
 LOWEST_RATE_FRACTION = 1e-4
 GUESS_ABOVE = 1.02  # a like config's rate is tried this much higher first
 
 
-def capacity_rps(cfg: BatcherConfig, service: ServiceModel, contention: Contention) -> float:
+def ceiling_rps(cfg: BatcherConfig, service: ServiceModel, contention: Contention) -> float:
     """An upper bound on the completed rate of `cfg`: every execution full (the largest batch the
     batcher sends), every instance busy, the shared device never idle; and no more than the
     request path lets through (ServiceModel.host_us)."""
@@ -34,7 +34,7 @@ def capacity_rps(cfg: BatcherConfig, service: ServiceModel, contention: Contenti
 @dataclass(frozen=True)
 class RateResult:
     """One config's predicted sustainable rate (0: even a light load misses the budget), with the
-    prediction at that rate; `bounded` when it was not simulated because its capacity bound was
+    prediction at that rate; `bounded` when it was not simulated because its ceiling was
     already below the rates kept (rate_rps then holds that bound)."""
 
     config: BatcherConfig
@@ -70,7 +70,7 @@ def sustainable_rate(
     floor = floor_us(cfg, service)
     if floor > budget_us:
         return RateResult(cfg, 0.0, floor, 1.0)
-    cap = capacity_rps(cfg, service, contention) * 1.02
+    cap = ceiling_rps(cfg, service, contention) * 1.02
 
     def within(rate: float) -> Prediction | None:
         p = simulate_within(cfg, service, Load(arrival, rate_rps=rate), contention, requests=len(base), unit=base,
@@ -163,7 +163,7 @@ def score_space(
     loop: str = "compiled",
 ) -> list[RateResult]:
     """Every config's sustainable rate, best first. `service` is one model for all, or one per
-    config. With keep=k only configs whose capacity bound could still reach the k-th best rate
+    config. With keep=k only configs whose ceiling could still reach the k-th best rate
     found so far are simulated (the others come back bounded, with their bound): the ranking of
     the best k is the same as simulating all. Configs the simulator cannot tell apart (see
     behaviour) are simulated once. warm_start: each search starts at a like config's rate (see
@@ -174,7 +174,7 @@ def score_space(
         raise UsageError(f"{len(models)} service models for {len(cfgs)} configs", hint="give one per config")
     contention = contention or Contention()
     base = unit_arrivals(arrival, requests, seed)
-    bounds = [capacity_rps(c, m, contention) for c, m in zip(cfgs, models, strict=True)]
+    bounds = [ceiling_rps(c, m, contention) for c, m in zip(cfgs, models, strict=True)]
     order = sorted(range(len(cfgs)), key=lambda i: -bounds[i])
     done: dict[tuple[tuple[object, ...], ServiceModel], RateResult] = {}
     # A config's sustainable rate as a fraction of its bound, by what it shares with others (batch

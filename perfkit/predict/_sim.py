@@ -40,7 +40,7 @@ The rules it follows, each from triton-inference-server/core:
 What it adds to Triton's rules: the execution time (ServiceModel), how instances share a device
 (Contention: the shared part of each execution queues for one device, first come first served),
 a fixed per-request overhead outside the instance, and in the open loop the request path's
-capacity (ServiceModel.host_us: requests pass one at a time before they reach the batcher, see
+ceiling (ServiceModel.host_us: requests pass one at a time before they reach the batcher, see
 through_request_path); the batcher's own work takes no time, and
 an instance ending takes the next waiting payload before the batcher, woken by the same ending,
 can grow it. The open-loop event loop exists twice, forming the same batches: _reference.py (the

@@ -62,7 +62,7 @@ class Calibration:
     def stated_error_rel(self) -> float:
         """The error a prediction from this calibration states: its fit's worst (fit_max_rel), never
         below 0. `perfkit plan` gives a predicted rate +- this; the predicted search measures a
-        config predicted within it of the best measured (perfkit.tuner._predict)."""
+        config predicted within it of the best measured (perfkit.tuner._search._predict)."""
         return max(self.fit_max_rel, 0.0)
 
     @property

@@ -127,6 +127,10 @@ class TuneRecord:
     original_from: str = "repository"
     schema: str = TUNE_SCHEMA
     schema_version: int = TUNE_SCHEMA_VERSION
+    # Which config search ran, "measure" or "predict" (perfkit.tuner's Search), and why: --search
+    # auto's reason, or that it was asked for. Empty in records before these fields.
+    search: str = ""
+    search_reason: str = ""
 
     def trial(self, number: int | None) -> TrialRecord | None:
         """The trial of that number, if any."""

@@ -39,7 +39,7 @@ from perfkit.tuner._confirm_load import (
     repeat_windows,
 )
 from perfkit.tuner._events import ConfirmDone, ConfirmSkipped, ConfirmStarted, fmt_params
-from perfkit.tuner._load_search import rate_ladder
+from perfkit.tuner._find_load import rate_ladder
 from perfkit.tuner._trial import TrialRunner
 
 # Re-exported: the tuner's confirmation as one module to its callers and tests.
@@ -88,11 +88,11 @@ def _searched_order(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) ->
     own ~95% intervals tell them apart; else the one measured first. Such trials complete the rate
     alike (their throughputs differ by the arrivals' noise), and the one with the lower latency has
     the more room: the predicted search ends the trials of every config the request path bounds at
-    the path's capacity, one rate for all (tuner/_path_capacity.py), and their throughputs there,
+    the path's ceiling, one rate for all (tuner/_search/_request_path.py), and their throughputs there,
     within a fraction of a percent of each other, would rank them by chance. But a trial's short
     level reads its percentile within 10-25%, and where the two overlap the order the trials were
     measured in knows more: the predicted search's, best predicted first, among configs at the
-    path's capacity the most room first (a lower reading from one short level is no surer sign of
+    path's ceiling the most room first (a lower reading from one short level is no surer sign of
     the better config than that order)."""
     ra, rb = _searched_rank(a), _searched_rank(b)
     if ra != rb:
@@ -219,11 +219,10 @@ def _start_load(
     t: TrialRunner, number: int, searched: LoadLevel
 ) -> tuple[LoadLevel, Callable[[Confirmation], Confirmation]]:
     """Where a candidate's confirmation starts, and how its outcome is told: at its search's load,
-    or, where the runner caps it (TrialRunner.confirm_cap_rps: the predicted search's trials that
+    or, where the search caps it (Search.confirm_cap: the predicted search's trials that
     read past the request path's calibrated capacity), at that cap, marked as stepped down from
     the search's load with the reason."""
-    cap_of = getattr(t, "confirm_cap_rps", None)
-    cap = cap_of(number) if cap_of is not None else None
+    cap = t.search.confirm_cap(number)
     if cap is None or searched.mode != "request_rate" or cap >= searched.value:
         return searched, lambda c: c
     # on the search's own ladder (its steps down follow it): the highest rate there at most the cap,
@@ -327,9 +326,8 @@ def _confirm_candidate(
 
 def _tune_end(t: TrialRunner) -> float | None:
     """When --max-time ends the tune (time.monotonic() seconds), or None without it."""
-    max_time_s = getattr(t.s, "max_time_s", None)
-    started = getattr(t, "started", None)
-    return None if max_time_s is None or started is None else started + max_time_s
+    max_time_s = t.s.max_time_s
+    return None if max_time_s is None else t.started + max_time_s
 
 
 def _jsonable(obj: Any) -> Any:

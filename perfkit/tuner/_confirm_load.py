@@ -51,7 +51,7 @@ from perfkit.tuner._claim_stats import (
     summarize_repeats,
     warmed_up_late,
 )
-from perfkit.tuner._load_search import MIN_RATE_RPS, RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
+from perfkit.tuner._find_load import MIN_RATE_RPS, RATE_STEPS_PER_DOUBLING, ladder, rate_ladder, step_below
 from perfkit.tuner._settings import CONFIRM_EXTRA_REPEATS, CONFIRM_MIN_WINDOWS
 from perfkit.tuner._trial import TrialRunner
 

@@ -1,6 +1,6 @@
 """The bracketing search over a ladder of load levels (concurrencies or arrival rates): the
 highest level within budget, galloping from a start and bisecting, with the readings its answer
-hinges on measured twice; and the plain level-by-level walk. The load search (_load_search)
+hinges on measured twice; and the plain level-by-level walk. The load search (_find_load)
 decides the ladder and the start; this module only walks it."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def merged(records: Sequence[RunRecord], results: Sequence[LevelResult]) -> RunR
 WALK_STEPS = 2
 
 
-class LadderSearch:
+class LoadLadder:
     """The highest ladder concurrency within budget, starting where a similar trial met it.
 
     From the start: gallop up (1, 1, 2, 4 ... ladder steps, or `stride` steps each move) while
@@ -45,8 +45,8 @@ class LadderSearch:
     reading standing: the start level when over (a similar config met the budget there), and
     the lowest level over the budget above the answer, on which the answer rests.
 
-    `ceiling` (open loop): a level that could not keep up tells the server's capacity, and every
-    ladder value past it is over without being measured (capacity_ceiling); the search then goes
+    `ceiling` (open loop): a level that could not keep up tells the server's ceiling, and every
+    ladder value past it is over without being measured (backlog_ceiling_rps); the search then goes
     down from there half a stride at a time instead of halving from the level it measured. A
     badly batched config that completes 20 req/s when 768 are offered is not walked down 768,
     384, ... and bisected through its slowest levels (a level at 20 req/s takes ~15 s to fill its
@@ -63,7 +63,7 @@ class LadderSearch:
     `held_elsewhere` (with start_suffices): a rate another config already holds. Where the walk
     down reads over the budget at or under that rate, the search ends there, the walk's steps
     below it not measured: below it the config could not beat the other one (the predicted
-    search's configs at the request path's capacity after the first, which would otherwise spend
+    search's configs at the request path's ceiling after the first, which would otherwise spend
     levels finding a rate under the one another config already holds)."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
@@ -75,7 +75,7 @@ class LadderSearch:
         self.held_elsewhere = held_elsewhere
         self.stride = stride
         self.ceiling = ceiling
-        self.cap: int | None = None  # lowest index known over from a capacity ceiling (not measured)
+        self.cap: int | None = None  # lowest index known over from a backlog ceiling (not measured)
         self.ok = ok
         self.values = tuple(values)
         self.start_index = start_index
@@ -104,7 +104,7 @@ class LadderSearch:
         return self.verdicts[index]
 
     def _tighten(self, lo: int | None, hi: int | None) -> int | None:
-        """hi lowered to the capacity ceiling's index, unless a level at or above it read within
+        """hi lowered to the backlog ceiling's index, unless a level at or above it read within
         the budget (then the ceiling was noise)."""
         if self.cap is None or (lo is not None and self.cap <= lo):
             return hi
@@ -126,7 +126,7 @@ class LadderSearch:
             # one ladder step twice (the answer is most often near a similar trial's), then 2, 4, ...
             step = self.stride if self.stride > 1 else (1 if moves < 2 else 2 ** (moves - 1))
             if hi is not None and hi not in self.verdicts:
-                step = max(1, self.stride // 2)  # below a capacity ceiling: half a stride down
+                step = max(1, self.stride // 2)  # below a backlog ceiling: half a stride down
             moves += 1
             if lo is not None and hi is None:
                 if lo == len(self.values) - 1:

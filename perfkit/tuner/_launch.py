@@ -4,7 +4,6 @@ to print arrives through two callbacks (progress lines, and notes for stderr).""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from perfkit.tuner._events import OnEvent
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._route_api import ApiRoute
 from perfkit.tuner._run import tune
-from perfkit.tuner._search_kind import ON_RAY, SearchChoice
+from perfkit.tuner._search import shared_choice
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._space import TuneSpace
 
@@ -114,10 +113,9 @@ def _on_ray(
     from perfkit.tuner._ray import tune_on_ray
 
     assert ray.address is not None
-    if settings.search == "auto":
-        choice = SearchChoice("measure", ON_RAY)
-        settings = dataclasses.replace(settings, search=choice.kind)
-        note(f"perfkit: {choice.line().strip()}", True)
+    told = shared_choice(settings)  # each worker's tune chooses the same (tune(shared_study=True))
+    if told is not None:
+        note(f"perfkit: {told.line().strip()}", True)
     note(f"perfkit: tuning {settings.model} on Ray ({ray.address}): one server per worker, one shared study", True)
     out_dir, outcomes = tune_on_ray(
         opts, settings, space, address=ray.address, workers=ray.workers, gpus_per_worker=ray.gpus_per_worker

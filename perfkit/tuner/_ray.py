@@ -70,7 +70,7 @@ class TuneWorker:
             shutil.copytree(src, tmp / settings.model, ignore=shutil.ignore_patterns("__pycache__"))
             mine = dataclasses.replace(opts, model_repository=tmp, models=(settings.model,))
             with open_server(mine) as server:
-                result = tune(server, settings, space, model_repository=tmp, echo=echo)
+                result = tune(server, settings, space, model_repository=tmp, echo=echo, shared_study=True)
             done = sum(1 for _ in (Path(result.output_dir) / "runs").glob("trial-*.json"))
         except PerfkitError as err:
             status, error = "failed", err.one_line()

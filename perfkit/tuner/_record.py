@@ -51,7 +51,9 @@ def build_record(
         importances=_study.param_importances(study, t.s.objective),
         status=status,
         error=error,
-        calibration=t.calibration,
+        calibration=t.search.calibration,
+        search=t.search.kind,
+        search_reason=t.search.reason,
     )
     best = rec.best()
     return dataclasses.replace(

@@ -4,8 +4,6 @@ configs are guarded throughout (the route's guard puts them back on every ending
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,33 +17,32 @@ from perfkit.records import TuneRecord
 from perfkit.server.api_route import check_explicit_model_control
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import config_pbtxt_sha256
-from perfkit.tuner import _outputs, _predict, _study, _trial_state
+from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._confirm import ConfirmSettings, confirm_picks
 from perfkit.tuner._events import OnEvent, SearchStarted, SearchStopped, StudyOpened, TuneEvent
-from perfkit.tuner._load_search import Measure
+from perfkit.tuner._find_load import Measure
 from perfkit.tuner._record import build_record, summary
 from perfkit.tuner._repo_guard import apply_all
 from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._route_api import ApiRoute
-from perfkit.tuner._search_kind import SearchChoice, choose_search, subject_kind
+from perfkit.tuner._search import choose
 from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
 from perfkit.tuner._subject import open_subject
-from perfkit.tuner._trial import TrialRunner
+from perfkit.tuner._trial import TrialRunner, trial_load
 
 log = logging.getLogger(__name__)
 
 
-def search(t: TrialRunner, study: optuna.Study, stop: Callable[[optuna.Study], str | None] | None = None) -> None:
-    """The search, then the confirmation of its pick: trials until a stop rule says enough, then
-    the best and its rivals re-measured before anything is claimed (one judgment for a model
-    and for a pipeline). The candidate last measured may be left serving: the caller's guard puts
-    the original back. `stop` is one more stop rule (the predicted search's). Raises as
-    run_trial and confirm_picks do, and MeasurementError when --max-time ran out before any
-    trial was measured."""
+def search(t: TrialRunner, study: optuna.Study) -> None:
+    """The search, then the confirmation of its pick: trials until a stop rule says enough (the
+    search strategy's, then the runner's), then the best and its rivals re-measured before
+    anything is claimed (one judgment for a model and for a pipeline). The candidate last measured
+    may be left serving: the caller's guard puts the original back. Raises as run_trial and
+    confirm_picks do, and MeasurementError when --max-time ran out before any trial was measured."""
     t.capture_reference()
-    while (why := (stop and stop(study)) or t.should_stop(study)) is None:
+    while (why := t.search.stop(study) or t.should_stop(study)) is None:
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
@@ -57,39 +54,29 @@ def search(t: TrialRunner, study: optuna.Study, stop: Callable[[optuna.Study], s
     confirm_picks(t, study, ConfirmSettings(repeats=t.s.confirm_repeats, min_repeat_s=t.s.confirm_time_s))
 
 
-def run_search(
-    t: TrialRunner,
-    *,
-    seed: Callable[[optuna.Study], None] | None = None,
-    stop: Callable[[optuna.Study], str | None] | None = None,
-    choice: SearchChoice | None = None,
-) -> tuple[TuneRecord, dict[str, Path]]:
-    """One tune from its announcement to its outputs, for any subject: the study opened (`seed`
-    may queue more points: the predicted search's), the search run inside the route's guard of
-    the subject's configs (`stop`: one more stop rule), and on every ending the record and its
-    outputs written (the subject's own files too); `choice`: --search auto's, told under the
-    announcement. Raises UsageError for an empty space, and as search does (after the outputs are
-    written)."""
+def run_search(t: TrialRunner) -> tuple[TuneRecord, dict[str, Path]]:
+    """One tune from its announcement to its outputs, for any subject: the study opened and
+    seeded by the search strategy (the subject's seeds, or a calibration's predictions), the
+    search run inside the route's guard of the subject's configs, and on every ending the record
+    and its outputs written (the subject's own files too); the strategy's line (--search auto's
+    choice) told under the announcement. Raises UsageError for an empty space, and as search does
+    (after the outputs are written)."""
     s, subject = t.s, t.subject
     t.emit(SearchStarted(subject.title, t.space.backend, s.budget.percentile, s.budget.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
                          s.budget.metric, t.judge.load_line(default=s.load is None)))  # fmt: skip
-    if choice is not None:
-        t.emit(choice)
+    if t.search.told is not None:
+        t.emit(t.search.told)
     if not t.space.dimensions:
         raise UsageError(f"nothing to search for {t.model!r}", hint="widen the space with the search-space flags")
     study = open_study(t)
-    if seed is None and len(study.trials) == 1 and s.sampler == "auto" and (s.trials is None or s.trials > 1):
-        for point in subject.extra_seeds(t.original_fixed_params()):
-            study.enqueue_trial(point, skip_if_exists=True)
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
     with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
         try:
-            if seed is not None:  # inside: a seed that measures (a calibration) cut short still leaves a record
-                seed(study)
+            t.search.seed(t, study)  # inside: a seed that measures (a calibration) cut short still leaves a record
             t.emit(StudyOpened(t.study_name, _study._redact(t.storage_url), len(study.trials)))
-            search(t, study, stop)
+            search(t, study)
         except KeyboardInterrupt:
             status, error = "interrupted", "interrupted by the user"
             raise
@@ -158,8 +145,8 @@ def open_study(t: TrialRunner) -> optuna.Study:
         original = t.original_fixed_params()
         study.enqueue_trial(original, user_attrs={_trial_state.A_ORIGINAL: True}, skip_if_exists=True)
         # The sampler's own draws follow; a grid or random search walks its points unseeded.
-        # (--search predict queues its predicted configs instead.)
-        seed = batching_seed(t.space, original) if t.s.sampler == "auto" and t.s.search != "predict" else None
+        # (the predicted search queues its predicted configs instead.)
+        seed = batching_seed(t.space, original) if t.s.sampler == "auto" and t.search.queues_batching_seed else None
         if seed is not None and (t.s.trials is None or t.s.trials > 1):
             study.enqueue_trial(seed, skip_if_exists=True)
     return study
@@ -180,6 +167,7 @@ def tune(
     on_event: OnEvent | None = None,
     echo: Callable[[str], None] | None = None,
     route: ConfigRoute | None = None,
+    shared_study: bool = False,
 ) -> TuneResult:
     """Search the configs of what settings name for the most throughput within the latency budget:
     one model, a pipeline (settings.model an ensemble, or a BLS model with `composing`), or the
@@ -195,6 +183,8 @@ def tune(
     ServerError when the server dies or an original no longer loads, MeasurementError when
     --max-time ran out before any trial was measured (after the outputs), KeyboardInterrupt after
     cleanup and partial outputs.
+
+    shared_study: the study is shared by --ray's workers (--search auto measures; the launcher said so).
 
     model_repository None: candidates go through the API route (perfkit.tuner._route_api; route
     defaults to it) and the original is the config the server serves; --apply is refused there
@@ -222,17 +212,13 @@ def tune(
         check_explicit_model_control(server)
         served_text = route.original_text(server, settings.model)
     subject = open_subject(settings, space, model_repository, composing=composing, route=route, served_text=served_text)
-    t = TrialRunner(server, settings, subject, measure, emit_to)
-    choice = choose_search(settings, subject=subject_kind(subject), open_loop=t.judge.open_loop,
-                           load_mode=t.judge.load_mode, knobs=[d.name for d in t.space.dimensions])  # fmt: skip
-    told = None
-    if settings.search == "auto":
-        t.s, told = dataclasses.replace(settings, search=choice.kind), choice
-    searched = functools.partial(run_search, choice=told)
-    if choice.kind == "predict":
-        rec, result_paths = _predict.run_predicted(t, searched)
-    else:
-        rec, result_paths = searched(t)
+    judge = trial_load(server, settings, subject)
+    chosen = choose(settings, subject, judge, shared=shared_study)
+    t = TrialRunner(server, settings, subject, measure, emit_to, search=chosen, judge=judge)
+    if chosen.told_before is not None:
+        t.emit(chosen.told_before)
+    rec, result_paths = run_search(t)
+    chosen.finish(t, rec)
     backup = None
     if settings.apply and rec.best_config is not None:
         backup = apply_best(t, rec)

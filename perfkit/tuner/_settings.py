@@ -23,7 +23,7 @@ from perfkit.records import (
     parse_mix_budgets,
 )
 from perfkit.tuner._accuracy import OutputTolerance
-from perfkit.tuner._load_search import JudgeSettings
+from perfkit.tuner._find_load import JudgeSettings
 from perfkit.tuner._setting_decl import (
     BUDGET_SETTINGS,
     BYTES,
@@ -161,8 +161,8 @@ class TuneSettings:
         checked_choices=True,
         help="auto: TPE (NSGA-II for pareto); grid: every point (ranges at 4 log-spaced values); random.",
     )
-    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_predict.py);
-    # "measure": every trial measured; "auto": predict where the prediction applies (tuner/_search_kind.py)
+    # "predict": calibrate, predict the space, measure the best predicted first (tuner/_search/_predict.py);
+    # "measure": every trial measured; "auto": predict where the prediction applies (tuner/_search/_kind.py)
     search: Literal["auto", "measure", "predict"] = setting(
         "auto",
         key="search",

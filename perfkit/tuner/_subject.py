@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from perfkit.errors import InputError, UsageError
 from perfkit.records import ProfileSpec, RunRecord, TuneRecord
@@ -25,9 +25,14 @@ from perfkit.tuner._space import Dimension, ResolvedSpace, TuneSpace
 if TYPE_CHECKING:
     import optuna
 
+    from perfkit.tuner._pipeline import Pipeline
     from perfkit.tuner._settings import TuneSettings
     from perfkit.tuner._trial import TrialRunner
     from perfkit.tuner._verdict import TrialVerdict
+
+
+# What a subject is, for what varies by kind (which search can predict it, how it is calibrated).
+SubjectKind = Literal["model", "ensemble", "bls", "mix"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,16 @@ class Subject(Protocol):
     space: ResolvedSpace  # the space searched (a joint one names parameters "<step>.<knob>")
     repository: Path  # the model repository holding its configs
     route: ConfigRoute  # how candidates reach the server and the originals are put back
+
+    @property
+    def kind(self) -> SubjectKind:
+        """One model, an ensemble, a BLS model with the models it calls, or a traffic mix."""
+        ...
+
+    @property
+    def pipeline(self) -> Pipeline | None:
+        """The models searched jointly (a pipeline's steps, a mix's models); None for one model."""
+        ...
 
     @property
     def paths(self) -> Mapping[str, Path]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from perfkit.errors import CandidateNotAppliedError, ConfigError, ModelLoadError, ServerError
 from perfkit.records import Budget, ProfileSpec, RunRecord, TuneRecord
@@ -66,6 +66,15 @@ class ModelSubject:
             latency_budget_us=budget.latency_budget_us,
             gpu_available=gpu_available(),
         )
+
+    @property
+    def kind(self) -> Literal["model"]:
+        return "model"
+
+    @property
+    def pipeline(self) -> None:
+        """One model: no pipeline."""
+        return None
 
     @property
     def paths(self) -> Mapping[str, Path]:

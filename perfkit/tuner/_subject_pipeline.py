@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 
@@ -115,6 +115,10 @@ class PipelineSubject:
         self._served: dict[str, str] = {}  # step -> the text last served (known to be served)
 
     @property
+    def kind(self) -> Literal["ensemble", "bls", "mix"]:
+        return self.pipeline.kind
+
+    @property
     def paths(self) -> Mapping[str, Path]:
         return self.pipeline.paths
 
@@ -178,7 +182,7 @@ class PipelineSubject:
             # Only a new best is worth a neighbour: a steered trial that does not improve ends the
             # chain and the sampler draws again.
             nxt = None
-            if bottleneck and t.steer and _new_best(study, verdict):
+            if bottleneck and t.search.steer and _new_best(study, verdict):
                 nxt = self._steer(t, study, trial, bottleneck[0])
             t.emit(StepBreakdown(trial.number, tuple(rows), bottleneck[0] if bottleneck else None, nxt))
         if self._also is not None:
@@ -188,7 +192,7 @@ class PipelineSubject:
         return any(s.model == model for s in self.pipeline.searched_steps)
 
     def _steer(self, t: TrialRunner, study: optuna.Study, trial: optuna.Trial, step: str) -> str | None:
-        """Queue the current point with the bottleneck step given more capacity: dynamic batching
+        """Queue the current point with the bottleneck step given more room: dynamic batching
         on, else one more instance, else the next max_batch_size. Returns what was queued."""
         base = dict(trial.params)
         # Batching first: where a step pays a fixed cost per execution it is the big lever.

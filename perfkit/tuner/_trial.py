@@ -1,6 +1,7 @@
 """One trial, whatever the subject: ask a candidate, put it on the server (through the subject's
 route), check its outputs against the original's, find its highest load within budget, judge,
-tell. The search state shared by the trials lives in TrialRunner."""
+tell. The search state shared by the trials lives in TrialRunner; what the config search's
+strategy knows of a trial (a prediction, a ceiling) it asks of its Search (tuner/_search)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
@@ -26,7 +26,7 @@ from perfkit.errors import (
     ServerError,
     UsageError,
 )
-from perfkit.records import M_LOWER_BOUND, Calibration, ProfileSpec, RunRecord, budget_label, check_budget_metric
+from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord, budget_label, check_budget_metric
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _output_check, _study, _trial_state
@@ -42,13 +42,16 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._load_search import Measure, OutOfTime, find_load, start_concurrency
+from perfkit.tuner._find_load import JudgeSettings, Measure, OutOfTime, find_load, start_concurrency
+from perfkit.tuner._load_start import load_start
 from perfkit.tuner._objective import hardware_units, study_values
-from perfkit.tuner._search_start import search_start
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
 from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
+
+if TYPE_CHECKING:
+    from perfkit.tuner._search import Search
 
 log = logging.getLogger(__name__)
 MAX_REPEATS = 25
@@ -62,15 +65,39 @@ def _default_measure() -> Measure:
     return profile  # type: ignore[no-any-return]  # measure's module is typed; the lazy import is not
 
 
+def trial_load(server: Server, settings: TuneSettings, subject: Subject) -> JudgeSettings:
+    """How the subject's trials are loaded and measured (the runner's judge, and what the search
+    is chosen under). Raises UsageError for a budget or an objective the model cannot be held to."""
+    decoupled = is_decoupled(subject.original_cfg, subject.space.backend)
+    check_budget_metric(settings.budget.metric, subject.model, decoupled)
+    if settings.objective == "goodput" and not decoupled:
+        raise UsageError(
+            f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {subject.model!r} is not decoupled",
+            hint="use --objective throughput",
+        )
+    return settings.judge_settings(server.endpoints.metrics_url, streaming=decoupled)
+
+
 class TrialRunner:
-    """One worker's search over a subject: its space, the judge, and what earlier trials learned."""
+    """One worker's search over a subject: its space, the judge, the config search's strategy
+    (`search`: measured or predicted, chosen before the runner), and what earlier trials learned."""
 
     def __init__(
-        self, server: Server, settings: TuneSettings, subject: Subject, measure: Measure | None, on_event: OnEvent
+        self,
+        server: Server,
+        settings: TuneSettings,
+        subject: Subject,
+        measure: Measure | None,
+        on_event: OnEvent,
+        *,
+        search: Search,
+        judge: JudgeSettings,
     ) -> None:
+        """`judge`: trial_load(server, settings, subject)."""
         self.server = server
         self.s = settings
         self.subject = subject
+        self.search = search
         self.on_event = on_event
         self.inner_measure = measure
         self.model = subject.model
@@ -79,13 +106,7 @@ class TrialRunner:
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
         self.study_name = settings.study_name or subject.default_study_name
         self.decoupled = is_decoupled(subject.original_cfg, self.space.backend)
-        check_budget_metric(settings.budget.metric, self.model, self.decoupled)
-        if settings.objective == "goodput" and not self.decoupled:
-            raise UsageError(
-                f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {self.model!r} is not decoupled",
-                hint="use --objective throughput",
-            )
-        self.judge = settings.judge_settings(server.endpoints.metrics_url, streaming=self.decoupled)
+        self.judge = judge
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()
         self.out_of_time = False  # a trial's load search reached the search's deadline (--max-time)
@@ -94,25 +115,6 @@ class TrialRunner:
         self.sampler: optuna.samplers.BaseSampler | None = None
         self.probe: _accuracy.Probe | None = None
         self.reference: dict[str, Any] | None = None
-        # --search predict: the rate predicted for a trial's params (None: not predicted), where its
-        # open-loop rate search starts when the trial was not queued with its prediction; and the
-        # calibration the predictions came from, kept in the record however the search ends.
-        self.predicted_rate: Callable[[Mapping[str, Any]], float | None] | None = None
-        self.calibration: Calibration | None = None
-        # Whether a pipeline's trial may queue its bottleneck's neighbour (off while a predicted
-        # search picks the trials: its next best would wait behind it).
-        self.steer = True
-        # The predicted search sets this where your config cannot compete with the best predicted:
-        # its rate search ends at its predicted rate when that holds (LadderSearch.start_suffices).
-        self.original_at_prediction_only = False
-        # The predicted search sets this: the rate at which a trial's confirmation starts at most
-        # (None: at its search's load), for trials that read past the request path's capacity.
-        self.confirm_cap_rps: Callable[[int], float | None] | None = None
-        # The predicted search sets these: whether a config's trial ends at its predicted rate when
-        # that holds (configs predicted at the request path's capacity, tuner/_path_capacity.py), and
-        # the rate another config holds, under which such a trial's search does not go on.
-        self.at_capacity: Callable[[Mapping[str, Any]], bool] | None = None
-        self.held_elsewhere_rps: Callable[[optuna.Study], float | None] | None = None
         # A config was put on the server since the last measurement (measure warms up longer).
         self.reloaded = False
 
@@ -327,16 +329,16 @@ class TrialRunner:
                 return None
         record_path = self.out_dir / "runs" / f"trial-{number:03d}.json"
         queued = _trial_state.read(trial).predicted_rps  # the predicted search queued it: start near the answer
-        at_cap = not is_original and self.at_capacity is not None and self.at_capacity(params)
-        how = search_start(
+        hints = self.search.load_hints(study, params, is_original=is_original, queued=queued is not None)
+        how = load_start(
             self.judge,
             history_start=start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None,
             queued_rps=queued,
-            predicted_rps=self.predicted_rate(params) if queued is None and self.predicted_rate is not None else None,
+            predicted_rps=hints.predicted_rps,
             is_original=is_original,
-            original_at_prediction_only=self.original_at_prediction_only,
-            at_capacity=at_cap,
-            held_elsewhere_rps=self.held_elsewhere_rps(study) if at_cap and self.held_elsewhere_rps else None,
+            original_at_prediction_only=hints.original_at_prediction_only,
+            at_path_ceiling=hints.at_path_ceiling,
+            held_elsewhere_rps=hints.held_elsewhere_rps,
         )
         t1 = time.monotonic()
         try:

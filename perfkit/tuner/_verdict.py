@@ -35,7 +35,7 @@ class TrialVerdict:
     levels_measured: int
     gpu_memory_bytes: float | None
     metrics: dict[str, float] = field(default_factory=dict)
-    # a rate another config held, below which the load search did not go on (LadderSearch held_elsewhere)
+    # a rate another config held, below which the load search did not go on (LoadLadder held_elsewhere)
     held_elsewhere_rps: float | None = None
 
     @property

@@ -148,3 +148,56 @@ def test_the_private_import_rule_catches_one(tmp_path):
     bad = tmp_path / "x.py"
     bad.write_text("from perfkit.tuner._trial import TrialRunner\nfrom perfkit.tuner import tune\n")
     assert _private_tuner_imports(bad) == {"perfkit.tuner._trial", "perfkit.tuner._trial.TrialRunner"}
+
+
+BENCHMARKS = PKG.parent / "benchmarks"
+
+
+@pytest.mark.parametrize("path", sorted(BENCHMARKS.glob("*.py")), ids=lambda p: p.name)
+def test_no_benchmark_imports_a_private_tuner_module(path: Path):
+    """Benchmarks drive the tuner through perfkit.tuner and its public perfkit.tuner.parts."""
+    assert not _private_tuner_imports(path), f"benchmarks/{path.name} reaches into {_private_tuner_imports(path)}"
+
+
+SEARCH = PKG / "tuner" / "_search"
+
+
+def _search_private_imports(path: Path) -> set[str]:
+    """The modules of perfkit.tuner._search below its __init__ that a file imports (`from
+    perfkit.tuner._search import choose` imports the package; `import _predict` from it does not)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "perfkit.tuner._search":
+                names = [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            else:
+                names = [node.module]
+        found.update(n for n in names if n.startswith("perfkit.tuner._search."))
+    return found
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in [*PKG.rglob("*.py"), *BENCHMARKS.glob("*.py")] if SEARCH not in p.parents),
+    ids=lambda p: str(p.relative_to(PKG.parent)),
+)
+def test_nothing_outside_the_search_package_imports_its_private_modules(path: Path):
+    """The search strategies' modules are reached through perfkit.tuner._search (its __init__) only."""
+    found = _search_private_imports(path)
+    assert not found, f"{path.relative_to(PKG.parent)} reaches into {found}: import from perfkit.tuner._search"
+
+
+def test_the_search_package_rule_catches_one(tmp_path):
+    bad = tmp_path / "x.py"
+    bad.write_text(
+        "from perfkit.tuner._search._predict import Predictor\nfrom perfkit.tuner._search import choose\n"
+        "from perfkit.tuner import _search\n"
+    )
+    assert _search_private_imports(bad) == {"perfkit.tuner._search._predict"}
+    worse = tmp_path / "y.py"
+    worse.write_text("from perfkit.tuner._search import _predict, choose\nimport perfkit.tuner._search._kind\n")
+    assert _search_private_imports(worse) == {"perfkit.tuner._search._predict", "perfkit.tuner._search._kind"}

@@ -17,8 +17,7 @@ import pytest
 
 from perfkit.cli import main
 from perfkit.errors import UsageError
-from perfkit.records import Budget, MixShare, RunRecord, level_budget_us
-from perfkit.tuner import parse_mix_budgets
+from perfkit.records import Budget, MixShare, RunRecord, level_budget_us, parse_mix_budgets
 from tests.conftest import ROOT, copy_models, wait_until
 from tests.server.cli.test_signals import _background, _finish, _no_leftovers  # noqa: F401  (the fixture kills leftovers)
 

@@ -19,7 +19,7 @@ import pytest
 
 from perfkit.predict import contention
 from perfkit.records import RunRecord, TuneRecord
-from perfkit.tuner._predict import LATENCY_TOLERANCE, PREDICTION_TOLERANCE
+from perfkit.tuner._search._predict import LATENCY_TOLERANCE, PREDICTION_TOLERANCE
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
@@ -42,6 +42,8 @@ def test_predicted_tune_picks_the_known_best_and_the_measurement_holds_the_predi
     assert "--search auto: predicting" in proc.stdout, proc.stdout
     assert "calibrated in" in proc.stdout and "predicted 2 configs" in proc.stdout, proc.stdout
     rec = TuneRecord.load(out / "tune.json")
+    # tune.json says which search ran and why (auto's reason)
+    assert rec.search == "predict" and rec.search_reason.startswith("--search auto"), rec.search_reason
     cal = rec.calibration
     assert cal is not None and cal.model == "queue"
     # One execution of the queue fixture takes service_ms = 10 (plus the python backend's own
@@ -115,4 +117,5 @@ def test_a_model_the_simulator_cannot_capture_falls_back_to_the_measured_search(
     assert "stopping: 3 trials done" in proc.stdout or "repeated or rejected configs" in proc.stdout, proc.stdout
     rec = TuneRecord.load(out / "tune.json")
     assert rec.calibration is not None and len(rec.trials) >= 3
+    assert (rec.search, rec.search_reason) == ("predict", "asked for with --search predict")
     assert json.loads((out / "tune.json").read_text())["calibration"]["model"] == "queue"

@@ -13,8 +13,9 @@ import pytest
 from perfkit.errors import UsageError
 from perfkit.measure._metrics import nvml_sample, parse_prometheus
 from perfkit.server.modelconfig import format_config, parse_config
-from perfkit.tuner import TuneSpace, apply_params, parse_bytes, resolve
+from perfkit.tuner import TuneSpace, apply_params, resolve
 from perfkit.tuner._validate import Context, validate
+from perfkit.units import parse_bytes
 
 # As Triton 2.x serves it: HELP/TYPE lines, labels, an unrelated power limit, NaN.
 TRITON_METRICS = """\

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from perfkit.errors import MeasurementError
-from perfkit.predict import batch_points, calibration, contention, fit_service, fit_shared_fraction, service_model
+from perfkit.predict import batch_points, calibration, contention, fit_service, service_model
+from perfkit.predict._calibrate import execution_stretch, fit_host_us, fit_shared_fraction, instance_busy
 from perfkit.records import Budget, Calibration, CalibrationPoint, Machine, TuneRecord
 
 
@@ -121,7 +122,7 @@ def test_the_calibration_round_trips_through_the_tune_record(tmp_path: Path):
 
 
 def test_the_request_path_holds_the_rate_only_where_the_instance_was_not_busy():
-    from perfkit.predict import fit_host_us, host_bound, instance_busy
+    from perfkit.predict import host_bound
 
     # 100 batches of 128 at 6.4 ms (50 us an item): at 9,000 items/s the instance executes 45% of the time.
     points = [CalibrationPoint(128, 100, 6_400.0)]
@@ -144,11 +145,10 @@ def test_the_request_path_holds_the_rate_only_where_the_instance_was_not_busy():
 
 
 def test_the_request_path_capacity_is_the_rate_held_within_the_budget_where_one_was_measured():
-    from perfkit.predict import fit_host_us
 
     points = [CalibrationPoint(128, 100, 6_400.0)]
     # Saturated at 9,000 items/s with the instance 45% busy, the path held the rate; within the
-    # budget the same config held 6,000: that is the path's capacity a prediction may not pass.
+    # budget the same config held 6,000: that is the path's ceiling a prediction may not pass.
     assert fit_host_us(9_000.0, True, held_rps=6_000.0) == pytest.approx(1e6 / 6_000.0)
     cal = calibration("m", points, host_saturated_rps=9_000.0, host_points=points, host_held_rps=6_000.0)
     assert cal.host_us == pytest.approx(1e6 / 6_000.0) and cal.host_held_rps == 6_000.0
@@ -161,7 +161,6 @@ def test_the_request_path_capacity_is_the_rate_held_within_the_budget_where_one_
 
 
 def test_executions_stretched_under_load_are_simulated_stretched():
-    from perfkit.predict import execution_stretch
 
     # Unloaded, a batch takes 200 + 40 us an item; saturated, batches of 64 and 128 took 2x and 1.5x that.
     line = lambda n: 200.0 + 40.0 * n  # noqa: E731  # the fitted line, as calibration() passes it

@@ -17,13 +17,13 @@ from perfkit.predict import (
     Load,
     ServiceModel,
     _sim,
-    behaviour,
-    departures,
     score_space,
     simulate,
     sustainable_rate,
     unit_arrivals,
 )
+from perfkit.predict._rate import behaviour
+from perfkit.predict._sim import departures
 from tests.conftest import require
 
 SVC = ServiceModel(2_000, 300, overhead_us=200)

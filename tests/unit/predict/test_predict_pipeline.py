@@ -23,9 +23,9 @@ from perfkit.predict import (
     score_pipelines,
     simulate,
     simulate_pipeline,
-    step_departures,
     unit_arrivals,
 )
+from perfkit.predict._pipeline import step_departures
 from tests.support.queueing import sustainable_rate_rps
 
 D_US = 10_000.0

@@ -16,7 +16,7 @@ from perfkit.predict import (
     Contention,
     Load,
     ServiceModel,
-    capacity_rps,
+    ceiling_rps,
     score_space,
     simulate,
     sustainable_rate,
@@ -196,7 +196,7 @@ def test_instances_on_a_shared_device_take_turns():
     assert independent == pytest.approx(4 * one, rel=1e-3)
     assert shared == pytest.approx(one, rel=1e-3)
     assert half == pytest.approx(2 * one, rel=1e-3)  # min(c, 1/f) = 2
-    assert capacity_rps(BatcherConfig(instances=4), svc, Contention(0.5)) == pytest.approx(200.0)
+    assert ceiling_rps(BatcherConfig(instances=4), svc, Contention(0.5)) == pytest.approx(200.0)
 
 
 def test_batching_raises_the_sustainable_rate_of_a_batch_hungry_model():
@@ -207,7 +207,7 @@ def test_batching_raises_the_sustainable_rate_of_a_batch_hungry_model():
     assert rates[1] < rates[8] < rates[32]
     # A batch of b every s(b) at most: never past the capacity bound.
     for b, r in rates.items():
-        assert r <= capacity_rps(BatcherConfig(b, True), svc, Contention())
+        assert r <= ceiling_rps(BatcherConfig(b, True), svc, Contention())
 
 
 def test_scoring_keeps_the_best_k_and_bounds_the_rest():
@@ -240,7 +240,7 @@ def test_the_simulator_is_deterministic_for_a_seed():
 
 
 def test_the_request_path_is_lindleys_recursion_on_the_arrivals():
-    from perfkit.predict import through_request_path
+    from perfkit.predict._sim import through_request_path
 
     due = np.sort(np.random.default_rng(3).uniform(0, 0.05, 500))
     host_s = 150e-6
@@ -275,8 +275,8 @@ def test_no_config_is_predicted_past_what_the_request_path_lets_through():
     fast = ServiceModel(500.0, 60.0)
     held = ServiceModel(500.0, 60.0, host_us=250.0)
     cfg = BatcherConfig(128, True, (), 1_000.0, 1)
-    assert capacity_rps(cfg, fast, Contention()) > 10_000
-    assert capacity_rps(cfg, held, Contention()) == pytest.approx(4_000.0)
+    assert ceiling_rps(cfg, fast, Contention()) > 10_000
+    assert ceiling_rps(cfg, held, Contention()) == pytest.approx(4_000.0)
     free = sustainable_rate(cfg, fast, 20_000.0, requests=20_000)
     capped = sustainable_rate(cfg, held, 20_000.0, requests=20_000)
     assert free.rate_rps > 8_000

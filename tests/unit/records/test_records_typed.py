@@ -101,3 +101,11 @@ def test_tune_records_load_through_records_with_the_schema_check(tmp_path, tune)
     (tmp_path / "bad.json").write_text(json.dumps(data))
     with pytest.raises(InputError, match="schema_version 7"):
         load_record(tmp_path / "bad.json")
+
+
+def test_a_tune_record_says_which_search_ran_and_one_from_before_those_fields_still_loads(tune, tmp_path):
+    """Recorded before the fields: the search is unknown (empty), not guessed."""
+    assert (tune.search, tune.search_reason) == ("", "")
+    said = dataclasses.replace(tune, search="measure", search_reason="asked for with --search measure")
+    again = TuneRecord.load(said.save(tmp_path / "tune.json"))
+    assert (again.search, again.search_reason) == ("measure", "asked for with --search measure")

@@ -12,7 +12,7 @@ from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.measure import over_latency_threshold
 from perfkit.records import Budget, LevelResult, RunRecord
 from perfkit.tuner import JudgeSettings, judge_trial
-from perfkit.tuner._load_search import find_load
+from perfkit.tuner._find_load import find_load
 
 BUDGET = Budget(50.0, 99.0)  # synthetic levels' p99 is 1.3x their latency_ms: 13 ms at 10
 

@@ -1,4 +1,4 @@
-"""The calibration's second overload, on two instances (tuner/_model_calibrate.py): measured only
+"""The calibration's second overload, on two instances (tuner/_search/_model_calibrate.py): measured only
 where the instance's busy time at the first did not already say the request path held the rate
 (predict.host_bound). On a stand-in server whose per-batch-size statistics grow by what each level
 executed: an instance half busy at the overload is the path's (no second level, no reload for
@@ -64,7 +64,7 @@ def test_the_second_overload_runs_only_where_the_instances_busy_time_did_not_tel
     assert cal is not None and cal.host_busy == pytest.approx(busy, rel=0.05)
     # the second overload's config: the calibration's batching (its own 5 ms delay) on two instances
     overload_on_two = [t for t in route.served if "max_queue_delay_microseconds: 5000" in t and "count: 2" in t]
-    if path:  # told by the busy time: the path's capacity read, no second overload nor its reload
+    if path:  # told by the busy time: the path's ceiling read, no second overload nor its reload
         assert cal.host_us > 0 and cal.host_scaled_rps == 0.0
         assert overload_on_two == []
     else:  # the instance was busy throughout: two instances overloaded say whether they scale

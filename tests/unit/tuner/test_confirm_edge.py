@@ -21,7 +21,7 @@ from perfkit.recorder import t95_one_sided
 from perfkit.records import Budget, Drift, LoadLevel, Precision
 from perfkit.tuner._claim_stats import cannot_hold, latency_bound_us, summarize_repeats
 from perfkit.tuner._confirm import ConfirmSettings, confirm_one
-from perfkit.tuner._load_search import JudgeSettings
+from perfkit.tuner._find_load import JudgeSettings
 
 BUDGET = Budget(150.0, 99.0, "latency")
 

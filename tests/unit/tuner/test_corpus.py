@@ -16,8 +16,8 @@ import pytest
 
 from perfkit.cli import main
 from perfkit.server.modelconfig import config_pbtxt_sha256, format_config, parse_config
-from perfkit.tuner import TuneSpace, apply_params, extract_params, resolve
-from perfkit.tuner._space import candidate_points
+from perfkit.tuner import TuneSpace, apply_params, resolve
+from perfkit.tuner._space import candidate_points, extract_params
 from perfkit.tuner._validate import Context, validate
 
 CORPUS = Path(__file__).resolve().parents[2] / "corpus"

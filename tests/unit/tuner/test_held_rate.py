@@ -1,4 +1,4 @@
-"""The request path's capacity in the calibration (_held_rate): the highest of the saturated rate's
+"""The request path's ceiling in the calibration (_held_rate): the highest of the saturated rate's
 15% steps down that holds the budget, then half a step above it where that holds too, so that the
 capacity (and every claim of a config the path bounds, which starts there) is read to ~7.5%, not
 15%: onnx_mlp saturated at 10,923 req/s, held 7,892 (0.85^2) and not 9,285 (0.85)."""
@@ -12,8 +12,8 @@ import pytest
 
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import Budget, ProfileSpec
-from perfkit.tuner._load_search import JudgeSettings
-from perfkit.tuner._model_calibrate import HELD_STEP, _held_rate, held_config
+from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._search._model_calibrate import HELD_STEP, _held_rate, held_config
 
 SATURATED_RPS = 10_923.0
 BUDGET = Budget(20.0, 99.0, "latency")
@@ -61,7 +61,7 @@ BATCH = {"max_batch_size": 128, "dynamic_batching": True, "max_queue_delay_us": 
 
 
 def test_the_capacity_is_read_at_the_spaces_shortest_delay_on_the_count_with_the_most_room() -> None:
-    """onnx_mlp on one CPU: its two instances share it in full (room alike), so the path's capacity
+    """onnx_mlp on one CPU: its two instances share it in full (room alike), so the path's ceiling
     is read on one instance at the space's 1 ms, as the config measured first runs, not on the two
     the calibration loaded last at its own 5 ms."""
     alike = held_config(BATCH, [1000], [1, 2], lambda c: 7_600.0)

@@ -28,10 +28,11 @@ from perfkit.records import (
     TuneRecord,
 )
 from perfkit.tuner import TuneSettings, TuneSpace, parse_max_output_diff, tune
-from perfkit.tuner._predict import Predicted, PredictedSearch
-from perfkit.tuner._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
-from perfkit.tuner._predict_points import batcher_from
-from perfkit.tuner._search_kind import SearchChoice
+from perfkit.tuner._search._kind import SearchChoice
+from perfkit.tuner._search._predict import Predictor
+from perfkit.tuner._search._predict_check import LATENCY_TOLERANCE, PREDICTION_TOLERANCE, PredictionChecked
+from perfkit.tuner._search._predict_events import Predicted
+from perfkit.tuner._search._predict_points import batcher_from
 from perfkit.tuner._trial_state import TrialState
 from tests.conftest import copy_models
 from tests.support.stand_in_server import StandInRoute, StandInServer
@@ -43,7 +44,7 @@ CAL = Calibration("queue", (CalibrationPoint(1, 100, SERVICE_US),), SERVICE_US, 
 ORIGINAL = {"max_batch_size": 0, "instance_count": 1}
 
 
-def _search(arrival: str = "constant") -> tuple[PredictedSearch, list[Any]]:
+def _search(arrival: str = "constant") -> tuple[Predictor, list[Any]]:
     """A predicted search over a stand-in runner: the original's params, the budget (p99 <= 100
     ms), the arrival process its trials are measured with, and the events it emits."""
     events: list[Any] = []
@@ -53,9 +54,8 @@ def _search(arrival: str = "constant") -> tuple[PredictedSearch, list[Any]]:
         space=SimpleNamespace(original_params=dict(ORIGINAL)),
         original_fixed_params=lambda: {"instance_count": 1},
         emit=events.append,
-        original_at_prediction_only=False,
     )
-    return PredictedSearch(t, calibration=CAL), events  # type: ignore[arg-type]  # a stand-in runner
+    return Predictor(t, calibration=CAL), events  # type: ignore[arg-type]  # a stand-in runner
 
 
 def _measured(rate_rps: float, latency_us: float, **params: Any) -> TrialState:
@@ -258,7 +258,7 @@ def _told(study: optuna.Study, st: TrialState, *, original: bool = False, predic
 
 
 def _after_the_best(
-    ps: PredictedSearch,
+    ps: Predictor,
     *,
     best: tuple[float, float],
     next_rps: float,
@@ -315,9 +315,9 @@ def test_your_config_that_cannot_compete_is_measured_at_its_prediction_and_its_l
     ps, events = _search()
     ps.predicted = {ps.key({"instance_count": 1}): 95.0}
     ps.original_at_prediction(150.0)  # 95 x 1.25 = 119 >= 150 x 0.75 = 112: both off by 25%, it could win
-    assert not ps.t.original_at_prediction_only and not events
+    assert not ps.original_at_prediction_only and not events
     ps.original_at_prediction(400.0)  # 119 < 300: it cannot
-    assert ps.t.original_at_prediction_only
+    assert ps.original_at_prediction_only
     assert "cannot compete" in events[-1].line() and "measured at its predicted rate only" in events[-1].line()
     # Measured there, it held (its figure a lower bound): no error to correct the next best by. The one
     # error seen (303 / 400, x0.76) is below x1, which says nothing of the next one's: 295 predicted
@@ -425,20 +425,20 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
     ps.t.space.dimensions = [Dimension("instance_count", (1, 2, 3, 4))]
     ps.t.subject = SimpleNamespace(applies=lambda d, p: True)
     top, _, _ = ps.predict_space()
-    # Predicted alike at the path's capacity, the config whose instances have the most room goes first.
+    # Predicted alike at the path's ceiling, the config whose instances have the most room goes first.
     assert all(rate < 150.0 for _, rate in top) and len({rate for _, rate in top}) == 1
     assert [p["instance_count"] for p, _ in top] == [4, 3, 2]
-    # Their trials end at their prediction where it holds (the path's capacity: a trial's short
+    # Their trials end at their prediction where it holds (the path's ceiling: a trial's short
     # levels read past it, and the confirmation starts there); one instance's search goes on as usual.
-    assert all(ps.ends_at_capacity({"instance_count": n}) for n in (2, 3, 4))
-    assert not ps.ends_at_capacity({"instance_count": 1})
-    from perfkit.tuner._path_capacity import at_capacity
+    assert all(ps.ends_at_path_ceiling({"instance_count": n}) for n in (2, 3, 4))
+    assert not ps.ends_at_path_ceiling({"instance_count": 1})
+    from perfkit.tuner._search._request_path import at_path_ceiling
 
     four_key = ps.key({"instance_count": 4})
-    assert at_capacity(ps.calibration, four_key, 146.0) and not at_capacity(ps.calibration, four_key, 120.0)
-    assert not at_capacity(CAL, four_key, 146.0) and not at_capacity(ps.calibration, four_key, None)
+    assert at_path_ceiling(ps.calibration, four_key, 146.0) and not at_path_ceiling(ps.calibration, four_key, 120.0)
+    assert not at_path_ceiling(CAL, four_key, 146.0) and not at_path_ceiling(ps.calibration, four_key, None)
     # A lattice step apart at the capacity is still alike; further under it, the rate decides.
-    from perfkit.tuner._path_capacity import headroom_first
+    from perfkit.tuner._search._request_path import headroom_first
 
     two_cfg, four_cfg = (ps.key({"instance_count": n}) for n in (2, 4))
     assert headroom_first(ps.calibration, four_cfg, 146.0) < headroom_first(ps.calibration, two_cfg, 148.0)
@@ -455,13 +455,13 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
     checked = next(e for e in events if isinstance(e, PredictionChecked))
     assert checked.held and checked.past_path and "past the request path's calibrated capacity" in checked.line()
     assert ps.past_path == {number}
-    # its confirmation starts at its prediction (the path's capacity), not at the 190 its trial read
+    # its confirmation starts at its prediction (the path's ceiling), not at the 190 its trial read
     assert ps.confirm_cap(number) == four and ps.confirm_cap(number + 1) is None
-    # So does one that read within the tolerance above it (+10%): it is past the path's capacity all the same
-    assert ps.reads_past_capacity(_measured(four * 1.1 / 0.99, 60_000.0, instance_count=3), four)
-    assert not ps.reads_past_capacity(_measured(four * 0.9, 60_000.0, instance_count=3), four)  # under it
-    assert not ps.reads_past_capacity(_measured(120.0, 60_000.0, instance_count=1), 95.0)  # its instance bounds it
-    # Three instances, predicted at the path's capacity too, cannot be settled against 188 measured
+    # So does one that read within the tolerance above it (+10%): it is past the path's ceiling all the same
+    assert ps.reads_past_path_ceiling(_measured(four * 1.1 / 0.99, 60_000.0, instance_count=3), four)
+    assert not ps.reads_past_path_ceiling(_measured(four * 0.9, 60_000.0, instance_count=3), four)  # under it
+    assert not ps.reads_past_path_ceiling(_measured(120.0, 60_000.0, instance_count=1), 95.0)  # its instance bounds it
+    # Three instances, predicted at the path's ceiling too, cannot be settled against 188 measured
     # by its prediction (no favourable error seen: x1.00): it is measured all the same.
     queued = [ft.user_attrs.get("predicted_rps") for ft in study.get_trials(deepcopy=False)]
     assert queued[-1] == three and [p["instance_count"] for p, _ in ps.waiting] == [2]
@@ -476,7 +476,7 @@ def test_configs_the_request_path_bounds_are_measured_by_their_instances_room_an
 
 
 def test_configs_at_the_paths_capacity_left_unsimulated_are_scored_alike_with_the_simulated_ones():
-    from perfkit.tuner._path_capacity import alike_at_capacity
+    from perfkit.tuner._search._request_path import alike_at_path_ceiling
 
     cal = dataclasses.replace(CAL, host_us=1e6 / 150.0)
     cfg = {n: predict.BatcherConfig(instances=n) for n in (1, 2, 3, 4)}
@@ -486,8 +486,8 @@ def test_configs_at_the_paths_capacity_left_unsimulated_are_scored_alike_with_th
     results = [predict.RateResult(cfg[2], 152.0, 90_000.0, 1.0), predict.RateResult(cfg[3], 151.0, 90_000.0, 1.0),
                predict.RateResult(cfg[4], 150.0, float("nan"), float("nan"), bounded=True),
                predict.RateResult(cfg[1], 100.0, float("nan"), float("nan"), bounded=True)]  # fmt: skip
-    out = {r.config.instances: r for r in alike_at_capacity(cal, results)}
+    out = {r.config.instances: r for r in alike_at_path_ceiling(cal, results)}
     assert out[4].rate_rps == 152.0 and not out[4].bounded
     assert out[1].bounded and out[1].rate_rps == 100.0 and out[2] == results[0]
     # No path capacity: the scores as they were.
-    assert alike_at_capacity(CAL, results) == results
+    assert alike_at_path_ceiling(CAL, results) == results

@@ -13,7 +13,13 @@ import pytest
 from perfkit.predict import BatcherConfig, Contention, ServiceModel, StepFigures
 from perfkit.records import Budget, Calibration, CalibrationPoint, TuneRecord, from_dict, to_dict
 from perfkit.tuner import _pipeline
-from perfkit.tuner._predict_pipeline import PipelinePredictedSearch, StepCheck, StepsChecked, _points, step_order
+from perfkit.tuner._search._predict_pipeline import (
+    PipelinePredictor,
+    StepCheck,
+    StepsChecked,
+    _points,
+    step_order,
+)
 from perfkit.tuner._space import TuneSpace
 from tests.conftest import copy_models
 
@@ -90,7 +96,7 @@ def test_the_bottleneck_is_the_step_of_least_predicted_capacity_checked_against_
     assert unknown.measured_bottleneck() is None and "9.90 ms predicted, - measured" in unknown.line()
 
 
-class _TwoSteps(PipelinePredictedSearch):
+class _TwoSteps(PipelinePredictor):
     """The pipeline search over two steps in series, `front` (batching, max 8) and `post`, whose
     batching a point's `post` param says; no subject needed."""
 

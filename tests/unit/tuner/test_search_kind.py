@@ -1,4 +1,4 @@
-"""--search auto, the default (tuner/_search_kind.py): the predicted search where it applies (one
+"""--search auto, the default (tuner/_search/_kind.py): the predicted search where it applies (one
 model or an ensemble, open-loop rates, a latency budget ranked by the rate, the knobs the simulator
 tells apart), else the measured search with the reason said; --search measure/predict as given."""
 
@@ -11,7 +11,7 @@ import pytest
 from perfkit.errors import InputError
 from perfkit.records import Budget
 from perfkit.tuner import TuneSettings
-from perfkit.tuner._search_kind import choose_search
+from perfkit.tuner._search._kind import choose_search
 
 BATCHING = ["max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferred_batch_sizes", "instance_count"]
 AUTO = TuneSettings(model="m", budget=Budget(20.0, 99.0))
@@ -85,3 +85,46 @@ def test_an_explicit_search_is_taken_as_given_whatever_the_subject(given):
 def test_a_tune_file_names_the_search_field_it_cannot_read():
     with pytest.raises(InputError, match="search.*'fast'.*auto, measure or predict"):
         TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 5, "search": "fast"})
+
+
+def _subject(kind: str = "model", knobs=BATCHING):
+    """A stand-in subject: its kind, its space's dimension names, and a BLS model's calls."""
+    from types import SimpleNamespace
+
+    steps = [SimpleNamespace(model=m) for m in ("bls", "pre", "infer")]
+    space = SimpleNamespace(dimensions=[SimpleNamespace(name=k) for k in knobs])
+    pipeline = SimpleNamespace(steps=steps) if kind != "model" else None
+    return SimpleNamespace(kind=kind, model="m", space=space, pipeline=pipeline)
+
+
+def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
+    from types import SimpleNamespace
+
+    from perfkit.errors import UsageError
+    from perfkit.tuner._search import ON_RAY, MeasuredSearch, PredictedSearch, choose
+
+    rates = SimpleNamespace(open_loop=True, load_mode="rate")
+    auto = choose(AUTO, _subject(), rates)
+    assert isinstance(auto, PredictedSearch) and auto.kind == "predict" and auto.told is not None
+    assert auto.reason.startswith("--search auto") and auto.told.line().lstrip().startswith("--search auto: predicting")
+    asked = choose(dataclasses.replace(AUTO, search="measure"), _subject(), rates)
+    assert (asked.kind, asked.reason, asked.told) == ("measure", "asked for with --search measure", None)
+    assert choose(dataclasses.replace(AUTO, search="predict"), _subject(), rates).reason == (
+        "asked for with --search predict"
+    )
+    # auto's reason for measuring is the one its line tells
+    mix = choose(AUTO, _subject("mix"), rates)
+    assert mix.kind == "measure" and mix.reason == "a traffic mix is searched by measurement"
+    assert mix.told is not None and mix.reason in mix.told.line()
+    # a study shared by --ray's workers: measured, the launcher having said so (nothing told here)
+    ray = choose(AUTO, _subject(), rates, shared=True)
+    assert (ray.kind, ray.reason, ray.told) == ("measure", ON_RAY, None)
+    assert choose(dataclasses.replace(AUTO, search="predict"), _subject(), rates, shared=True).kind == "predict"
+    # a BLS model asked to be predicted: measured, said before the announcement, without the batching seed
+    bls = choose(dataclasses.replace(AUTO, search="predict"), _subject("bls"), rates)
+    assert isinstance(bls, MeasuredSearch) and bls.kind == "measure" and not bls.queues_batching_seed
+    assert bls.told_before is not None and "'m' is a BLS model" in bls.told_before.line()
+    assert "pre, infer" in bls.told_before.line() and "BLS" in bls.reason
+    with pytest.raises(UsageError, match="open-loop arrival rates only"):
+        choose(dataclasses.replace(AUTO, search="predict"), _subject("bls"), SimpleNamespace(open_loop=False,
+               load_mode="concurrency"))  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,9 +17,10 @@ from perfkit.gate.synthetic import synthetic_level
 from perfkit.records import Budget, Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord, open_loop_shortfall
 from perfkit.tuner._claim_stats import describe, summarize_repeats
 from perfkit.tuner._confirm import ConfirmSettings, repeat_windows
-from perfkit.tuner._load_search import JudgeSettings, rate_ladder, start_on, step_below
+from perfkit.tuner._find_load import JudgeSettings, rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
 from perfkit.tuner._record import summary
+from perfkit.tuner._search import MeasuredSearch
 from tests.support.queueing import md1_wait_cdf, mm1_response_quantile_s, sustainable_rate_rps
 
 C8 = LoadLevel("concurrency", 8.0)
@@ -340,7 +342,8 @@ def _runner_of(tmp_path: Path, limits: dict[str, float]):
     judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
     settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"), max_time_s=None)
     t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None,
-                        put_candidate=serving.append, emit=events.append)  # fmt: skip
+                        put_candidate=serving.append, emit=events.append, started=0.0,
+                        search=MeasuredSearch("measured"))  # fmt: skip
     return t, serving, measured, events
 
 
@@ -492,7 +495,7 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
 
     t, _, measured, _ = _runner_of(tmp_path, {"A": 7700.0})
     t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
-    t.confirm_cap_rps = {0: 7614.0}.get
+    t.search = SimpleNamespace(confirm_cap={0: 7614.0}.get)
     study = _study_of({"A": 9870.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
     a = confirmations(study)[0]
@@ -504,7 +507,7 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     # here the search's own load: confirmed there, as without a cap (before: from 8210, a step down)
     t, _, measured, _ = _runner_of(tmp_path, {"A": 9_000.0})
     t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
-    t.confirm_cap_rps = {0: 8947.0}.get
+    t.search = SimpleNamespace(confirm_cap={0: 8947.0}.get)
     study = _study_of({"A": 8950.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
     assert measured == [("A", 8950.0)] * 3 and confirmations(study)[0].searched_load is None, measured
@@ -512,7 +515,7 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     for cap in (None, 9870.0, 12_000.0):
         t, _, measured, _ = _runner_of(tmp_path, {"A": 10_000.0})
         t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
-        t.confirm_cap_rps = {0: cap}.get
+        t.search = SimpleNamespace(confirm_cap={0: cap}.get)
         study = _study_of({"A": 9870.0})
         confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
         assert measured == [("A", 9870.0)] * 3 and confirmations(study)[0].searched_load is None
@@ -522,7 +525,7 @@ def test_of_rivals_that_held_the_same_rate_the_one_with_the_lower_latency_there_
     tmp_path: Path,
 ):
     """Three configs the search read at one arrival rate (the predicted search ends every config
-    the request path bounds at the path's capacity): B read p99 3 ms there, A and C 9 ms and 7 ms,
+    the request path bounds at the path's ceiling): B read p99 3 ms there, A and C 9 ms and 7 ms,
     and A's throughput there came out a little higher (the arrivals' noise). B is confirmed first
     and is the pick; A and C could only tie it and are not run. Before, A was: the throughputs at
     one rate ranked them by chance."""

@@ -17,12 +17,12 @@ from perfkit.tuner import (
     TuneSettings,
     TuneSpace,
     apply_params,
-    concurrency_levels,
-    extract_params,
     judge_trial,
-    parse_latency_ms,
     resolve,
 )
+from perfkit.tuner._find_load import concurrency_levels
+from perfkit.tuner._space import extract_params
+from perfkit.units import parse_latency_ms
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "fixtures" / "models"

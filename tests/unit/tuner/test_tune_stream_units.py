@@ -25,8 +25,8 @@ from perfkit.records import (
     parse_latency_budget,
 )
 from perfkit.server.modelconfig import parse_config, read_config
-from perfkit.tuner import JudgeSettings, TuneSettings, TuneSpace, apply_params, judge_trial, resolve
-from perfkit.tuner._load_search import find_load
+from perfkit.tuner import TuneSettings, TuneSpace, apply_params, judge_trial, resolve
+from perfkit.tuner._find_load import JudgeSettings, find_load
 from perfkit.tuner._space import candidate_points, extract_params
 from perfkit.tuner._validate import Context, validate
 

@@ -15,10 +15,10 @@ from perfkit.errors import UsageError
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.measure import walk_levels
 from perfkit.records import Budget, MetricSample, ProfileSpec, RunRecord
-from perfkit.tuner import JudgeSettings, TuneSettings, judge_trial, parse_max_output_diff
+from perfkit.tuner import TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
-from perfkit.tuner._load_search import find_load, ladder, start_concurrency
+from perfkit.tuner._find_load import JudgeSettings, find_load, ladder, start_concurrency
 from perfkit.tuner._verdict import constraints
 
 BUDGET_MS = 20.0
@@ -338,7 +338,7 @@ def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_walks_dow
 
 
 def test_a_walk_down_that_reaches_what_another_config_holds_without_holding_ends_there():
-    """A config at the request path's capacity, measured after another held 560 req/s: its start,
+    """A config at the request path's ceiling, measured after another held 560 req/s: its start,
     600, and a step down, 550, read over the budget. Under 560 it could not beat the other
     config, so its search ends there (the trial is pruned), the walk's next step, 505, not
     measured; a start itself at or under that rate ends at the start. Without that rate, or with
@@ -371,7 +371,7 @@ def test_a_walk_down_that_reaches_what_another_config_holds_without_holding_ends
 def test_the_rate_another_config_holds_is_the_best_feasible_trials_load_and_none_per_hardware_unit():
     import optuna
 
-    from perfkit.tuner._path_capacity import held_rps
+    from perfkit.tuner._search._request_path import held_rps
 
     study = optuna.create_study(direction="maximize")
     assert held_rps(study, "throughput") is None
@@ -426,11 +426,11 @@ def test_a_deadline_fits_each_level_to_the_time_left_and_ends_the_search_with_wh
     """--max-time reaches into the load search: each level gets the windows that fit before the
     deadline, a level whose fewest windows do not fit is not started, and OutOfTime carries every
     level measured. A fake clock advances by what each level would take (warm-up + its windows)."""
-    from perfkit.tuner import _load_search
+    from perfkit.tuner import _find_load
     from perfkit.tuner._ladder import OutOfTime
 
     clock = [100.0]
-    monkeypatch.setattr(_load_search.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(_find_load.time, "monotonic", lambda: clock[0])
     system = FakeSystem(1.0)
     windows: list[int] = []
 

@@ -1,6 +1,6 @@
-"""Where a trial's load search starts and how far it goes (tuner/_search_start.py): a prediction
+"""Where a trial's load search starts and how far it goes (tuner/_load_start.py): a prediction
 is the open-loop start; your config, where it cannot compete, is measured at its prediction only,
-in the fewest windows a level takes; a config at the request path's capacity ends at its
+in the fewest windows a level takes; a config at the request path's ceiling ends at its
 prediction where that holds and stops its walk down at what another config holds."""
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from pathlib import Path
 
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import Budget, ProfileSpec, RunRecord
-from perfkit.tuner import JudgeSettings
-from perfkit.tuner._load_search import find_load
-from perfkit.tuner._search_start import search_start
+from perfkit.tuner._find_load import JudgeSettings, find_load
+from perfkit.tuner._load_start import load_start
 
 OPEN = JudgeSettings(budget=Budget(20.0, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
 CLOSED = JudgeSettings(budget=Budget(20.0, percentile=99))
@@ -20,8 +19,8 @@ CLOSED = JudgeSettings(budget=Budget(20.0, percentile=99))
 
 def _start(judge: JudgeSettings = OPEN, **kw):
     args = dict(history_start=8.0, queued_rps=None, predicted_rps=None, is_original=False,
-                original_at_prediction_only=False, at_capacity=False, held_elsewhere_rps=None)  # fmt: skip
-    return search_start(judge, **{**args, **kw})
+                original_at_prediction_only=False, at_path_ceiling=False, held_elsewhere_rps=None)  # fmt: skip
+    return load_start(judge, **{**args, **kw})
 
 
 def test_without_a_prediction_the_search_starts_where_similar_trials_point_measured_as_any_level():
@@ -54,11 +53,11 @@ def test_your_config_that_cannot_compete_is_measured_at_its_prediction_only_in_t
 
 
 def test_a_config_at_the_paths_capacity_ends_at_its_prediction_and_stops_at_what_another_holds():
-    s = _start(queued_rps=6073.0, at_capacity=True, held_elsewhere_rps=5720.0)
+    s = _start(queued_rps=6073.0, at_path_ceiling=True, held_elsewhere_rps=5720.0)
     assert (s.start, s.start_suffices, s.held_elsewhere) == (6073.0, True, 5720.0)
     assert s.judge == OPEN  # its levels are measured as any trial's
     # your config is never cut short for being at the capacity
-    mine = _start(predicted_rps=6073.0, is_original=True, at_capacity=True, held_elsewhere_rps=5720.0)
+    mine = _start(predicted_rps=6073.0, is_original=True, at_path_ceiling=True, held_elsewhere_rps=5720.0)
     assert (mine.start_suffices, mine.held_elsewhere) == (False, None)
 
 

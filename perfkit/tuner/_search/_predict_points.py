@@ -1,5 +1,5 @@
 """The points of a tune's space the batcher simulator tells apart, as its configs (perfkit.predict
-BatcherConfig): what the predicted search (tuner/_predict.py, tuner/_predict_pipeline.py) scores."""
+BatcherConfig): what the predicted search (tuner/_search/_predict.py, tuner/_search/_predict_pipeline.py) scores."""
 
 from __future__ import annotations
 

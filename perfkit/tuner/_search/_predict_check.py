@@ -80,7 +80,9 @@ class PredictionChecked(TuneEvent):
     percentile: float = 99.0
     budget_metric: str = "latency"
     lower_bound: bool = False  # measured at its predicted rate only, and held there (TrialState.rate_is_lower_bound)
-    past_path: bool = False  # held more than predicted, past the request path's capacity (tuner/_path_capacity.py)
+    past_path: bool = (
+        False  # held more than predicted, past the request path's ceiling (tuner/_search/_request_path.py)
+    )
 
     @property
     def rate_held(self) -> bool:

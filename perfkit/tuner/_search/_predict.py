@@ -2,7 +2,7 @@
 server, predict every config of the space with the batcher simulator (perfkit.predict), then
 let the trial runner measure the best predicted configs first; every trial's rate search starts
 at its config's prediction where it has one (the original's too). Each measured trial with a
-prediction is checked against it (tuner/_predict_check.py), two ways, either one enough: its
+prediction is checked against it (tuner/_search/_predict_check.py), two ways, either one enough: its
 sustainable rate within PREDICTION_TOLERANCE of the predicted, or, where the rate is further off,
 the simulator's budget statistic at the rate measured within LATENCY_TOLERANCE of the one
 measured there (near the budget a batching config's p99 is flat in the rate, so a small error in
@@ -20,29 +20,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
 
 from perfkit import predict
-from perfkit.records import Calibration, TuneRecord
+from perfkit.records import Calibration
 from perfkit.tuner import _trial_state
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._model_calibrate import Calibrated, calibrate, check_predictable
-from perfkit.tuner._path_capacity import (
-    TOP_MEASURED,
-    alike_at_capacity,
-    at_capacity,
-    headroom_first,
-    held_rps,
-    measured_first,
-    path_bound,
-)
-from perfkit.tuner._predict_check import (
+from perfkit.tuner._search._model_calibrate import Calibrated, calibrate
+from perfkit.tuner._search._predict_check import (
     LATENCY_TOLERANCE,
     PREDICTION_TOLERANCE,
     PredictionChecked,
@@ -50,53 +40,52 @@ from perfkit.tuner._predict_check import (
     rate_holds,
     simulated_latency_us,
 )
-from perfkit.tuner._predict_points import batcher_config, space_points
-from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF
-from perfkit.tuner._trial import TrialRunner
+from perfkit.tuner._search._predict_events import Note, Predicted, label
+from perfkit.tuner._search._predict_points import batcher_config, space_points
+from perfkit.tuner._search._request_path import (
+    TOP_MEASURED,
+    alike_at_path_ceiling,
+    at_path_ceiling,
+    headroom_first,
+    held_rps,
+    measured_first,
+    path_bound,
+)
+
+if TYPE_CHECKING:
+    from perfkit.tuner._trial import TrialRunner
 
 log = logging.getLogger(__name__)
 
-RANKED_KEPT = 32  # distinct configs ranked before choosing those measured (_path_capacity.measured_first)
+RANKED_KEPT = 32  # distinct configs ranked before choosing those measured (_request_path.measured_first)
 SIM_REQUESTS = 6_000
 PREDICTED_ATTR = "predicted_rps"  # the trial's predicted sustainable rate (a column of trials.csv)
 
 
-@dataclass(frozen=True)
-class Predicted(TuneEvent):
-    """The space scored: how many configs, how long, and the best predicted ones."""
-
-    configs: int
-    simulated: int
-    seconds: float
-    best: tuple[tuple[str, float], ...]
-
-    def line(self) -> str:
-        top = "; ".join(f"{label}: {rate:.0f} req/s" for label, rate in self.best)
-        return (
-            f"predicted {self.configs} configs in {self.seconds:.1f} s ({self.simulated} simulated, the rest bounded"
-            f" below the best); measuring the best first, each next only while it could beat the best measured: {top}"
-        )
-
-
 @dataclass
-class PredictedSearch:
-    """The state of a predicted search between trials: what was predicted for which params, which
-    trials were checked, and whether the predictions still hold."""
+class Predictor:
+    """The state of a predicted search between trials (PredictedSearch asks it): what was
+    predicted for which params, which trials were checked, and whether the predictions still hold."""
 
     t: TrialRunner
     calibration: Calibration | None = None
     checked: set[int] = field(default_factory=set)
     fell_back: bool = False
+    seeded: bool = False  # predictions made: the trials' load searches start at them (load_hints)
+    steer: bool = True  # a pipeline's trial may queue a neighbour: not while the predictions pick the trials
+    # Where your config cannot compete with the best predicted: its load search ends at its
+    # predicted rate when that holds (LoadLadder.start_suffices).
+    original_at_prediction_only: bool = False
     # Every config the simulator scored to a rate (not bounded below the best): the original's
     # trial, measured anyway, is checked against its prediction too, and every trial of a config
-    # in it starts its rate search at its prediction (TrialRunner.predicted_rate).
+    # in it starts its rate search at its prediction (PredictedSearch.load_hints, tuner/_search/_predicted.py).
     predicted: dict[Any, float] = field(default_factory=dict)  # key(params) -> predicted rate
     # The best predicted configs after the first, best first, (params, predicted rate): each is
     # queued only if it could still beat the best measured rate (see next_worth_measuring).
     waiting: list[tuple[dict[str, Any], float]] = field(default_factory=list)
     passed_over: str | None = None  # why the rest of `waiting` was not measured
-    past_path: set[int] = field(default_factory=set)  # trials that held past the path's capacity
-    # Trials of configs the path bounds that held more than their prediction (the path's capacity),
+    past_path: set[int] = field(default_factory=set)  # trials that held past the path's ceiling
+    # Trials of configs the path bounds that held more than their prediction (the path's ceiling),
     # with that prediction: each one's confirmation starts there (confirm_cap), not at the trial's
     # short-level reading.
     capped: dict[int, float] = field(default_factory=dict)
@@ -111,13 +100,13 @@ class PredictedSearch:
         """Where your config cannot compete with the best predicted (best_rps), measure it at its
         predicted rate only: a level that holds there is its figure (a lower bound) and checks the
         model; one that does not is walked down a ladder step at a time to the first level that holds
-        (LadderSearch start_suffices). Said in a line."""
+        (LoadLadder start_suffices). Said in a line."""
         mine = self.predicted_for({})
         if mine is None or not cannot_compete(mine, best_rps):
             return
-        self.t.original_at_prediction_only = True
+        self.original_at_prediction_only = True
         self.t.emit(
-            _Note(
+            Note(
                 f"your config, predicted {mine:.0f} req/s against the best {best_rps:.0f}, cannot compete even with"
                 f" both off by {PREDICTION_TOLERANCE:.0%}: it is measured at its predicted rate only (a level that"
                 " holds there is its figure, at least)"
@@ -131,9 +120,9 @@ class PredictedSearch:
             return self.predicted_for(st.params)
         return st.predicted_rps
 
-    def reads_past_capacity(self, st: _trial_state.TrialState, predicted_rps: float) -> bool:
+    def reads_past_path_ceiling(self, st: _trial_state.TrialState, predicted_rps: float) -> bool:
         """Whether a trial of a config the request path bounds held more than its prediction
-        (the path's calibrated capacity, where the prediction of such a config sits)."""
+        (the path's calibrated ceiling, where the prediction of such a config sits)."""
         got = st.throughput_infer_per_s
         return (
             st.feasible
@@ -143,23 +132,31 @@ class PredictedSearch:
             and path_bound(self.calibration, self.point_key(st.params))
         )
 
-    def ends_at_capacity(self, params: Mapping[str, Any]) -> bool:
+    def ends_at_path_ceiling(self, params: Mapping[str, Any]) -> bool:
         """Whether a point's trial ends at its predicted rate where that holds: predicted at the
-        request path's capacity (tuner/_path_capacity.at_capacity)."""
-        return at_capacity(self.calibration, self.point_key(params), self.predicted_for(params))
+        request path's ceiling (tuner/_search/_request_path.py at_path_ceiling)."""
+        return at_path_ceiling(self.calibration, self.point_key(params), self.predicted_for(params))
 
     def confirm_cap(self, number: int) -> float | None:
         """Where a trial's confirmation starts at most: for one of a config the request path
-        bounds that read more than its prediction, that prediction (the path's capacity). A
-        trial's short levels read more than the path carries (onnx_mlp, server on one CPU:
-        9,998 req/s read where the calibration held 7,546, and 3 longer runs held 7,610);
-        confirming from that reading spent 4 runs failing 9,870 to 8,300 before the claim at
-        7,610. None for the others."""
+        bounds that read more than its prediction, that prediction (the path's ceiling). A
+        trial's short levels read more than the path carries over the confirmation's longer
+        runs: confirming from that reading spends runs failing before the claim. None for the
+        others."""
         return self.capped.get(number)
+
+    def held_elsewhere(self, study: optuna.Study) -> float | None:
+        """The rate another config holds, under which the load search of a config at the
+        request path's ceiling does not go on (tuner/_search/_request_path.py held_rps)."""
+        return held_rps(study, self.t.s.objective)
+
+    def summary(self, best: int | None) -> TuneEvent | None:
+        """What the predictions tell of the best trial after the search (an ensemble's bottleneck)."""
+        return None
 
     def label(self, params: Mapping[str, Any]) -> str:
         """A point's knobs, for the search's lines."""
-        return _label(params)
+        return label(params)
 
     def next_worth_measuring(self, study: optuna.Study) -> bool:
         """Queue the next waiting config if its prediction, taken up by most_favourable, could
@@ -174,13 +171,13 @@ class PredictedSearch:
             if got:
                 best = max(best, float(got))
             want = self.prediction_of(st)
-            # a lower bound tells no error, only that it is not lower; nor does a rate past the path's capacity
+            # a lower bound tells no error, only that it is not lower; nor does a rate past the path's ceiling
             telling = not st.rate_is_lower_bound and ft.number not in self.past_path
             if ft.number in self.checked and want and got and telling:
                 ratios.append(float(got) / want)
         params, rate = self.waiting[0]
         factor, why = self.most_favourable(ratios)
-        # A config the request path bounds is predicted at the path's capacity, which measurements pass as often
+        # A config the request path bounds is predicted at the path's ceiling, which measurements pass as often
         # as not: the prediction cannot settle it against the best measured; a measurement does.
         could, also = self.favourable_rps(params, rate, factor)
         if could >= best or path_bound(self.calibration, self.point_key(params)):
@@ -207,12 +204,8 @@ class PredictedSearch:
         states for a predicted rate), whichever is more; x1 where neither is above.
 
         Not below the stated error: two configs predicted closer than it are not told apart by the
-        prediction (stages: post batching predicted 920 req/s, post not batching 837, with the
-        calibration's post step off its points by up to 13%; perf_analyzer read them 826 and 845,
-        and 757 and 811 side by side). Not below x1: one config read below its prediction says
-        nothing of the next one's error, whose sign differs as often as not (stages: the two best
-        predicted read -8% and +6%; the second, predicted 828 req/s against 820 measured, was the
-        grid's best)."""
+        prediction (their order can turn when measured). Not below x1: one config read below its
+        prediction says nothing of the next one's error, whose sign differs as often as not."""
         stated = 1.0 + (self.calibration.stated_error_rel if self.calibration is not None else 0.0)
         seen = max(ratios, default=0.0)
         if seen > stated:
@@ -258,7 +251,7 @@ class PredictedSearch:
         if measured is not None and st.rate_is_lower_bound:  # held where predicted: consistent, nothing above measured
             return PredictionChecked(number, predicted_rps, measured, True, percentile=b.percentile,
                                      budget_metric=b.metric, lower_bound=True)  # fmt: skip
-        if self.reads_past_capacity(st, predicted_rps) and not rate_holds(predicted_rps, measured):
+        if self.reads_past_path_ceiling(st, predicted_rps) and not rate_holds(predicted_rps, measured):
             return PredictionChecked(number, predicted_rps, measured, True, percentile=b.percentile,
                                          budget_metric=b.metric, past_path=True)  # fmt: skip
         ev = PredictionChecked(number, predicted_rps, measured, rate_holds(predicted_rps, measured),
@@ -276,23 +269,20 @@ class PredictedSearch:
         """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
         self.calibration = calibrate(self.t)
         self.t.emit(Calibrated(self.calibration))
-        self.t.predicted_rate = self.predicted_for
-        self.t.confirm_cap_rps = self.confirm_cap
-        self.t.at_capacity = self.ends_at_capacity
-        self.t.held_elsewhere_rps = lambda study: held_rps(study, self.t.s.objective)
-        self.t.steer = False  # the predictions pick the trials while they hold
+        self.seeded = True
+        self.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
         top, configs, simulated = self.predict_space()
         self.queue(study, top)
         self.t.emit(Predicted(configs, simulated, time.perf_counter() - started,
-                              tuple((_label(p), rate) for p, rate in top)))  # fmt: skip
+                              tuple((label(p), rate) for p, rate in top)))  # fmt: skip
         if top:
             self.original_at_prediction(top[0][1])
 
     def predict_space(self) -> tuple[list[tuple[dict[str, Any], float]], int, int]:
         """Score the space with the calibration: sets what was predicted for each config (your
         config's too, simulated even where bounded below the best) and returns the distinct configs
-        to measure (_path_capacity.measured_first) with their rates, best first, how many configs
+        to measure (_request_path.measured_first) with their rates, best first, how many configs
         there were and how many were simulated."""
         assert self.calibration is not None
         points = space_points(self.t)
@@ -303,7 +293,7 @@ class PredictedSearch:
         results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
                                       arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip
         simulated = sum(1 for r in results if not r.bounded)
-        results = alike_at_capacity(self.calibration, results)
+        results = alike_at_path_ceiling(self.calibration, results)
         by_cfg = {r.config: r for r in results}
         self.predicted = {r.config: r.rate_rps for r in results if not r.bounded and r.rate_rps > 0}
         # Your config is measured anyway: simulated even where its bound is below the best, its
@@ -347,14 +337,14 @@ class PredictedSearch:
             self.checked_trial(ft.number, st, ev.measured_rps)
             if ev.past_path:
                 self.past_path.add(ft.number)
-            if self.reads_past_capacity(st, want):
+            if self.reads_past_path_ceiling(st, want):
                 self.capped[ft.number] = want
             if not ev.held and not self.fell_back:
                 self.fell_back = True
-                self.t.steer = True  # the measured search goes on, steered as it is without predictions
+                self.steer = True  # the measured search goes on, steered as it is without predictions
                 latency = f" and the latency at the rate measured by more than {LATENCY_TOLERANCE:.0%}"
                 self.t.emit(
-                    _Note(
+                    Note(
                         f"predictions are off by more than {PREDICTION_TOLERANCE:.0%}"
                         f"{latency if ev.latency_us is not None else ''}: going on with the measured search, seeded"
                         " by the configs measured so far"
@@ -377,14 +367,6 @@ class PredictedSearch:
         return None
 
 
-@dataclass(frozen=True)
-class _Note(TuneEvent):
-    text: str
-
-    def line(self) -> str:
-        return self.text
-
-
 def cannot_compete(predicted_rps: float, best_predicted_rps: float) -> bool:
     """Whether a config predicted at predicted_rps stays below the best predicted even with the first
     PREDICTION_TOLERANCE under its rate and the best PREDICTION_TOLERANCE over."""
@@ -401,41 +383,3 @@ def _alike(cfg: predict.BatcherConfig, r: predict.RateResult, by_cfg: Mapping[An
     predicted within 1% (queue delays and preferred sizes the simulator scores alike)."""
     same = cfg.max_batch_size == r.config.max_batch_size and cfg.instances == r.config.instances
     return same and abs(by_cfg[cfg].rate_rps - r.rate_rps) <= 0.01 * r.rate_rps
-
-
-def _label(params: Mapping[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in params.items() if k in (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT))
-
-
-RunSearch = Callable[..., tuple[TuneRecord, dict[str, Path]]]
-
-
-def run_predicted(t: TrialRunner, run_search: RunSearch) -> tuple[TuneRecord, dict[str, Path]]:
-    """The predicted search through the tuner's own run_search: calibration and predictions seed
-    the study, one more stop rule ends it once the predictions held; the calibration goes into
-    the record run_search writes however the search ends (Ctrl-C and failures included). An
-    ensemble is predicted end to end (tuner/_predict_pipeline.py); a BLS pipeline goes to the
-    measured search, which the tuner says. Raises as calibrate and run_search do."""
-    # The pipeline search builds on this module: imported here, where it is used.
-    from perfkit.tuner import _predict_pipeline as pipe  # noqa: PLC0415
-    from perfkit.tuner._subject_pipeline import PipelineSubject  # noqa: PLC0415
-
-    kind = t.subject.pipeline.kind if isinstance(t.subject, PipelineSubject) else None
-    if kind == "bls":
-        check_predictable(t)
-        pipe.bls_fallback(t)
-        return run_search(t)
-    ps = pipe.PipelinePredictedSearch(t) if kind == "ensemble" else PredictedSearch(t)
-
-    def seed(study: optuna.Study) -> None:
-        try:
-            ps.seed(study)
-        finally:  # the record run_search writes on every ending holds the calibration
-            t.calibration = ps.calibration
-
-    rec, paths = run_search(t, seed=seed, stop=ps.stop)
-    if isinstance(ps, pipe.PipelinePredictedSearch):
-        summary = pipe.bottleneck_summary(ps, rec.best_trial)
-        if summary is not None:
-            t.emit(summary)
-    return rec, paths

@@ -1,5 +1,5 @@
 """Which configs the predicted search measures where the request path bounds the best predicted
-alike (tuner/_path_capacity.measured_first), with a calibration shaped as onnx_mlp's on one
+alike (tuner/_search/_request_path.py measured_first), with a calibration shaped as onnx_mlp's on one
 server CPU: executions of 166 us + 67 us an item, two instances no faster than one (shared
 fraction 1.00), the path holding 9,027 req/s."""
 
@@ -10,12 +10,12 @@ from typing import Any
 
 from perfkit import predict
 from perfkit.records import Calibration, CalibrationPoint
-from perfkit.tuner._path_capacity import (
-    AT_CAPACITY_MEASURED,
+from perfkit.tuner._search._request_path import (
+    AT_CEILING_MEASURED,
     TOP_MEASURED,
     headroom_first,
     measured_first,
-    path_capacity_rps,
+    path_ceiling_rps,
 )
 
 ONNX = Calibration("onnx_mlp", (CalibrationPoint(1, 1000, 233.0), CalibrationPoint(128, 100, 8_740.0)), 166.0, 67.0,
@@ -28,7 +28,7 @@ def _space(cal: Calibration) -> tuple[list[dict[str, Any]], dict[tuple[int, int]
     """Every (max batch size, instances) of the space, batching on, predicted where the path puts
     them (its capacity, a little under as the simulator's lattice puts it), no batching too, ranked
     as the predicted search ranks them (headroom_first)."""
-    capacity = path_capacity_rps(cal) or 20_000.0
+    capacity = path_ceiling_rps(cal) or 20_000.0
     results: dict[tuple[int, int], predict.RateResult] = {}
     for mbs in (0, *SIZES):
         for n in (1, 2):
@@ -56,7 +56,7 @@ def test_configs_the_path_bounds_alike_are_measured_at_both_batch_sizes_with_the
     are each measured on one and two instances. Before, three were: 32 on two instances, the best
     by perf_analyzer's grid on onnx_mlp, was never measured."""
     chosen = _chosen(ONNX)
-    assert len(chosen) == AT_CAPACITY_MEASURED
+    assert len(chosen) == AT_CEILING_MEASURED
     assert set(chosen) == {(128, 1), (128, 2), (32, 1), (32, 2)}
     assert chosen[0][0] == 128  # the most room first
 

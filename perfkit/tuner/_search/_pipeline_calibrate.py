@@ -1,4 +1,4 @@
-"""The calibration of a pipeline for the predicted search (tuner/_predict_pipeline.py): every step
+"""The calibration of a pipeline for the predicted search (tuner/_search/_predict_pipeline.py): every step
 of an ensemble measured in one run through it.
 
 Why calibrate through the ensemble rather than step by step: one run gives every step's
@@ -23,16 +23,16 @@ from perfkit.errors import PerfkitError
 from perfkit.records import Calibration, CalibrationPoint
 from perfkit.tuner import _pipeline
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._model_calibrate import (
+from perfkit.tuner._search._model_calibrate import (
     CALIBRATION_DELAY_US,
     CONTENTION_CLIENTS_PER_INSTANCE,
     _level,
     _spec,
     check_predictable,
 )
-from perfkit.tuner._predict_points import dimension_values
+from perfkit.tuner._search._predict_points import dimension_values
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
-from perfkit.tuner._subject_pipeline import PipelineSubject, step_rows
+from perfkit.tuner._subject_pipeline import step_rows
 from perfkit.tuner._trial import TrialRunner
 
 SEP = _pipeline.SEP
@@ -70,10 +70,10 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
     counts measured on the step itself. Every step's config is put back after. Raises UsageError
     for a load the prediction does not model, MeasurementError when a step executed nothing, and
     what measuring raises."""
-    check_predictable(t)
+    check_predictable(t.judge)
     subject = t.subject
-    assert isinstance(subject, PipelineSubject)
     p = subject.pipeline
+    assert p is not None  # an ensemble's subject holds its pipeline
     started = time.monotonic()
     point = dict(t.original_fixed_params())
     top = 0

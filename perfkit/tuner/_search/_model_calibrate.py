@@ -2,7 +2,7 @@
 of every size formed on purpose and read from the server's per-batch-size statistics, the
 overhead outside the instance, whether the instance or the request path holds an overloaded
 rate, and the saturated rates at two instance counts (perfkit.predict fits them). An ensemble's
-steps are calibrated by tuner/_pipeline_calibrate.py with the same levels."""
+steps are calibrated by tuner/_search/_pipeline_calibrate.py with the same levels."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from perfkit import predict
 from perfkit.errors import UsageError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._path_capacity import instances_capacity_rps
-from perfkit.tuner._predict_points import batcher_from, dimension_values
+from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._search._predict_points import batcher_from, dimension_values
+from perfkit.tuner._search._request_path import instances_ceiling_rps
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
-from perfkit.tuner._subject_model import ModelSubject
 from perfkit.tuner._trial import TrialRunner
 
 CALIBRATION_DELAY_US = 5_000  # wide enough that N clients answered together arrive as one batch
@@ -28,8 +28,8 @@ CONTENTION_CLIENTS_PER_INSTANCE = 4
 HOST_OVERLOAD = 2.0  # the overloaded level offers this times the fastest batch's rate (at most --max-rate)
 # Where the request path holds the overloaded rate, the same config is offered this factor of the
 # saturated rate, then this factor again, ... (at most HELD_LEVELS levels) until a level holds the
-# budget: on 2 cores shared with the load generator, onnx_mlp saturated at 18,708 req/s and held
-# its p99 of 20 ms near 11,300 (0.6x) in a trial's search.
+# budget: where the server shares its cores with the load generator, the rate held within the
+# budget sits well under the saturated one.
 HELD_STEP = 0.85
 HELD_LEVELS = 5
 
@@ -108,12 +108,12 @@ def calibrate(t: TrialRunner) -> Calibration:
     where the path holds, the highest rate it holds within the budget (_held_rate, on
     held_config). The user's config is put back after. Raises UsageError for a load the
     prediction does not model, and what measuring raises."""
-    if not isinstance(t.subject, ModelSubject):
+    if t.subject.kind != "model":
         raise UsageError(
             "--search predict tunes one model or an ensemble; traffic mixes are searched by measurement",
             hint="use --search measure",
         )
-    check_predictable(t)
+    check_predictable(t.judge)
     started = time.monotonic()
     orig = t.space.original_params
     mbs_dim = next((d for d in t.space.dimensions if d.name == P_MBS), None)
@@ -176,8 +176,8 @@ def calibrate(t: TrialRunner) -> Calibration:
             )
 
         # The same overloaded batches at the larger count (do they scale?), where the instance's
-        # busy time alone does not already say the path held (predict.host_bound: onnx_mlp's
-        # instance 84% busy; the level and its reload took 5.2 s of a 43 s calibration).
+        # busy time alone does not already say the path held (predict.host_bound): the level and
+        # its reload are a large part of a calibration, spent only where they tell something.
         if top > 1 and len(rates) == 2 and not predict.host_bound(fitted(0.0).host_busy):
             loaded_last = {**batch, P_COUNT: counts[1]}
             t.put_candidate(subject.candidate(loaded_last, is_original=False, number=-1).text)
@@ -187,7 +187,7 @@ def calibrate(t: TrialRunner) -> Calibration:
             delays = dimension_values(delay_dim) if delay_dim is not None else []
 
             def room(c: int) -> float:
-                return instances_capacity_rps(cal, batcher_from(orig, {**batch, P_COUNT: c}))
+                return instances_ceiling_rps(cal, batcher_from(orig, {**batch, P_COUNT: c}))
 
             held_cfg = held_config(batch, delays, counts if len(rates) == 2 else [], room)
             if held_cfg != loaded_last:
@@ -199,16 +199,14 @@ def calibrate(t: TrialRunner) -> Calibration:
 def held_config(
     batch: dict[str, Any], delays_us: list[Any], counts: list[int], room: Callable[[int], float]
 ) -> dict[str, Any]:
-    """The config the request path's capacity is read on (_held_rate): the calibration's batching
+    """The config the request path's ceiling is read on (_held_rate): the calibration's batching
     config (the space's largest max_batch_size) as the configs the path bounds are measured, at
     the space's shortest queue delay (`delays_us`: the values the prediction scores; none: the
     calibration's own) and the instance count whose instances alone could complete the most
     (`room`, under the fitted contention; within 1% the fewer instances). Every config the path
-    bounds is predicted at this capacity, and the first measured is the one with the most room
-    (tuner/_path_capacity.headroom_first); read on two instances and the calibration's 5 ms
-    delay instead (onnx_mlp, server on one CPU, its instances sharing it in full), it held 6,073
-    req/s, where perf_analyzer then held 7,114 on one instance at the space's 1 ms, and 4,828 on
-    two."""
+    bounds is predicted at this ceiling, and the first measured is the one with the most room
+    (tuner/_search/_request_path.py headroom_first); read on another instance count or the
+    calibration's own long delay, the ceiling understates what the best config holds."""
     cfg = dict(batch)
     if delays_us:
         cfg[P_DELAY] = min(delays_us)
@@ -221,7 +219,7 @@ def held_config(
 def _held_rate(t: TrialRunner, saturated_rps: float) -> float:
     """The highest of saturated_rps x HELD_STEP^k (k = 1..HELD_LEVELS) at which the loaded config
     holds the tune's budget (one window each, from the top down), then half a step above it where
-    that holds too (a step is 15%: the path's capacity, and with it every claim of a config it
+    that holds too (a step is 15%: the path's ceiling, and with it every claim of a config it
     bounds, sat up to 15% under what the path held); 0 where none does."""
 
     def holds(rate: float) -> bool:
@@ -235,9 +233,9 @@ def _held_rate(t: TrialRunner, saturated_rps: float) -> float:
     return 0.0
 
 
-def check_predictable(t: TrialRunner) -> None:
+def check_predictable(trial_load: JudgeSettings) -> None:
     """Raises UsageError for a load the prediction does not model (closed loop, a trace)."""
-    if not t.judge.open_loop or t.judge.load_mode == "trace":
+    if not trial_load.open_loop or trial_load.load_mode == "trace":
         raise UsageError(
             "--search predict predicts open-loop arrival rates only",
             hint="drop --load concurrency/trace, or use --search measure",

@@ -7,7 +7,7 @@ levels a factor sqrt(2) apart: galloping up (or down) from there until the bound
 bracketed, then bisecting it (3-4 levels instead of 5-7 for an answer near the start, and a
 far answer, such as the concurrency a much larger batch needs, is still reached). A level
 reading over the budget where the answer hinges on it is measured once more (see
-_ladder.LadderSearch). Levels end as soon as they are clearly over or under the budget
+_ladder.LoadLadder). Levels end as soon as they are clearly over or under the budget
 (ProfileSpec.stop_when_decided). Open loop walks a ladder of arrival rates the same way.
 
 A deadline (the tune's --max-time) bounds the search: each level is given at most the windows
@@ -27,7 +27,7 @@ from typing import Any
 
 from perfkit.records import Budget, LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.base import Server
-from perfkit.tuner._ladder import LadderSearch, OutOfTime, run_level_by_level
+from perfkit.tuner._ladder import LoadLadder, OutOfTime, run_level_by_level
 
 Measure = Callable[..., RunRecord]
 
@@ -221,12 +221,12 @@ def find_load(
     one run at a time, given the windows that fit before it. Raises what measure raises, and
     OutOfTime (its record: the levels measured, None if none) when the next level would not
     fit before the deadline. `start_suffices` (open loop, from a given start): a start level within
-    budget ends the search there (LadderSearch). `predicted` (open loop): the start is a
+    budget ends the search there (LoadLadder). `predicted` (open loop): the start is a
     prediction, and the search moves PREDICTED_STRIDE rate steps from it instead of doubling.
     `first_warmup_s`: the first level warms up for at least this long (the runner's warm-up after
     a reload), and is fitted to the deadline with it. `held_elsewhere` (open loop, with
     start_suffices): a rate another config holds, below which the search does not go on
-    (LadderSearch)."""
+    (LoadLadder)."""
 
     def ok(lv: LevelResult) -> bool:
         return judge.budget.within(lv)
@@ -255,9 +255,9 @@ def find_load(
         # answer is slow to fill its windows (about 50 requests each), one above it is quick, so
         # overshooting costs little and creeping up from a low start (the probe's, or a similar
         # trial's that sustained far less) costs most of a trial.
-        search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
+        search = LoadLadder(lambda v: run_spec((v,), False), ok, values, values.index(start_on(values, start)),
                                stride=PREDICTED_STRIDE if predicted else RATE_STEPS_PER_DOUBLING,
-                               ceiling=capacity_ceiling,
+                               ceiling=backlog_ceiling_rps,
                                start_suffices=start_suffices and not probed,
                                held_elsewhere=held_elsewhere)  # fmt: skip
         try:
@@ -279,7 +279,7 @@ def find_load(
         return first_run
     values = tuple(float(v) for v in ladder(int(start), judge.max_concurrency))
     first = float(min(max(int(start), 1), judge.max_concurrency))
-    search = LadderSearch(lambda v: run_spec((v,), False), ok, values, values.index(first))
+    search = LoadLadder(lambda v: run_spec((v,), False), ok, values, values.index(first))
     merged = search.run()
     if record_path is not None:
         merged.save(record_path)
@@ -335,10 +335,10 @@ def _probe_rate(measure_level: Callable[[LoadLevel], RunRecord]) -> float:
     return max(MIN_RATE_RPS, 0.5 * tput)
 
 
-def capacity_ceiling(level: LevelResult) -> float | None:
+def backlog_ceiling_rps(level: LevelResult) -> float | None:
     """A rate every level above which is over the budget, from an overloaded open-loop level: one
-    that completed well under what it sent (a backlog grew) completed at the server's capacity,
-    and no rate past capacity (plus 5% for noise) is sustainable. None when the level kept up."""
+    that completed well under what it sent (a backlog grew) completed at the server's ceiling,
+    and no rate past it (plus 5% for noise) is sustainable. None when the level kept up."""
     sent = min(level.load.value, level.sent_rps) if level.sent_rps > 0 else level.load.value
     if level.load.mode == "concurrency" or level.completed_rps <= 0 or level.completed_rps >= 0.9 * sent:
         return None

@@ -6,7 +6,7 @@ predicted sets measured first; each checked trial names the bottleneck step with
 and measured time in step, and is checked by its rate alone (no latency check: the steps'
 figures are shown one by one instead). A BLS model's calls are code the simulator cannot see:
 its pipelines go to the measured search, which the tuner says. The calibration:
-tuner/_pipeline_calibrate.py.
+tuner/_search/_pipeline_calibrate.py.
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ from perfkit import predict
 from perfkit.errors import MeasurementError
 from perfkit.tuner import _pipeline, _trial_state
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._pipeline_calibrate import calibrate_pipeline
-from perfkit.tuner._predict import TOP_MEASURED, Predicted, PredictedSearch, _label, _Note
-from perfkit.tuner._predict_points import SIMULATED, batcher_from, dimension_values
+from perfkit.tuner._search._pipeline_calibrate import calibrate_pipeline
+from perfkit.tuner._search._predict import TOP_MEASURED, Predictor
+from perfkit.tuner._search._predict_events import Note, Predicted, label
+from perfkit.tuner._search._predict_points import SIMULATED, batcher_from, dimension_values
 from perfkit.tuner._space import P_DB
-from perfkit.tuner._subject_pipeline import PipelineSubject
-from perfkit.tuner._trial import TrialRunner
 
 SEP = _pipeline.SEP
 PER_STEP_BEST = 3  # configs of the slowest step combined with the others'
@@ -58,7 +57,7 @@ class StepCheck:
 @dataclass(frozen=True)
 class StepsChecked(TuneEvent):
     """A measured trial's steps next to the pipeline simulator's at the rate measured, the
-    bottleneck named: the step with the least predicted capacity (the one the rate leans on), and
+    bottleneck named: the step with the least predicted ceiling (the one the rate leans on), and
     whether Triton's breakdown (most queue + compute time) points at the same step."""
 
     number: int
@@ -67,7 +66,7 @@ class StepsChecked(TuneEvent):
 
     @property
     def bottleneck(self) -> StepCheck:
-        return min(self.steps, key=lambda c: c.predicted.capacity_rps)
+        return min(self.steps, key=lambda c: c.predicted.ceiling_rps)
 
     def measured_bottleneck(self) -> str | None:
         seen = [c for c in self.steps if c.queue_us is not None and c.compute_us is not None]
@@ -86,7 +85,7 @@ class StepsChecked(TuneEvent):
         )  # fmt: skip
         off = f" ({_off(f.mean_exec_us, c.compute_us)})" if c.compute_us is not None else ""
         return (
-            f"{f.name} (predicted capacity {f.capacity_rps:.0f} req/s): compute {f.mean_exec_us / 1e3:.2f} ms"
+            f"{f.name} (predicted capacity {f.ceiling_rps:.0f} req/s): compute {f.mean_exec_us / 1e3:.2f} ms"
             f" predicted, {_ms(c.compute_us)} measured{off}; queue {f.mean_wait_us / 1e3:.2f} ms predicted,"
             f" {_ms(c.queue_us)} measured; {agree}"
         )
@@ -148,7 +147,7 @@ def step_order(p: _pipeline.Pipeline) -> list[tuple[str, tuple[str, ...]]]:
 
 
 @dataclass
-class PipelinePredictedSearch(PredictedSearch):
+class PipelinePredictor(Predictor):
     """The predicted search over a pipeline's joint space."""
 
     order: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
@@ -157,8 +156,9 @@ class PipelinePredictedSearch(PredictedSearch):
 
     @property
     def pipeline(self) -> _pipeline.Pipeline:
-        assert isinstance(self.t.subject, PipelineSubject)
-        return self.t.subject.pipeline
+        p = self.t.subject.pipeline
+        assert p is not None  # an ensemble's subject holds its pipeline
+        return p
 
     def key(self, params: Mapping[str, Any]) -> Any:
         return tuple(self.configs(params))
@@ -181,11 +181,11 @@ class PipelinePredictedSearch(PredictedSearch):
             self.calibration = calibrate_pipeline(self.t)
         except MeasurementError as err:
             self.fell_back = True
-            self.t.emit(_Note(f"calibration failed ({err.message}): going on with the measured search"))
+            self.t.emit(Note(f"calibration failed ({err.message}): going on with the measured search"))
             return
         cal = self.calibration
-        self.t.predicted_rate = self.predicted_for
-        self.t.steer = False  # the predictions pick the trials while they hold (see PredictedSearch.stop)
+        self.seeded = True
+        self.steer = False  # the predictions pick the trials while they hold (see Predictor.stop)
         self.order = step_order(self.pipeline)
         self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
         started = time.perf_counter()
@@ -228,7 +228,7 @@ class PipelinePredictedSearch(PredictedSearch):
         )  # fmt: skip
         by_key = {r.configs: r for r in scored_sets}
         self.predicted = {k: r.rate_rps for k, r in by_key.items() if not r.bounded and r.rate_rps > 0}
-        mine = self.key(original)  # measured anyway: simulated even below the best (see PredictedSearch.seed)
+        mine = self.key(original)  # measured anyway: simulated even below the best (see Predictor.seed)
         if mine not in self.predicted:
             own = predict.pipeline_rate(original_steps, budget_us,
                                         percentile=self.t.s.budget.percentile, overhead_us=cal.overhead_us,
@@ -254,14 +254,27 @@ class PipelinePredictedSearch(PredictedSearch):
     def label(self, params: Mapping[str, Any]) -> str:
         return _label_joint(params)
 
+    def ends_at_path_ceiling(self, params: Mapping[str, Any]) -> bool:
+        """No trial of a pipeline ends at its prediction: the request path's ceiling is one model's."""
+        return False
+
+    def confirm_cap(self, number: int) -> float | None:
+        """A pipeline's confirmation starts at its search's load."""
+        return None
+
+    def summary(self, best: int | None) -> TuneEvent | None:
+        """The best trial's bottleneck step with its predicted and measured figures, if it was checked."""
+        ev = self.steps_seen.get(best) if best is not None else None
+        if ev is None:
+            return None
+        return Note(f"bottleneck of the best (trial {best}, at {ev.rate_rps:.0f} req/s): {ev.bottleneck_line()}")
+
     def favourable_rps(self, params: Mapping[str, Any], rate_rps: float, factor: float) -> tuple[float, str]:
         """A waiting pipeline config's most: its prediction taken up by `factor`, or predicted again
         with each step's execution as the trials measured it (execution_scale), whichever is more.
         A step's error moves the configs it bounds, not every config alike, and the rate-level ratios
-        do not show it: on `stages` the best predicted read 872 req/s against 882, but the post
-        step executed in 0.85 ms where the calibration said 1.28 (-33%); the next predicted, post
-        without batching at 784 req/s (bounded by that step), was passed over, and perf_analyzer's
-        grid read it best, at 891 against 873."""
+        do not show it: the best predicted may read near its prediction while a step it does not
+        lean on ran faster than calibrated, and a config that step bounds would be passed over."""
         taken_up = rate_rps * factor
         scale = self.execution_scale()
         if self.calibration is None or not any(v < 1.0 for v in scale.values()):
@@ -336,26 +349,4 @@ def _distinct(ranked: Sequence[tuple[dict[str, Any], predict.RateResult]]) -> li
 
 def _label_joint(params: Mapping[str, Any]) -> str:
     per = _pipeline.split(params)
-    return " | ".join(f"{m}: {_label(q)}" for m, q in per.items())
-
-
-def bls_fallback(t: TrialRunner) -> None:
-    """Say why a BLS pipeline goes to the measured search."""
-    subject = t.subject
-    assert isinstance(subject, PipelineSubject)
-    calls = ", ".join(subject.step_names[1:])
-    t.emit(
-        _Note(
-            f"--search predict: {subject.model!r} is a BLS model; the calls its code makes to {calls} (their order,"
-            " fan-out and the instance held while it waits) cannot be simulated from a calibration: going on with"
-            " the measured search"
-        )
-    )
-
-
-def bottleneck_summary(ps: PipelinePredictedSearch, best: int | None) -> TuneEvent | None:
-    """The best trial's bottleneck step with its predicted and measured figures, if it was checked."""
-    ev = ps.steps_seen.get(best) if best is not None else None
-    if ev is None:
-        return None
-    return _Note(f"bottleneck of the best (trial {best}, at {ev.rate_rps:.0f} req/s): {ev.bottleneck_line()}")
+    return " | ".join(f"{m}: {label(q)}" for m, q in per.items())

@@ -1,7 +1,7 @@
-"""--search auto, the default: the predicted search (tuner/_predict.py) where it applies, the
+"""--search auto, the default: the predicted search (tuner/_search/_predict.py) where it applies, the
 measured search elsewhere, with the reason said. The predicted search models one model or an
 ensemble under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
-the batcher simulator tells apart (tuner/_predict_points.py SIMULATED); anything else is searched
+the batcher simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
 by measurement, as it always was. --search predict and --search measure are taken as given."""
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ from typing import Literal
 
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline import SEP
-from perfkit.tuner._predict_points import SIMULATED
+from perfkit.tuner._search._predict_points import SIMULATED
 from perfkit.tuner._settings import TuneSettings
-from perfkit.tuner._subject import Subject
-from perfkit.tuner._subject_pipeline import PipelineSubject
+from perfkit.tuner._subject import SubjectKind
 
-SubjectKind = Literal["model", "ensemble", "bls", "mix"]
 # --ray: each worker would calibrate and queue its own predictions into the one study they share
 ON_RAY = "a study shared by several workers is searched by measurement"
 
@@ -64,6 +62,8 @@ def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, l
         return "a traffic mix is searched by measurement"
     if subject == "bls":
         return "a BLS model's calls (their order and fan-out) cannot be simulated"
+    if subject not in ("model", "ensemble"):  # a kind no predictor models yet
+        return f"a {subject} subject is searched by measurement"
     if load_mode == "trace":
         return "a trace's arrivals are replayed, not predicted"
     if not open_loop:
@@ -88,8 +88,3 @@ def _should_measure(s: TuneSettings, *, knobs: Sequence[str]) -> str | None:
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"
     return None
-
-
-def subject_kind(subject: Subject) -> SubjectKind:
-    """One model, or the kind of the pipeline (an ensemble, a BLS model's calls, a traffic mix)."""
-    return subject.pipeline.kind if isinstance(subject, PipelineSubject) else "model"

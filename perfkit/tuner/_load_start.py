@@ -8,11 +8,24 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from perfkit.tuner._load_search import JudgeSettings
+from perfkit.tuner._find_load import JudgeSettings
 
 
 @dataclass(frozen=True)
-class SearchStart:
+class LoadHints:
+    """What the config search knows of a trial's load before it is measured (the measured
+    search knows nothing: every field its default): the rate predicted for its params, whether
+    your config is measured at its prediction only, whether the config is predicted at the
+    request path's ceiling, and the rate another config holds (asked only for such a config)."""
+
+    predicted_rps: float | None = None
+    original_at_prediction_only: bool = False
+    at_path_ceiling: bool = False
+    held_elsewhere_rps: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadStart:
     """How one trial's load search runs (find_load's keywords):
 
     - `start`: the first load (None: probed, or doubled from one);
@@ -29,7 +42,7 @@ class SearchStart:
     judge: JudgeSettings
 
 
-def search_start(
+def load_start(
     judge: JudgeSettings,
     *,
     history_start: float | None,
@@ -37,29 +50,29 @@ def search_start(
     predicted_rps: float | None,
     is_original: bool,
     original_at_prediction_only: bool,
-    at_capacity: bool,
+    at_path_ceiling: bool,
     held_elsewhere_rps: float | None,
-) -> SearchStart:
-    """One trial's SearchStart. `history_start`: where similar trials point (closed loop's
+) -> LoadStart:
+    """One trial's LoadStart. `history_start`: where similar trials point (closed loop's
     adaptive start); `queued_rps`: the prediction the predicted search queued the trial with;
     `predicted_rps`: the prediction for its params otherwise (--search predict scores every
     config); `original_at_prediction_only`: your config cannot compete with the best predicted
-    (tuner/_predict.py original_at_prediction); `at_capacity`: the config is predicted at the
-    request path's capacity (tuner/_path_capacity.py); `held_elsewhere_rps`: the highest rate a
-    measured config holds.
+    (tuner/_search/_predict.py original_at_prediction); `at_path_ceiling`: the config is predicted
+    at the request path's ceiling (tuner/_search/_request_path.py); `held_elsewhere_rps`: the
+    highest rate a measured config holds.
 
     In open loop a prediction is the start. Your config, where it cannot compete, is measured at
     its prediction only, in the fewest windows a level takes: its figure is a lower bound told
-    beside the pick's ("at most +N% vs the original"), and on a slow model its level's windows
-    are long (hungry: 16.7 req/s, 3 s a window of 50 requests; six windows took 20 s of a
-    2-minute tune where three take 10). A config at the path's capacity other than yours ends at
-    its prediction where that holds, and its walk down stops at what another config holds."""
+    beside the pick's ("at most +N% vs the original"), and on a slow model a level's windows are
+    long (each window waits for its requests), so fewer windows save a large part of a short
+    tune. A config at the path's ceiling other than yours ends at its prediction where that
+    holds, and its walk down stops at what another config holds."""
     predicted = queued_rps if queued_rps is not None else predicted_rps
     if not judge.open_loop or predicted is None or predicted <= 0:
-        return SearchStart(history_start, queued_rps is not None, False, None, judge)
-    capped = at_capacity and not is_original
+        return LoadStart(history_start, queued_rps is not None, False, None, judge)
+    capped = at_path_ceiling and not is_original
     original_only = is_original and original_at_prediction_only
     if original_only:
         judge = dataclasses.replace(judge, max_windows=judge.min_windows)
     held = held_elsewhere_rps if capped else None
-    return SearchStart(predicted, queued_rps is not None, original_only or capped, held, judge)
+    return LoadStart(predicted, queued_rps is not None, original_only or capped, held, judge)

@@ -225,13 +225,13 @@ def _remeasure(  # noqa: PLR0917
                 (args.keep / label / m).mkdir(parents=True, exist_ok=True)
                 (args.keep / label / m / "config.pbtxt").write_text(text)
     again: dict[str, list[float]] = {k: [] for k in picks}
-    judge = _settings(work / "x", args.budget_ms, 1, "auto", None).judge_settings(None)
+    trial_load = _settings(work / "x", args.budget_ms, 1, "auto", None).trial_load_settings(None)
     with launch_local(LocalLaunch(repo, models=(MODEL,))) as server:
         with RepoGuard({m: repo / m / "config.pbtxt" for m in (MODEL, *STEPS)}, server, reload_last=(MODEL,)):
             for _ in range(args.rounds):
                 for label, texts in picks.items():
                     _put(server, repo, texts)
-                    rec = find_load(profile, server, judge, MODEL, None)
+                    rec = find_load(profile, server, trial_load, MODEL, None)
                     v = judge_trial(rec, latency_budget_ms=args.budget_ms, percentile=99)
                     again[label].append(v.throughput_infer_per_s or 0.0)
     print()

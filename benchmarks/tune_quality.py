@@ -167,7 +167,7 @@ def main() -> int:
             print("no feasible config: lower the load or raise --budget-ms")
             return 1
         picks = {"grid": (grid.record.best_config or "", g_best), "perfkit": (tuned.record.best_config or "", t_best)}
-        js = _settings(sc, work / "x", 1, "auto", 0).judge_settings(None)
+        js = _settings(sc, work / "x", 1, "auto", 0).trial_load_settings(None)
         again: dict[str, list[float]] = {"grid": [], "perfkit": []}
         with ConfigGuard(cfg_path, server, sc.model) as guard:
             for _ in range(args.rounds):

@@ -33,6 +33,7 @@ __all__ = [
     "TuneResult",
     "TuneEvent",
     "SETTINGS_KEYS",
+    "TUNE_SETTINGS",
     "Budget",
     "parse_budget",
     "parse_max_output_diff",

@@ -142,7 +142,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         if best_held > -math.inf and (i >= cs.max_candidates or searched < (1 - cs.rivals_within) * top):
             break
         st = _trial_state.read(ft)
-        searched_load = t.judge.level(st.load.value if st.load is not None else 1.0)
+        searched_load = t.trial_load.level(st.load.value if st.load is not None else 1.0)
         load, then = _start_load(t, ft.number, searched_load)
         per_unit = _per_unit(ft, 1.0)  # 1 / the hardware units this config occupies
         failed_by = _failed_above(failed, load, searched_load, ft, per_unit)
@@ -158,7 +158,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         floor = held_at[0] if held_at is not None and held_at[1] == per_unit else None
         if floor is not None and not _beats(load, floor):
             # At the load a pick already holds (or within TIE_ABOVE of it) a rival could only tie, by noise.
-            why = f"at {load.label} it could only tie the claim held at {t.judge.level(floor).label}"
+            why = f"at {load.label} it could only tie the claim held at {t.trial_load.level(floor).label}"
             why = f"{why_not}; {why}" if why_not else why
             t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why))
             continue
@@ -227,10 +227,10 @@ def _start_load(
         return searched, lambda c: c
     # on the search's own ladder (its steps down follow it): the highest rate there at most the cap,
     # give or take the ladder's rounding to 3 significant digits (a prediction of 8947 is its 8950)
-    on_ladder = [v for v in rate_ladder(searched.value, t.judge.max_rate_rps) if v <= cap * LADDER_ROUNDING]
+    on_ladder = [v for v in rate_ladder(searched.value, t.trial_load.max_rate_rps) if v <= cap * LADDER_ROUNDING]
     if not on_ladder or max(on_ladder) >= searched.value * (1 - 1e-9):
         return searched, lambda c: c
-    start = t.judge.level(max(on_ladder))
+    start = t.trial_load.level(max(on_ladder))
     prefix = f"started at {start.label}, the request path's calibrated capacity (the search's reading is past it)"
     return start, _started_elsewhere(prefix, searched)
 

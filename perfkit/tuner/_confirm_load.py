@@ -86,18 +86,18 @@ def _beats(load: LoadLevel, floor: float) -> bool:
 
 def _lower_load(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
     if load.mode == "concurrency":
-        values: Sequence[float] = [float(v) for v in ladder(int(load.value), t.judge.max_concurrency)]
+        values: Sequence[float] = [float(v) for v in ladder(int(load.value), t.trial_load.max_concurrency)]
     else:
-        values = rate_ladder(load.value, t.judge.max_rate_rps)
+        values = rate_ladder(load.value, t.trial_load.max_rate_rps)
     below = step_below(values, load.value)
-    return None if below is None else t.judge.level(below)
+    return None if below is None else t.trial_load.level(below)
 
 
 def _half_below(t: TrialRunner, load: LoadLevel) -> LoadLevel | None:
     """An arrival rate half a ladder step below load's (rounded as the ladder is), or None at the
     ladder's floor."""
     value = float(f"{load.value / HALF_STEP:.3g}")
-    return t.judge.level(value) if MIN_RATE_RPS <= value < load.value else None
+    return t.trial_load.level(value) if MIN_RATE_RPS <= value < load.value else None
 
 
 def repeat_windows(window_ms: float, cs: ConfirmSettings) -> tuple[int, int]:
@@ -109,7 +109,7 @@ def repeat_windows(window_ms: float, cs: ConfirmSettings) -> tuple[int, int]:
 
 def _measure_repeats(t: TrialRunner, number: int, load: LoadLevel, cs: ConfirmSettings) -> list[LevelResult]:
     measure = t.measure
-    base = t.judge.spec(t.model, (load,))
+    base = t.trial_load.spec(t.model, (load,))
     least, most = repeat_windows(base.measurement_interval_ms, cs)
     spec = dataclasses.replace(
         base,

@@ -32,7 +32,7 @@ class SearchStarted(TuneEvent):
     dimensions: tuple[str, ...]
     notes: tuple[str, ...]
     budget_metric: str = "latency"
-    load: str = ""  # how trials offer load (JudgeSettings.load_line)
+    load: str = ""  # how trials offer load (TrialLoadSettings.load_line)
 
     def line(self) -> str:
         stat = budget_label(self.budget_metric, self.percentile)

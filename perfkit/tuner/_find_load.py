@@ -1,4 +1,4 @@
-"""The load search: how each trial offers load (JudgeSettings: closed loop, open loop or a trace;
+"""The load search: how each trial offers load (TrialLoadSettings: closed loop, open loop or a trace;
 its ProfileSpec) and finding a candidate's highest load within budget, cheaply.
 
 Without history a trial measures concurrency 1, 2, 4, ... until the budget breaks. With it,
@@ -44,7 +44,7 @@ def concurrency_levels(max_concurrency: int) -> tuple[LoadLevel, ...]:
 
 
 @dataclass(frozen=True)
-class JudgeSettings:
+class TrialLoadSettings:
     """How each trial is measured against its budget. Short windows keep a trial to seconds."""
 
     budget: Budget  # the settings' one budget (TuneSettings.budget)
@@ -148,7 +148,7 @@ class JudgeSettings:
         )
 
 
-MIN_WINDOW_REQUESTS = 50  # open-loop windows hold about this many requests (see JudgeSettings)
+MIN_WINDOW_REQUESTS = 50  # open-loop windows hold about this many requests (see TrialLoadSettings)
 
 
 def _distance(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
@@ -203,7 +203,7 @@ def fit_to_time_left(spec: ProfileSpec, time_left_s: float) -> ProfileSpec:
 def find_load(
     measure: Measure,
     server: Server,
-    judge: JudgeSettings,
+    trial_load: TrialLoadSettings,
     model: str,
     start: float | None,
     *,
@@ -229,7 +229,7 @@ def find_load(
     (LoadLadder)."""
 
     def ok(lv: LevelResult) -> bool:
-        return judge.budget.within(lv)
+        return trial_load.budget.within(lv)
 
     warmup_first = [first_warmup_s]
 
@@ -242,15 +242,15 @@ def find_load(
         return measure(server, spec, command=command, record_path=record_path)
 
     def run_spec(values: Sequence[float], bisect: bool) -> RunRecord:
-        return run(judge.spec(model, tuple(judge.level(v) for v in values), bisect=bisect))
+        return run(trial_load.spec(model, tuple(trial_load.level(v) for v in values), bisect=bisect))
 
-    if judge.open_loop:
-        if start is None and judge.load_mode == "trace":
-            start = judge.trace_base_rps  # the trace as recorded (speed 1)
+    if trial_load.open_loop:
+        if start is None and trial_load.load_mode == "trace":
+            start = trial_load.trace_base_rps  # the trace as recorded (speed 1)
         probed: list[RunRecord] = []
         if start is None:
-            start = _probe_rate(lambda lv: _kept(run(judge.spec(model, (lv,))), probed))
-        values = rate_ladder(start, judge.max_rate_rps)
+            start = _probe_rate(lambda lv: _kept(run(trial_load.spec(model, (lv,))), probed))
+        values = rate_ladder(start, trial_load.max_rate_rps)
         # Double the rate per move, then bisect back to the ladder's resolution: a level below the
         # answer is slow to fill its windows (about 50 requests each), one above it is quick, so
         # overshooting costs little and creeping up from a low start (the probe's, or a similar
@@ -269,16 +269,16 @@ def find_load(
             merged.save(record_path)
         return merged
     if start is None:
-        doubling = _doubling(1, judge.max_concurrency)
-        if judge.judged_by_measure and deadline is None:  # one run; under a deadline a run per level
+        doubling = _doubling(1, trial_load.max_concurrency)
+        if trial_load.judged_by_measure and deadline is None:  # one run; under a deadline a run per level
             first_run = run_spec(doubling, False)
         else:
             first_run = run_level_by_level(lambda v: run_spec(v, False), doubling, ok)
-        if record_path is not None and not (judge.judged_by_measure and deadline is None):
+        if record_path is not None and not (trial_load.judged_by_measure and deadline is None):
             first_run.save(record_path)
         return first_run
-    values = tuple(float(v) for v in ladder(int(start), judge.max_concurrency))
-    first = float(min(max(int(start), 1), judge.max_concurrency))
+    values = tuple(float(v) for v in ladder(int(start), trial_load.max_concurrency))
+    first = float(min(max(int(start), 1), trial_load.max_concurrency))
     search = LoadLadder(lambda v: run_spec((v,), False), ok, values, values.index(first))
     merged = search.run()
     if record_path is not None:

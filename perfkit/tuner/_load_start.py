@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._find_load import TrialLoadSettings
 
 
 @dataclass(frozen=True)
@@ -33,17 +33,17 @@ class LoadStart:
       by the predictions' tolerance from it);
     - `start_suffices`: a first level within budget ends the search (the figure is a lower bound);
     - `held_elsewhere`: a rate another config holds, under which the walk down does not go on;
-    - `judge`: how each level is measured."""
+    - `trial_load`: how each level is measured."""
 
     start: float | None
     from_prediction: bool
     start_suffices: bool
     held_elsewhere: float | None
-    judge: JudgeSettings
+    trial_load: TrialLoadSettings
 
 
 def load_start(
-    judge: JudgeSettings,
+    trial_load: TrialLoadSettings,
     *,
     history_start: float | None,
     queued_rps: float | None,
@@ -68,11 +68,11 @@ def load_start(
     tune. A config at the path's ceiling other than yours ends at its prediction where that
     holds, and its walk down stops at what another config holds."""
     predicted = queued_rps if queued_rps is not None else predicted_rps
-    if not judge.open_loop or predicted is None or predicted <= 0:
-        return LoadStart(history_start, queued_rps is not None, False, None, judge)
+    if not trial_load.open_loop or predicted is None or predicted <= 0:
+        return LoadStart(history_start, queued_rps is not None, False, None, trial_load)
     capped = at_path_ceiling and not is_original
     original_only = is_original and original_at_prediction_only
     if original_only:
-        judge = dataclasses.replace(judge, max_windows=judge.min_windows)
+        trial_load = dataclasses.replace(trial_load, max_windows=trial_load.min_windows)
     held = held_elsewhere_rps if capped else None
-    return LoadStart(predicted, queued_rps is not None, original_only or capped, held, judge)
+    return LoadStart(predicted, queued_rps is not None, original_only or capped, held, trial_load)

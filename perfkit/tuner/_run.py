@@ -30,7 +30,7 @@ from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
 from perfkit.tuner._subject import open_subject
-from perfkit.tuner._trial import TrialRunner, trial_load
+from perfkit.tuner._trial import TrialRunner, trial_load_of
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def run_search(t: TrialRunner) -> tuple[TuneRecord, dict[str, Path]]:
     s, subject = t.s, t.subject
     t.emit(SearchStarted(subject.title, t.space.backend, s.budget.percentile, s.budget.latency_budget_ms,
                          tuple(d.describe() for d in t.space.dimensions), tuple(t.space.notes),
-                         s.budget.metric, t.judge.load_line(default=s.load is None)))  # fmt: skip
+                         s.budget.metric, t.trial_load.load_line(default=s.load is None)))  # fmt: skip
     if t.search.told is not None:
         t.emit(t.search.told)
     if not t.space.dimensions:
@@ -212,9 +212,9 @@ def tune(
         check_explicit_model_control(server)
         served_text = route.original_text(server, settings.model)
     subject = open_subject(settings, space, model_repository, composing=composing, route=route, served_text=served_text)
-    judge = trial_load(server, settings, subject)
-    chosen = choose(settings, subject, judge, shared=shared_study)
-    t = TrialRunner(server, settings, subject, measure, emit_to, search=chosen, judge=judge)
+    trial_load = trial_load_of(server, settings, subject)
+    chosen = choose(settings, subject, trial_load, shared=shared_study)
+    t = TrialRunner(server, settings, subject, measure, emit_to, search=chosen, trial_load=trial_load)
     if chosen.told_before is not None:
         t.emit(chosen.told_before)
     rec, result_paths = run_search(t)

@@ -1,5 +1,5 @@
 """A tune setting's declaration: its [tune] key and flags, how a value is read, its unit, help and
-check, and the field of the trial's measurement settings (JudgeSettings) it feeds. Each field of
+check, and the field of the trial's measurement settings (TrialLoadSettings) it feeds. Each field of
 TuneSettings carries one (`setting(default, ...)`), so a setting's default is written once, on its
 field; `perfkit tune`'s options, the [tune] table's parser, the checks and the trial's settings are
 derived from these declarations (as `perfkit profile`'s flags are from ProfileSpec)."""
@@ -80,7 +80,7 @@ class Setting:
     default_text: str | None = None
     flag_only: bool = False  # only `perfkit tune` gives it (not a [tune] key)
     required: bool = False  # the table or the command line must give it
-    judge: str | None = None  # the JudgeSettings field it feeds, as it is (see judge_fields)
+    trial_load: str | None = None  # the TrialLoadSettings field it feeds, as it is (see trial_load_fields)
     field: str = ""
     default: Any = None
 
@@ -115,8 +115,8 @@ def setting(default: Any = dataclasses.MISSING, *, default_factory: Any = datacl
     return dataclasses.field(default=default, metadata=meta)
 
 
-def judge(**decl: Any) -> Any:
-    """A TuneSettings field without a default that feeds the trial's settings (judge=...)."""
+def trial_load_field(**decl: Any) -> Any:
+    """A TuneSettings field without a default that feeds the trial's settings (trial_load=...)."""
     return dataclasses.field(metadata={"setting": Setting(**decl)})
 
 
@@ -132,13 +132,13 @@ def declarations(cls: Any) -> tuple[Setting, ...]:
     return tuple(out)
 
 
-def judge_fields(settings: Any, decls: Sequence[Setting]) -> dict[str, Any]:
-    """The JudgeSettings fields the declared settings feed as they are (a dict copied)."""
+def trial_load_fields(settings: Any, decls: Sequence[Setting]) -> dict[str, Any]:
+    """The TrialLoadSettings fields the declared settings feed as they are (a dict copied)."""
     out = {}
     for d in decls:
-        if d.judge is not None:
+        if d.trial_load is not None:
             value = getattr(settings, d.field)
-            out[d.judge] = dict(value) if isinstance(value, dict) else value
+            out[d.trial_load] = dict(value) if isinstance(value, dict) else value
     return out
 
 

@@ -23,7 +23,7 @@ from perfkit.records import (
     parse_mix_budgets,
 )
 from perfkit.tuner._accuracy import OutputTolerance
-from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._setting_decl import (
     BUDGET_SETTINGS,
     BYTES,
@@ -35,9 +35,9 @@ from perfkit.tuner._setting_decl import (
     REPEATS,
     TOLERANCE,
     declarations,
-    judge,
-    judge_fields,
     setting,
+    trial_load_field,
+    trial_load_fields,
 )
 
 
@@ -72,7 +72,7 @@ class TuneSettings:
     model: str
     # The one budget trials are held to: its value in ms, the percentile, what it holds (end-to-end
     # latency, or TTFT / ITL of a decoupled model's stream) and, for a traffic mix, each model's own.
-    budget: Budget = judge(judge="budget")
+    budget: Budget = trial_load_field(trial_load="budget")
     objective: ObjectiveName = setting(
         objectives.DEFAULT,
         key="objective",
@@ -89,7 +89,7 @@ class TuneSettings:
         flags=("--goodput",),
         kind=GOODPUT_MS,
         flag_only=True,
-        judge="goodput_slo_ms",
+        trial_load="goodput_slo_ms",
         help="With --objective goodput: the SLOs, e.g. ttft:200ms,itl:20ms.",
     )
     trials: int | None = setting(
@@ -123,7 +123,7 @@ class TuneSettings:
         key="protocol",
         flags=("-i", "--protocol"),
         choices=("http", "grpc"),
-        judge="protocol",
+        trial_load="protocol",
         help="Protocol of the trials' requests.",
     )
     max_concurrency: int = setting(
@@ -132,7 +132,7 @@ class TuneSettings:
         flags=("--max-concurrency",),
         kind=INT,
         minimum=1,
-        judge="max_concurrency",
+        trial_load="max_concurrency",
         help="Closed loop (--load concurrency; a decoupled model's default): highest concurrency tried per trial.",
     )
     measurement_interval_ms: float = setting(
@@ -141,13 +141,13 @@ class TuneSettings:
         flags=("--measurement-interval",),
         kind=FLOAT,
         unit="ms",
-        judge="measurement_interval_ms",
+        trial_load="measurement_interval_ms",
         help="Window length in ms.",
     )
-    min_windows: int = setting(3, judge="min_windows")
-    max_windows: int = setting(6, judge="max_windows")
-    stability_percentage: float = setting(15.0, judge="stability_percentage")
-    warmup_s: float = setting(0.5, judge="warmup_s")
+    min_windows: int = setting(3, trial_load="min_windows")
+    max_windows: int = setting(6, trial_load="max_windows")
+    stability_percentage: float = setting(15.0, trial_load="stability_percentage")
+    warmup_s: float = setting(0.5, trial_load="warmup_s")
     # The first measurement after a config is put on the server warms up this long (at least): the
     # first second or so after a reload serves slowly (a short window right after a reload can read
     # the p99 ten times what it reads a second later at the same rate), and a level that reads its
@@ -186,7 +186,7 @@ class TuneSettings:
     # Concurrency search: start where the most similar trial met the budget, gallop and bisect a
     # sqrt(2) ladder from there, and end a level as soon as it is clearly over or under the budget.
     # False: every level from 1 by doubling.
-    adaptive_load: bool = setting(True, judge="stop_when_decided")
+    adaptive_load: bool = setting(True, trial_load="stop_when_decided")
     command: tuple[str, ...] = ()
     # Load: open loop ("rate": the figure is the highest sustainable arrival rate, Poisson or
     # constant arrivals), closed loop ("concurrency": N clients in lockstep) or a trace replayed.
@@ -216,7 +216,7 @@ class TuneSettings:
         flags=("--arrival",),
         choices=("poisson", "constant"),
         checked_choices=True,
-        judge="distribution",
+        trial_load="distribution",
         help="With --load rate.",
     )
     max_rate_rps: float = setting(
@@ -226,7 +226,7 @@ class TuneSettings:
         kind=FLOAT,
         unit="req/s",
         flag_only=True,
-        judge="max_rate_rps",
+        trial_load="max_rate_rps",
         help="With --load rate: highest rate tried.",
     )
     confirm_repeats: int = setting(
@@ -248,7 +248,7 @@ class TuneSettings:
     )
     # A traffic mix (perfkit tune -m A -m B --mix A:3,B:1 --latency-budget A:20ms,B:50ms): the models
     # (model is the first) and their weights; each model's budget is the budget's per_model_ms
-    mix: tuple[tuple[str, int], ...] = setting((), judge="mix")
+    mix: tuple[tuple[str, int], ...] = setting((), trial_load="mix")
 
     def __post_init__(self) -> None:
         for decl in FIELD_SETTINGS:
@@ -343,11 +343,11 @@ class TuneSettings:
             return None
         return self.max_time_s - min(confirmation_reserve_s(self), self.max_time_s / 2)
 
-    def judge_settings(self, metrics_url: str | None, *, streaming: bool = False) -> JudgeSettings:
+    def trial_load_settings(self, metrics_url: str | None, *, streaming: bool = False) -> TrialLoadSettings:
         """How each trial is measured; streaming for a decoupled model. The settings that feed it
-        as they are say so in their declaration (judge=...); the rest depend on the trial."""
-        return JudgeSettings(
-            **judge_fields(self, FIELD_SETTINGS),
+        as they are say so in their declaration (trial_load=...); the rest depend on the trial."""
+        return TrialLoadSettings(
+            **trial_load_fields(self, FIELD_SETTINGS),
             streaming=streaming,
             collect_metrics=self.max_gpu_memory_bytes is not None,
             metrics_url=metrics_url,

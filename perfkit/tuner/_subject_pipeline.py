@@ -1,6 +1,6 @@
 """A pipeline as the subject of a tune: one trial serves every step's candidate config (then
 the ensemble, which Triton re-validates against them), the pipeline's entry model is measured
-under the end-to-end budget with the one trial judge, and each step's queue and compute time and
+under the end-to-end budget with the one trial trial_load, and each step's queue and compute time and
 the batches Triton formed are recorded. The step that costs most steers the next trial. Every
 config the search touches is held by the route's guard; --apply installs the whole winning set
 or nothing. A traffic mix (_subject_mix) is this subject over the models of the mix.

@@ -1,5 +1,5 @@
 """One trial, whatever the subject: ask a candidate, put it on the server (through the subject's
-route), check its outputs against the original's, find its highest load within budget, judge,
+route), check its outputs against the original's, find its highest load within budget, trial_load,
 tell. The search state shared by the trials lives in TrialRunner; what the config search's
 strategy knows of a trial (a prediction, a ceiling) it asks of its Search (tuner/_search)."""
 
@@ -42,7 +42,7 @@ from perfkit.tuner._events import (
     TuneEvent,
     fmt_params,
 )
-from perfkit.tuner._find_load import JudgeSettings, Measure, OutOfTime, find_load, start_concurrency
+from perfkit.tuner._find_load import Measure, OutOfTime, TrialLoadSettings, find_load, start_concurrency
 from perfkit.tuner._load_start import load_start
 from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import TuneSettings, default_output_dir
@@ -65,8 +65,8 @@ def _default_measure() -> Measure:
     return profile  # type: ignore[no-any-return]  # measure's module is typed; the lazy import is not
 
 
-def trial_load(server: Server, settings: TuneSettings, subject: Subject) -> JudgeSettings:
-    """How the subject's trials are loaded and measured (the runner's judge, and what the search
+def trial_load_of(server: Server, settings: TuneSettings, subject: Subject) -> TrialLoadSettings:
+    """How the subject's trials are loaded and measured (the runner's trial_load, and what the search
     is chosen under). Raises UsageError for a budget or an objective the model cannot be held to."""
     decoupled = is_decoupled(subject.original_cfg, subject.space.backend)
     check_budget_metric(settings.budget.metric, subject.model, decoupled)
@@ -75,12 +75,13 @@ def trial_load(server: Server, settings: TuneSettings, subject: Subject) -> Judg
             f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {subject.model!r} is not decoupled",
             hint="use --objective throughput",
         )
-    return settings.judge_settings(server.endpoints.metrics_url, streaming=decoupled)
+    return settings.trial_load_settings(server.endpoints.metrics_url, streaming=decoupled)
 
 
 class TrialRunner:
-    """One worker's search over a subject: its space, the judge, the config search's strategy
-    (`search`: measured or predicted, chosen before the runner), and what earlier trials learned."""
+    """One worker's search over a subject: its space, how its trials are loaded (trial_load), the
+    config search's strategy (`search`: measured or predicted, chosen before the runner), and what
+    earlier trials learned."""
 
     def __init__(
         self,
@@ -91,9 +92,9 @@ class TrialRunner:
         on_event: OnEvent,
         *,
         search: Search,
-        judge: JudgeSettings,
+        trial_load: TrialLoadSettings,
     ) -> None:
-        """`judge`: trial_load(server, settings, subject)."""
+        """`trial_load`: trial_load_of(server, settings, subject)."""
         self.server = server
         self.s = settings
         self.subject = subject
@@ -106,7 +107,7 @@ class TrialRunner:
         self.storage_url = settings.storage or f"sqlite:///{(self.out_dir / 'study.db').resolve()}"
         self.study_name = settings.study_name or subject.default_study_name
         self.decoupled = is_decoupled(subject.original_cfg, self.space.backend)
-        self.judge = judge
+        self.trial_load = trial_load
         self.trial_configs: dict[int, str] = {}
         self.started = time.monotonic()
         self.out_of_time = False  # a trial's load search reached the search's deadline (--max-time)
@@ -274,7 +275,7 @@ class TrialRunner:
         pct = budget_label(self.s.budget.metric, self.s.budget.percentile)
         if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
-            lowest = "the lowest rate tried" if self.judge.open_loop else "concurrency 1"
+            lowest = "the lowest rate tried" if self.trial_load.open_loop else "concurrency 1"
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
             if verdict.held_elsewhere_rps is not None:
                 reason += (
@@ -299,7 +300,7 @@ class TrialRunner:
                                 label))  # fmt: skip
 
     def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
-        mode = self.judge.level(1).mode
+        mode = self.trial_load.level(1).mode
         out = []
         for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
             st = _trial_state.read(t)
@@ -331,7 +332,7 @@ class TrialRunner:
         queued = _trial_state.read(trial).predicted_rps  # the predicted search queued it: start near the answer
         hints = self.search.load_hints(study, params, is_original=is_original, queued=queued is not None)
         how = load_start(
-            self.judge,
+            self.trial_load,
             history_start=start_concurrency(self._load_history(study), params) if self.s.adaptive_load else None,
             queued_rps=queued,
             predicted_rps=hints.predicted_rps,
@@ -342,7 +343,7 @@ class TrialRunner:
         )
         t1 = time.monotonic()
         try:
-            record = find_load(self.measure, self.server, how.judge, self.model, how.start, command=self.s.command,
+            record = find_load(self.measure, self.server, how.trial_load, self.model, how.start, command=self.s.command,
                                record_path=record_path, deadline=self.search_deadline(),
                                start_suffices=how.start_suffices, predicted=how.from_prediction,
                                first_warmup_s=self.s.reload_warmup_s if self.reloaded else 0.0,

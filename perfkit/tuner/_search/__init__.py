@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from perfkit.records import Calibration, TuneRecord
     from perfkit.tuner._events import TuneEvent
-    from perfkit.tuner._find_load import JudgeSettings
+    from perfkit.tuner._find_load import TrialLoadSettings
     from perfkit.tuner._load_start import LoadHints
     from perfkit.tuner._settings import TuneSettings
     from perfkit.tuner._subject import Subject
@@ -111,7 +111,7 @@ def shared_choice(settings: TuneSettings) -> SearchChoice | None:
     return SearchChoice("measure", ON_RAY) if settings.search == "auto" else None
 
 
-def choose(settings: TuneSettings, subject: Subject, trial_load: JudgeSettings, *, shared: bool = False) -> Search:
+def choose(settings: TuneSettings, subject: Subject, trial_load: TrialLoadSettings, *, shared: bool = False) -> Search:
     """The search a tune runs: --search measure or predict as asked, or auto's choice for the
     subject's kind under the trials' load (`trial_load`: open loop or not, its mode) over the
     space's knobs; `shared`: a study several --ray workers share (the launcher told auto's line).

@@ -45,7 +45,7 @@ def choose_search(
     knobs: Sequence[str],
 ) -> SearchChoice:
     """The search for settings `s` (search auto, measure or predict) on a subject of that kind,
-    under the judge's load (open loop or not, its mode), over the space's dimension names `knobs`
+    under the trials' load (open loop or not, its mode), over the space's dimension names `knobs`
     (a pipeline's "<step>.<knob>")."""
     if s.search != "auto":
         return SearchChoice(s.search)

@@ -16,7 +16,7 @@ from perfkit import predict
 from perfkit.errors import UsageError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._search._predict_points import batcher_from, dimension_values
 from perfkit.tuner._search._request_path import instances_ceiling_rps
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
@@ -81,7 +81,7 @@ def _spec(t: TrialRunner, clients: int) -> ProfileSpec:
     return ProfileSpec(
         model=t.model,
         levels=(LoadLevel("concurrency", float(clients)),),
-        protocol="grpc" if t.judge.protocol == "grpc" else "http",
+        protocol="grpc" if t.trial_load.protocol == "grpc" else "http",
         measurement_interval_ms=CALIBRATION_LEVEL_S * 1e3,
         max_trials=1,
         min_windows=1,
@@ -91,7 +91,7 @@ def _spec(t: TrialRunner, clients: int) -> ProfileSpec:
 
 def _rate_spec(t: TrialRunner, rate_rps: float) -> ProfileSpec:
     """One open-loop level at rate_rps, the tune's arrival process, one window."""
-    dist: Any = t.judge.distribution  # "poisson" or "constant", as JudgeSettings.level passes it
+    dist: Any = t.trial_load.distribution  # "poisson" or "constant", as TrialLoadSettings.level passes it
     return dataclasses.replace(_spec(t, 1), levels=(LoadLevel("request_rate", float(rate_rps), dist),))
 
 
@@ -113,7 +113,7 @@ def calibrate(t: TrialRunner) -> Calibration:
             "--search predict tunes one model or an ensemble; traffic mixes are searched by measurement",
             hint="use --search measure",
         )
-    check_predictable(t.judge)
+    check_predictable(t.trial_load)
     started = time.monotonic()
     orig = t.space.original_params
     mbs_dim = next((d for d in t.space.dimensions if d.name == P_MBS), None)
@@ -142,7 +142,9 @@ def calibrate(t: TrialRunner) -> Calibration:
         host_points: tuple[CalibrationPoint, ...] = ()
         if top > 1:  # the largest batches, overloaded: is it the instance or the request path that holds?
             fastest = max((p.batch_size / p.service_us * 1e6 for p in points), default=0.0)
-            offered = min(t.judge.max_rate_rps, HOST_OVERLOAD * fastest) if fastest > 0 else t.judge.max_rate_rps
+            offered = (
+                min(t.trial_load.max_rate_rps, HOST_OVERLOAD * fastest) if fastest > 0 else t.trial_load.max_rate_rps
+            )
             host_rps = _level(t, _rate_spec(t, offered)).throughput_infer_per_s
             host_points = predict.batch_points(after, t.server.model_stats(t.model), t.model)
         rates: list[float] = []
@@ -181,7 +183,9 @@ def calibrate(t: TrialRunner) -> Calibration:
         if top > 1 and len(rates) == 2 and not predict.host_bound(fitted(0.0).host_busy):
             loaded_last = {**batch, P_COUNT: counts[1]}
             t.put_candidate(subject.candidate(loaded_last, is_original=False, number=-1).text)
-            scaled_rps = _level(t, _rate_spec(t, min(t.judge.max_rate_rps, offered * counts[1]))).throughput_infer_per_s
+            scaled_rps = _level(
+                t, _rate_spec(t, min(t.trial_load.max_rate_rps, offered * counts[1]))
+            ).throughput_infer_per_s
         if top > 1 and (cal := fitted(0.0)).host_us > 0:  # the path holds: what does it hold within the budget?
             delay_dim = next((d for d in t.space.dimensions if d.name == P_DELAY), None)
             delays = dimension_values(delay_dim) if delay_dim is not None else []
@@ -223,7 +227,7 @@ def _held_rate(t: TrialRunner, saturated_rps: float) -> float:
     bounds, sat up to 15% under what the path held); 0 where none does."""
 
     def holds(rate: float) -> bool:
-        return t.judge.budget.within(_level(t, _rate_spec(t, rate)))
+        return t.trial_load.budget.within(_level(t, _rate_spec(t, rate)))
 
     for k in range(1, HELD_LEVELS + 1):
         rate = saturated_rps * HELD_STEP**k
@@ -233,7 +237,7 @@ def _held_rate(t: TrialRunner, saturated_rps: float) -> float:
     return 0.0
 
 
-def check_predictable(trial_load: JudgeSettings) -> None:
+def check_predictable(trial_load: TrialLoadSettings) -> None:
     """Raises UsageError for a load the prediction does not model (closed loop, a trace)."""
     if not trial_load.open_loop or trial_load.load_mode == "trace":
         raise UsageError(

@@ -70,7 +70,7 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
     counts measured on the step itself. Every step's config is put back after. Raises UsageError
     for a load the prediction does not model, MeasurementError when a step executed nothing, and
     what measuring raises."""
-    check_predictable(t.judge)
+    check_predictable(t.trial_load)
     subject = t.subject
     p = subject.pipeline
     assert p is not None  # an ensemble's subject holds its pipeline

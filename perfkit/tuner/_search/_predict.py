@@ -237,7 +237,7 @@ class Predictor:
             return None
         cfg = self.key({**self.t.original_fixed_params(), **params})
         return simulated_latency_us(self.calibration, cfg, rate_rps, percentile=b.percentile,
-                                    arrival=self.t.judge.distribution, requests=SIM_REQUESTS)  # fmt: skip
+                                    arrival=self.t.trial_load.distribution, requests=SIM_REQUESTS)  # fmt: skip
 
     def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
         """After a trial is checked against its prediction (a pipeline's search adds its steps)."""
@@ -289,7 +289,7 @@ class Predictor:
         cfgs = [batcher_config(self.t, p) for p in points]
         service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
         budget_us, percentile = self.t.s.budget.latency_budget_us, self.t.s.budget.percentile
-        arrival = self.t.judge.distribution
+        arrival = self.t.trial_load.distribution
         results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
                                       arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip
         simulated = sum(1 for r in results if not r.bounded)

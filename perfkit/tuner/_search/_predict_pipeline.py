@@ -205,7 +205,8 @@ class PipelinePredictor(Predictor):
             cfgs = [batcher_from(s.space.original_params, q) for q in points]
             results = predict.score_space(
                 cfgs, svc, max(budget_us - rest, 0.1 * budget_us), percentile=self.t.s.budget.percentile,
-                contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST, arrival=self.t.judge.distribution,
+                contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST,
+                arrival=self.t.trial_load.distribution,
             )  # fmt: skip
             scored += len(cfgs)
             by_cfg = {r.config: r for r in results}
@@ -224,7 +225,7 @@ class PipelinePredictor(Predictor):
         original_steps = self.steps(self.configs(original))
         scored_sets = predict.score_pipelines(
             [*cands, original_steps], budget_us, percentile=self.t.s.budget.percentile,
-            overhead_us=cal.overhead_us, keep=TOP_MEASURED, arrival=self.t.judge.distribution,
+            overhead_us=cal.overhead_us, keep=TOP_MEASURED, arrival=self.t.trial_load.distribution,
         )  # fmt: skip
         by_key = {r.configs: r for r in scored_sets}
         self.predicted = {k: r.rate_rps for k, r in by_key.items() if not r.bounded and r.rate_rps > 0}
@@ -232,7 +233,7 @@ class PipelinePredictor(Predictor):
         if mine not in self.predicted:
             own = predict.pipeline_rate(original_steps, budget_us,
                                         percentile=self.t.s.budget.percentile, overhead_us=cal.overhead_us,
-                                        arrival=self.t.judge.distribution)  # fmt: skip
+                                        arrival=self.t.trial_load.distribution)  # fmt: skip
             if own.rate_rps > 0:
                 self.predicted[mine] = own.rate_rps
         top: list[dict[str, Any]] = []
@@ -285,7 +286,7 @@ class PipelinePredictor(Predictor):
         ]
         again = predict.pipeline_rate(steps, self.t.s.budget.latency_budget_us,
                                       percentile=self.t.s.budget.percentile, overhead_us=self.calibration.overhead_us,
-                                      arrival=self.t.judge.distribution).rate_rps  # fmt: skip
+                                      arrival=self.t.trial_load.distribution).rate_rps  # fmt: skip
         shown = ", ".join(f"{m} x{v:.2f}" for m, v in scale.items() if v < 1.0)
         return max(taken_up, again), f", nor predicted again with the executions measured ({shown}): {again:.0f} req/s"
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from perfkit.records import Calibration, TuneRecord
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._load_start import LoadHints
 from perfkit.tuner._search._measured import MeasuredSearch
 from perfkit.tuner._search._model_calibrate import check_predictable
@@ -88,7 +88,7 @@ class PredictedSearch:
 
 
 def predicted_search(
-    subject: Subject, trial_load: JudgeSettings, reason: str, *, told: TuneEvent | None
+    subject: Subject, trial_load: TrialLoadSettings, reason: str, *, told: TuneEvent | None
 ) -> PredictedSearch | MeasuredSearch:
     """The predicted search for the subject's kind: an ensemble's predictor, one model's (a traffic
     mix's calibration refuses it when the study is seeded); a BLS pipeline is searched by

@@ -11,8 +11,8 @@ import time
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.measure import over_latency_threshold
 from perfkit.records import Budget, LevelResult, RunRecord
-from perfkit.tuner import JudgeSettings, judge_trial
-from perfkit.tuner._find_load import find_load
+from perfkit.tuner import judge_trial
+from perfkit.tuner._find_load import TrialLoadSettings, find_load
 
 BUDGET = Budget(50.0, 99.0)  # synthetic levels' p99 is 1.3x their latency_ms: 13 ms at 10
 
@@ -27,7 +27,7 @@ def _open_loop(rate: float, sent_rps: float) -> LevelResult:
 
 
 def test_a_level_with_errors_or_a_shortfall_under_the_percentile_is_not_within_budget_for_every_judge():
-    spec = JudgeSettings(budget=BUDGET).spec("m")  # the tuner's sweep: measure's threshold at the budget
+    spec = TrialLoadSettings(budget=BUDGET).spec("m")  # the tuner's sweep: measure's threshold at the budget
     errors = synthetic_level(concurrency=4, latency_ms=10, errors=3)
     behind = _open_loop(100.0, 70.0)  # 420 sent of 600 due
     for lv in (errors, behind):
@@ -43,7 +43,7 @@ def test_a_level_with_errors_or_a_shortfall_under_the_percentile_is_not_within_b
 
 
 def test_a_level_over_the_percentile_is_over_by_both_rules():
-    spec = JudgeSettings(budget=BUDGET).spec("m")
+    spec = TrialLoadSettings(budget=BUDGET).spec("m")
     slow = synthetic_level(concurrency=8, latency_ms=60)  # p99 78 ms
     assert over_latency_threshold(spec, slow) and not BUDGET.within(slow)
 
@@ -58,7 +58,7 @@ def test_the_level_by_level_search_stops_at_the_first_level_not_within_budget():
         measured.append(c)
         return _run(synthetic_level(concurrency=c, latency_ms=10, errors=3 if c == 4 else 0))
 
-    judge = JudgeSettings(budget=BUDGET, max_concurrency=16)
-    rec = find_load(measure, None, judge, "m", None, deadline=time.monotonic() + 3600)
+    trial_load = TrialLoadSettings(budget=BUDGET, max_concurrency=16)
+    rec = find_load(measure, None, trial_load, "m", None, deadline=time.monotonic() + 3600)
     assert measured == [1.0, 2.0, 4.0]
     assert judge_trial(rec, BUDGET).feasible_load == synthetic_level(concurrency=2).load

@@ -21,7 +21,7 @@ from perfkit.recorder import t95_one_sided
 from perfkit.records import Budget, Drift, LoadLevel, Precision
 from perfkit.tuner._claim_stats import cannot_hold, latency_bound_us, summarize_repeats
 from perfkit.tuner._confirm import ConfirmSettings, confirm_one
-from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._find_load import TrialLoadSettings
 
 BUDGET = Budget(150.0, 99.0, "latency")
 
@@ -71,9 +71,11 @@ def _runner(tmp_path: Path, p99_ms: Callable[[float], float]) -> tuple[SimpleNam
         measured.append(rate)
         return synthetic_record([_level(rate, p99_ms(rate))], model=spec.model)
 
-    judge = JudgeSettings(budget=BUDGET, load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=BUDGET, load_mode="rate", max_rate_rps=10_000.0)
     s = SimpleNamespace(command=(), budget=BUDGET)
-    return SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=s, server=None), measured
+    return SimpleNamespace(
+        measure=measure, trial_load=trial_load, model="m", out_dir=tmp_path, s=s, server=None
+    ), measured
 
 
 def _readings(values: list[float]) -> Callable[[float], float]:
@@ -87,7 +89,7 @@ CS = ConfirmSettings(repeats=3, min_windows=1, max_windows=1)
 def test_more_runs_are_made_where_only_the_bound_is_over_and_they_could_bring_it_under(tmp_path: Path):
     # 146, 141, 147: the bound with 3 runs is over 150 ms, with 5 alike it would not be; so with 4 (147)
     t, measured = _runner(tmp_path, _readings([146.0, 141.0, 147.0, 147.0, 144.0, 140.0]))
-    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    c = confirm_one(t, 1, t.trial_load.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert measured == [845.0] * 5
     assert c.held and c.repeats == 5 and c.load.value == 845.0 and c.latency_ucb_us <= 150e3
 
@@ -99,7 +101,7 @@ def test_no_more_runs_where_they_could_not_help_and_the_next_rate_is_half_a_step
 
     edge = iter([147.2, 142.59, 149.25])
     t, measured = _runner(tmp_path, p99)
-    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    c = confirm_one(t, 1, t.trial_load.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert measured == [845.0] * 3 + [809.0] * 3
     assert c.held and c.load.value == 809.0 and c.searched_load is not None and c.searched_load.value == 845.0
     assert "half a step down" in c.note
@@ -107,7 +109,7 @@ def test_no_more_runs_where_they_could_not_help_and_the_next_rate_is_half_a_step
 
 def test_a_run_over_the_budget_steps_a_whole_step_down(tmp_path: Path):
     t, measured = _runner(tmp_path, lambda rate: 160.0 if rate > 800 else 120.0)
-    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    c = confirm_one(t, 1, t.trial_load.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert measured[0] == 845.0 and measured[1:] == [775.0] * 3  # 845 / 2**(1/8), on the ladder
     assert c.held and "half a step" not in c.note
 
@@ -125,7 +127,7 @@ def test_a_first_run_that_warmed_up_late_is_made_once_more_and_not_counted(tmp_p
 
     t, _ = _runner(tmp_path, lambda rate: 0.0)
     t.measure = measure
-    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    c = confirm_one(t, 1, t.trial_load.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert c.held and c.repeats == 3 and c.load.value == 845.0 and c.latency_us == pytest.approx(141e3, rel=0.01)
     assert len(list((tmp_path / "confirm").glob("trial-001-845-*.json"))) == 4  # the settling run kept on file
 
@@ -134,7 +136,7 @@ def test_a_first_run_that_warmed_up_late_is_made_once_more_and_not_counted(tmp_p
         runs = iter([(170.0, d) for d in drifts] + [(140.0, None)] * 3)
         t, _ = _runner(tmp_path / str(len(drifts)), lambda rate: 0.0)
         t.measure = measure
-        c = confirm_one(t, 1, t.judge.level(845.0), CS, max_steps=0)  # type: ignore[arg-type]  # as above
+        c = confirm_one(t, 1, t.trial_load.level(845.0), CS, max_steps=0)  # type: ignore[arg-type]  # as above
         assert not c.held and c.repeats == 1 and "over the budget" in c.note
 
 
@@ -173,7 +175,7 @@ def test_a_first_run_whose_first_windows_read_far_over_the_rest_is_made_once_mor
 
     t, _ = _runner(tmp_path, lambda rate: 0.0)
     t.measure = measure
-    c = confirm_one(t, 1, t.judge.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    c = confirm_one(t, 1, t.trial_load.level(845.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert c.held and c.repeats == 3 and c.load.value == 845.0
     assert len(list((tmp_path / "confirm").glob("trial-001-845-*.json"))) == 4  # the settling run kept on file
 
@@ -194,6 +196,6 @@ def test_one_run_within_the_budget_that_rules_its_rate_out_by_its_bound_alone_st
     t, _ = _runner(tmp_path, lambda rate: 0.0)
     t.measure = measure
     assert cannot_hold(_level(875.0, 149.1, rel=0.014), BUDGET, 3)
-    c = confirm_one(t, 1, t.judge.level(875.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    c = confirm_one(t, 1, t.trial_load.level(875.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert measured == [875.0] + [838.0] * 3, measured
     assert c.held and c.load.value == 838.0 and "half a step down" in c.note

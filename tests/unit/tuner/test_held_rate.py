@@ -12,7 +12,7 @@ import pytest
 
 from perfkit.gate.synthetic import synthetic_level, synthetic_record
 from perfkit.records import Budget, ProfileSpec
-from perfkit.tuner._find_load import JudgeSettings
+from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._search._model_calibrate import HELD_STEP, _held_rate, held_config
 
 SATURATED_RPS = 10_923.0
@@ -29,8 +29,8 @@ def _runner(holds_up_to_rps: float) -> tuple[SimpleNamespace, list[float]]:
         p99_ms = 5.0 if rate <= holds_up_to_rps else 60.0
         return synthetic_record([synthetic_level(latency_ms=p99_ms / 1.3, noise=0.0)], model=spec.model)
 
-    judge = JudgeSettings(budget=BUDGET, load_mode="rate", protocol="grpc")
-    return SimpleNamespace(measure=measure, judge=judge, model="m", server=None), rates
+    trial_load = TrialLoadSettings(budget=BUDGET, load_mode="rate", protocol="grpc")
+    return SimpleNamespace(measure=measure, trial_load=trial_load, model="m", server=None), rates
 
 
 @pytest.mark.parametrize(

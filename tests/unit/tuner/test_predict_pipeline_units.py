@@ -108,7 +108,7 @@ class _TwoSteps(PipelinePredictor):
 def _two_steps() -> _TwoSteps:
     t = SimpleNamespace(
         s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency")),
-        judge=SimpleNamespace(distribution="poisson"),
+        trial_load=SimpleNamespace(distribution="poisson"),
         original_fixed_params=dict,
     )
     ps = _TwoSteps(t, calibration=Calibration("two", (), 0.0, 0.0, 0.01, 0.01, overhead_us=100.0))  # type: ignore[arg-type]  # a stand-in runner

@@ -17,7 +17,7 @@ from perfkit.gate.synthetic import synthetic_level
 from perfkit.records import Budget, Confirmation, LoadLevel, Machine, TrialRecord, TuneRecord, open_loop_shortfall
 from perfkit.tuner._claim_stats import describe, summarize_repeats
 from perfkit.tuner._confirm import ConfirmSettings, repeat_windows
-from perfkit.tuner._find_load import JudgeSettings, rate_ladder, start_on, step_below
+from perfkit.tuner._find_load import TrialLoadSettings, rate_ladder, start_on, step_below
 from perfkit.tuner._outputs import trials_frame
 from perfkit.tuner._record import summary
 from perfkit.tuner._search import MeasuredSearch
@@ -177,9 +177,9 @@ def test_rate_ladder_and_levels():
     assert all(1.05 < r < 1.13 for r in ratios[9:-1])  # 2**(1/8) apart (rounded to 3 digits)
     assert step_below(values, 100.0) == pytest.approx(91.7) and step_below(values, values[0]) is None
     assert start_on(values, 101.0) == 100.0
-    js = JudgeSettings(budget=Budget(50), load_mode="rate", distribution="constant")
+    js = TrialLoadSettings(budget=Budget(50), load_mode="rate", distribution="constant")
     assert js.level(120.0) == LoadLevel("request_rate", 120.0, "constant")
-    assert JudgeSettings(budget=Budget(50)).level(6.0) == LoadLevel("concurrency", 6.0)
+    assert TrialLoadSettings(budget=Budget(50)).level(6.0) == LoadLevel("concurrency", 6.0)
 
 
 def test_queueing_models_agree_with_their_closed_forms():
@@ -247,9 +247,9 @@ def _runner_over_above_660(tmp_path: Path, measured: list[float]):
         )  # fmt: skip
         return synthetic_record([level], model=spec.model)
 
-    judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
     settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"))
-    return SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None)
+    return SimpleNamespace(measure=measure, trial_load=trial_load, model="m", out_dir=tmp_path, s=settings, server=None)
 
 
 def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_path: Path):
@@ -258,9 +258,9 @@ def test_a_rival_is_not_stepped_down_to_the_load_where_a_pick_already_holds(tmp_
 
     measured: list[float] = []
     t = _runner_over_above_660(tmp_path, measured)
-    judge = t.judge
+    trial_load = t.trial_load
     cs = ConfirmSettings(repeats=2, min_windows=1, max_windows=1)
-    start = judge.level(717.0)
+    start = trial_load.level(717.0)
     alone = confirm_one(t, 1, start, cs)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert alone.held and alone.load.value < 717.0 and alone.searched_load == start  # stepped down
     measured.clear()
@@ -283,8 +283,8 @@ def test_a_rate_one_repeat_rules_out_is_not_repeated_and_the_claim_steps_down(tm
 
     measured: list[float] = []
     t = _runner_over_above_660(tmp_path, measured)
-    judge = t.judge
-    conf = confirm_one(t, 1, judge.level(717.0), ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    trial_load = t.trial_load
+    conf = confirm_one(t, 1, trial_load.level(717.0), ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
     # 717 read over the budget in its first run: no claim could hold there, so it was not run again;
     # the next rate down (657) held in all three runs
     assert measured == [717.0, 657.0, 657.0, 657.0], measured
@@ -339,9 +339,9 @@ def _runner_of(tmp_path: Path, limits: dict[str, float]):
         )  # fmt: skip
         return synthetic_record([level], model=spec.model)
 
-    judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=Budget(150), load_mode="rate", max_rate_rps=10_000.0)
     settings = SimpleNamespace(command=(), budget=Budget(150.0, 99.0, "latency"), max_time_s=None)
-    t = SimpleNamespace(measure=measure, judge=judge, model="m", out_dir=tmp_path, s=settings, server=None,
+    t = SimpleNamespace(measure=measure, trial_load=trial_load, model="m", out_dir=tmp_path, s=settings, server=None,
                         put_candidate=serving.append, emit=events.append, started=0.0,
                         search=MeasuredSearch("measured"))  # fmt: skip
     return t, serving, measured, events
@@ -439,7 +439,7 @@ def test_at_a_rate_a_config_read_with_more_room_failed_one_read_with_less_starts
     from perfkit.tuner._events import ConfirmSkipped
 
     t, _, measured, events = _runner_of(tmp_path, {"A": 4900.0, "B": 4900.0, "C": 4900.0})
-    t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
+    t.trial_load = TrialLoadSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
     study = _study_of({"A": 5100.0, "B": 5100.0, "C": 5100.0},
                       latency_us={"A": 84_000.0, "B": 138_000.0, "C": 126_000.0})  # fmt: skip
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
@@ -456,11 +456,11 @@ def test_at_a_rate_a_config_read_with_more_room_failed_one_read_with_less_starts
     # there; one read with a p99 A's interval reaches is not
     from perfkit.tuner._confirm import _failed_above
 
-    level = t.judge.level(5100.0)
+    level = t.trial_load.level(5100.0)
     a, b = study.trials[0], study.trials[1]
     assert _failed_above({(5100.0, 1.0): a}, level, level, b, 1.0) == 0
     assert _failed_above({(5100.0, 1.0): b}, level, level, a, 1.0) is None  # 84 ms against 138: surely lower
-    assert _failed_above({(5100.0, 1.0): a}, t.judge.level(4680.0), level, b, 1.0) is None  # started elsewhere
+    assert _failed_above({(5100.0, 1.0): a}, t.trial_load.level(4680.0), level, b, 1.0) is None  # started elsewhere
     close = _study_of({"A": 5100.0, "B": 5100.0}, latency_us={"A": 84_000.0, "B": 90_000.0},
                       latency_rel={"A": 0.05, "B": 0.05})  # fmt: skip
     assert _failed_above({(5100.0, 1.0): close.trials[0]}, level, level, close.trials[1], 1.0) == 0
@@ -494,7 +494,7 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     from perfkit.tuner._confirm import confirm_picks, confirmations
 
     t, _, measured, _ = _runner_of(tmp_path, {"A": 7700.0})
-    t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
+    t.trial_load = TrialLoadSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
     t.search = SimpleNamespace(confirm_cap={0: 7614.0}.get)
     study = _study_of({"A": 9870.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
@@ -506,7 +506,7 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     # A cap a rounding under a rate of the ladder is that rate (8947 predicted: its ladder's 8950),
     # here the search's own load: confirmed there, as without a cap (before: from 8210, a step down)
     t, _, measured, _ = _runner_of(tmp_path, {"A": 9_000.0})
-    t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
+    t.trial_load = TrialLoadSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
     t.search = SimpleNamespace(confirm_cap={0: 8947.0}.get)
     study = _study_of({"A": 8950.0})
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
@@ -514,7 +514,7 @@ def test_a_capped_confirmation_starts_at_the_cap_and_tells_the_search_load(tmp_p
     # No cap, or one at or above the search's load: the confirmation starts at the search's load
     for cap in (None, 9870.0, 12_000.0):
         t, _, measured, _ = _runner_of(tmp_path, {"A": 10_000.0})
-        t.judge = JudgeSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
+        t.trial_load = TrialLoadSettings(budget=Budget(150), load_mode="rate", max_rate_rps=20_000.0)
         t.search = SimpleNamespace(confirm_cap={0: cap}.get)
         study = _study_of({"A": 9870.0})
         confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above

@@ -15,7 +15,8 @@ from perfkit.campaign import load_sweep
 from perfkit.cli.tune import command
 from perfkit.errors import ConfigError, InputError, UsageError
 from perfkit.records import Budget
-from perfkit.tuner import SETTINGS_KEYS, TUNE_SETTINGS, JudgeSettings, TuneSettings, parse_budget
+from perfkit.tuner import SETTINGS_KEYS, TUNE_SETTINGS, TuneSettings, parse_budget
+from perfkit.tuner._find_load import TrialLoadSettings
 
 # A value the [tune] table may give each declared key.
 SAMPLE = {
@@ -138,11 +139,11 @@ def test_a_flag_not_given_leaves_the_tables_value() -> None:
     assert (given.measurement_interval_ms, given.max_time_s, given.trials) == (500.0, 60.0, None)
 
 
-def test_judge_settings_are_those_the_hand_copy_gave(tmp_path: Path) -> None:
+def test_trial_load_settings_are_those_the_hand_copy_gave(tmp_path: Path) -> None:
     # The hand copy's values, written out: the defaults, a closed-loop decoupled model with every
     # setting that feeds the trial given, a traffic mix, and a trace.
     plain = TuneSettings(model="m", budget=Budget(20))
-    assert plain.judge_settings(None) == JudgeSettings(
+    assert plain.trial_load_settings(None) == TrialLoadSettings(
         budget=Budget(20), streaming=False, max_concurrency=64, protocol="http", measurement_interval_ms=800.0,
         stability_percentage=15.0, min_windows=3, max_windows=6, warmup_s=0.5, collect_metrics=False,
         metrics_url=None, stop_when_decided=True, load_mode="rate", goodput_slo_ms={}, trace=None,
@@ -156,26 +157,26 @@ def test_judge_settings_are_those_the_hand_copy_gave(tmp_path: Path) -> None:
         "streamer", table, flags={"goodput": "ttft:200ms", "max_rate": 5000.0}, adaptive_load=False, min_windows=4,
         max_windows=9, warmup_s=1.0, stability_percentage=10.0,
     )  # fmt: skip
-    judge = given.judge_settings("http://localhost:8002/metrics", streaming=True)
-    assert judge == JudgeSettings(
+    trial_load = given.trial_load_settings("http://localhost:8002/metrics", streaming=True)
+    assert trial_load == TrialLoadSettings(
         budget=Budget(300, 90, "ttft"), streaming=True, max_concurrency=8, protocol="grpc",
         measurement_interval_ms=300.0, stability_percentage=10.0, min_windows=4, max_windows=9, warmup_s=1.0,
         collect_metrics=True, metrics_url="http://localhost:8002/metrics", stop_when_decided=False,
         load_mode="concurrency", goodput_slo_ms={"ttft": 200.0}, trace=None, trace_base_rps=1.0,
         distribution="constant", max_rate_rps=5000.0, mix=(),
     )  # fmt: skip
-    assert judge.goodput_slo_ms is not given.goodput_slo_ms  # a copy, as the hand copy made
+    assert trial_load.goodput_slo_ms is not given.goodput_slo_ms  # a copy, as the hand copy made
 
     parsed, mix = parse_budget(["a", "b"], "a:20ms,b:50ms", "a:3,b:1")
     mixed = TuneSettings.from_mapping("a", {}, flags={"percentile": 95.0}, budget=parsed, mix=mix)
-    assert mixed.judge_settings(None) == dataclasses.replace(
-        plain.judge_settings(None), budget=Budget(20, 95.0, "latency", (("a", 20.0), ("b", 50.0))),
+    assert mixed.trial_load_settings(None) == dataclasses.replace(
+        plain.trial_load_settings(None), budget=Budget(20, 95.0, "latency", (("a", 20.0), ("b", 50.0))),
         mix=(("a", 3), ("b", 1)),
     )  # fmt: skip
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text("".join(json.dumps({"timestamp": 100.0 * i}) + "\n" for i in range(11)))  # 11 over 1 s
     replay = TuneSettings(model="m", budget=Budget(20), load="trace", trace=trace)
-    assert replay.judge_settings(None) == dataclasses.replace(
-        plain.judge_settings(None), load_mode="trace", trace=str(trace), trace_base_rps=11.0
+    assert replay.trial_load_settings(None) == dataclasses.replace(
+        plain.trial_load_settings(None), load_mode="trace", trace=str(trace), trace_base_rps=11.0
     )

@@ -26,7 +26,7 @@ from perfkit.records import (
 )
 from perfkit.server.modelconfig import parse_config, read_config
 from perfkit.tuner import TuneSettings, TuneSpace, apply_params, judge_trial, resolve
-from perfkit.tuner._find_load import JudgeSettings, find_load
+from perfkit.tuner._find_load import TrialLoadSettings, find_load
 from perfkit.tuner._space import candidate_points, extract_params
 from perfkit.tuner._validate import Context, validate
 
@@ -119,11 +119,11 @@ def test_a_stream_budget_on_a_level_without_stream_figures_is_never_met():
 
 
 def test_a_stream_budget_spec_streams_and_leaves_no_end_to_end_threshold_to_measure():
-    judge = JudgeSettings(budget=Budget(300, metric="ttft"), streaming=True, stop_when_decided=True)
-    spec = judge.spec("streamer", (LoadLevel("concurrency", 1.0), LoadLevel("concurrency", 2.0)), bisect=True)
+    trial_load = TrialLoadSettings(budget=Budget(300, metric="ttft"), streaming=True, stop_when_decided=True)
+    spec = trial_load.spec("streamer", (LoadLevel("concurrency", 1.0), LoadLevel("concurrency", 2.0)), bisect=True)
     assert spec.streaming and spec.protocol == "grpc"
     assert spec.latency_threshold_ms is None and not spec.binary_search and not spec.stop_when_decided
-    plain = JudgeSettings(budget=Budget(20), stop_when_decided=True).spec("batcher", bisect=True)
+    plain = TrialLoadSettings(budget=Budget(20), stop_when_decided=True).spec("batcher", bisect=True)
     assert plain.latency_threshold_ms == 20 and plain.binary_search and not plain.streaming
 
 
@@ -137,8 +137,8 @@ def test_stream_budget_loads_are_measured_one_level_at_a_time_up_to_the_first_ov
         c = int(values[0])
         return _run(_stream_level(c, 10 * c, 500, 15.0 * c, 5))
 
-    judge = JudgeSettings(budget=Budget(50, metric="ttft"), streaming=True, max_concurrency=8)
-    rec = find_load(measure, None, judge, "streamer", None)  # type: ignore[arg-type]  # the fake measure needs no server
+    trial_load = TrialLoadSettings(budget=Budget(50, metric="ttft"), streaming=True, max_concurrency=8)
+    rec = find_load(measure, None, trial_load, "streamer", None)  # type: ignore[arg-type]  # the fake measure needs no server
     assert asked == [(1.0,), (2.0,), (4.0,)]  # 4 is over the TTFT budget: 8 is never measured
     assert [int(lv.load.value) for lv in rec.levels] == [1, 2, 4]
     assert judge_trial(rec, latency_budget_ms=50, percentile=99, metric="ttft").feasible_load == LoadLevel(
@@ -147,7 +147,7 @@ def test_stream_budget_loads_are_measured_one_level_at_a_time_up_to_the_first_ov
     asked.clear()
     # an earlier trial met the budget at 2: the search walks up from it a level per run, and the
     # level over the budget that the answer rests on is measured twice
-    bisected = find_load(measure, None, judge, "streamer", 2)  # type: ignore[arg-type]  # as above
+    bisected = find_load(measure, None, trial_load, "streamer", 2)  # type: ignore[arg-type]  # as above
     assert asked == [(2.0,), (3.0,), (4.0,), (4.0,)]
     assert judge_trial(bisected, latency_budget_ms=50, percentile=99, metric="ttft").feasible_load == LoadLevel(
         "concurrency", 3.0
@@ -265,6 +265,6 @@ def test_the_settings_hold_one_budget_from_a_table_or_from_the_flags():
     parsed, mix = parse_budget(["a", "b"], "a:20ms,b:50ms", "a:3,b:1")
     flags = TuneSettings.from_mapping("a", {}, flags={"percentile": 95.0}, budget=parsed, mix=mix)
     assert flags.budget == Budget(20.0, 95.0, "latency", (("a", 20.0), ("b", 50.0)))
-    assert flags.judge_settings(None).budget is flags.budget
+    assert flags.trial_load_settings(None).budget is flags.budget
     with pytest.raises(InputError, match="percentile"):
         TuneSettings.from_mapping("m", {"latency_budget": "20ms", "percentile": "high"})

@@ -18,7 +18,7 @@ from perfkit.records import Budget, MetricSample, ProfileSpec, RunRecord
 from perfkit.tuner import TuneSettings, judge_trial, parse_max_output_diff
 from perfkit.tuner._accuracy import OutputTolerance, compare_outputs
 from perfkit.tuner._events import TrialMeasured, TrialRejected
-from perfkit.tuner._find_load import JudgeSettings, find_load, ladder, start_concurrency
+from perfkit.tuner._find_load import TrialLoadSettings, find_load, ladder, start_concurrency
 from perfkit.tuner._verdict import constraints
 
 BUDGET_MS = 20.0
@@ -51,7 +51,7 @@ class FakeSystem:
         return synthetic_record(levels, model=spec.model)
 
 
-JUDGE = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), max_concurrency=128)
+JUDGE = TrialLoadSettings(budget=Budget(BUDGET_MS, percentile=99), max_concurrency=128)
 
 
 def _best_concurrency(rec: RunRecord) -> int | None:
@@ -134,7 +134,7 @@ def _with_gpu_memory(rec: RunRecord, used_bytes: list[float]) -> RunRecord:
 
 def test_max_gpu_memory_is_a_constraint_read_from_the_runs_gpu_metrics():
     settings = TuneSettings.from_mapping("m", {"latency_budget": "20ms", "max_gpu_memory": "8GiB"})
-    assert settings.max_gpu_memory_bytes == 8 * 2**30 and settings.judge_settings(None).collect_metrics
+    assert settings.max_gpu_memory_bytes == 8 * 2**30 and settings.trial_load_settings(None).collect_metrics
     rec = synthetic_record([synthetic_level(concurrency=c, latency_ms=5, noise=0) for c in (1, 2)])
     big = judge_trial(_with_gpu_memory(rec, [6e9, 9.5e9]), latency_budget_ms=20, percentile=99)
     small = judge_trial(_with_gpu_memory(rec, [3e9, 4e9]), latency_budget_ms=20, percentile=99)
@@ -273,8 +273,8 @@ class FakeRateSystem:
 
 def test_an_open_loop_search_doubles_the_rate_then_bisects():
     sys_ = FakeRateSystem()
-    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
-    rec = find_load(sys_, None, judge, "m", None)
+    trial_load = TrialLoadSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    rec = find_load(sys_, None, trial_load, "m", None)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert v.feasible_load is not None and 380 <= v.feasible_load.value <= 400  # the ladder's resolution
     ups = sys_.measured[: sys_.measured.index(max(sys_.measured))]
@@ -299,9 +299,9 @@ class FakeOverloadSystem:
 
 
 def test_an_overloaded_level_caps_the_open_loop_search_at_the_capacity_it_completed():
-    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     sys_ = FakeOverloadSystem()
-    rec = find_load(sys_, None, judge, "m", 800.0)  # a similar trial sustained 800 req/s
+    rec = find_load(sys_, None, trial_load, "m", 800.0)  # a similar trial sustained 800 req/s
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert v.feasible_load is not None and 73 <= v.feasible_load.value <= 80  # 80 req/s, to the ladder's 9%
     # 800 completed 100 req/s: nothing past 105 is measured again, and the walk down 400, 200 is skipped
@@ -309,31 +309,31 @@ def test_an_overloaded_level_caps_the_open_loop_search_at_the_capacity_it_comple
     assert len(sys_.measured) <= 6, sys_.measured
     # Without the overload (every level keeps up), the same start walks down by halving
     plain = FakeOverloadSystem()
-    plain_rec = find_load(lambda *a, **k: _kept_up(plain(*a, **k)), None, judge, "m", 800.0)
+    plain_rec = find_load(lambda *a, **k: _kept_up(plain(*a, **k)), None, trial_load, "m", 800.0)
     assert judge_trial(plain_rec, latency_budget_ms=BUDGET_MS, percentile=99).feasible_load == v.feasible_load
     assert 400.0 in plain.measured and len(plain.measured) > len(sys_.measured)
 
 
 def test_a_search_that_only_has_to_show_its_start_holds_ends_there_and_walks_down_from_a_start_over():
-    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     sys_ = FakeRateSystem()  # within the budget up to 400 req/s
-    rec = find_load(sys_, None, judge, "m", 200.0, start_suffices=True)
+    rec = find_load(sys_, None, trial_load, "m", 200.0, start_suffices=True)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert sys_.measured == [200.0] and v.feasible_load is not None and v.feasible_load.value == 200.0
     # A start just over the budget is walked down a ladder step at a time to the first level within it
     near = FakeRateSystem()
-    rec = find_load(near, None, judge, "m", 430.0, start_suffices=True)
+    rec = find_load(near, None, trial_load, "m", 430.0, start_suffices=True)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert near.measured == [430.0, 394.0] and v.feasible_load is not None and v.feasible_load.value == 394.0
     # A start far over it: two steps down, still over, then searched down and bisected as usual
     over = FakeRateSystem()
-    rec = find_load(over, None, judge, "m", 600.0, start_suffices=True)
+    rec = find_load(over, None, trial_load, "m", 600.0, start_suffices=True)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert over.measured[:3] == [600.0, 550.0, 505.0] and v.feasible_load is not None
     assert 365 <= v.feasible_load.value <= 400, over.measured
     # Without it the same start holding is only where the search starts: it gallops past it
     plain = FakeRateSystem()
-    find_load(plain, None, judge, "m", 200.0)
+    find_load(plain, None, trial_load, "m", 200.0)
     assert plain.measured[0] == 200.0 and max(plain.measured) > 400.0
 
 
@@ -343,28 +343,28 @@ def test_a_walk_down_that_reaches_what_another_config_holds_without_holding_ends
     config, so its search ends there (the trial is pruned), the walk's next step, 505, not
     measured; a start itself at or under that rate ends at the start. Without that rate, or with
     one under the walk's lowest level, it is searched down and bisected as before."""
-    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     held = FakeRateSystem()  # within the budget up to 400 req/s
-    rec = find_load(held, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=560.0)
+    rec = find_load(held, None, trial_load, "m", 600.0, start_suffices=True, held_elsewhere=560.0)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert held.measured == [600.0, 550.0] and v.feasible_load is None and v.lowest_over_budget
     at_start = FakeRateSystem()
-    rec = find_load(at_start, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=600.0)
+    rec = find_load(at_start, None, trial_load, "m", 600.0, start_suffices=True, held_elsewhere=600.0)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert at_start.measured == [600.0] and v.feasible_load is None and v.lowest_over_budget
     for other in (None, 480.0):
         on = FakeRateSystem()
-        rec = find_load(on, None, judge, "m", 600.0, start_suffices=True, held_elsewhere=other)
+        rec = find_load(on, None, trial_load, "m", 600.0, start_suffices=True, held_elsewhere=other)
         v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
         assert on.measured[:3] == [600.0, 550.0, 505.0] and v.feasible_load is not None, (other, on.measured)
         assert 365 <= v.feasible_load.value <= 400
     # A walk that holds a step down ends there, as it did
     near = FakeRateSystem()
-    rec = find_load(near, None, judge, "m", 430.0, start_suffices=True, held_elsewhere=380.0)
+    rec = find_load(near, None, trial_load, "m", 430.0, start_suffices=True, held_elsewhere=380.0)
     assert near.measured == [430.0, 394.0]
     # Over at a start under what another config holds: the start alone is measured
     under = FakeRateSystem()
-    rec = find_load(under, None, judge, "m", 430.0, start_suffices=True, held_elsewhere=560.0)
+    rec = find_load(under, None, trial_load, "m", 430.0, start_suffices=True, held_elsewhere=560.0)
     assert under.measured == [430.0] and judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99).lowest_over_budget
 
 
@@ -395,13 +395,13 @@ def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(cap
     default = TuneSettings(model="m", budget=Budget(20))
     assert default.load is None  # nothing asked: the rule decides
     assert default.load_for(decoupled=False) == "rate" and default.load_for(decoupled=True) == "concurrency"
-    judge = default.judge_settings(None)
-    assert judge.load_mode == "rate" and judge.open_loop and judge.distribution == "poisson"
-    assert judge.level(100).mode == "request_rate"
-    assert judge.load_line(default=True).startswith("open loop, poisson arrivals") and "(the default)" in (
-        judge.load_line(default=True)
+    trial_load = default.trial_load_settings(None)
+    assert trial_load.load_mode == "rate" and trial_load.open_loop and trial_load.distribution == "poisson"
+    assert trial_load.level(100).mode == "request_rate"
+    assert trial_load.load_line(default=True).startswith("open loop, poisson arrivals") and "(the default)" in (
+        trial_load.load_line(default=True)
     )
-    stream = default.judge_settings(None, streaming=True)
+    stream = default.trial_load_settings(None, streaming=True)
     assert stream.load_mode == "concurrency" and not stream.open_loop
     assert "closed loop for a decoupled model" in stream.load_line(default=True)
     # what is asked is what runs, decoupled or not
@@ -409,9 +409,9 @@ def test_the_default_load_is_open_loop_and_closed_loop_for_a_decoupled_model(cap
                      TuneSettings(model="m", budget=Budget(20), load="rate"))  # fmt: skip
     assert closed.load_for(decoupled=False) == closed.load_for(decoupled=True) == "concurrency"
     assert open_.load_for(decoupled=False) == open_.load_for(decoupled=True) == "rate"
-    assert "(the default" not in TuneSettings(model="m", budget=Budget(20), load="rate").judge_settings(None).load_line(
-        default=False
-    )
+    assert "(the default" not in TuneSettings(model="m", budget=Budget(20), load="rate").trial_load_settings(
+        None
+    ).load_line(default=False)
     # a sweep file's [tune] takes the same default, and its load key as given
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms"}).load is None
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "load": "concurrency"}).load == "concurrency"
@@ -439,9 +439,9 @@ def test_a_deadline_fits_each_level_to_the_time_left_and_ends_the_search_with_wh
         clock[0] += spec.warmup_s + spec.max_trials * spec.measurement_interval_ms / 1e3
         return system(server, spec, **kw)
 
-    judge = dataclasses.replace(JUDGE, measurement_interval_ms=800.0, warmup_s=0.5, min_windows=3, max_windows=6)
+    trial_load = dataclasses.replace(JUDGE, measurement_interval_ms=800.0, warmup_s=0.5, min_windows=3, max_windows=6)
     with pytest.raises(OutOfTime) as ended:
-        find_load(timed, None, judge, "m", start=8, deadline=110.0)
+        find_load(timed, None, trial_load, "m", start=8, deadline=110.0)
     # 10 s: a whole level (0.5 + 6 x 0.8 = 5.3 s), then 4 windows fit (4.7 s left, 1 s for starting
     # and ending a level), then 1 s left holds no 3 windows
     assert windows == [6, 4] and clock[0] <= 110.0
@@ -449,12 +449,12 @@ def test_a_deadline_fits_each_level_to_the_time_left_and_ends_the_search_with_wh
     # Without history the doubling runs a level at a time under a deadline, each fitted the same way
     clock[0], windows[:] = 100.0, []
     with pytest.raises(OutOfTime) as ended:
-        find_load(timed, None, judge, "m", start=None, deadline=112.0)
+        find_load(timed, None, trial_load, "m", start=None, deadline=112.0)
     assert windows == [6, 6] and [lv.load.value for lv in ended.value.record.levels] == [1.0, 2.0]
     # Nothing fits: nothing is measured
     clock[0], windows[:] = 100.0, []
     with pytest.raises(OutOfTime) as ended:
-        find_load(timed, None, judge, "m", start=8, deadline=103.0)
+        find_load(timed, None, trial_load, "m", start=8, deadline=103.0)
     assert windows == [] and ended.value.record is None
     # The first level after a reload warms up 2 s and is fitted with it: 5 windows, not 6, fit
     # in the 7 s left (2 + 5 x 0.8 + 1 s); it ends within the deadline
@@ -466,16 +466,16 @@ def test_a_deadline_fits_each_level_to_the_time_left_and_ends_the_search_with_wh
         return timed(server, spec, **kw)
 
     with pytest.raises(OutOfTime) as ended:
-        find_load(timed_warmup, None, judge, "m", start=8, deadline=107.0, first_warmup_s=2.0)
+        find_load(timed_warmup, None, trial_load, "m", start=8, deadline=107.0, first_warmup_s=2.0)
     assert windows == [5] and warmups == [2.0] and clock[0] <= 107.0, (windows, warmups, clock)
 
 
 def test_a_start_that_could_not_keep_up_is_not_walked_down_a_step_at_a_time():
     # 800 req/s offered, 100 completed: the capacity tells every step down to 105 is over, so the
     # walk a step at a time is skipped and the search goes down by the capacity, as without it
-    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     sys_ = FakeOverloadSystem()
-    rec = find_load(sys_, None, judge, "m", 800.0, start_suffices=True)
+    rec = find_load(sys_, None, trial_load, "m", 800.0, start_suffices=True)
     v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
     assert v.feasible_load is not None and 73 <= v.feasible_load.value <= 80
     assert [x for x in sys_.measured if x > 105] == [800.0], sys_.measured
@@ -485,11 +485,11 @@ def test_a_start_that_could_not_keep_up_is_not_walked_down_a_step_at_a_time():
 def test_a_search_from_a_prediction_moves_by_the_predictions_tolerance_and_needs_fewer_levels(start: float):
     # Within the budget up to 400 req/s, predicted 15% either side of it: from the prediction the
     # search moves 3 rate steps (x1.30) and finds the same answer in fewer levels than doubling.
-    judge = JudgeSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
+    trial_load = TrialLoadSettings(budget=Budget(BUDGET_MS, percentile=99), load_mode="rate", max_rate_rps=10_000.0)
     answers, counts = [], []
     for predicted in (True, False):
         sys_ = FakeRateSystem()
-        rec = find_load(sys_, None, judge, "m", start, predicted=predicted)
+        rec = find_load(sys_, None, trial_load, "m", start, predicted=predicted)
         v = judge_trial(rec, latency_budget_ms=BUDGET_MS, percentile=99)
         assert v.feasible_load is not None
         answers.append(v.feasible_load.value)
@@ -511,7 +511,7 @@ def test_a_trial_stopped_under_what_another_config_holds_is_pruned_saying_so():
     from perfkit.tuner._verdict import TrialVerdict
 
     events: list = []
-    runner = SimpleNamespace(s=TuneSettings(model="m", budget=Budget(20)), judge=SimpleNamespace(open_loop=True),
+    runner = SimpleNamespace(s=TuneSettings(model="m", budget=Budget(20)), trial_load=SimpleNamespace(open_loop=True),
                              emit=events.append)  # fmt: skip
     study = optuna.create_study(direction="maximize")
     for held in (6610.0, None):

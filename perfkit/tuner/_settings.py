@@ -40,6 +40,10 @@ from perfkit.tuner._setting_decl import (
     trial_load_fields,
 )
 
+# The defaults of the settings that feed the trial's load settings as they are: TrialLoadSettings'
+# own, so each is written once (on the record the trials are measured with).
+_TRIAL = {f.name: f.default for f in dataclasses.fields(TrialLoadSettings) if f.default is not dataclasses.MISSING}
+
 
 def parse_budget(
     models: Sequence[str], text: str | float, mix_text: str | None = None
@@ -119,7 +123,7 @@ class TuneSettings:
     resume: bool = False
     apply: bool = False
     protocol: Literal["http", "grpc"] = setting(
-        "http",
+        _TRIAL["protocol"],
         key="protocol",
         flags=("-i", "--protocol"),
         choices=("http", "grpc"),
@@ -127,7 +131,7 @@ class TuneSettings:
         help="Protocol of the trials' requests.",
     )
     max_concurrency: int = setting(
-        64,
+        _TRIAL["max_concurrency"],
         key="max_concurrency",
         flags=("--max-concurrency",),
         kind=INT,
@@ -136,7 +140,7 @@ class TuneSettings:
         help="Closed loop (--load concurrency; a decoupled model's default): highest concurrency tried per trial.",
     )
     measurement_interval_ms: float = setting(
-        800.0,
+        _TRIAL["measurement_interval_ms"],
         key="measurement_interval_ms",
         flags=("--measurement-interval",),
         kind=FLOAT,
@@ -144,10 +148,10 @@ class TuneSettings:
         trial_load="measurement_interval_ms",
         help="Window length in ms.",
     )
-    min_windows: int = setting(3, trial_load="min_windows")
-    max_windows: int = setting(6, trial_load="max_windows")
-    stability_percentage: float = setting(15.0, trial_load="stability_percentage")
-    warmup_s: float = setting(0.5, trial_load="warmup_s")
+    min_windows: int = setting(_TRIAL["min_windows"], trial_load="min_windows")
+    max_windows: int = setting(_TRIAL["max_windows"], trial_load="max_windows")
+    stability_percentage: float = setting(_TRIAL["stability_percentage"], trial_load="stability_percentage")
+    warmup_s: float = setting(_TRIAL["warmup_s"], trial_load="warmup_s")
     # The first measurement after a config is put on the server warms up this long (at least): the
     # first second or so after a reload serves slowly (a short window right after a reload can read
     # the p99 ten times what it reads a second later at the same rate), and a level that reads its
@@ -211,7 +215,7 @@ class TuneSettings:
         help="With --load trace: a JSONL trace (perfkit profile --trace's format); sessions are kept.",
     )
     arrival: Literal["poisson", "constant"] = setting(
-        "poisson",
+        _TRIAL["distribution"],
         key="arrival",
         flags=("--arrival",),
         choices=("poisson", "constant"),
@@ -220,7 +224,7 @@ class TuneSettings:
         help="With --load rate.",
     )
     max_rate_rps: float = setting(
-        20000.0,
+        _TRIAL["max_rate_rps"],
         key="max_rate",
         flags=("--max-rate",),
         kind=FLOAT,

@@ -126,16 +126,23 @@ def test_analysis_stages_import_no_optimizer(stage: str):
     assert out == "[]", f"importing perfkit.{stage} loads {out}"
 
 
-def _private_tuner_imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found = set()
-    for node in ast.walk(tree):
-        names = []
+def _absolute_imports(path: Path) -> list[tuple[str | None, list[str]]]:
+    """Each absolute import of a file: (None, modules) for `import a, b`, (module, names) for
+    `from module import names`."""
+    out: list[tuple[str | None, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            out.append((None, [a.name for a in node.names]))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-        found.update(n for n in names if n.startswith("perfkit.tuner._"))
+            out.append((node.module, [a.name for a in node.names]))
+    return out
+
+
+def _private_tuner_imports(path: Path) -> set[str]:
+    found = set()
+    for module, names in _absolute_imports(path):
+        reached = names if module is None else [module] + [f"{module}.{n}" for n in names]
+        found.update(n for n in reached if n.startswith("perfkit.tuner._"))
     return found
 
 
@@ -165,18 +172,15 @@ SEARCH = PKG / "tuner" / "_search"
 def _search_private_imports(path: Path) -> set[str]:
     """The modules of perfkit.tuner._search below its __init__ that a file imports (`from
     perfkit.tuner._search import choose` imports the package; `import _predict` from it does not)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
     found = set()
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "perfkit.tuner._search":
-                names = [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            else:
-                names = [node.module]
-        found.update(n for n in names if n.startswith("perfkit.tuner._search."))
+    for module, names in _absolute_imports(path):
+        if module is None:
+            reached = names
+        elif module == "perfkit.tuner._search":
+            reached = [f"{module}.{n}" for n in names if n.startswith("_")]
+        else:
+            reached = [module]
+        found.update(n for n in reached if n.startswith("perfkit.tuner._search."))
     return found
 
 

@@ -27,7 +27,7 @@ import optuna
 from optuna.trial import TrialState
 
 from perfkit.errors import CandidateNotAppliedError, MeasurementError, ModelLoadError
-from perfkit.records import Confirmation, LoadLevel, budget_label, from_dict, to_dict
+from perfkit.records import Confirmation, LoadLevel, from_dict, to_dict
 from perfkit.tuner import _trial_state
 from perfkit.tuner._claim_stats import describe
 from perfkit.tuner._confirm_load import (
@@ -148,7 +148,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         failed_by = _failed_above(failed, load, searched_load, ft, per_unit)
         why_not = ""
         if failed_by is not None:
-            stat = budget_label(t.s.budget.metric, t.s.budget.percentile)
+            stat = t.s.budget.label
             why_not = f"not at {load.label}: trial {failed_by} failed it, its {stat} there not surely higher"
             lower = _lower_load(t, load)
             if lower is None:

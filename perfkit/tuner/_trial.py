@@ -26,7 +26,7 @@ from perfkit.errors import (
     ServerError,
     UsageError,
 )
-from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord, budget_label, check_budget_metric
+from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord, check_budget_metric
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _output_check, _study, _trial_state
@@ -272,7 +272,7 @@ class TrialRunner:
         if verdict.feasible_load is not None:
             _trial_state.store(trial, load=verdict.feasible_load, throughput_infer_per_s=verdict.throughput_infer_per_s,
                                latency_us=verdict.latency_us)  # fmt: skip
-        pct = budget_label(self.s.budget.metric, self.s.budget.percentile)
+        pct = self.s.budget.label
         if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.trial_load.open_loop else "concurrency 1"

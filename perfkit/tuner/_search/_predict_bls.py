@@ -7,13 +7,16 @@ on the data, calls that overlap) it says why and goes on with the measured searc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfkit import predict
 from perfkit.errors import MeasurementError
 from perfkit.tuner._search._bls_calibrate import CallsUntold, calibrate_bls
 from perfkit.tuner._search._predict_pipeline import PipelinePredictor
+from perfkit.tuner._search._predict_points import dimension_values
+from perfkit.tuner._space import P_COUNT
 
 if TYPE_CHECKING:
     from perfkit.records import Calibration
@@ -39,6 +42,18 @@ class BlsPredictor(PipelinePredictor):
     def step_order(self) -> list[tuple[str, tuple[str, ...]]]:
         """The BLS model, then the models it calls in the order given (its calls' order)."""
         return [(s.model, ()) for s in self.pipeline.steps]
+
+    def step_points(self, s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The BLS model's instance counts, its other knobs at your config's values: a batch of its
+        requests runs them one after another on the instance it took, so its batching changes
+        little but the wait (and would multiply the joint product, every point bounded alike by
+        its instances); the models it calls, every point."""
+        if s.model != self.pipeline.model:
+            return super().step_points(s, base)
+        count = next((d for d in s.space.dimensions if d.name == P_COUNT), None)
+        if count is None:
+            return [dict(base)]
+        return [{**base, P_COUNT: c} for c in dimension_values(count)]
 
     def scored_alone(self, s: _pipeline.Step) -> bool:
         """The BLS model's configs all go into the joint product: alone, its instance count says

@@ -169,6 +169,10 @@ class PipelinePredictor(Predictor):
     def step_order(self) -> list[tuple[str, tuple[str, ...]]]:
         return step_order(self.pipeline)
 
+    def step_points(self, s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every point of one step's space the simulator tells apart (its own knob names)."""
+        return _points(s, base)
+
     def scored_alone(self, s: _pipeline.Step) -> bool:
         """Whether a step's configs are scored alone before the joint product (else all of them go in)."""
         return s.searched
@@ -231,7 +235,7 @@ class PipelinePredictor(Predictor):
             if not s.searched:
                 picks[s.model] = [{}]
                 continue
-            points = _points(s, base.get(s.model, {}))
+            points = self.step_points(s, base.get(s.model, {}))
             if not self.scored_alone(s):
                 picks[s.model] = points
                 continue

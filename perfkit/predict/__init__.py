@@ -6,6 +6,7 @@ service-time and contention models from Triton's own statistics (_calibrate). Pu
 numba for the simulator's event loop (_simloop), imported on the first simulation only.
 """
 
+from perfkit.predict._bls import BLS_REQUESTS
 from perfkit.predict._calibrate import (
     batch_points,
     calibration,
@@ -18,6 +19,7 @@ from perfkit.predict._calibrate import (
 )
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._pipeline import (
+    PIPELINE_REQUESTS,
     PipelinePrediction,
     PipelineRate,
     PipelineStep,
@@ -60,4 +62,7 @@ __all__ = [
     "simulate_pipeline",
     "pipeline_rate",
     "score_pipelines",
+    "PIPELINE_REQUESTS",
+    # a BLS model and the models it calls: a pipeline given its fan-out (fanout=)
+    "BLS_REQUESTS",
 ]

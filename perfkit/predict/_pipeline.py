@@ -12,6 +12,10 @@ the same time, and the request is answered once every step is done (EnsembleCont
 when no step is in flight). Each step's own queue and instances follow the batcher rules of
 perfkit.predict._sim (cited there), applied to the arrivals it is given.
 
+A BLS model and the models its code calls are a pipeline given a fan-out (`fanout`: each called
+model's calls per request): step 0 is the BLS model, held while its calls run one after
+another (perfkit.predict._bls, its own event loop).
+
 A step's service model holds no per-request overhead here: what a request spends outside the
 instances (network, HTTP/gRPC, the ensemble's forwarding) is one figure for the whole pipeline.
 """
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfkit.errors import UsageError
+from perfkit.predict import _bls
 from perfkit.predict._model import BatcherConfig, Contention, Prediction, ServiceModel
 from perfkit.predict._rate import ceiling_rps
 from perfkit.predict._sim import WARMUP_FRACTION, departures, unit_arrivals
@@ -140,12 +145,15 @@ def simulate_pipeline(
     requests: int = PIPELINE_REQUESTS,
     seed: int = 0,
     unit: np.ndarray | None = None,
+    fanout: Sequence[int] | None = None,
 ) -> PipelinePrediction:
     """Run `requests` requests arriving at rate_rps ('poisson' or 'constant') through the steps;
     latency is counted per request from its due time to its last answer, plus overhead_us, over
-    the requests after the first WARMUP_FRACTION. Raises UsageError for an empty pipeline, a rate
-    that is not positive or a step that reads from a later one."""
-    p = _simulate(steps, rate_rps, overhead_us, arrival, requests, seed, unit, None)
+    the requests after the first WARMUP_FRACTION; `fanout`: step 0 is a BLS model calling the others
+    that many times a request (perfkit.predict._bls). Raises UsageError for an empty pipeline, a rate
+    that is not positive, a step that reads from a later one or a fan-out that is not one whole
+    number per called model."""
+    p = _simulate(steps, rate_rps, overhead_us, arrival, requests, seed, unit, None, fanout)
     assert p is not None  # no budget given: never cut short
     return p
 
@@ -159,6 +167,7 @@ def _simulate(
     seed: int,
     unit: np.ndarray | None,
     budget: tuple[float, float] | None,
+    fanout: Sequence[int] | None = None,
 ) -> PipelinePrediction | None:
     if not steps:
         raise UsageError("a pipeline of no steps", hint="give at least one step")
@@ -171,7 +180,10 @@ def _simulate(
     if budget is not None:
         kept = len(due) - int(len(due) * WARMUP_FRACTION)
         give_up = (budget[0] / 1e6, kept * (1 - budget[1] / 100.0))
-    run = _run(steps, due, overhead_s, give_up)
+    if fanout is None:
+        run = _run(steps, due, overhead_s, give_up)
+    else:
+        run = _bls.run_bls(steps, fanout, due, overhead_s, give_up)
     if run is None:
         return None
     done, per = run
@@ -183,17 +195,26 @@ def _simulate(
     offered = (len(latency) - 1) / (due[-1] - due[skip]) if due[-1] > due[skip] else math.inf
     figures = []
     waits = np.zeros(len(latency))
-    for s, (arrive, end, size) in zip(steps, per, strict=True):
-        table = np.array([0.0] + [s.service.service_us(k) / 1e6 for k in range(1, int(size.max()) + 1)])
-        exec_s = table[size.astype(int)]
-        wait = (end - arrive - exec_s)[skip:]
-        waits += wait
-        cap = ceiling_rps(s.config, s.service, s.contention)
+    for i, (s, (arrive, end, size), cap) in enumerate(zip(steps, per, ceilings(steps, fanout), strict=True)):
+        if len(size) == 0:  # a model a BLS model never calls
+            figures.append(StepFigures(s.name, 0.0, 0.0, 0.0, cap, 0.0))
+            continue
+        if fanout is not None and i == 0:
+            # The BLS model: queued from its due time to the start of its execution (`arrive` holds
+            # that start), which holds the instance until its last call's answer, as Triton counts it.
+            wait, exec_s = (arrive - due)[skip:], (end - arrive)[skip:]
+        else:
+            table = np.array([0.0] + [s.service.service_us(k) / 1e6 for k in range(1, int(size.max()) + 1)])
+            # a BLS model's calls are kept call by call, request by request: a request's waits summed
+            calls = len(size) // len(due)
+            kept = (end - arrive - table[size.astype(int)]).reshape(len(due), calls)[skip:]
+            wait, exec_s = kept.ravel(), table[size.astype(int)].reshape(len(due), calls)[skip:].ravel()
+        waits += wait.reshape(len(latency), -1).sum(axis=1)
         figures.append(
             StepFigures(
                 s.name,
                 float(wait.mean()) * 1e6,
-                float(exec_s[skip:].mean()) * 1e6,
+                float(exec_s.mean()) * 1e6,
                 float(len(size) / np.sum(1.0 / size)),  # executions: each batch of m counted once
                 cap,
                 min(1.0, rate_rps / cap) if cap > 0 else 1.0,
@@ -214,9 +235,19 @@ def _simulate(
     return PipelinePrediction(e2e, tuple(figures))
 
 
-def floor_us(steps: Sequence[PipelineStep], overhead_us: float = 0.0) -> float:
+def ceilings(steps: Sequence[PipelineStep], fanout: Sequence[int] | None = None) -> list[float]:
+    """Each step's ceiling in the pipeline's requests per second (a BLS pipeline's: _bls.ceilings_rps)."""
+    if fanout is not None:
+        return _bls.ceilings_rps(steps, fanout)
+    return [ceiling_rps(s.config, s.service, s.contention) for s in steps]
+
+
+def floor_us(steps: Sequence[PipelineStep], overhead_us: float = 0.0, fanout: Sequence[int] | None = None) -> float:
     """A request alone in the pipeline: along its longest path, each step's queue delay where its
-    batcher waits for a preferred size above 1, plus its execution of one; plus the overhead."""
+    batcher waits for a preferred size above 1, plus its execution of one; plus the overhead (a
+    BLS pipeline's: _bls.floor_us)."""
+    if fanout is not None:
+        return _bls.floor_us(steps, fanout, overhead_us)
     parents = _parents(steps)
     reach: list[float] = []
     for s, after in zip(steps, parents, strict=True):
@@ -226,10 +257,9 @@ def floor_us(steps: Sequence[PipelineStep], overhead_us: float = 0.0) -> float:
     return max(reach) + overhead_us
 
 
-def slowest_step(steps: Sequence[PipelineStep]) -> int:
+def slowest_step(steps: Sequence[PipelineStep], fanout: Sequence[int] | None = None) -> int:
     """The index of the step with the lowest ceiling (the pipeline's bound)."""
-    caps = [ceiling_rps(s.config, s.service, s.contention) for s in steps]
-    return int(np.argmin(caps))
+    return int(np.argmin(ceilings(steps, fanout)))
 
 
 def pipeline_rate(
@@ -242,25 +272,28 @@ def pipeline_rate(
     requests: int = PIPELINE_REQUESTS,
     seed: int = 0,
     unit: np.ndarray | None = None,
+    fanout: Sequence[int] | None = None,
 ) -> PipelineRate:
     """The highest rate at which the simulated end-to-end `percentile` is within budget_us and the
     pipeline keeps up (completes 95% of what is offered), by geometric bisection under the slowest
-    step's ceiling. Raises UsageError for a budget that is not positive (and as simulate_pipeline)."""
+    step's ceiling (`fanout`: a BLS pipeline, see simulate_pipeline). Raises UsageError for a budget
+    that is not positive (and as simulate_pipeline)."""
     if budget_us <= 0:
         raise UsageError(f"latency budget {budget_us} us: must be > 0", hint="give a positive budget")
     if not steps:
         raise UsageError("a pipeline of no steps", hint="give at least one step")
     base = unit if unit is not None else unit_arrivals(arrival, requests, seed)
     configs = tuple(s.config for s in steps)
-    slow = slowest_step(steps)
+    caps = ceilings(steps, fanout)
+    slow = int(np.argmin(caps))
     name = steps[slow].name
-    floor = floor_us(steps, overhead_us)
+    floor = floor_us(steps, overhead_us, fanout)
     if floor > budget_us:
         return PipelineRate(configs, 0.0, floor, name)
-    cap = ceiling_rps(steps[slow].config, steps[slow].service, steps[slow].contention) * 1.02
+    cap = caps[slow] * 1.02
 
     def within(rate: float) -> PipelinePrediction | None:
-        p = _simulate(steps, rate, overhead_us, arrival, len(base), seed, base, (budget_us, percentile))
+        p = _simulate(steps, rate, overhead_us, arrival, len(base), seed, base, (budget_us, percentile), fanout)
         if p is None or p.end_to_end.percentile_us(percentile) > budget_us:
             return None
         return p if p.end_to_end.completed_rps >= 0.95 * p.end_to_end.offered_rps else None
@@ -291,26 +324,32 @@ def score_pipelines(
     requests: int = PIPELINE_REQUESTS,
     keep: int | None = None,
     seed: int = 0,
+    fanout: Sequence[int] | None = None,
 ) -> list[PipelineRate]:
     """Each candidate set of step configs' sustainable rate, best first. With keep=k a candidate
     whose slowest step's ceiling cannot reach the k-th best rate found so far is not simulated
-    (it comes back bounded, with that bound): the best k are the same as simulating all."""
+    (it comes back bounded, with that bound): the best k are the same as simulating all. `fanout`:
+    BLS pipelines (see simulate_pipeline)."""
     base = unit_arrivals(arrival, requests, seed)
-    bounds = []
-    for steps in candidates:
-        slow = steps[slowest_step(steps)]
-        bounds.append(ceiling_rps(slow.config, slow.service, slow.contention))
+    bounds = [min(ceilings(steps, fanout)) for steps in candidates]
     order = sorted(range(len(candidates)), key=lambda i: -bounds[i])
     rates: list[float] = []
     out: list[PipelineRate] = []
     for i in order:
         steps = candidates[i]
         if keep is not None and len(rates) >= keep and bounds[i] <= sorted(rates, reverse=True)[keep - 1]:
-            name = steps[slowest_step(steps)].name
+            name = steps[slowest_step(steps, fanout)].name
             out.append(PipelineRate(tuple(s.config for s in steps), bounds[i], math.nan, name, bounded=True))
             continue
         r = pipeline_rate(
-            steps, budget_us, percentile=percentile, overhead_us=overhead_us, arrival=arrival, seed=seed, unit=base
+            steps,
+            budget_us,
+            percentile=percentile,
+            overhead_us=overhead_us,
+            arrival=arrival,
+            seed=seed,
+            unit=base,
+            fanout=fanout,
         )
         rates.append(r.rate_rps)
         out.append(r)

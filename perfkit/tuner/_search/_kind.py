@@ -60,9 +60,7 @@ def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, l
     """What the prediction does not model at all (--search predict refuses it, or falls back)."""
     if subject == "mix":
         return "a traffic mix is searched by measurement"
-    if subject == "bls":
-        return "a BLS model's calls (their order and fan-out) cannot be simulated"
-    if subject not in ("model", "ensemble"):  # a kind no predictor models yet
+    if subject not in ("model", "ensemble", "bls"):  # a kind no predictor models yet
         return f"a {subject} subject is searched by measurement"
     if load_mode == "trace":
         return "a trace's arrivals are replayed, not predicted"

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from perfkit import predict
 from perfkit.errors import PerfkitError
@@ -61,6 +63,62 @@ class PipelineCalibrated(TuneEvent):
         )
 
 
+# Per step loaded on its own: its instance counts, saturated rates there, and the batches one instance ran.
+Contended = dict[str, tuple[list[int], list[float], tuple[CalibrationPoint, ...]]]
+
+
+def step_contention(t: TrialRunner, point: dict[str, Any], counted: dict[str, list[int]]) -> tuple[Contended, int]:
+    """Each step of `counted` loaded on its own at its two instance counts (batching off,
+    CONTENTION_CLIENTS_PER_INSTANCE clients an instance), the rest of the pipeline at `point`:
+    its saturated rates, and the batches it ran at one instance; and the levels run."""
+    subject = t.subject
+    out: Contended = {}
+    levels = 0
+    for m, counts in counted.items():
+        rates: list[float] = []
+        loaded: tuple[CalibrationPoint, ...] = ()
+        for c in counts:
+            solo = {**point, f"{m}{SEP}{P_COUNT}": c}
+            if f"{m}{SEP}{P_DB}" in solo:
+                solo[f"{m}{SEP}{P_DB}"] = False
+            t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
+            first = t.server.model_stats(m)
+            spec = dataclasses.replace(_spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c), model=m)
+            rates.append(_level(t, spec).throughput_infer_per_s)
+            levels += 1
+            if c == 1:
+                loaded = predict.batch_points(first, t.server.model_stats(m), m)
+        out[m] = (counts, rates, loaded)
+    return out, levels
+
+
+def batching_point(
+    t: TrialRunner, steps: Sequence[_pipeline.Step]
+) -> tuple[dict[str, Any], dict[str, int], dict[str, list[int]]]:
+    """The original's point with each of `steps` at one instance (its smallest count) and, where its
+    space batches, at its largest max_batch_size with dynamic batching and a wide queue delay;
+    each step's batch sizes to form (its largest max_batch_size where it batches, else 0); and its
+    two smallest instance counts where the space holds two."""
+    point = dict(t.original_fixed_params())
+    tops: dict[str, int] = {}
+    counted: dict[str, list[int]] = {}
+    for s in steps:
+        dims = {d.name: d for d in s.space.dimensions}
+        sizes = dimension_values(dims[P_MBS]) if P_MBS in dims else []
+        mbs = max([int(s.space.original_params.get(P_MBS) or 0), *sizes])
+        tops[s.model] = mbs
+        if P_COUNT in dims:
+            choices = sorted(int(c) for c in dimension_values(dims[P_COUNT]))
+            point[f"{s.model}{SEP}{P_COUNT}"] = choices[0]
+            if len(choices) >= 2:
+                counted[s.model] = choices[:2]
+        if mbs > 1 and (P_DB not in dims or True in dims[P_DB].choices):
+            for knob, value in ((P_MBS, mbs), (P_DB, True), (P_DELAY, CALIBRATION_DELAY_US), (P_PREF, "none")):
+                if knob in dims:
+                    point[f"{s.model}{SEP}{knob}"] = value
+    return point, tops, counted
+
+
 def calibrate_pipeline(t: TrialRunner) -> Calibration:
     """Every step of an ensemble measured in one run through it: each searched step at its largest
     max_batch_size, dynamic batching with a wide queue delay and one instance, while 1, 2, 4, ...
@@ -75,26 +133,11 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
     p = subject.pipeline
     assert p is not None  # an ensemble's subject holds its pipeline
     started = time.monotonic()
-    point = dict(t.original_fixed_params())
-    top = 0
-    counted: dict[str, list[int]] = {}
-    for s in p.searched_steps:
-        dims = {d.name: d for d in s.space.dimensions}
-        sizes = dimension_values(dims[P_MBS]) if P_MBS in dims else []
-        mbs = max([int(s.space.original_params.get(P_MBS) or 0), *sizes])
-        top = max(top, mbs)
-        if P_COUNT in dims:
-            choices = sorted(int(c) for c in dimension_values(dims[P_COUNT]))
-            point[f"{s.model}{SEP}{P_COUNT}"] = choices[0]
-            if len(choices) >= 2:
-                counted[s.model] = choices[:2]
-        if mbs > 1 and (P_DB not in dims or True in dims[P_DB].choices):
-            for knob, value in ((P_MBS, mbs), (P_DB, True), (P_DELAY, CALIBRATION_DELAY_US), (P_PREF, "none")):
-                if knob in dims:
-                    point[f"{s.model}{SEP}{knob}"] = value
+    point, tops, counted = batching_point(t, p.searched_steps)
+    top = max(tops.values(), default=0)
     names = [s.model for s in p.steps]
     levels = 0
-    contention: dict[str, tuple[list[int], list[float], tuple[CalibrationPoint, ...]]] = {}
+    contention: Contended = {}
     with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
         try:
             t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
@@ -104,21 +147,8 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
                 _level(t, _spec(t, n))
             after = {m: t.server.model_stats(m) for m in names}
             levels = 1 + (len(pow2_sizes(top)) if top > 1 else 0)
-            for m, counts in counted.items():
-                rates: list[float] = []
-                loaded: tuple[CalibrationPoint, ...] = ()
-                for c in counts:
-                    solo = {**point, f"{m}{SEP}{P_COUNT}": c}
-                    if f"{m}{SEP}{P_DB}" in solo:
-                        solo[f"{m}{SEP}{P_DB}"] = False
-                    t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
-                    first = t.server.model_stats(m)
-                    spec = dataclasses.replace(_spec(t, CONTENTION_CLIENTS_PER_INSTANCE * c), model=m)
-                    rates.append(_level(t, spec).throughput_infer_per_s)
-                    levels += 1
-                    if c == 1:
-                        loaded = predict.batch_points(first, t.server.model_stats(m), m)
-                contention[m] = (counts, rates, loaded)
+            contention, more = step_contention(t, point, counted)
+            levels += more
         finally:
             try:
                 subject.restore(t.server)  # what the subject knows it serves: the originals again

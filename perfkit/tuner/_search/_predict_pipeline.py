@@ -4,9 +4,9 @@ step (the slowest step given the most) combined and predicted end to end with th
 simulator (perfkit.predict, steps fed by the departures of the steps they read from), the best
 predicted sets measured first; each checked trial names the bottleneck step with its predicted
 and measured time in step, and is checked by its rate alone (no latency check: the steps'
-figures are shown one by one instead). A BLS model's calls are code the simulator cannot see:
-its pipelines go to the measured search, which the tuner says. The calibration:
-tuner/_search/_pipeline_calibrate.py.
+figures are shown one by one instead). The calibration: tuner/_search/_pipeline_calibrate.py. A
+BLS model and the models it calls: tuner/_search/_predict_bls.py (the same search, its calls read
+from the statistics and simulated one after another).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import optuna
 
 from perfkit import predict
 from perfkit.errors import MeasurementError
+from perfkit.records import Calibration
 from perfkit.tuner import _pipeline, _trial_state
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._search._pipeline_calibrate import calibrate_pipeline
@@ -153,6 +154,41 @@ class PipelinePredictor(Predictor):
     order: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     models: dict[str, tuple[predict.ServiceModel, predict.Contention]] = field(default_factory=dict)
     steps_seen: dict[int, StepsChecked] = field(default_factory=dict)
+    # A BLS pipeline's calls per request of each model after the first (None: an ensemble)
+    fanout: tuple[int, ...] | None = None
+    sim_requests: int = predict.PIPELINE_REQUESTS  # requests of each simulated run
+
+    def calibrate(self) -> Calibration:
+        """Every step calibrated (raises MeasurementError where the search falls back)."""
+        return calibrate_pipeline(self.t)
+
+    def fell_back_line(self, err: MeasurementError) -> str:
+        """What is said where the calibration raised, before the measured search goes on."""
+        return f"calibration failed ({err.message}): going on with the measured search"
+
+    def step_order(self) -> list[tuple[str, tuple[str, ...]]]:
+        return step_order(self.pipeline)
+
+    def step_points(self, s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every point of one step's space the simulator tells apart (its own knob names)."""
+        return _points(s, base)
+
+    def scored_alone(self, s: _pipeline.Step) -> bool:
+        """Whether a step's configs are scored alone before the joint product (else all of them go in)."""
+        return s.searched
+
+    def rest_us(self, model: str) -> float:
+        """What a request spends at least outside `model`'s step: every other step's execution of one."""
+        return sum(self.models[m][0].service_us(1) for m, _ in self.order if m != model)
+
+    def calls_of(self, model: str) -> int:
+        """A step's executions of one per pipeline request (at least 1)."""
+        return 1
+
+    @property
+    def sim(self) -> dict[str, Any]:
+        """The keywords of every pipeline simulation of this search."""
+        return {"fanout": self.fanout, "requests": self.sim_requests}
 
     @property
     def pipeline(self) -> _pipeline.Pipeline:
@@ -178,15 +214,15 @@ class PipelinePredictor(Predictor):
 
     def seed(self, study: optuna.Study) -> None:
         try:
-            self.calibration = calibrate_pipeline(self.t)
+            self.calibration = self.calibrate()
         except MeasurementError as err:
             self.fell_back = True
-            self.t.emit(Note(f"calibration failed ({err.message}): going on with the measured search"))
+            self.t.emit(Note(self.fell_back_line(err)))
             return
         cal = self.calibration
         self.seeded = True
         self.steer = False  # the predictions pick the trials while they hold (see Predictor.stop)
-        self.order = step_order(self.pipeline)
+        self.order = self.step_order()
         self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
         started = time.perf_counter()
         budget_us = self.t.s.budget.latency_budget_us
@@ -199,12 +235,16 @@ class PipelinePredictor(Predictor):
             if not s.searched:
                 picks[s.model] = [{}]
                 continue
+            points = self.step_points(s, base.get(s.model, {}))
+            if not self.scored_alone(s):
+                picks[s.model] = points
+                continue
             svc, cont = self.models[s.model]
-            rest = sum(self.models[m][0].service_us(1) for m, _ in self.order if m != s.model) + cal.overhead_us
-            points = _points(s, base.get(s.model, {}))
+            rest = self.rest_us(s.model) + cal.overhead_us
             cfgs = [batcher_from(s.space.original_params, q) for q in points]
+            alone_us = max(budget_us - rest, 0.1 * budget_us) / self.calls_of(s.model)
             results = predict.score_space(
-                cfgs, svc, max(budget_us - rest, 0.1 * budget_us), percentile=self.t.s.budget.percentile,
+                cfgs, svc, alone_us, percentile=self.t.s.budget.percentile,
                 contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST,
                 arrival=self.t.trial_load.distribution,
             )  # fmt: skip
@@ -212,7 +252,8 @@ class PipelinePredictor(Predictor):
             by_cfg = {r.config: r for r in results}
             pairs = sorted(zip(points, [by_cfg[c] for c in cfgs], strict=True), key=_by_rate)
             picks[s.model] = _distinct(pairs)
-            best_alone[s.model] = max((r.rate_rps for r in results if not r.bounded), default=0.0)
+            calls = self.calls_of(s.model)
+            best_alone[s.model] = max((r.rate_rps / calls for r in results if not r.bounded), default=0.0)
         # The slowest step alone gets the most configs in the joint product, the others fewer.
         slowest = min(best_alone, key=lambda m: best_alone[m]) if best_alone else None
         picks = {m: q if m == slowest else q[:PER_STEP_OTHERS] for m, q in picks.items()}
@@ -225,7 +266,7 @@ class PipelinePredictor(Predictor):
         original_steps = self.steps(self.configs(original))
         scored_sets = predict.score_pipelines(
             [*cands, original_steps], budget_us, percentile=self.t.s.budget.percentile,
-            overhead_us=cal.overhead_us, keep=TOP_MEASURED, arrival=self.t.trial_load.distribution,
+            overhead_us=cal.overhead_us, keep=TOP_MEASURED, arrival=self.t.trial_load.distribution, **self.sim,
         )  # fmt: skip
         by_key = {r.configs: r for r in scored_sets}
         self.predicted = {k: r.rate_rps for k, r in by_key.items() if not r.bounded and r.rate_rps > 0}
@@ -233,7 +274,7 @@ class PipelinePredictor(Predictor):
         if mine not in self.predicted:
             own = predict.pipeline_rate(original_steps, budget_us,
                                         percentile=self.t.s.budget.percentile, overhead_us=cal.overhead_us,
-                                        arrival=self.t.trial_load.distribution)  # fmt: skip
+                                        arrival=self.t.trial_load.distribution, **self.sim)  # fmt: skip
             if own.rate_rps > 0:
                 self.predicted[mine] = own.rate_rps
         top: list[dict[str, Any]] = []
@@ -286,7 +327,7 @@ class PipelinePredictor(Predictor):
         ]
         again = predict.pipeline_rate(steps, self.t.s.budget.latency_budget_us,
                                       percentile=self.t.s.budget.percentile, overhead_us=self.calibration.overhead_us,
-                                      arrival=self.t.trial_load.distribution).rate_rps  # fmt: skip
+                                      arrival=self.t.trial_load.distribution, **self.sim).rate_rps  # fmt: skip
         shown = ", ".join(f"{m} x{v:.2f}" for m, v in scale.items() if v < 1.0)
         return max(taken_up, again), f", nor predicted again with the executions measured ({shown}): {again:.0f} req/s"
 
@@ -312,7 +353,8 @@ class PipelinePredictor(Predictor):
             return
         params = {**self.t.original_fixed_params(), **st.params}
         overhead_us = self.calibration.overhead_us if self.calibration else 0.0
-        pred = predict.simulate_pipeline(self.steps(self.configs(params)), measured_rps, overhead_us=overhead_us)
+        pred = predict.simulate_pipeline(self.steps(self.configs(params)), measured_rps, overhead_us=overhead_us,
+                                         **self.sim)  # fmt: skip
         checks = []
         for f in pred.steps:
             q, c, b = (st.metrics.get(f"{f.name}.{k}") for k in ("queue_us", "compute_us", "batch"))

@@ -1,7 +1,8 @@
 """The predicted search as the tuner's strategy: the predictor of the subject's kind
-(tuner/_search/_predict.py for one model, _predict_pipeline.py for an ensemble) made when the
-study is seeded, and asked for what the trials, the stop rule and the confirmation need. A BLS
-pipeline asked for the predicted search is searched by measurement, which the tuner says."""
+(tuner/_search/_predict.py for one model, _predict_pipeline.py for an ensemble, _predict_bls.py
+for a BLS model and the models it calls) made when the study is seeded, and asked for what the
+trials, the stop rule and the confirmation need. A BLS pipeline whose calls cannot be told goes
+on with the measured search from its calibration, which the tuner says."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from perfkit.tuner._load_start import LoadHints
 from perfkit.tuner._search._measured import MeasuredSearch
 from perfkit.tuner._search._model_calibrate import check_predictable
 from perfkit.tuner._search._predict import Predictor
-from perfkit.tuner._search._predict_events import Note
+from perfkit.tuner._search._predict_bls import BlsPredictor
 from perfkit.tuner._search._predict_pipeline import PipelinePredictor
 from perfkit.tuner._subject import Subject
 
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     import optuna
 
     from perfkit.tuner._trial import TrialRunner
-
-BLS_MEASURED = "a BLS model's calls (their order and fan-out) cannot be simulated"
 
 
 class PredictedSearch:
@@ -90,24 +89,10 @@ class PredictedSearch:
 def predicted_search(
     subject: Subject, trial_load: TrialLoadSettings, reason: str, *, told: TuneEvent | None
 ) -> PredictedSearch | MeasuredSearch:
-    """The predicted search for the subject's kind: an ensemble's predictor, one model's (a traffic
-    mix's calibration refuses it when the study is seeded); a BLS pipeline is searched by
-    measurement, said before the tune's announcement. Raises UsageError for a BLS pipeline under a
-    load the prediction does not model."""
+    """The predicted search for the subject's kind: an ensemble's predictor, a BLS pipeline's,
+    one model's (a traffic mix's calibration refuses it when the study is seeded). Raises
+    UsageError for a BLS pipeline under a load the prediction does not model."""
     if subject.kind == "bls":
         check_predictable(trial_load)
-        return MeasuredSearch(f"{reason}; {BLS_MEASURED}: measured", told_before=bls_note(subject),
-                              queues_batching_seed=False)  # fmt: skip
-    make = PipelinePredictor if subject.kind == "ensemble" else Predictor
+    make = {"ensemble": PipelinePredictor, "bls": BlsPredictor}.get(subject.kind, Predictor)
     return PredictedSearch(reason, make, told=told)
-
-
-def bls_note(subject: Subject) -> TuneEvent:
-    """Why a BLS pipeline goes to the measured search."""
-    assert subject.pipeline is not None
-    calls = ", ".join(s.model for s in subject.pipeline.steps[1:])
-    return Note(
-        f"--search predict: {subject.model!r} is a BLS model; the calls its code makes to {calls} (their order,"
-        " fan-out and the instance held while it waits) cannot be simulated from a calibration: going on with"
-        " the measured search"
-    )

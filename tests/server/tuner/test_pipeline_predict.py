@@ -2,8 +2,9 @@
 step is calibrated in one run through it, the joint space is predicted end to end, the best
 predicted set is measured and confirmed, each checked trial names the bottleneck step with its
 predicted and measured time in step, and the measured best is within the test's stated tolerance
-of its prediction; a BLS pipeline (whose calls the simulator cannot see) says so and is searched
-by measurement."""
+of its prediction; a BLS pipeline's calls are read from the server's statistics and predicted
+(the known best picked), and one whose calls vary request by request says so and is searched by
+measurement."""
 
 from __future__ import annotations
 
@@ -93,16 +94,90 @@ def test_predicted_ensemble_tune_calibrates_each_step_and_names_the_bottleneck(t
     assert "predicted_rps" in rows[0] and all(rows[0][f"{m}.compute_us"] for m in STEPS)
 
 
-def test_a_bls_pipeline_says_it_cannot_be_predicted_and_is_searched_by_measurement(tmp_path: Path):
-    repo = copy_models(tmp_path, ["bls_stages", "stage_decode", "stage_infer"])
+BLS_SPACE = ["--composing-models", "stage_decode,stage_infer", "--no-dynamic-batching", "--max-batch-sizes", "8",
+             "--instance-counts", "1,2", "--latency-budget", "500ms", "--measurement-interval", "400"]  # fmt: skip
+BLS_MODELS = ["bls_stages", "stage_decode", "stage_infer"]
+
+
+def test_predicted_bls_tune_reads_the_calls_from_the_statistics_and_picks_the_known_best(tmp_path: Path):
+    repo = copy_models(tmp_path, BLS_MODELS)
+    before = {m: (repo / m / "config.pbtxt").read_bytes() for m in BLS_MODELS}
     out = tmp_path / "out"
-    proc = _tune(repo, out, "bls_stages", "--composing-models", "stage_decode,stage_infer", "--trials", "2",
-                 "--no-dynamic-batching", "--confirm", "0", "--max-batch-sizes", "8", "--instance-counts", "1,2",
-                 "--latency-budget", "500ms", "--measurement-interval", "300")  # fmt: skip
+    proc = _tune(repo, out, "bls_stages", "--trials", "4", *BLS_SPACE, *CHEAP_CONFIRM)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
-    assert "is a BLS model" in proc.stdout and "going on with the measured search" in proc.stdout, text
-    assert "calibrated" not in proc.stdout and "predicted" not in proc.stdout.split("going on with")[1], text
+    assert {m: (repo / m / "config.pbtxt").read_bytes() for m in BLS_MODELS} == before  # calibration put back
+    # The fixture calls stage_decode then stage_infer once a request (fixtures/models/bls_stages/1/model.py).
+    assert "calibrated 3 steps in" in proc.stdout, text
+    assert "bls_stages: calls per request stage_decode x1, stage_infer x1 (the same at every level)" in proc.stdout, (
+        text
+    )
+    rec = TuneRecord.load(out / "tune.json")
+    cal = rec.calibration
+    assert cal is not None and [s.model for s in cal.steps] == BLS_MODELS
+    # Each called model's 6 ms + 0.2 ms an item under its lock; the BLS model's own time well under a call's.
+    bls, decode, infer = cal.steps
+    assert (
+        5_000 <= decode.fixed_us + decode.per_item_us <= 12_000
+        and 5_000 <= infer.fixed_us + infer.per_item_us <= 12_000
+    )
+    assert bls.fixed_us < decode.fixed_us, cal.steps
+    assert re.search(r"predicted \d+ configs in", proc.stdout), text
+    predicted = [t for t in rec.trials if "predicted_rps" in t.metrics and t.feasible]
+    assert predicted, text
+    # The known best: each BLS instance is held through both calls (~13 ms a request), so two
+    # instances double the rate until each called model's device (one lock its instances share)
+    # bounds it at 1 / 6.25 ms. The best predicted and the pick hold two BLS instances.
+    best_predicted = max(predicted, key=lambda t: t.metrics["predicted_rps"])
+    assert best_predicted.params.get("bls_stages.instance_count") == 2, best_predicted.params
+    assert best_predicted.throughput_infer_per_s is not None
+    ratio = best_predicted.throughput_infer_per_s / best_predicted.metrics["predicted_rps"]
+    assert abs(ratio - 1) <= MEASURED_SPREAD, (ratio, text)
+    best = rec.trial(rec.best_trial) if rec.best_trial is not None else None
+    assert best is not None and best.params.get("bls_stages.instance_count") == 2, text
+    # Each checked trial's steps, predicted / measured, the BLS model's compute holding its calls.
+    assert re.search(r"^  trial \d+ steps at .*bls_stages compute", proc.stdout, flags=re.M), text
+
+
+VARIED = '''"""bls_stages, its calls varying request by request: every third request calls stage_infer twice."""
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.served = 0
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            tensor = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            self.served += 1
+            calls = ("stage_decode", "stage_infer") + (("stage_infer",) if self.served % 3 == 0 else ())
+            for model in calls:
+                inputs = [pb_utils.Tensor("INPUT0", tensor.as_numpy())]
+                call = pb_utils.InferenceRequest(model_name=model, requested_output_names=["OUTPUT0"], inputs=inputs)
+                reply = call.exec()
+                if reply.has_error():
+                    raise pb_utils.TritonModelException(f"{model}: {reply.error().message()}")
+                tensor = pb_utils.get_output_tensor_by_name(reply, "OUTPUT0")
+            responses.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("OUTPUT0", tensor.as_numpy())]))
+        return responses
+'''
+
+
+def test_a_bls_model_whose_calls_vary_says_so_and_is_searched_by_measurement(tmp_path: Path):
+    repo = copy_models(tmp_path, BLS_MODELS)
+    (repo / "bls_stages" / "1" / "model.py").write_text(VARIED, encoding="utf-8")
+    out = tmp_path / "out"
+    proc = _tune(repo, out, "bls_stages", "--trials", "2", "--confirm", "0", *BLS_SPACE)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    said = re.search(r"'bls_stages' calls stage_infer (1\.\d\d) at 1 client, .* a request: not one whole number"
+                     r" at every level \(the calls depend on the data sent\).*: going on with the measured search",
+                     proc.stdout)  # fmt: skip
+    assert said is not None and abs(float(said.group(1)) - 4 / 3) < 0.1, text
+    assert "predicted" not in proc.stdout.split("going on with the measured search")[1], text
     rec = TuneRecord.load(out / "tune.json")
     assert rec.calibration is None and len(rec.trials) >= 2
     # A closed-loop load is refused up front, as for one model.

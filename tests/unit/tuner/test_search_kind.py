@@ -21,7 +21,7 @@ def _choose(s: TuneSettings = AUTO, *, subject="model", open_loop=True, load_mod
     return choose_search(s, subject=subject, open_loop=open_loop, load_mode=load_mode, knobs=knobs)
 
 
-def test_auto_is_the_default_and_predicts_one_model_or_an_ensemble_under_open_loop_rates():
+def test_auto_is_the_default_and_predicts_one_model_an_ensemble_or_a_bls_model_under_open_loop_rates():
     assert AUTO.search == "auto"
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 5}).search == "auto"
     model = _choose()
@@ -29,13 +29,16 @@ def test_auto_is_the_default_and_predicts_one_model_or_an_ensemble_under_open_lo
     assert model.line().lstrip().startswith("--search auto: predicting")
     ensemble = _choose(subject="ensemble", knobs=[f"{step}.{k}" for step in ("pre", "infer") for k in BATCHING])
     assert ensemble.kind == "predict"
+    # a BLS model's calls are read from the server's statistics when its study is seeded
+    bls = _choose(subject="bls", knobs=[f"{step}.{k}" for step in ("bls", "infer") for k in BATCHING])
+    assert (bls.kind, bls.why_measured) == ("predict", None)
 
 
 @pytest.mark.parametrize(
     ("subject", "open_loop", "load_mode", "said"),
     [
         ("mix", True, "rate", "traffic mix"),
-        ("bls", True, "rate", "BLS"),
+        ("bls", False, "concurrency", "closed-loop"),
         ("model", False, "trace", "trace"),
         ("model", False, "concurrency", "closed-loop"),
     ],
@@ -119,12 +122,15 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
     # a study shared by --ray's workers: measured, the launcher having said so (nothing told here)
     ray = choose(AUTO, _subject(), rates, shared=True)
     assert (ray.kind, ray.reason, ray.told) == ("measure", ON_RAY, None)
+    assert isinstance(ray, MeasuredSearch) and isinstance(mix, MeasuredSearch)
     assert choose(dataclasses.replace(AUTO, search="predict"), _subject(), rates, shared=True).kind == "predict"
-    # a BLS model asked to be predicted: measured, said before the announcement, without the batching seed
-    bls = choose(dataclasses.replace(AUTO, search="predict"), _subject("bls"), rates)
-    assert isinstance(bls, MeasuredSearch) and bls.kind == "measure" and not bls.queues_batching_seed
-    assert bls.told_before is not None and "'m' is a BLS model" in bls.told_before.line()
-    assert "pre, infer" in bls.told_before.line() and "BLS" in bls.reason
+    # a BLS model: predicted, by its own predictor (its calls read when the study is seeded)
+    from perfkit.tuner._search._predict_bls import BlsPredictor
+
+    for s in (AUTO, dataclasses.replace(AUTO, search="predict")):
+        bls = choose(s, _subject("bls"), rates)
+        assert isinstance(bls, PredictedSearch) and bls.kind == "predict" and bls.told_before is None
+        assert bls._make is BlsPredictor
     with pytest.raises(UsageError, match="open-loop arrival rates only"):
         choose(dataclasses.replace(AUTO, search="predict"), _subject("bls"), SimpleNamespace(open_loop=False,
                load_mode="concurrency"))  # fmt: skip

@@ -19,12 +19,13 @@ DONE = b"[DONE]"
 class SseParser:
     """Incremental event-stream parser: `feed(bytes) -> [event data]`; `pending` says whether a part is kept."""
 
-    __slots__ = ("_buf", "_data", "_has_data")
+    __slots__ = ("_buf", "_cr", "_data", "_has_data")
 
     def __init__(self) -> None:
         self._buf = bytearray()  # the start of a line not yet ended
         self._data: list[bytes] = []  # the data lines of the event being read
         self._has_data = False
+        self._cr = False  # the last read ended with a CR (an LF first in the next is its CRLF's)
 
     @property
     def pending(self) -> bool:
@@ -36,16 +37,19 @@ class SseParser:
         self._buf.clear()
         self._data.clear()
         self._has_data = False
+        self._cr = False
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[bytes]:
         """The data of each event completed by `chunk` (in order); partial lines and events are kept."""
         buf = self._buf
+        if self._cr and chunk[:1] == b"\n":
+            chunk = chunk[1:]  # the LF of a CRLF whose CR ended the last read: that line has ended
+        self._cr = False
+        if b"\r" in chunk:
+            # CR and CRLF end lines too: a CR ends its line at once, and an LF right after it is dropped
+            self._cr = chunk[-1:] == b"\r"
+            chunk = bytes(chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         buf += chunk
-        if b"\r" in buf:
-            # CR and CRLF end lines too; a CR at the very end may be the first half of a CRLF: keep it
-            tail = buf.endswith(b"\r")
-            text = bytes(buf[:-1] if tail else buf).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            buf[:] = text + (b"\r" if tail else b"")
         out: list[bytes] = []
         start = 0
         n = len(buf)

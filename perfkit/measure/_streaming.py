@@ -14,15 +14,20 @@ from perfkit.recorder import summarize
 from perfkit.records import STATUS_OK, Samples, StreamingSummary, StreamWindow
 
 GOODPUT_KEYS = ("ttft", "itl", "latency")
+# AIPerf's --goodput names (`time_to_first_token:100 inter_token_latency:3.4`, milliseconds, space-separated)
+GOODPUT_ALIASES = {"time_to_first_token": "ttft", "inter_token_latency": "itl", "request_latency": "latency"}
 _UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def parse_goodput(text: str) -> dict[str, float]:
-    """'ttft:200ms,itl:20ms' -> {'ttft': 200.0, 'itl': 20.0} (ms); raises UsageError naming the bad part."""
+    """'ttft:200ms,itl:20ms' -> {'ttft': 200.0, 'itl': 20.0} (ms), AIPerf's names and spaces too
+    ('time_to_first_token:200 inter_token_latency:20'); raises UsageError naming the bad part."""
     out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    parts = text.split(",") if "," in text else text.split()
+    for part in filter(None, (p.strip() for p in parts)):
         key, sep, value = part.partition(":")
         key = key.strip().lower()
+        key = GOODPUT_ALIASES.get(key, key)
         if not sep or key not in GOODPUT_KEYS:
             raise UsageError(
                 f"--goodput {text}: {part!r} is not METRIC:VALUE with METRIC one of {', '.join(GOODPUT_KEYS)}",

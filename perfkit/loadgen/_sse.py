@@ -19,29 +19,24 @@ DONE = b"[DONE]"
 class SseParser:
     """Incremental event-stream parser: `feed(bytes) -> [event data]`; `pending` says whether a part is kept."""
 
-    __slots__ = ("_buf", "_cr", "_data", "_has_data")
+    __slots__ = ("_buf", "_cr")
 
     def __init__(self) -> None:
-        self._buf = bytearray()  # the start of a line not yet ended
-        self._data: list[bytes] = []  # the data lines of the event being read
-        self._has_data = False
+        self._buf = bytearray()  # the start of the event not yet ended by its blank line
         self._cr = False  # the last read ended with a CR (an LF first in the next is its CRLF's)
 
     @property
     def pending(self) -> bool:
-        """Whether part of an event (an unended line, or data lines before their blank line) is kept."""
-        return bool(self._buf) or self._has_data
+        """Whether part of an event (lines before their blank line) is kept."""
+        return bool(self._buf.strip(b"\n"))
 
     def reset(self) -> None:
         """Forget any partial event (a new response on the connection)."""
         self._buf.clear()
-        self._data.clear()
-        self._has_data = False
         self._cr = False
 
     def feed(self, chunk: bytes | bytearray | memoryview) -> list[bytes]:
         """The data of each event completed by `chunk` (in order); partial lines and events are kept."""
-        buf = self._buf
         if self._cr and chunk[:1] == b"\n":
             chunk = chunk[1:]  # the LF of a CRLF whose CR ended the last read: that line has ended
         self._cr = False
@@ -49,32 +44,33 @@ class SseParser:
             # CR and CRLF end lines too: a CR ends its line at once, and an LF right after it is dropped
             self._cr = chunk[-1:] == b"\r"
             chunk = bytes(chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buf = self._buf
         buf += chunk
+        cut = buf.rfind(b"\n\n")
+        if cut < 0:
+            return []
+        block = bytes(buf[:cut])
+        del buf[: cut + 2]
         out: list[bytes] = []
-        start = 0
-        n = len(buf)
-        while start < n:
-            end = buf.find(b"\n", start)
-            if end < 0:
-                break
-            if end == start:  # a blank line: dispatch
-                if self._has_data:
-                    data = self._data
-                    out.append(data[0] if len(data) == 1 else b"\n".join(data))
-                    data.clear()
-                    self._has_data = False
-            elif buf[start] == 0x3A:  # ':' a comment
-                pass
-            elif buf.startswith(b"data:", start):
-                value_at = start + 5
-                if value_at < end and buf[value_at] == 0x20:
-                    value_at += 1
-                self._data.append(bytes(buf[value_at:end]))
-                self._has_data = True
-            elif buf.startswith(b"data", start) and end == start + 4:  # "data" with no colon: an empty data line
-                self._data.append(b"")
-                self._has_data = True
-            start = end + 1
-        if start:
-            del buf[:start]
+        for part in block.split(b"\n\n"):
+            # the common event, one `data: ` line, without a walk over its lines
+            if part.startswith(b"data: ") and b"\n" not in part:
+                out.append(part[6:])
+            elif part:
+                data = _event_data(part)
+                if data is not None:
+                    out.append(data)
         return out
+
+
+def _event_data(event: bytes) -> bytes | None:
+    """The data of one event's lines (None when it has no data line: a comment, another field only)."""
+    data: list[bytes] = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            data.append(line[6:] if line[5:6] == b" " else line[5:])
+        elif line == b"data":
+            data.append(b"")
+    if not data:
+        return None
+    return data[0] if len(data) == 1 else b"\n".join(data)

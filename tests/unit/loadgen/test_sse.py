@@ -102,3 +102,10 @@ def test_usage_is_read_from_a_chunk_or_an_answer_and_missing_counts_are_minus_on
     assert read_usage(b'{"usage":{"prompt_tokens":7}}') == (7, -1)
     assert read_usage(b'{"usage":null}') is None
     assert read_usage(b"not json") is None
+
+
+def test_extra_blank_lines_between_events_dispatch_nothing():
+    p = SseParser()
+    assert p.feed(b"\n\n\ndata: a\n\n\n\ndata: b\n\n") == [b"a", b"b"]
+    assert p.feed(b": only a comment\n\nevent: x\nid: 3\n\n") == []
+    assert not p.pending

@@ -188,3 +188,20 @@ def test_the_record_round_trips_with_its_openai_spec_and_checks(truth, tmp_path)
     assert rec.levels[0].streaming is not None and rec.levels[0].streaming.goodput_fraction == 1.0
     data = json.loads((tmp_path / "run.json").read_text())
     assert data["levels"][0]["workload"]["sent_input_tokens_mean"] == 8
+
+
+@pytest.mark.quiet
+def test_the_gate_judges_two_openai_runs_by_their_streaming_figures(truth, tmp_path, capsys):
+    runs = []
+    for name in ("a", "b"):
+        rc, _ = _profile(
+            truth, tmp_path / f"{name}.json", "--streaming", "--synthetic-input-tokens-mean", "8",
+            "--output-tokens-mean", "4", "--concurrency-range", "2", "-p", "500", "--max-trials", "6",
+        )  # fmt: skip
+        assert rc == 0
+        runs.append(str(tmp_path / f"{name}.json"))
+    capsys.readouterr()
+    rc = main(["gate", "--baseline", runs[0], "--current", runs[1], "--threshold", "itl_p50:+50%"])
+    out = capsys.readouterr().out
+    assert "itl_p50 (service)" in out
+    assert rc in (ExitCode.OK, ExitCode.GATE_INCONCLUSIVE)  # judged: neither invalid nor a metric it lacks

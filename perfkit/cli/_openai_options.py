@@ -116,9 +116,4 @@ def openai_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
         raise UsageError(f"--output-tokens-mean {spec.output_tokens_mean}: must be at least 1")
     if spec.input_tokens_stddev < 0 or spec.output_tokens_stddev < 0:
         raise UsageError("--synthetic-input-tokens-stddev / --output-tokens-stddev: must not be negative")
-    if not spec.tokenizer:
-        raise UsageError(
-            "--service-kind openai needs --tokenizer DIR",
-            hint="a local Hugging Face tokenizer folder with tokenizer.json",
-        )
     return {"service_kind": "openai", "openai": spec}

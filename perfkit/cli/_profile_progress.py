@@ -22,7 +22,8 @@ def workload_lines(label: str, r: LevelResult) -> list[str]:
         out += f", {w.reported_output_tokens_mean:.1f} generated"
     lines = [
         f"  sent {w.requests} requests at {label} ({r.sent_rps:,.1f} req/s):"
-        f" input {w.sent_input_tokens_mean:.1f} tokens ({rep_in}), {out}"
+        f" input {'?' if w.sent_input_tokens_mean is None else f'{w.sent_input_tokens_mean:.1f}'} tokens ({rep_in}),"
+        f" {out}"
     ]
     if w.mismatch:
         lines.append(f"  WARNING: {w.mismatch}")

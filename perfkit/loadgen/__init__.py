@@ -69,7 +69,7 @@ from perfkit.loadgen._inputdata import (
 from perfkit.loadgen._inputdir import read_sources
 from perfkit.loadgen._loops import PeriodicSpec
 from perfkit.loadgen._native_engine import NativeEngine, make_engine, native_available
-from perfkit.loadgen._prompts import count_tokens, load_tokenizer, openai_bodies, openai_request
+from perfkit.loadgen._prompts import count_tokens, file_bodies, load_tokenizer, openai_bodies, openai_request
 from perfkit.loadgen._requests import (
     PARAMETER_TYPES,
     ModelIO,
@@ -106,6 +106,7 @@ __all__ = [
     "Tensor",
     "build_requests",
     "count_tokens",
+    "file_bodies",
     "load_tokenizer",
     "openai_bodies",
     "openai_request",

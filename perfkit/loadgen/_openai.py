@@ -19,6 +19,9 @@ input tokens as the server reported them (usage's prompt_tokens, -1 where none).
 read without a JSON parse: only the text field's first byte and an "error" or "usage" key are
 looked at, and only a chunk holding usage is parsed (benchmarks/sse_parse.py measures it).
 One keep-alive connection carries one request at a time; requests are built once (bytes).
+Unlike perf_analyzer's client, which takes each block of bytes curl hands it as one response
+and does not stitch events split across blocks (its ResponseHandler's TODO TMA-1666), perfkit
+splits the stream into events (`_sse`) and times each event that carries text.
 """
 
 from __future__ import annotations

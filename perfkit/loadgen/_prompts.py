@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from perfkit.errors import UsageError
+from perfkit.errors import InputError, UsageError
 from perfkit.records import OpenAISpec
 
 _FIX_STEPS = 64  # trims and extensions a prompt may take to reach its length
@@ -89,7 +89,10 @@ def draw_lengths(mean: float, stddev: float, count: int, rng: np.random.Generato
 def openai_bodies(spec: OpenAISpec, model: str, streaming: bool, seed: int) -> tuple[list[dict[str, Any]], list[int]]:
     """The request bodies of spec's prompts, and each prompt's input length; raises UsageError."""
     if not spec.tokenizer:
-        raise UsageError("--service-kind openai needs --tokenizer DIR (a local Hugging Face tokenizer folder)")
+        raise UsageError(
+            "--service-kind openai needs --tokenizer DIR for synthetic prompts",
+            hint="a local Hugging Face tokenizer folder with tokenizer.json; or --input-data FILE of request bodies",
+        )
     tok = load_tokenizer(spec.tokenizer)
     words = _words(tok)
     rng = np.random.default_rng(seed)
@@ -118,6 +121,40 @@ def openai_bodies(spec: OpenAISpec, model: str, streaming: bool, seed: int) -> t
         body.update(extra)
         bodies.append(body)
     return bodies, inputs
+
+
+def file_bodies(path: str, model: str, streaming: bool, tokenizer: str = "") -> tuple[list[dict[str, Any]], list[int]]:
+    """The request bodies of a perf_analyzer-format input file for the openai service kind (what genai-perf
+    writes: `{"data": [{"payload": [BODY]}, ...]}`, each BODY sent as it is), and each one's input length
+    under `tokenizer` (-1 each without one); raises InputError naming the file and the entry."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise InputError(f"--input-data {path}: not a readable JSON file ({err})") from None
+    entries = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f'--input-data {path}: expected {{"data": [{{"payload": [{{...}}]}}, ...]}}')
+    tok = load_tokenizer(tokenizer) if tokenizer else None
+    bodies, lengths = [], []
+    for i, entry in enumerate(entries):
+        payload = entry.get("payload") if isinstance(entry, dict) else None
+        if not isinstance(payload, list) or len(payload) != 1 or not isinstance(payload[0], dict):
+            raise InputError(f'--input-data {path}: data[{i}] needs "payload": [ONE REQUEST BODY]')
+        body = dict(payload[0])
+        body.setdefault("model", model)
+        if streaming and "stream" not in body:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        bodies.append(body)
+        lengths.append(count_tokens(tok, _body_text(body)) if tok is not None else -1)
+    return bodies, lengths
+
+
+def _body_text(body: dict[str, Any]) -> str:
+    if isinstance(body.get("messages"), list):
+        return "\n".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
+    text = body.get("prompt", body.get("input", ""))
+    return text if isinstance(text, str) else " ".join(map(str, text))
 
 
 def openai_request(

@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from perfkit.errors import UsageError
-from perfkit.loadgen import LoadGenerator, StreamConfig, openai_bodies, openai_request
+from perfkit.loadgen import LoadGenerator, StreamConfig, file_bodies, openai_bodies, openai_request
 from perfkit.measure._context import make_record, server_info
 from perfkit.measure._events import Progress
 from perfkit.measure._level import LevelOutcome, measure_level
@@ -65,7 +66,12 @@ def profile_openai(
     served = server.models()  # the server answers, and serves the model asked
     if served and spec.model not in served:
         raise UsageError(f"-m {spec.model}: the server serves {', '.join(served)}", hint="pass one of them with -m")
-    bodies, lengths = openai_bodies(oa, spec.model, spec.streaming, spec.seed)
+    if spec.input_data in ("random", "zero"):
+        bodies, lengths = openai_bodies(oa, spec.model, spec.streaming, spec.seed)
+    elif os.pathsep in spec.input_data:
+        raise UsageError("--input-data: one file of request bodies for --service-kind openai")
+    else:  # perf_analyzer's openai input file: bodies as written (genai-perf's)
+        bodies, lengths = file_bodies(spec.input_data, spec.model, spec.streaming, oa.tokenizer)
     host, port = parse_host_port(server.endpoints.http_url)
     payloads = tuple(openai_request(host, port, oa.path, b, spec.http_headers) for b in bodies)
     intervals = tuple(read_intervals_file(spec.request_intervals_file)) if spec.request_intervals_file else ()
@@ -119,17 +125,18 @@ def workload_check(samples: Samples, in_level: np.ndarray, asked: list[int | Non
     rep_out = None
     if samples.output_tokens is not None and len(reported):
         rep_out = float(samples.output_tokens[ok][reported_rows[:, 1] >= 0].mean())
-    sent_in = float(sent.mean()) if sent.size else 0.0
+    sent_in = float(sent.mean()) if sent.size else None
     rep_in = float(reported[:, 1].mean()) if len(reported) else None
     problems = []
-    if rep_in is not None and len(reported):
+    both = reported[reported[:, 0] >= 0]  # requests whose sent length is known (a file's bodies without a tokenizer)
+    if len(both):
         # held per request: the same prompt's two counts (a mean would hide opposite errors)
-        allowed = np.maximum(USAGE_TOLERANCE_TOKENS, USAGE_TOLERANCE_REL * reported[:, 0])
-        off = np.abs(reported[:, 1] - reported[:, 0]) > allowed
+        allowed = np.maximum(USAGE_TOLERANCE_TOKENS, USAGE_TOLERANCE_REL * both[:, 0])
+        off = np.abs(both[:, 1] - both[:, 0]) > allowed
         if off.any():
             problems.append(
-                f"the server counted {rep_in:.1f} input tokens per request where {float(reported[:, 0].mean()):.1f}"
-                f" were sent ({int(off.sum())} of {len(reported)} requests off by more than"
+                f"the server counted {float(both[:, 1].mean()):.1f} input tokens per request where"
+                f" {float(both[:, 0].mean()):.1f} were sent ({int(off.sum())} of {len(both)} requests off by more than"
                 f" {USAGE_TOLERANCE_REL:.0%} or {USAGE_TOLERANCE_TOKENS:g} token; a chat template or a BOS token"
                 " adds some, another tokenizer counts differently)"
             )

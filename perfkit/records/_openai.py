@@ -53,13 +53,13 @@ class OpenAISpec:
 class WorkloadCheck:
     """A level's requests as sent, against what the server reported receiving (each response's `usage`).
 
-    sent_*: means over the level's requests under the tokenizer (output: the max_tokens asked, None
-    where none was); reported_*: means over the requests whose answer held usage (None where none did).
+    sent_*: means over the level's requests under the tokenizer (output: the max_tokens asked over the
+    prompts, None where none was); reported_*: means over the requests whose answer held usage (None where none did).
     mismatch: a warning, "" when every reported mean is within the tolerance of what was sent.
     """
 
     requests: int
-    sent_input_tokens_mean: float
+    sent_input_tokens_mean: float | None  # None: not known (a file's request bodies without --tokenizer)
     sent_output_tokens_mean: float | None
     reported_requests: int
     reported_input_tokens_mean: float | None

@@ -205,3 +205,34 @@ def test_the_gate_judges_two_openai_runs_by_their_streaming_figures(truth, tmp_p
     out = capsys.readouterr().out
     assert "itl_p50 (service)" in out
     assert rc in (ExitCode.OK, ExitCode.GATE_INCONCLUSIVE)  # judged: neither invalid nor a metric it lacks
+
+
+def test_a_perf_analyzer_input_file_sends_its_bodies_as_written(truth, tmp_path):
+    bodies = [
+        {"messages": [{"role": "user", "content": "the model takes a prompt"}], "max_tokens": 3},
+        {"messages": [{"role": "user", "content": "report"}], "max_tokens": 3},
+    ]
+    data = tmp_path / "inputs.json"
+    data.write_text(json.dumps({"data": [{"payload": [b]} for b in bodies]}))
+    skip = len(truth.entries())
+    rc, rec = _profile(
+        truth, tmp_path / "run.json", "--streaming", "--input-data", str(data), "--concurrency-range", "1",
+        "--request-count", "6",
+    )  # fmt: skip
+    assert rc == 0 and rec is not None
+    entries = truth.entries()[skip:]
+    from perfkit.loadgen import count_tokens, load_tokenizer
+
+    tok = load_tokenizer(str(TOKENIZER))
+    expected = {count_tokens(tok, b["messages"][0]["content"]) for b in bodies}
+    assert {e["prompt_tokens"] for e in entries} == expected and all(e["max_tokens"] == 3 for e in entries)
+    check = rec.levels[0].workload
+    assert check is not None and check.mismatch == "" and check.reported_output_tokens_mean == 3
+
+
+def test_a_malformed_input_file_is_refused_naming_its_entry(truth, tmp_path, capsys):
+    data = tmp_path / "inputs.json"
+    data.write_text(json.dumps({"data": [{"payload": [{"prompt": "x"}]}, {"text": "no payload"}]}))
+    rc = main(["profile", "--service-kind", "openai", "-u", truth.url, "-m", "truth", "--input-data", str(data)])
+    assert rc == ExitCode.INPUT
+    assert "data[1]" in capsys.readouterr().err

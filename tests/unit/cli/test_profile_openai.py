@@ -236,3 +236,33 @@ def test_a_malformed_input_file_is_refused_naming_its_entry(truth, tmp_path, cap
     rc = main(["profile", "--service-kind", "openai", "-u", truth.url, "-m", "truth", "--input-data", str(data)])
     assert rc == ExitCode.INPUT
     assert "data[1]" in capsys.readouterr().err
+
+
+def test_an_open_loop_past_the_knee_keeps_its_schedule_and_counts_what_it_drops(tmp_path):
+    log = tmp_path / "requests.jsonl"
+    # one slot, each answer ~60 ms: 40 req/s is far past what it serves, and at most 3 may be in flight
+    with openai_server(TOKENIZER, log, first_token_ms=FIRST_MS, token_ms=TOKEN_MS, slots=1) as server:
+        rc, rec = _profile(
+            server, tmp_path / "run.json", "--streaming", "--synthetic-input-tokens-mean", "8",
+            "--output-tokens-mean", "3", "--request-rate-range", "40", "--max-outstanding", "3",
+            "--request-count", "60",
+        )  # fmt: skip
+    assert rec is not None
+    level = rec.levels[0]
+    assert level.dropped_count > 0 and level.errors.get("dropped") == level.dropped_count
+    assert rc == ExitCode.MEASUREMENT  # drops are failed requests: the run says its error rate
+    # the sends that went out were not held back by the answers in flight: the schedule's rate
+    assert level.sent_rps + level.dropped_count / level.duration_s == pytest.approx(40, rel=0.25)
+
+
+def test_embeddings_are_sent_whole_and_their_input_checked(truth, tmp_path):
+    skip = len(truth.entries())
+    rc, rec = _profile(
+        truth, tmp_path / "run.json", "--endpoint-type", "embeddings", "--synthetic-input-tokens-mean", "12",
+        "--concurrency-range", "2", "--request-count", "10",
+    )  # fmt: skip
+    assert rc == 0 and rec is not None
+    entries = truth.entries()[skip:]
+    assert entries and all(e["path"] == "/v1/embeddings" and e["prompt_tokens"] == 12 for e in entries)
+    check = rec.levels[0].workload
+    assert check is not None and check.mismatch == "" and check.reported_input_tokens_mean == 12

@@ -87,6 +87,7 @@ class _OpenAIConn(asyncio.Protocol):
         self.sse = SseParser()
         self.body = bytearray()  # a body that is not an event stream (a JSON answer, an error)
         self.chunks = 0  # chunks that carried text
+        self.last = False
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
@@ -124,6 +125,7 @@ class _OpenAIConn(asyncio.Protocol):
             self.head_done = True
             self.chunked = b"transfer-encoding: chunked" in head
             self.stream = b"text/event-stream" in head
+            self.last = b"connection: close" in head  # the server closes after this answer: no reuse
             i = head.find(b"content-length:")
             self.need = -1
             if i >= 0 and not self.chunked:
@@ -201,8 +203,9 @@ class _OpenAIConn(asyncio.Protocol):
     def _done(self, now: int, status: int, message: str, reuse: bool = True) -> None:
         rid, self.rid, self.req = self.rid, None, None
         eng = self.eng
-        if status == STATUS_PROTOCOL:
-            # an answer perfkit could not read leaves the connection in an unknown state: start afresh
+        if status == STATUS_PROTOCOL or self.last:
+            # an answer perfkit could not read leaves the connection in an unknown state, and one the server
+            # said it closes after is spent: a new one for the next request (perfkit's own close)
             self.closing = True
             self.transport.close()
         elif reuse:

@@ -9,7 +9,7 @@ flight), answers its first token `--first-token-ms` after it got its slot and on
 do), may carry comments, and ends with a usage chunk (with `stream_options.include_usage`) and
 `data: [DONE]`. Each request's prompt length under `--tokenizer` (without special tokens) and its
 times go to `--log` (one JSON line per request). `--fail-every K` answers every K-th request
-with HTTP 500.
+with HTTP 500; `--close-each` closes the connection after each answer (saying `Connection: close`).
 
 Run: `python -m tests.support.openai_server --tokenizer DIR --log FILE` prints `listening on PORT`.
 `OpenAIServer` starts it as a subprocess for a test.
@@ -67,13 +67,12 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, bytes] 
     return method, path, body
 
 
-def _answer(writer: asyncio.StreamWriter, code: int, obj: Any) -> None:
+def _answer(writer: asyncio.StreamWriter, code: int, obj: Any, close: bool = False) -> None:
     data = json.dumps(obj).encode()
     reason = {200: "OK", 404: "Not Found", 500: "Internal Server Error", 400: "Bad Request"}[code]
-    writer.write(
-        f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
-        + data
-    )
+    extra = "Connection: close\r\n" if close else ""
+    head = f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n{extra}\r\n"
+    writer.write(head.encode() + data)
 
 
 def _chunk(writer: asyncio.StreamWriter, text: str) -> None:
@@ -98,7 +97,8 @@ async def _generate(truth: _Truth, writer: asyncio.StreamWriter, path: str, body
         if stream:
             writer.write(
                 b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                b"Cache-Control: no-cache\r\n\r\n"
+                + (b"Connection: close\r\n" if args.close_each else b"")
+                + b"Cache-Control: no-cache\r\n\r\n"
             )
             if chat:  # the role comes first, with no text
                 role = {"object": obj, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
@@ -123,7 +123,8 @@ async def _generate(truth: _Truth, writer: asyncio.StreamWriter, path: str, body
         writer.write(b"0\r\n\r\n")
     else:
         choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-        _answer(writer, 200, {"object": obj.removesuffix(".chunk"), "choices": [choice], "usage": usage})
+        answer = {"object": obj.removesuffix(".chunk"), "choices": [choice], "usage": usage}
+        _answer(writer, 200, answer, close=args.close_each)
     await writer.drain()
     truth.note(
         {
@@ -165,6 +166,8 @@ async def _serve(truth: _Truth, reader: asyncio.StreamReader, writer: asyncio.St
                 _answer(writer, 200, {"object": "list", "data": [{"embedding": [0.0] * 8, "index": 0}], "usage": usage})
             elif path.endswith("/completions"):
                 await _generate(truth, writer, path, body)
+                if truth.args.close_each:
+                    return
             else:
                 _answer(writer, 404, {"error": {"message": f"no route {path}"}})
             await writer.drain()
@@ -194,6 +197,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--default-tokens", type=int, default=16)
     p.add_argument("--fail-every", type=int, default=0)
+    p.add_argument("--close-each", action="store_true", help="answer with Connection: close and close")
     p.add_argument("--log", default="")
     return p.parse_args(argv)
 
@@ -206,7 +210,8 @@ class OpenAIServer:
         self.options = options
         argv = [sys.executable, "-m", "tests.support.openai_server", "--tokenizer", str(tokenizer), "--log", str(log)]
         for key, value in options.items():
-            argv += [f"--{key.replace('_', '-')}", str(value)]
+            flag = f"--{key.replace('_', '-')}"
+            argv += ([flag] if value else []) if isinstance(value, bool) else [flag, str(value)]
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line.startswith("listening on "):

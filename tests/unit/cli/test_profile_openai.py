@@ -266,3 +266,16 @@ def test_embeddings_are_sent_whole_and_their_input_checked(truth, tmp_path):
     assert entries and all(e["path"] == "/v1/embeddings" and e["prompt_tokens"] == 12 for e in entries)
     check = rec.levels[0].workload
     assert check is not None and check.mismatch == "" and check.reported_input_tokens_mean == 12
+
+
+@pytest.mark.parametrize("streaming", [True, False])
+def test_a_server_that_closes_after_each_answer_is_no_lost_connection(tmp_path, streaming):
+    log = tmp_path / "requests.jsonl"
+    with openai_server(TOKENIZER, log, first_token_ms=5, token_ms=1, slots=2, close_each=True) as server:
+        rc, rec = _profile(
+            server, tmp_path / "run.json", "--synthetic-input-tokens-mean", "8", "--output-tokens-mean", "3",
+            "--concurrency-range", "2", "--request-count", "20", *(["--streaming"] if streaming else []),
+        )  # fmt: skip
+    assert rc == 0 and rec is not None
+    level = rec.levels[0]
+    assert level.error_count == 0 and level.reconnects == 0 and "lost" not in level.note

@@ -61,6 +61,11 @@ def profile_openai(
     for name, flag in (("trace", "--trace"), ("fixed_schedule", "--fixed-schedule"), ("mix", "--mix")):
         if getattr(spec, name):
             raise UsageError(f"{flag} is not carried to an OpenAI-compatible endpoint (--service-kind openai)")
+    if spec.protocol != "http" or spec.shared_memory != "none" or spec.collect_metrics:
+        raise UsageError(
+            "--service-kind openai posts JSON over HTTP; -i grpc, --shared-memory and --collect-metrics are Triton's",
+            hint="drop them",
+        )
     if spec.workers > 1:
         raise UsageError(f"--workers {spec.workers}: an OpenAI endpoint's requests run in one process")
     served = server.models()  # the server answers, and serves the model asked

@@ -279,3 +279,10 @@ def test_a_server_that_closes_after_each_answer_is_no_lost_connection(tmp_path, 
     assert rc == 0 and rec is not None
     level = rec.levels[0]
     assert level.error_count == 0 and level.reconnects == 0 and "lost" not in level.note
+
+
+@pytest.mark.parametrize("flag", [["-i", "grpc"], ["--shared-memory", "system"], ["--workers", "2"]])
+def test_what_only_triton_carries_is_refused_for_an_openai_endpoint(truth, capsys, flag):
+    argv = ["profile", "--service-kind", "openai", "-u", truth.url, "-m", "truth", "--tokenizer", str(TOKENIZER)]
+    assert main([*argv, *flag]) == ExitCode.USAGE
+    assert flag[0] in capsys.readouterr().err

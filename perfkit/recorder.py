@@ -89,6 +89,7 @@ def concat(parts: Sequence[Samples]) -> Samples:
         examples,
         response_ns=_concat_responses(parts),
         output_tokens=_concat_tokens(parts),
+        input_tokens=_concat_inputs(parts),
         reconnects=reconnects,
         model=None if all(p.model is None for p in parts) else np.concatenate([_models(p) for p in parts]),
     )
@@ -103,6 +104,14 @@ def _concat_tokens(parts: Sequence[Samples]) -> np.ndarray | None:
         return None
     return np.concatenate(
         [p.output_tokens if p.output_tokens is not None else np.zeros(len(p), dtype=np.int64) for p in parts]
+    )
+
+
+def _concat_inputs(parts: Sequence[Samples]) -> np.ndarray | None:
+    if all(p.input_tokens is None for p in parts):
+        return None
+    return np.concatenate(
+        [p.input_tokens if p.input_tokens is not None else np.full((len(p), 2), -1, dtype=np.int64) for p in parts]
     )
 
 

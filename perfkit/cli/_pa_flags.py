@@ -41,7 +41,7 @@ _TRACE = "set tracing on the server (tritonserver --trace-config, or Triton's tr
 _TRACE_PA = (
     "sets the server's trace settings (POST /v2/trace/setting) before measuring and leaves them set, as perf_analyzer"
 )
-_DYN = "perfkit drives Triton's KServe v2 protocol only (service kind triton)"
+_DYN = "perfkit drives Triton's KServe v2 protocol (service kind triton) and OpenAI-compatible servers (openai)"
 
 PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
@@ -55,9 +55,9 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(
         ("--service-kind",),
         True,
-        "refused",
-        "`triton` accepted (the default); other kinds refused",
-        refused_values=(("triton_c_api", _CAPI), ("*", _DYN)),
+        "differs",
+        "`triton` (the default) and `openai` (an OpenAI-compatible server, docs/guides/openai.md); other kinds refused",
+        refused_values=(("triton_c_api", _CAPI), ("tfserving", _DYN), ("torchserve", _DYN), ("dynamic_grpc", _DYN)),
         noop_values=("triton",),
         lower_value=True,
     ),
@@ -120,7 +120,12 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         "every request had --request-period responses; never past END in all (perf_analyzer overshoots when "
         "START != STEP); START 0 refused (perf_analyzer waits forever)",
     ),
-    PaFlag(("--session-concurrency",), True, "refused", "OpenAI service kind only; " + _DYN),
+    PaFlag(
+        ("--session-concurrency",),
+        True,
+        "refused",
+        "multi-turn sessions of the OpenAI service kind; perfkit sends single-turn requests (--concurrency-range)",
+    ),
     PaFlag(
         ("--request-period",),
         True,
@@ -208,7 +213,7 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     ),
     PaFlag(("--grpc-method",), True, "refused", "dynamic_grpc service kind only; " + _DYN),
     PaFlag(("--proto",), True, "refused", "dynamic_grpc service kind only; " + _DYN),
-    PaFlag(("--endpoint",), True, "refused", "OpenAI service kind only; " + _DYN),
+    PaFlag(("--endpoint",), True, "same", "OpenAI service kind: the path posted to (default v1/chat/completions)"),
     PaFlag(("-u",), True, "same", "server URL (without -u `perfkit profile` launches the bundled server)"),
     PaFlag(
         ("--ssl-grpc-use-ssl",),

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from perfkit.cli._metrics_options import metrics_options
+from perfkit.cli._openai_options import openai_options, openai_spec_fields
 from perfkit.cli._pa_compat import input_data_sources, pa_options, pa_spec_fields
 from perfkit.cli._pa_tls import tls_options
 from perfkit.cli._request_parameters import read_request_parameters, request_parameter_option
@@ -160,6 +161,7 @@ def build_spec(
         max_outstanding=kw["max_outstanding"],
         tail_percentiles=_percentiles(kw["tail_percentiles"]),
         **streaming_spec_fields(kw),
+        **openai_spec_fields(kw),
         **pa_spec_fields(kw),
         request_parameters=read_request_parameters(kw["request_parameters"]),
         tls=tls,
@@ -327,6 +329,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
         help="With --ray: place workers only on nodes offering this custom resource (ray start --resources).",
     ),
     streaming_options(),
+    openai_options(),
     pa_options(),
     request_parameter_option(),
     tls_options(),

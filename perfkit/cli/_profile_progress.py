@@ -8,6 +8,26 @@ import click
 
 from perfkit.cli._metrics_options import publish
 from perfkit.measure import LevelDone, LevelStarted, ProgressEvent, WindowMeasured, WorkersPlaced
+from perfkit.records import LevelResult
+
+
+def workload_lines(label: str, r: LevelResult) -> list[str]:
+    """What a level of an OpenAI endpoint sent, against what the server reported receiving (and a warning)."""
+    w = r.workload
+    if w is None:
+        return []
+    rep_in = "no usage" if w.reported_input_tokens_mean is None else f"{w.reported_input_tokens_mean:.1f} reported"
+    out = f"output {w.sent_output_tokens_mean:.1f} asked" if w.sent_output_tokens_mean is not None else "output free"
+    if w.reported_output_tokens_mean is not None:
+        out += f", {w.reported_output_tokens_mean:.1f} generated"
+    lines = [
+        f"  sent {w.requests} requests at {label} ({r.sent_rps:,.1f} req/s):"
+        f" input {'?' if w.sent_input_tokens_mean is None else f'{w.sent_input_tokens_mean:.1f}'} tokens ({rep_in}),"
+        f" {out}"
+    ]
+    if w.mismatch:
+        lines.append(f"  WARNING: {w.mismatch}")
+    return lines
 
 
 def _pct(x: float | None) -> str:
@@ -43,6 +63,9 @@ class ProfileProgress:
                 f" {'stable' if r.stable else 'UNSTABLE'} after {len(r.windows)} windows",
                 err=True,
             )
+            if r.workload is not None:
+                for line in workload_lines(ev.level.label, r):
+                    click.echo(line, err=True)
             if r.note.startswith(("ended early", "the windows drifted")):  # why the level ended where it did
                 end = r.note.find("; ", r.note.find("precision reached"))
                 click.echo(f"  {r.note if end < 0 else r.note[:end]}", err=True)

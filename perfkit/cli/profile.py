@@ -85,6 +85,17 @@ def command(**kw: Any) -> int:
     opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
     spec = build_spec(kw, model=models[0], mix=mix, request_count=request_count, tls=engine_tls)
     opts = dataclasses.replace(opts, tls=admin_tls, client_shm=spec.shared_memory != "none")
+    if spec.service_kind == "openai":
+        if ray_address or len(urls) != 1 or engine_tls is not None:
+            raise UsageError(
+                "--service-kind openai measures one server at -u HOST:PORT over plain HTTP from this machine",
+                hint="give one -u (no --ray, no https://)",
+            )
+        if request_count:
+            _check_request_count(spec, request_count)
+        name = spec.model.replace("/", "_")
+        out = kw["output"] or Path("runs") / f"{name}-{dt.datetime.now():%Y%m%d-%H%M%S}.json"
+        return unstable_exit(run_openai_profile(url or "", spec, out, kw["csv_path"], kw["report_path"]))
     if request_count:
         _check_request_count(spec, request_count)
         if ray_address:
@@ -154,6 +165,43 @@ def run_profile(
     click.echo(f"perfkit: run record saved to {out}", err=True)
     _fail_if_nothing_measured(record)
     return record
+
+
+def run_openai_profile(
+    url: str, spec: ProfileSpec, out: Path, csv_path: Path | None, report_path: Path | None
+) -> RunRecord:
+    """Measure an OpenAI-compatible server at url, save, summarize; raises MeasurementError (exit 5) when any
+    request failed, saying the error rate, after saving the record."""
+    from perfkit.measure import profile_openai
+    from perfkit.server.openai import OpenAIServer
+
+    host, port = parse_host_port(url.removeprefix("http://"))
+    server = OpenAIServer(host, port)
+    try:
+        record = profile_openai(server, spec, command=tuple(sys.argv), on_progress=ProfileProgress(), record_path=out)
+    except MeasurementError as err:
+        if isinstance(err.record, RunRecord):
+            click.echo(summary_table(err.record))
+        click.echo(f"perfkit: partial run record saved to {out}", err=True)
+        raise
+    click.echo(summary_table(record))
+    _extras(record, csv_path, report_path)
+    click.echo(f"perfkit: run record saved to {out}", err=True)
+    _fail_if_nothing_measured(record)
+    _fail_if_requests_failed(record)
+    return record
+
+
+def _fail_if_requests_failed(record: RunRecord) -> None:
+    """A run whose requests failed is no success (an OpenAI endpoint's: AIPerf exits 0 on a server's 500s)."""
+    sent = sum(lv.request_count for lv in record.levels)
+    failed = sum(lv.error_count for lv in record.levels)
+    if failed:
+        kinds = ", ".join(sorted({f"{k} ×{v}" for lv in record.levels for k, v in lv.errors.items()}))
+        raise MeasurementError(
+            f"{failed} of {sent} requests failed (error rate {failed / max(1, sent):.1%}: {kinds})",
+            hint="the run record is saved; its levels' notes show the errors",
+        ).with_record(record)
 
 
 def _fail_if_nothing_measured(record: RunRecord) -> None:

@@ -30,8 +30,10 @@ How it is built (each piece a small private module):
     record stays one). A broken stream fails what it carried, and the next request opens
     its replacement (a reconnect). Implementations: `_stream_h2.H2StreamTransport`
     (ModelStreamInfer on the hand-written HTTP/2 client), `_stream_grpc.AioStreamTransport`
-    (the same on grpc.aio), `_stream_sse.SseTransport` (HTTP generate_stream) and
-    `_stream_sse.HttpSequenceTransport` (sequence steps as plain HTTP infer calls).
+    (the same on grpc.aio), `_stream_sse.SseTransport` (HTTP generate_stream),
+    `_stream_sse.HttpSequenceTransport` (sequence steps as plain HTTP infer calls) and
+    `_openai.OpenAITransport` (an OpenAI-compatible endpoint, its event stream read by `_sse`;
+    prompts of an exact length under the model's tokenizer from `_prompts`).
   - `_mix.MixTransport`: a traffic mix (`EngineConfig.mix_weights`): one transport per model
     behind the Transport interface; each submit draws the next model from a smooth weighted
     round robin (exact over every cycle of the weights' sum), and the model's index is the
@@ -67,6 +69,7 @@ from perfkit.loadgen._inputdata import (
 from perfkit.loadgen._inputdir import read_sources
 from perfkit.loadgen._loops import PeriodicSpec
 from perfkit.loadgen._native_engine import NativeEngine, make_engine, native_available
+from perfkit.loadgen._prompts import count_tokens, file_bodies, load_tokenizer, openai_bodies, openai_request
 from perfkit.loadgen._requests import (
     PARAMETER_TYPES,
     ModelIO,
@@ -102,6 +105,11 @@ __all__ = [
     "ShmBinding",
     "Tensor",
     "build_requests",
+    "count_tokens",
+    "file_bodies",
+    "load_tokenizer",
+    "openai_bodies",
+    "openai_request",
     "check_synthetic",
     "file_tensors",
     "http_infer_path",

@@ -26,6 +26,7 @@ from perfkit.loadgen._http1 import Http1Transport
 from perfkit.loadgen._ledger import Ledger, Record
 from perfkit.loadgen._loops import ClosedLoop, OpenLoop, PeriodicLoop, PeriodicSpec
 from perfkit.loadgen._mix import MixTransport, TaggedLedger
+from perfkit.loadgen._openai import OpenAITransport
 from perfkit.loadgen._stream_grpc import AioStreamTransport
 from perfkit.loadgen._stream_h2 import H2StreamTransport
 from perfkit.loadgen._stream_parts import stream_samples
@@ -46,6 +47,7 @@ STREAM_TRANSPORTS = {
     "grpc.aio": AioStreamTransport,
     "sse": SseTransport,
     "http": HttpSequenceTransport,
+    "openai": OpenAITransport,
 }
 
 
@@ -155,7 +157,9 @@ class Engine:
     def __init__(self, cfg: EngineConfig | StreamConfig) -> None:
         self.cfg = cfg
         self._streaming = isinstance(cfg, StreamConfig)
-        self._counted = isinstance(cfg, StreamConfig) and bool(cfg.token_output)
+        # output tokens counted per request: a declared output tensor's elements, or an OpenAI server's usage
+        self._counted = isinstance(cfg, StreamConfig) and (bool(cfg.token_output) or cfg.transport == "openai")
+        self._reported = isinstance(cfg, StreamConfig) and cfg.transport == "openai"
         self._mixed = isinstance(cfg, EngineConfig) and bool(cfg.mix_weights)
         self.ledger = Ledger()
         self.loop = asyncio.SelectorEventLoop(precise_selector())
@@ -224,7 +228,9 @@ class Engine:
     def _samples(self, swapped: Any) -> Samples:
         if self._streaming:
             records, examples, reconnects, streamed = swapped
-            return stream_samples(records, examples, reconnects, streamed, counted=self._counted)
+            return stream_samples(
+                records, examples, reconnects, streamed, counted=self._counted, reported=self._reported
+            )
         return _to_samples(*swapped, mixed=self._mixed)
 
     # -- loop side -------------------------------------------------------------------------------

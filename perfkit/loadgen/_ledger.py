@@ -28,6 +28,8 @@ from time import perf_counter_ns
 # (due_ns, sent_ns, done_ns, status, model); due -1 closed loop, sent -1 unsent; model: the index of the
 # request's model in a traffic mix (`_mix`), 0 with one model
 Record = tuple[int, int, int, int, int]
+# a streamed request's extras: its responses' arrival times, output tokens, (input tokens sent, reported)
+Streamed = tuple[list[int], int, tuple[int, int]]
 
 
 class Ledger:
@@ -42,8 +44,9 @@ class Ledger:
         self.reconnects = 0
         # connections that died under us and were not replaced yet (kept across drains)
         self.lost_unreplaced = 0
-        # streamed requests: record index -> (response arrival times, output tokens)
-        self.streamed: dict[int, tuple[list[int], int]] = {}
+        # streamed requests: record index -> (response arrival times, output tokens, (input tokens sent,
+        # input tokens the server reported), -1 where not known)
+        self.streamed: dict[int, Streamed] = {}
 
     def begin(self) -> None:
         """A request was handed to a transport: it now owes exactly one `finish`."""
@@ -65,10 +68,12 @@ class Ledger:
         message: str,
         response_ns: list[int],
         tokens: int,
+        input_tokens: tuple[int, int] = (-1, -1),
     ) -> None:
-        """`finish` for a streamed request: its one record, with its responses' arrival times and tokens."""
-        if response_ns or tokens:
-            self.streamed[len(self.records)] = (response_ns, tokens)
+        """`finish` for a streamed request: its one record, with its responses' arrival times and tokens
+        (and its input tokens as sent and as the server reported them, an OpenAI-compatible response's `usage`)."""
+        if response_ns or tokens or input_tokens != (-1, -1):
+            self.streamed[len(self.records)] = (response_ns, tokens, input_tokens)
         self.finish(due_ns, sent_ns, done_ns, status, message)
 
     def unsent(self, due_ns: int, status: int, message: str, model: int = 0) -> None:
@@ -104,7 +109,7 @@ class Ledger:
         self.records, self.examples, self.reconnects, self.streamed = [], {}, 0, {}
         return out
 
-    def swap_streamed(self) -> tuple[list[Record], dict[int, str], int, dict[int, tuple[list[int], int]]]:
+    def swap_streamed(self) -> tuple[list[Record], dict[int, str], int, dict[int, Streamed]]:
         """`swap`, with the streamed requests' responses by record index."""
         streamed = self.streamed
         return (*self.swap(), streamed)

@@ -50,7 +50,9 @@ def request_suffix(
 
 
 class _Req:
-    __slots__ = ("call", "counted", "due", "failed", "responses", "sent", "slot", "tokens")
+    __slots__ = (
+        "call", "counted", "due", "failed", "input_tokens", "responses", "sent", "sent_tokens", "slot", "tokens"
+    )  # fmt: skip
 
     def __init__(self, due: int, slot: int) -> None:
         self.call: object = None  # the stream it was written to, where a transport replaces streams
@@ -59,6 +61,8 @@ class _Req:
         self.slot = slot
         self.failed = False
         self.tokens = 0
+        self.input_tokens = -1  # as the server reported them (an OpenAI response's usage); -1: not reported
+        self.sent_tokens = -1  # input tokens sent (an OpenAI prompt's length under its tokenizer); -1: not known
         self.responses: list[int] = []  # arrival times of the responses that carried outputs
         self.counted = 0  # every response, the flag-only final one too (only with a request period)
 
@@ -83,19 +87,24 @@ def stream_samples(
     records: list[tuple[int, int, int, int, int]],
     examples: dict[int, str],
     reconnects: int,
-    streamed: dict[int, tuple[list[int], int]],
+    streamed: dict[int, tuple[list[int], int, tuple[int, int]]],
     counted: bool = False,
+    reported: bool = False,
 ) -> Samples:
-    """Samples of streamed requests: per request its responses' arrival times (and tokens when counted)."""
+    """Samples of streamed requests: per request its responses' arrival times (and tokens when counted;
+    its input tokens as sent and as the server reported them when `reported`, -1 where not known)."""
     n = len(records)
     responses = np.empty(n, dtype=object)
     no_responses = np.empty(0, dtype=np.int64)
     tokens = np.zeros(n, dtype=np.int64) if counted else None
+    inputs = np.full((n, 2), -1, dtype=np.int64) if reported else None
     for i in range(n):
         got = streamed.get(i)
         responses[i] = np.array(got[0], dtype=np.int64) if got is not None else no_responses
         if tokens is not None and got is not None:
             tokens[i] = got[1]
+        if inputs is not None and got is not None:
+            inputs[i] = got[2]
     arr = np.array(records, dtype=np.int64).reshape(n, 5)
     return Samples(
         arr[:, 0].copy(),
@@ -105,5 +114,6 @@ def stream_samples(
         examples,
         response_ns=responses,
         output_tokens=tokens,
+        input_tokens=inputs,
         reconnects=reconnects,
     )

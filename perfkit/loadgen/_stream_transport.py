@@ -58,7 +58,7 @@ class StreamConfig:
     sequences: SequenceSpec | None = None  # sequence (stateful) model: IDs and flags per request
     # "grpc": ModelStreamInfer on the hand-written HTTP/2 client; "grpc.aio": the same on
     # grpc.aio (slower, kept as a reference); "sse": HTTP generate_stream; "http": a
-    # sequence model over plain HTTP infer calls.
+    # sequence model over plain HTTP infer calls; "openai": an OpenAI-compatible endpoint (`_openai`).
     transport: str = "grpc"
     # Trace replay: request k is due schedule_ns[k] after the start and sends payloads[k], once.
     # sessions[k] >= 0 groups requests into a session whose turns go one at a time, in order
@@ -74,6 +74,8 @@ class StreamConfig:
     # perf_analyzer's --periodic-concurrency-range with --request-period: the run counts each
     # request's responses as they come (`_loops.PeriodicLoop`), on the Python transports
     periodic: bool = False
+    # transport "openai": each payload's input tokens under the tokenizer (what its record says was sent)
+    input_lengths: tuple[int, ...] = ()
 
 
 class StreamTransport(Transport):
@@ -195,7 +197,9 @@ class StreamTransport(Transport):
             return
         if self.period and status == 0 and req.counted < self.period:
             self.short_finals += 1
-        self.ledger.finish_streamed(req.due, req.sent, done_ns, status, message, req.responses, req.tokens)
+        self.ledger.finish_streamed(
+            req.due, req.sent, done_ns, status, message, req.responses, req.tokens, (req.sent_tokens, req.input_tokens)
+        )
         if self._trace is not None:
             self._trace_done(req.slot)
         elif self._seq is not None:

@@ -2,6 +2,7 @@
 
 Public API:
 - profile(server, spec, ...) -> RunRecord   (saved to record_path after every level)
+- profile_openai(server, spec, ...) -> RunRecord  (the same against an OpenAI-compatible endpoint)
 - levels_frame(record) -> pandas.DataFrame  (one row per level)
 - write_csv(record, path)                   (perf_analyzer's -f columns)
 - summary_table(record) -> str               (the terminal summary, one row per level)
@@ -28,6 +29,7 @@ from perfkit.measure._events import (
 from perfkit.measure._level import LevelOutcome
 from perfkit.measure._loop import MeasureOne, nothing_measured, over_latency_threshold, run_levels, walk_levels
 from perfkit.measure._mix import parse_mix
+from perfkit.measure._openai import profile_openai, workload_check
 from perfkit.measure._profile import profile
 from perfkit.measure._replay import trace_mean_rate
 from perfkit.measure._stopping import LevelStop
@@ -55,6 +57,8 @@ __all__ = [
     "nothing_measured",
     "over_latency_threshold",
     "profile",
+    "profile_openai",
+    "workload_check",
     "rerun_precision",
     "run_levels",
     "served_config_sha256",

@@ -26,6 +26,7 @@ from perfkit.records import (
     LevelResult,
     LoadLevel,
     ProfileSpec,
+    Samples,
     Window,
     status_name,
 )
@@ -38,6 +39,8 @@ class LevelOutcome:
     server_died: bool = False
     error: str = ""
     export: dict[str, Any] | None = None  # --profile-export-file's experiment for the level
+    # keep_samples: the level's samples and which of them are the level's (for a caller's own checks)
+    samples: tuple[Samples, np.ndarray] | None = None
 
 
 def measure_level(
@@ -48,6 +51,8 @@ def measure_level(
     stats_models: list[str],
     metrics: MetricsSampler | None,
     progress: Progress | None = None,
+    *,
+    keep_samples: bool = False,
 ) -> LevelOutcome:
     """Run one level to a stable result or max_trials windows; never raises for server death."""
     closed = level.mode == "concurrency"
@@ -145,7 +150,8 @@ def measure_level(
         export = level_export(
             rec.samples, rec.level_mask(end_ns), level, rec.start_ns, window_ns, len(windows), rec.ends_ns
         )
-    return LevelOutcome(result, died, error, export)
+    kept = (rec.samples, rec.level_mask(end_ns)) if keep_samples else None
+    return LevelOutcome(result, died, error, export, kept)
 
 
 def _answered(rec: LevelRecorder) -> int:
@@ -230,6 +236,7 @@ def _count_window(rec: LevelRecorder, count: int) -> tuple[LevelRecorder, int]:
             status=s.status[level],
             response_ns=None if s.response_ns is None else s.response_ns[level],
             output_tokens=None if s.output_tokens is None else s.output_tokens[level],
+            input_tokens=None if s.input_tokens is None else s.input_tokens[level],
             model=None if s.model is None else s.model[level],
         )
     )

@@ -14,15 +14,20 @@ from perfkit.recorder import summarize
 from perfkit.records import STATUS_OK, Samples, StreamingSummary, StreamWindow
 
 GOODPUT_KEYS = ("ttft", "itl", "latency")
+# AIPerf's --goodput names (`time_to_first_token:100 inter_token_latency:3.4`, milliseconds, space-separated)
+GOODPUT_ALIASES = {"time_to_first_token": "ttft", "inter_token_latency": "itl", "request_latency": "latency"}
 _UNITS_MS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
 def parse_goodput(text: str) -> dict[str, float]:
-    """'ttft:200ms,itl:20ms' -> {'ttft': 200.0, 'itl': 20.0} (ms); raises UsageError naming the bad part."""
+    """'ttft:200ms,itl:20ms' -> {'ttft': 200.0, 'itl': 20.0} (ms), AIPerf's names and spaces too
+    ('time_to_first_token:200 inter_token_latency:20'); raises UsageError naming the bad part."""
     out: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    parts = text.split(",") if "," in text else text.split()
+    for part in filter(None, (p.strip() for p in parts)):
         key, sep, value = part.partition(":")
         key = key.strip().lower()
+        key = GOODPUT_ALIASES.get(key, key)
         if not sep or key not in GOODPUT_KEYS:
             raise UsageError(
                 f"--goodput {text}: {part!r} is not METRIC:VALUE with METRIC one of {', '.join(GOODPUT_KEYS)}",
@@ -61,7 +66,7 @@ def streaming_summary(
     ok = in_level & (samples.status == STATUS_OK)
     idx = np.flatnonzero(ok)
     responses = samples.response_ns
-    ttft, ttft_c, second, gaps, lengths, req_itl, e2e = [], [], [], [], [], [], []
+    ttft, ttft_c, second, gaps, lengths, req_itl, e2e, tpot = [], [], [], [], [], [], [], []
     gaps_by_request: dict[int, np.ndarray] = {}
     counted = samples.output_tokens
     for i in idx.tolist():
@@ -81,6 +86,8 @@ def streaming_summary(
             gaps_by_request[i] = d
             second.append(d[0])
             req_itl.append(float(d.mean()))
+            if lengths[-1] > 1:  # the output's tokens after the first over the time after the first
+                tpot.append((r[-1] - r[0]) / (lengths[-1] - 1))
         else:
             req_itl.append(0.0)
     ttft_arr = np.array(ttft, dtype=np.int64)
@@ -107,6 +114,9 @@ def streaming_summary(
         total = int(in_level.sum())
         goodput_rps = float(good.sum()) / period_s
         goodput_fraction = float(good.sum()) / total if total else 0.0
+    tpot_arr = np.array(tpot, dtype=np.float64)
+    inputs = samples.input_tokens[idx, 1] if samples.input_tokens is not None else np.empty(0, dtype=np.int64)
+    inputs = inputs[inputs >= 0]
     return StreamingSummary(
         windows=_windows(samples, idx, ttft_arr, gaps_by_request, all_times, start_ns, end_ns, window_ns),
         ttft=summarize("service", ttft_arr[has_first] / 1e3),
@@ -123,6 +133,9 @@ def streaming_summary(
         goodput_slo_ms=slo,
         goodput_rps=goodput_rps,
         goodput_fraction=goodput_fraction,
+        tpot=summarize("service", tpot_arr / 1e3),
+        output_tokens_per_s_per_user=float((1e9 / tpot_arr[tpot_arr > 0]).mean()) if (tpot_arr > 0).any() else None,
+        input_len_mean=float(inputs.mean()) if inputs.size else None,
     )
 
 

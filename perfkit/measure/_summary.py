@@ -120,6 +120,10 @@ def _streaming_lines(record: RunRecord) -> list[str]:
             f" p99 {st.itl.p99_us / 1e3:.2f} ms; 2nd token p50 {st.second_token.p50_us / 1e3:.2f} ms;"
             f" {st.output_tokens_per_s:,.1f} tokens/s; {st.output_len_mean:.1f} tokens/request"
         )
+        if st.tpot is not None and st.tpot.count:
+            line += f"; TPOT p50 {st.tpot.p50_us / 1e3:.2f} ms"
+        if st.output_tokens_per_s_per_user is not None:
+            line += f"; {st.output_tokens_per_s_per_user:,.1f} tokens/s per user"
         if st.goodput_rps is not None:
             line += f"; goodput {st.goodput_rps:,.1f} req/s ({(st.goodput_fraction or 0) * 100:.1f}%)"
         lines.append(line)

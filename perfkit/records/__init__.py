@@ -10,6 +10,7 @@ Its modules are named for what flows:
 - `_samples`: raw per-request samples and the request outcome codes;
 - `_level`: what one level measured (latency summaries, windows, server stats, shares);
 - `_machine`: where it was measured (machine, server, model as served);
+- `_openai`: an OpenAI-compatible endpoint's spec and each level's check of what the server received;
 - `_budget`: a latency budget and what a measured level says about it (within it, its statistic);
 - `_run` / `_tune`: the run and tune records and their schemas;
 - `_serial`: to and from JSON, migration helpers, atomic writes.
@@ -65,6 +66,16 @@ from perfkit.records._load import (
     spec_defaults,
 )
 from perfkit.records._machine import Machine, ModelInfo, ServerInfo
+from perfkit.records._openai import (
+    DEFAULT_INPUT_TOKENS_MEAN,
+    DEFAULT_PROMPT_COUNT,
+    ENDPOINT_PATHS,
+    USAGE_TOLERANCE_REL,
+    USAGE_TOLERANCE_TOKENS,
+    EndpointType,
+    OpenAISpec,
+    WorkloadCheck,
+)
 from perfkit.records._run import RUN_SCHEMA, RUN_SCHEMA_VERSION, RunRecord
 from perfkit.records._samples import (
     GRPC_STATUS_BASE,
@@ -119,6 +130,14 @@ __all__ = [
     "M_LOWER_BOUND",
     "marks_lower_bound",
     "Calibration",
+    "DEFAULT_INPUT_TOKENS_MEAN",
+    "DEFAULT_PROMPT_COUNT",
+    "ENDPOINT_PATHS",
+    "EndpointType",
+    "OpenAISpec",
+    "USAGE_TOLERANCE_REL",
+    "USAGE_TOLERANCE_TOKENS",
+    "WorkloadCheck",
     "CalibrationPoint",
     "Drift",
     "FirstResponseHistogram",

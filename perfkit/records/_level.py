@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfkit.records._load import LatencyKind, LoadLevel
+from perfkit.records._openai import WorkloadCheck
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,12 @@ class StreamingSummary:
     goodput_rps: float | None = None
     goodput_fraction: float | None = None
     windows: tuple[StreamWindow, ...] = ()  # per window, for gates' significance tests
+    # per request: (latency - ttft) / (output tokens - 1), requests of two tokens or more; None in older records
+    tpot: LatencySummary | None = None
+    # the mean over requests of their output tokens after the first per second after the first (1 / the
+    # request's TPOT: AIPerf's output token throughput per user); None in older records
+    output_tokens_per_s_per_user: float | None = None
+    input_len_mean: float | None = None  # input tokens per request where the server reported them
 
 
 @dataclass(frozen=True)
@@ -238,6 +245,8 @@ class LevelResult(LevelCounts, _LevelHead):
     drift: Drift | None = None  # the level ended early: its windows moved (a change point), all kept
     # Triton's first-response histogram per model (--collect-metrics, servers that report it); () before it was read
     first_response: tuple[FirstResponseHistogram, ...] = ()
+    # an OpenAI-compatible endpoint (ProfileSpec.openai): what was sent against what the server reported
+    workload: WorkloadCheck | None = None
 
     def latency(self, kind: LatencyKind | None = None) -> LatencySummary:
         """The corrected latency where measured (open loop), else service; or the kind asked."""

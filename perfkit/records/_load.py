@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from perfkit.records._openai import OpenAISpec
+
 LoadMode = Literal["concurrency", "request_rate", "custom_intervals", "trace"]
 LatencyKind = Literal["service", "corrected"]
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
@@ -156,6 +158,10 @@ class ProfileSpec:
     # A traffic mix (`perfkit profile -m A -m B --mix A:3,B:1`): every model and its weight, one
     # engine drawing each request's model by weight; `model` is the first. Empty: `model` alone.
     mix: tuple[tuple[str, int], ...] = ()
+    # perf_analyzer's --service-kind: "triton" (KServe v2 over HTTP/gRPC) or "openai" (an OpenAI-compatible
+    # endpoint, `openai` saying what is sent)
+    service_kind: Literal["triton", "openai"] = "triton"
+    openai: OpenAISpec | None = None
 
     @property
     def mix_label(self) -> str:

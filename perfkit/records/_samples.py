@@ -53,6 +53,9 @@ class Samples:
     error_examples: dict[int, str] = field(default_factory=dict)
     response_ns: Any = None
     output_tokens: Any = None  # per request: elements of a declared output tensor over its responses
+    # per request (int64, shape (n, 2)): its input tokens as sent (under the tokenizer) and as the server
+    # reported them (an OpenAI-compatible response's usage), -1 where not known; None for Triton's protocols
+    input_tokens: Any = None
     reconnects: int = 0  # connections that died under the load generator and were replaced
     model: Any = None  # a traffic mix: per request, its model's index in ProfileSpec.mix (int16); else None
 

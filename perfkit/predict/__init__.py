@@ -16,6 +16,7 @@ from perfkit.predict._calibrate import (
     scaling,
     service_model,
 )
+from perfkit.predict._mix import MemberFigures, MixMember, MixRate, fit_device_fractions, mix_rate, simulate_mix
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._pipeline import (
     PipelinePrediction,
@@ -60,4 +61,11 @@ __all__ = [
     "simulate_pipeline",
     "pipeline_rate",
     "score_pipelines",
+    # a traffic mix: several models on one shared device (_mix)
+    "MixMember",
+    "MemberFigures",
+    "MixRate",
+    "simulate_mix",
+    "mix_rate",
+    "fit_device_fractions",
 ]

@@ -1,5 +1,6 @@
 """The predicted search as the tuner's strategy: the predictor of the subject's kind
-(tuner/_search/_predict.py for one model, _predict_pipeline.py for an ensemble) made when the
+(tuner/_search/_predict.py for one model, _predict_pipeline.py for an ensemble, _predict_mix.py
+for a traffic mix) made when the
 study is seeded, and asked for what the trials, the stop rule and the confirmation need. A BLS
 pipeline asked for the predicted search is searched by measurement, which the tuner says."""
 
@@ -16,6 +17,7 @@ from perfkit.tuner._search._measured import MeasuredSearch
 from perfkit.tuner._search._model_calibrate import check_predictable
 from perfkit.tuner._search._predict import Predictor
 from perfkit.tuner._search._predict_events import Note
+from perfkit.tuner._search._predict_mix import MixPredictor
 from perfkit.tuner._search._predict_pipeline import PipelinePredictor
 from perfkit.tuner._subject import Subject
 
@@ -90,15 +92,15 @@ class PredictedSearch:
 def predicted_search(
     subject: Subject, trial_load: TrialLoadSettings, reason: str, *, told: TuneEvent | None
 ) -> PredictedSearch | MeasuredSearch:
-    """The predicted search for the subject's kind: an ensemble's predictor, one model's (a traffic
-    mix's calibration refuses it when the study is seeded); a BLS pipeline is searched by
+    """The predicted search for the subject's kind: an ensemble's predictor, a traffic mix's
+    (tuner/_search/_predict_mix.py), one model's; a BLS pipeline is searched by
     measurement, said before the tune's announcement. Raises UsageError for a BLS pipeline under a
     load the prediction does not model."""
     if subject.kind == "bls":
         check_predictable(trial_load)
         return MeasuredSearch(f"{reason}; {BLS_MEASURED}: measured", told_before=bls_note(subject),
                               queues_batching_seed=False)  # fmt: skip
-    make = PipelinePredictor if subject.kind == "ensemble" else Predictor
+    make = PipelinePredictor if subject.kind == "ensemble" else MixPredictor if subject.kind == "mix" else Predictor
     return PredictedSearch(reason, make, told=told)
 
 

@@ -29,12 +29,14 @@ def test_auto_is_the_default_and_predicts_one_model_or_an_ensemble_under_open_lo
     assert model.line().lstrip().startswith("--search auto: predicting")
     ensemble = _choose(subject="ensemble", knobs=[f"{step}.{k}" for step in ("pre", "infer") for k in BATCHING])
     assert ensemble.kind == "predict"
+    mix = _choose(subject="mix", knobs=[f"{m}.{k}" for m in ("a", "b") for k in BATCHING])
+    assert mix.kind == "predict"
 
 
 @pytest.mark.parametrize(
     ("subject", "open_loop", "load_mode", "said"),
     [
-        ("mix", True, "rate", "traffic mix"),
+        ("mix", False, "concurrency", "closed-loop"),
         ("bls", True, "rate", "BLS"),
         ("model", False, "trace", "trace"),
         ("model", False, "concurrency", "closed-loop"),
@@ -113,9 +115,15 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
         "asked for with --search predict"
     )
     # auto's reason for measuring is the one its line tells
-    mix = choose(AUTO, _subject("mix"), rates)
-    assert mix.kind == "measure" and mix.reason == "a traffic mix is searched by measurement"
+    closed = SimpleNamespace(open_loop=False, load_mode="concurrency")
+    mix = choose(AUTO, _subject("mix"), closed)
+    assert (
+        mix.kind == "measure" and mix.reason == "the prediction models open-loop arrival rates, not closed-loop clients"
+    )
     assert mix.told is not None and mix.reason in mix.told.line()
+    # a traffic mix in open loop: predicted, by the mix's own predictor (made when the study is seeded)
+    mixed = choose(AUTO, _subject("mix"), rates)
+    assert isinstance(mixed, PredictedSearch) and mixed.kind == "predict"
     # a study shared by --ray's workers: measured, the launcher having said so (nothing told here)
     ray = choose(AUTO, _subject(), rates, shared=True)
     assert (ray.kind, ray.reason, ray.told) == ("measure", ON_RAY, None)

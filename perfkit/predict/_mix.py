@@ -17,6 +17,7 @@ of a few thousand requests); the compiled loop (_simloop) runs one model and is 
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Sequence
@@ -257,40 +258,39 @@ def mix_rate(
 
 
 def fit_device_fractions(
-    members: Sequence[MixMember], total_rps: float, measured_stretch: Sequence[float], *, requests: int = MIX_REQUESTS
+    members: Sequence[MixMember],
+    total_rps: float,
+    measured_stretch: Sequence[float],
+    *,
+    own: Sequence[float] | None = None,
+    requests: int = MIX_REQUESTS,
 ) -> tuple[float, ...]:
     """Each model's part on the shared device, from a level where the models ran together at
-    total_rps: what makes the simulated executions stretch as Triton measured them (each model's
-    mean execution over its own alone, `measured_stretch`). A model's executions stretch by the
-    time the others hold the device, so each model's fraction is bisected to match the others'
-    stretches (for two models, the other's alone), every model in turn, twice. A stretch under 1.02
-    everywhere: the models share no device (every fraction 0)."""
+    total_rps: g x own_m, with g within 0..1 bisected until the simulated executions stretch, summed
+    over the models, as Triton measured them (each model's mean execution over its own alone,
+    `measured_stretch`). own_m: the model's part of an execution shared by its own instances where
+    its calibration measured one, else 1 (`own` None: 1 for every model). One figure, not one a
+    model: a level's stretches tell how much the models wait on each other, not whose executions
+    hold the device for how long (a light model's part is hidden behind a heavy one's). Every
+    stretch under 1.02: the models share no device (every part 0)."""
     if len(measured_stretch) != len(members):
         raise UsageError("a stretch per model of the mix is needed", hint="measure every model of the mix")
+    scale = list(own) if own is not None else [1.0] * len(members)
     if max(measured_stretch, default=1.0) < 1.02 or len(members) < 2:
         return tuple(0.0 for _ in members)
-    frac = [0.5 for _ in members]
+    want = sum(measured_stretch)
 
-    def others(k: int, f: float) -> float:
-        trial = [
-            MixMember(m.name, m.config, m.service, m.weight, f if j == k else frac[j], m.budget_us)
-            for j, m in enumerate(members)
-        ]
-        figs = simulate_mix(trial, total_rps, requests=requests)
-        return sum(fig.stretch for j, fig in enumerate(figs) if j != k)
+    def simulated(g: float) -> float:
+        trial = [dataclasses.replace(m, device_fraction=g * d) for m, d in zip(members, scale, strict=True)]
+        return sum(f.stretch for f in simulate_mix(trial, total_rps, requests=requests))
 
-    for _ in range(2):
-        for k in range(len(members)):
-            want = sum(s for j, s in enumerate(measured_stretch) if j != k)
-            lo, hi = 0.0, 1.0
-            if others(k, hi) <= want:
-                frac[k] = 1.0
-                continue
-            if others(k, lo) >= want:
-                frac[k] = 0.0
-                continue
-            for _ in range(7):
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if others(k, mid) < want else (lo, mid)
-            frac[k] = (lo + hi) / 2
-    return tuple(frac)
+    lo, hi = 0.0, 1.0
+    if simulated(hi) <= want:
+        lo = hi
+    for _ in range(8):
+        if lo >= hi:
+            break
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if simulated(mid) < want else (lo, mid)
+    g = (lo + hi) / 2 if lo < hi else lo
+    return tuple(g * d for d in scale)

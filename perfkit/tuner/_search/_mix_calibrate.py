@@ -7,10 +7,12 @@ Why a level together: models whose instances share a device stretch each other's
 an amount no model's calibration alone can tell (they may run on different GPUs, or share one
 CPU). As the one-model calibration reads its instances' shared fraction from saturated rates at
 two instance counts, this reads each model's part on a device the models share from how much
-longer each model's executions ran next to the others than alone (Triton's per-batch-size
+longer the models' executions ran next to each other than alone (Triton's per-batch-size
 execution times during the level against each model's calibrated line), fitted by the mix
-simulator (perfkit.predict fit_device_fractions). The level runs the models' original configs in
-open loop at JOINT_DEVICE_LOAD of what the device could do if every execution ran wholly on it.
+simulator (perfkit.predict fit_device_fractions: one figure scaling each model's own instances'
+shared fraction where its calibration measured one, else its whole execution). The level runs
+the models' original configs in open loop at JOINT_DEVICE_LOAD of what the device could do if
+every execution ran wholly on it.
 
 The record: the mix's Calibration names the mix's first model, `steps` holds each model's own
 calibration with its shared_fraction replaced by the part of its executions on the device every
@@ -125,7 +127,9 @@ def calibrate_mix(t: TrialRunner) -> tuple[Calibration, MixCalibrated]:
     originals: dict[str, dict[str, Any]] = {s.model: {} for s in subject.pipeline.steps}
     at_level = members(t, cals, originals, {})
     offered = level.throughput_infer_per_s or rate
-    fractions = dict(zip(names, predict.fit_device_fractions(at_level, offered, stretch), strict=True))
+    own = [cals[m].shared_fraction if cals[m].instance_counts else 1.0 for m in names]
+    fitted = predict.fit_device_fractions(at_level, offered, stretch, own=own)
+    fractions = dict(zip(names, fitted, strict=True))
     steps = tuple(dataclasses.replace(cals[m], shared_fraction=fractions[m]) for m in names)
     cal = Calibration(
         model=t.model, points=(), fixed_us=0.0, per_item_us=0.0,

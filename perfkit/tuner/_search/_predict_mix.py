@@ -31,7 +31,7 @@ from perfkit.tuner._search._predict_pipeline import _by_rate, _distinct, _label_
 from perfkit.tuner._search._predict_points import batcher_from
 
 ALONE_REQUESTS = 3_000  # each model alone at its share, to choose the few configs combined
-FULL_PRODUCT = 48  # a joint space this small is simulated whole; larger, PER_STEP_BEST a model
+FULL_PRODUCT = 16  # a joint space this small is simulated whole (~3 s a point); larger, PER_STEP_BEST a model
 
 
 @dataclass

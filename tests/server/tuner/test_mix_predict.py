@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.records import TuneRecord
-from tests.conftest import CHEAP_CONFIRM, copy_models
+from tests.conftest import copy_models
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
@@ -32,11 +32,13 @@ MODELS = ("batcher", "hungry")
 # tolerance (25%) decides the search.
 MEASURED_SPREAD = 0.6
 # A cheap space: batching on or off per model at max_batch_size 8, the queue delay fixed, one
-# instance: four pairs, the best known (see the module's docstring).
+# instance, at the shipped precision: four pairs, the best known (see the module's docstring). No
+# confirmation: the pick asserted is the search's (a confirmation near the budget on a loaded
+# machine may step the best down, which is the measured search's and not what this test holds).
 MIX = ["-m", "batcher", "-m", "hungry", "--mix", "batcher:3,hungry:1",
        "--latency-budget", "batcher:150ms,hungry:250ms", "--max-batch-sizes", "8", "--instance-counts", "1",
-       "--queue-delays-us", "2000", "--preferred-batch-sizes", "none", "--measurement-interval", "400",
-       *CHEAP_CONFIRM]  # fmt: skip
+       "--queue-delays-us", "2000", "--preferred-batch-sizes", "none", "--precisions", "fp32",
+       "--measurement-interval", "400", "--confirm", "0"]  # fmt: skip
 
 
 def test_predicted_mix_tune_calibrates_each_model_measures_their_contention_and_picks_the_known_best(tmp_path: Path):

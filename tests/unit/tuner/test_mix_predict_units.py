@@ -1,0 +1,48 @@
+"""A traffic mix's predicted search, the parts that need no server: each model of the mix stood
+alone for its calibration (its own budget, the mix's knobs), and what the calibration's line says
+of each model and of the contention between them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfkit.records import Budget, Calibration
+from perfkit.tuner import TuneSettings, TuneSpace
+from perfkit.tuner._route import FileRoute
+from perfkit.tuner._search._mix_calibrate import MixCalibrated
+from perfkit.tuner._subject_mix import MixSubject, mix_subject
+from tests.conftest import copy_models
+
+
+def test_each_model_of_a_mix_stands_alone_with_its_own_budget_and_the_mix_knobs(tmp_path: Path):
+    repo = copy_models(tmp_path, ["batcher", "hungry"])
+    budget = Budget(60.0, 95.0, per_model_ms=(("batcher", 60.0), ("hungry", 120.0)))
+    settings = TuneSettings(model="batcher", budget=budget, mix=(("batcher", 3), ("hungry", 1)))
+    space = TuneSpace(max_batch_sizes=(8,), instance_counts=(1, 2))
+    subject = mix_subject(settings, space, repo, route=FileRoute())
+    assert isinstance(subject, MixSubject) and subject.kind == "mix" and subject.weights == {"batcher": 3, "hungry": 1}
+    hungry = subject.member("hungry")
+    assert (
+        hungry.kind == "model"
+        and hungry.model == "hungry"
+        and dict(hungry.paths) == {"hungry": subject.paths["hungry"]}
+    )
+    assert subject.member_budget("hungry") == Budget(120.0, 95.0)  # its own, at the mix's percentile
+    # the knobs it is calibrated over are the mix's for that model
+    step = subject.pipeline.step("hungry")
+    assert [d.name for d in hungry.space.dimensions] == [d.name for d in step.space.dimensions]
+
+
+def test_the_calibrations_line_names_each_model_and_how_far_its_executions_stretched_together():
+    def one(model: str, fixed_us: float, shared: float) -> Calibration:
+        return Calibration(model, (), fixed_us, 100.0, 0.01, 0.02, shared_fraction=shared, duration_s=10.0)
+
+    cal = Calibration("a", (), 0.0, 0.0, 0.01, 0.02, duration_s=25.0, steps=(one("a", 2e3, 0.7), one("b", 3e4, 1.0)))
+    line = MixCalibrated(cal, 43.0, (2.3, 1.05)).line()
+    assert line.startswith("calibrated the mix's 2 models in 25 s:")
+    assert (
+        "\n  a: calibrated in 10 s: execution 2.00 ms" in line
+        and "\n  b: calibrated in 10 s: execution 30.00 ms" in line
+    )
+    assert "together at 43 req/s" in line and "a x2.30 as long as alone (on the shared device 70%" in line
+    assert "b x1.05 as long as alone (on the shared device 100%" in line

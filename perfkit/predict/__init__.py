@@ -16,7 +16,15 @@ from perfkit.predict._calibrate import (
     scaling,
     service_model,
 )
-from perfkit.predict._mix import MemberFigures, MixMember, MixRate, fit_device_fractions, mix_rate, simulate_mix
+from perfkit.predict._mix import (
+    MemberFigures,
+    MixMember,
+    MixRate,
+    fit_mix_contention,
+    mix_rate,
+    shared_device,
+    simulate_mix,
+)
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._pipeline import (
     PipelinePrediction,
@@ -67,5 +75,6 @@ __all__ = [
     "MixRate",
     "simulate_mix",
     "mix_rate",
-    "fit_device_fractions",
+    "fit_mix_contention",
+    "shared_device",
 ]

@@ -5,9 +5,10 @@ with one device every model's instances share.
 The load is a mix: one open-loop arrival process at the total rate, each request drawn to a model
 by its weight (as perfkit's mix engine draws each request's model, perfkit.loadgen), so a model's
 share of the arrivals is its weight over the weights' sum. Each model's execution runs its
-instance-own part first, then its `device_fraction` on the shared device, one execution at a time
-first come first served across every model (Contention's rule, with the device shared by the
-models too): a model's executions stretch while another model holds the device. The requests
+instance-own part first, then its `device_fraction` on its device, one execution at a time first
+come first served across every model on that device (Contention's rule, with the device shared by
+the models too): a model's executions stretch while another model holds the device. Models on
+devices of their own (`device` differs) share only the request path. The requests
 pass one request path on their way to the batchers (ServiceModel.host_us of each request's model,
 one request at a time).
 
@@ -38,8 +39,8 @@ RATE_STEPS = 9  # geometric bisection of the total rate over [cap/64, cap]: to w
 @dataclass(frozen=True)
 class MixMember:
     """One model of a mix: its batcher config, its service model (alone on the device), its weight,
-    the part of each execution on the device every model's instances share (0: none), and its own
-    latency budget (us)."""
+    the part of each execution on its device (shared by every instance on it, 0: none), its own
+    latency budget (us), and which device it runs on (members with the same `device` share it)."""
 
     name: str
     config: BatcherConfig
@@ -47,6 +48,7 @@ class MixMember:
     weight: float
     device_fraction: float
     budget_us: float
+    device: int = 0
 
     def __post_init__(self) -> None:
         if self.weight <= 0 or not 0.0 <= self.device_fraction <= 1.0 or self.budget_us <= 0:
@@ -85,8 +87,8 @@ class MixRate:
 
 
 class _Member(Reference):
-    """A model's batcher and instances whose shared device is the mix's (`dev` read and written
-    through the one cell every member holds), each execution's start kept."""
+    """A model's batcher and instances whose device may be another model's too (`dev` read and
+    written through the one cell every member on that device holds), each execution's start kept."""
 
     def __init__(self, arr: list[float], m: MixMember, cell: list[float]) -> None:
         self._cell = cell
@@ -108,10 +110,10 @@ class _Member(Reference):
         super().take(i, t)
 
 
-def _split(members: Sequence[MixMember], requests: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unit-rate Poisson arrivals of the whole mix and each one's model, drawn by weight (the same
-    draws at every rate: common random numbers keep the rate search monotone)."""
-    unit = unit_arrivals("poisson", requests, seed)
+def _split(members: Sequence[MixMember], requests: int, seed: int, arrival: str) -> tuple[np.ndarray, np.ndarray]:
+    """Unit-rate arrivals of the whole mix ('poisson' or 'constant') and each one's model, drawn
+    by weight (the same draws at every rate: common random numbers keep the rate search monotone)."""
+    unit = unit_arrivals(arrival, requests, seed)
     w = np.array([m.weight for m in members], dtype=float)
     which = np.random.default_rng(seed + 1).choice(len(members), size=requests, p=w / w.sum())
     return unit, which
@@ -134,18 +136,19 @@ def simulate_mix(
     percentile: float = 99.0,
     requests: int = MIX_REQUESTS,
     seed: int = 0,
+    arrival: str = "poisson",
 ) -> tuple[MemberFigures, ...]:
-    """Run `requests` requests of the mix at total_rps (Poisson) through every model's batcher and
-    instances on the shared device; each model's figures over its requests after the first
+    """Run `requests` requests of the mix at total_rps (`arrival`: 'poisson' or 'constant')
+    through every model's batcher and instances on their devices; each model's figures over its requests after the first
     WARMUP_FRACTION of the run. Raises UsageError for a rate that is not positive or no member."""
     if total_rps <= 0 or not members:
         raise UsageError(f"a mix at {total_rps} req/s of {len(members)} models", hint="give a positive rate and models")
-    unit, which = _split(members, requests, seed)
+    unit, which = _split(members, requests, seed, arrival)
     due = unit / total_rps
     host = np.array([members[k].service.host_us / 1e6 for k in which])
     served = _request_path(due, host)
-    cell = [0.0]
-    runs = [_Member(served[which == k].tolist(), m, cell) for k, m in enumerate(members)]
+    cells: dict[int, list[float]] = {m.device: [0.0] for m in members}
+    runs = [_Member(served[which == k].tolist(), m, cells[m.device]) for k, m in enumerate(members)]
     _run_together(runs)
     skip_t = due[int(len(due) * WARMUP_FRACTION)]
     out = []
@@ -220,24 +223,31 @@ def mix_ceiling_rps(members: Sequence[MixMember]) -> float:
     device no busier than all the time with every execution at its fullest batch."""
     total_w = sum(m.weight for m in members)
     bound = math.inf
-    device_s = 0.0  # device time per request of the mix, batches full
+    device_s: dict[int, float] = {}  # each device's time per request of the mix, batches full
     for m in members:
         share = m.weight / total_w
         bound = min(bound, ceiling_rps(m.config, m.service, Contention(m.device_fraction)) / share)
         size = m.config.max_batch_size if m.config.batching else 1
-        device_s += share * m.device_fraction * m.service.service_us(size) / size / 1e6
-    return min(bound, 1.0 / device_s) if device_s > 0 else bound
+        per = share * m.device_fraction * m.service.service_us(size) / size / 1e6
+        device_s[m.device] = device_s.get(m.device, 0.0) + per
+    busiest = max(device_s.values(), default=0.0)
+    return min(bound, 1.0 / busiest) if busiest > 0 else bound
 
 
 def mix_rate(
-    members: Sequence[MixMember], *, percentile: float = 99.0, requests: int = MIX_REQUESTS, seed: int = 0
+    members: Sequence[MixMember],
+    *,
+    percentile: float = 99.0,
+    requests: int = MIX_REQUESTS,
+    seed: int = 0,
+    arrival: str = "poisson",
 ) -> MixRate:
     """The highest total rate at the members' weights at which every model holds its own budget,
     by geometric bisection between mix_ceiling_rps and 1/64 of it (then on down to 1/4096)."""
     cap = mix_ceiling_rps(members) * 1.02
 
     def figures(rate: float) -> tuple[MemberFigures, ...] | None:
-        figs = simulate_mix(members, rate, percentile=percentile, requests=requests, seed=seed)
+        figs = simulate_mix(members, rate, percentile=percentile, requests=requests, seed=seed, arrival=arrival)
         return figs if all(f.holds(m.budget_us) for f, m in zip(figs, members, strict=True)) else None
 
     lo, hi = cap / 64, cap
@@ -257,40 +267,49 @@ def mix_rate(
     return MixRate(lo, best)
 
 
-def fit_device_fractions(
+def fit_mix_contention(
     members: Sequence[MixMember],
     total_rps: float,
     measured_stretch: Sequence[float],
     *,
     own: Sequence[float] | None = None,
     requests: int = MIX_REQUESTS,
-) -> tuple[float, ...]:
-    """Each model's part on the shared device, from a level where the models ran together at
-    total_rps: g x own_m, with g within 0..1 bisected until the simulated executions stretch, summed
-    over the models, as Triton measured them (each model's mean execution over its own alone,
-    `measured_stretch`). own_m: the model's part of an execution shared by its own instances where
-    its calibration measured one, else 1 (`own` None: 1 for every model). One figure, not one a
-    model: a level's stretches tell how much the models wait on each other, not whose executions
-    hold the device for how long (a light model's part is hidden behind a heavy one's). Every
-    stretch under 1.02: the models share no device (every part 0)."""
+    arrival: str = "poisson",
+) -> float:
+    """How much the models of a mix share one device, from a level where they ran together at
+    total_rps: g within 0..1, each model's part on the one device being g x own_m, bisected until
+    the simulated executions stretch, summed over the models, as Triton measured them (each
+    model's mean execution over its own alone, `measured_stretch`; `arrival`, the level's). own_m:
+    the model's part of an execution shared by its own instances where its calibration measured
+    one, else 1 (`own` None: 1 for every model). One figure, not one a model: a level's stretches tell how much the models
+    wait on each other, not whose executions hold the device for how long (a light model's part
+    hides behind a heavy one's). Every stretch under 1.02: 0, the models share no device."""
     if len(measured_stretch) != len(members):
         raise UsageError("a stretch per model of the mix is needed", hint="measure every model of the mix")
-    scale = list(own) if own is not None else [1.0] * len(members)
     if max(measured_stretch, default=1.0) < 1.02 or len(members) < 2:
-        return tuple(0.0 for _ in members)
+        return 0.0
+    scale = list(own) if own is not None else [1.0] * len(members)
     want = sum(measured_stretch)
 
     def simulated(g: float) -> float:
-        trial = [dataclasses.replace(m, device_fraction=g * d) for m, d in zip(members, scale, strict=True)]
-        return sum(f.stretch for f in simulate_mix(trial, total_rps, requests=requests))
+        figs = simulate_mix(shared_device(members, g, scale), total_rps, requests=requests, arrival=arrival)
+        return sum(f.stretch for f in figs)
 
+    if simulated(1.0) <= want:
+        return 1.0
     lo, hi = 0.0, 1.0
-    if simulated(hi) <= want:
-        lo = hi
     for _ in range(8):
-        if lo >= hi:
-            break
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if simulated(mid) < want else (lo, mid)
-    g = (lo + hi) / 2 if lo < hi else lo
-    return tuple(g * d for d in scale)
+    return (lo + hi) / 2
+
+
+def shared_device(members: Sequence[MixMember], g: float, own: Sequence[float]) -> list[MixMember]:
+    """The members as the mix's contention `g` places them (fit_mix_contention): g > 0, all on one
+    device, each with g x own_m of its executions there; g = 0, each on a device of its own with
+    own_m (its own instances' shared fraction) of its executions there."""
+    if g > 0:
+        return [dataclasses.replace(m, device_fraction=g * d, device=0) for m, d in zip(members, own, strict=True)]
+    return [
+        dataclasses.replace(m, device_fraction=d, device=k) for k, (m, d) in enumerate(zip(members, own, strict=True))
+    ]

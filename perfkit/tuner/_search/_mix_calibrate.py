@@ -9,20 +9,22 @@ CPU). As the one-model calibration reads its instances' shared fraction from sat
 two instance counts, this reads each model's part on a device the models share from how much
 longer the models' executions ran next to each other than alone (Triton's per-batch-size
 execution times during the level against each model's calibrated line), fitted by the mix
-simulator (perfkit.predict fit_device_fractions: one figure scaling each model's own instances'
-shared fraction where its calibration measured one, else its whole execution). The level runs
+simulator (perfkit.predict fit_mix_contention: one figure g scaling each model's own instances'
+shared fraction where its calibration measured one, else its whole execution; g = 0 where no
+model's executions stretched: each model then runs on a device of its own). The level runs
 the models' original configs in open loop at JOINT_DEVICE_LOAD of what the device could do if
 every execution ran wholly on it.
 
 The record: the mix's Calibration names the mix's first model, `steps` holds each model's own
-calibration with its shared_fraction replaced by the part of its executions on the device every
-instance of the mix shares (its own instance counts' saturated rates are kept as measured).
+calibration as calibrate() made it, and its shared_fraction is g, how much the models share one
+device (0: none).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,15 +51,37 @@ class MixCalibrated(TuneEvent):
 
     def line(self) -> str:
         rows = [f"  {c.model}: {Calibrated(c).line()}" for c in self.cal.steps]
-        together = ", ".join(
-            f"{c.model} x{s:.2f} as long as alone (on the shared device {c.shared_fraction:.0%} of each execution)"
-            for c, s in zip(self.cal.steps, self.stretch, strict=True)
-        )
+        ran = ", ".join(f"{c.model} x{s:.2f}" for c, s in zip(self.cal.steps, self.stretch, strict=True))
+        g = self.cal.shared_fraction
+        if g > 0:
+            parts = ", ".join(f"{m.name} {m.device_fraction:.0%}" for m in placed(self.cal, ()))
+            told = f"one device shared by the models (of each execution on it: {parts})"
+        else:
+            told = "each model on a device of its own"
         return (
             f"calibrated the mix's {len(self.cal.steps)} models in {self.cal.duration_s:.0f} s:\n"
             + "\n".join(rows)
-            + f"\n  together at {self.rate_rps:.0f} req/s, their executions ran {together}"
+            + f"\n  together at {self.rate_rps:.0f} req/s their executions ran {ran} as long as alone: {told}"
         )
+
+
+def own_parts(cal: Calibration) -> tuple[list[float], list[float]]:
+    """Each model's own instances' shared fraction, where its calibration measured one: as the mix's
+    contention scales it (1 where unmeasured: the whole execution) and alone (0 where unmeasured)."""
+    return ([c.shared_fraction if c.instance_counts else 1.0 for c in cal.steps],
+            [c.shared_fraction for c in cal.steps])  # fmt: skip
+
+
+def placed(cal: Calibration, mix: Sequence[predict.MixMember]) -> list[predict.MixMember]:
+    """The mix's models on their devices as the calibration says (perfkit.predict shared_device):
+    `mix` each model's member at a point (its device fraction to be set), or none for the
+    calibration's own (at batch 1, for its line)."""
+    if not mix:
+        mix = [predict.MixMember(c.model, predict.BatcherConfig(), predict.service_model(c), 1.0, 0.0, 1.0)
+               for c in cal.steps]  # fmt: skip
+    scaled, alone = own_parts(cal)
+    g = cal.shared_fraction
+    return predict.shared_device(mix, g, scaled if g > 0 else alone)
 
 
 def member_runner(t: TrialRunner, model: str) -> TrialRunner:
@@ -77,26 +101,24 @@ def mix_of(t: TrialRunner) -> MixSubject:
     return subject
 
 
-def members(t: TrialRunner, cals: dict[str, Calibration], params: dict[str, dict[str, Any]],
-            fractions: dict[str, float]) -> list[predict.MixMember]:  # fmt: skip
+def members(t: TrialRunner, cal: Calibration, params: dict[str, dict[str, Any]]) -> list[predict.MixMember]:
     """The mix's models for the simulator at one point (`params`: each model's own knobs over its
-    original's), each with its calibrated service model and its part on the shared device."""
+    original's), each with its calibrated service model, on its device as the calibration says."""
     subject = mix_of(t)
+    cals = {c.model: c for c in cal.steps}
     out = []
     for s in subject.pipeline.steps:
         cfg = batcher_from(s.space.original_params, params.get(s.model, {}))
         budget_us = subject.member_budget(s.model).latency_budget_us
-        out.append(
-            predict.MixMember(s.model, cfg, predict.service_model(cals[s.model]), float(subject.weights[s.model]),
-                              fractions.get(s.model, 0.0), budget_us)
-        )  # fmt: skip
-    return out
+        out.append(predict.MixMember(s.model, cfg, predict.service_model(cals[s.model]),
+                                     float(subject.weights[s.model]), 0.0, budget_us))  # fmt: skip
+    return placed(cal, out)
 
 
 def calibrate_mix(t: TrialRunner) -> tuple[Calibration, MixCalibrated]:
     """Every model of the mix calibrated alone (calibrate, each on its own runner, its config put
     back after), then the originals loaded together at the mix's weights for one level; each
-    model's part on the shared device fitted to how its executions stretched there. Raises
+    how much the models share one device fitted to how their executions stretched there. Raises
     UsageError for a load the prediction does not model, MeasurementError when a model executed
     nothing together, and what measuring raises."""
     check_predictable(t.trial_load)
@@ -124,16 +146,15 @@ def calibrate_mix(t: TrialRunner) -> tuple[Calibration, MixCalibrated]:
             raise MeasurementError(f"calibration: {m!r} executed nothing while the mix ran together",
                                    hint="check that every model of the mix answers")  # fmt: skip
         stretch.append(max(1.0, sum(p.executions * p.service_us for p in points) / want))
-    originals: dict[str, dict[str, Any]] = {s.model: {} for s in subject.pipeline.steps}
-    at_level = members(t, cals, originals, {})
-    offered = level.throughput_infer_per_s or rate
-    own = [cals[m].shared_fraction if cals[m].instance_counts else 1.0 for m in names]
-    fitted = predict.fit_device_fractions(at_level, offered, stretch, own=own)
-    fractions = dict(zip(names, fitted, strict=True))
-    steps = tuple(dataclasses.replace(cals[m], shared_fraction=fractions[m]) for m in names)
+    steps = tuple(cals[m] for m in names)
     cal = Calibration(
         model=t.model, points=(), fixed_us=0.0, per_item_us=0.0,
         fit_rms_rel=max(c.fit_rms_rel for c in steps), fit_max_rel=max(c.fit_max_rel for c in steps),
-        duration_s=time.monotonic() - started, steps=steps,
+        steps=steps,
     )  # fmt: skip
+    originals: dict[str, dict[str, Any]] = {m: {} for m in names}
+    at_level = members(t, cal, originals)
+    offered = level.throughput_infer_per_s or rate
+    g = predict.fit_mix_contention(at_level, offered, stretch, own=own_parts(cal)[0], arrival=dist)
+    cal = dataclasses.replace(cal, shared_fraction=g, duration_s=time.monotonic() - started)
     return cal, MixCalibrated(cal, rate, tuple(stretch))

@@ -24,7 +24,7 @@ from perfkit import predict
 from perfkit.errors import MeasurementError
 from perfkit.records import Calibration
 from perfkit.tuner import _pipeline
-from perfkit.tuner._search._mix_calibrate import calibrate_mix, members, mix_of
+from perfkit.tuner._search._mix_calibrate import calibrate_mix, members, mix_of, placed
 from perfkit.tuner._search._predict import TOP_MEASURED, Predictor
 from perfkit.tuner._search._predict_events import Note, Predicted
 from perfkit.tuner._search._predict_pipeline import _by_rate, _distinct, _label_joint, _points
@@ -39,7 +39,6 @@ class MixPredictor(Predictor):
     """The predicted search over a mix's joint space."""
 
     cals: dict[str, Calibration] = field(default_factory=dict)
-    fractions: dict[str, float] = field(default_factory=dict)
 
     def key(self, params: Mapping[str, Any]) -> Any:
         per = _pipeline.split(params)
@@ -48,8 +47,10 @@ class MixPredictor(Predictor):
     def rate(self, params: Mapping[str, Any]) -> float:
         """The predicted total rate of a joint point (its params over the original's)."""
         per = _pipeline.split({**self.t.original_fixed_params(), **params})
-        figs = members(self.t, self.cals, per, self.fractions)
-        return predict.mix_rate(figs, percentile=self.t.s.budget.percentile).rate_rps
+        assert self.calibration is not None  # rated after the calibration only
+        figs = members(self.t, self.calibration, per)
+        return predict.mix_rate(figs, percentile=self.t.s.budget.percentile,
+                                arrival=self.t.trial_load.distribution).rate_rps  # fmt: skip
 
     def seed(self, study: optuna.Study) -> None:
         try:
@@ -62,7 +63,6 @@ class MixPredictor(Predictor):
         self.seeded = True
         self.steer = False  # the predictions pick the trials while they hold (see Predictor.stop)
         self.cals = {c.model: c for c in self.calibration.steps}
-        self.fractions = {c.model: c.shared_fraction for c in self.calibration.steps}
         started = time.perf_counter()
         joint, scored = self.candidates()
         rated: dict[Any, tuple[dict[str, Any], float]] = {}
@@ -95,13 +95,15 @@ class MixPredictor(Predictor):
         scored = 0
         if math.prod(len(v) for v in per.values()) > FULL_PRODUCT:
             b = self.t.s.budget
+            assert self.calibration is not None  # candidates follow the calibration
+            part = {m.name: m.device_fraction for m in placed(self.calibration, ())}
             for s in subject.pipeline.steps:
                 if not s.searched:
                     continue
                 cfgs = [batcher_from(s.space.original_params, q) for q in per[s.model]]
                 results = predict.score_space(
                     cfgs, predict.service_model(self.cals[s.model]), subject.member_budget(s.model).latency_budget_us,
-                    percentile=b.percentile, contention=predict.Contention(self.fractions.get(s.model, 0.0)),
+                    percentile=b.percentile, contention=predict.Contention(part[s.model]),
                     requests=ALONE_REQUESTS, arrival=self.t.trial_load.distribution,
                 )  # fmt: skip
                 scored += len(cfgs)

@@ -61,8 +61,9 @@ def test_predicted_mix_tune_calibrates_each_model_measures_their_contention_and_
     # each calibrated alone, batched on purpose up to 8: hungry's fixed cost is the large one
     assert {p.batch_size for p in hungry.points} >= {1, 8}, hungry
     assert hungry.fixed_us > 3 * batcher.fixed_us, cal.steps
-    # the contention measured: hungry's executions hold the device every batcher execution waits for
-    assert hungry.shared_fraction > 0.5, cal.steps
+    # the contention measured: the two share one device (the fixtures' one lock), most of each execution on it
+    assert cal.shared_fraction > 0.5, cal
+    assert "one device shared by the models" in proc.stdout, text
     predicted = [t for t in rec.trials if "predicted_rps" in t.metrics and t.feasible]
     assert predicted, text
     best_predicted = max(predicted, key=lambda t: t.metrics["predicted_rps"])

@@ -14,8 +14,9 @@ from perfkit.predict import (
     Contention,
     MixMember,
     ServiceModel,
-    fit_device_fractions,
+    fit_mix_contention,
     mix_rate,
+    shared_device,
     simulate_mix,
     sustainable_rate,
 )
@@ -80,16 +81,33 @@ def test_the_contention_between_models_is_fitted_back_from_how_far_their_executi
     truth = _shared(LIGHT, HEAVY, f=0.8)
     stretch = [f.stretch for f in simulate_mix(truth, 60.0)]
     assert stretch[0] > 1.2  # the light model waited on the heavy one's device holds
-    fitted = fit_device_fractions([LIGHT, HEAVY], 60.0, stretch)
-    assert fitted == pytest.approx((0.8, 0.8), abs=0.1)
-    # the fitted parts predict the joint rate the truth holds
-    refit = [dataclasses.replace(m, device_fraction=f) for m, f in zip([LIGHT, HEAVY], fitted, strict=True)]
+    g = fit_mix_contention([LIGHT, HEAVY], 60.0, stretch)
+    assert g == pytest.approx(0.8, abs=0.1)
+    # the fitted figure predicts the joint rate the truth holds
+    refit = shared_device([LIGHT, HEAVY], g, (1.0, 1.0))
+    assert [m.device_fraction for m in refit] == [g, g] and {m.device for m in refit} == {0}
     assert mix_rate(refit).rate_rps == pytest.approx(mix_rate(truth).rate_rps, rel=0.15)
     # each model's own instances' shared fraction, where measured, scales its part
-    scaled = fit_device_fractions([LIGHT, HEAVY], 60.0, stretch, own=(0.5, 1.0))
-    assert scaled[0] == pytest.approx(scaled[1] / 2)
-    # no stretch: no shared device
-    assert fit_device_fractions([LIGHT, HEAVY], 60.0, [1.0, 1.01]) == (0.0, 0.0)
+    scaled = shared_device(
+        [LIGHT, HEAVY], fit_mix_contention([LIGHT, HEAVY], 60.0, stretch, own=(0.5, 1.0)), (0.5, 1.0)
+    )
+    assert scaled[0].device_fraction == pytest.approx(scaled[1].device_fraction / 2)
+    # no stretch: no device shared; each model on its own, with its own instances' contention
+    assert fit_mix_contention([LIGHT, HEAVY], 60.0, [1.0, 1.01]) == 0.0
+    apart = shared_device([LIGHT, HEAVY], 0.0, (0.3, 0.9))
+    assert [(m.device, m.device_fraction) for m in apart] == [(0, 0.3), (1, 0.9)]
+
+
+def test_models_on_devices_of_their_own_do_not_wait_on_each_other():
+    apart = [
+        dataclasses.replace(LIGHT, device_fraction=1.0, device=0),
+        dataclasses.replace(HEAVY, device_fraction=1.0, device=1),
+    ]
+    light, heavy = simulate_mix(apart, 60.0)
+    assert light.stretch == pytest.approx(1.0) and heavy.stretch == pytest.approx(1.0)
+    # each device's own instances still take turns: the ceiling is each model's own
+    assert mix_ceiling_rps(apart) == pytest.approx(mix_ceiling_rps([LIGHT, HEAVY]), rel=1e-6)
+    assert mix_rate(apart).rate_rps > 1.2 * mix_rate(_shared(LIGHT, HEAVY)).rate_rps
 
 
 def test_a_member_refuses_what_it_cannot_mean():

@@ -4,12 +4,13 @@ of each model and of the contention between them."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from perfkit.records import Budget, Calibration
 from perfkit.tuner import TuneSettings, TuneSpace
 from perfkit.tuner._route import FileRoute
-from perfkit.tuner._search._mix_calibrate import MixCalibrated
+from perfkit.tuner._search._mix_calibrate import MixCalibrated, placed
 from perfkit.tuner._subject_mix import MixSubject, mix_subject
 from tests.conftest import copy_models
 
@@ -33,16 +34,25 @@ def test_each_model_of_a_mix_stands_alone_with_its_own_budget_and_the_mix_knobs(
     assert [d.name for d in hungry.space.dimensions] == [d.name for d in step.space.dimensions]
 
 
-def test_the_calibrations_line_names_each_model_and_how_far_its_executions_stretched_together():
-    def one(model: str, fixed_us: float, shared: float) -> Calibration:
-        return Calibration(model, (), fixed_us, 100.0, 0.01, 0.02, shared_fraction=shared, duration_s=10.0)
+def test_the_calibrations_line_names_each_model_how_far_it_stretched_together_and_where_it_runs():
+    def one(model: str, fixed_us: float, counts: tuple[int, ...] = (), shared: float = 0.0) -> Calibration:
+        return Calibration(model, (), fixed_us, 100.0, 0.01, 0.02, shared_fraction=shared, duration_s=10.0,
+                           instance_counts=counts, saturated_rps=(10.0, 12.0) if counts else ())  # fmt: skip
 
-    cal = Calibration("a", (), 0.0, 0.0, 0.01, 0.02, duration_s=25.0, steps=(one("a", 2e3, 0.7), one("b", 3e4, 1.0)))
+    # a's own instances share half of each execution (two instance counts measured); b's unmeasured
+    steps = (one("a", 2e3, (1, 2), 0.5), one("b", 3e4))
+    cal = Calibration("a", (), 0.0, 0.0, 0.01, 0.02, duration_s=25.0, steps=steps, shared_fraction=0.8)
     line = MixCalibrated(cal, 43.0, (2.3, 1.05)).line()
     assert line.startswith("calibrated the mix's 2 models in 25 s:")
     assert (
         "\n  a: calibrated in 10 s: execution 2.00 ms" in line
         and "\n  b: calibrated in 10 s: execution 30.00 ms" in line
     )
-    assert "together at 43 req/s" in line and "a x2.30 as long as alone (on the shared device 70%" in line
-    assert "b x1.05 as long as alone (on the shared device 100%" in line
+    assert "together at 43 req/s their executions ran a x2.30, b x1.05 as long as alone" in line
+    # the mix's figure scales each model's own shared fraction, its whole execution where unmeasured
+    assert line.endswith("one device shared by the models (of each execution on it: a 40%, b 80%)")
+    assert [(m.name, m.device, m.device_fraction) for m in placed(cal, ())] == [("a", 0, 0.4), ("b", 0, 0.8)]
+    # no stretch together: each model on a device of its own, with its own instances' contention
+    apart = dataclasses.replace(cal, shared_fraction=0.0)
+    assert MixCalibrated(apart, 43.0, (1.0, 1.01)).line().endswith("each model on a device of its own")
+    assert [(m.device, m.device_fraction) for m in placed(apart, ())] == [(0, 0.5), (1, 0.0)]

@@ -280,10 +280,10 @@ def fit_mix_contention(
     total_rps: g within 0..1, each model's part on the one device being g x own_m, bisected until
     the simulated executions stretch, summed over the models, as Triton measured them (each
     model's mean execution over its own alone, `measured_stretch`; `arrival`, the level's). own_m:
-    the model's part of an execution shared by its own instances where its calibration measured
-    one, else 1 (`own` None: 1 for every model). One figure, not one a model: a level's stretches tell how much the models
-    wait on each other, not whose executions hold the device for how long (a light model's part
-    hides behind a heavy one's). Every stretch under 1.02: 0, the models share no device."""
+    the model's part of an execution shared by its own instances where its calibration found
+    one, else 1 (`own` None: 1 for every model). One figure, not one a model: a level's stretches
+    tell how much the models wait on each other, not whose executions hold the device for how long
+    (a light model's part hides behind a heavy one's). Every stretch under 1.02: 0, the models share no device."""
     if len(measured_stretch) != len(members):
         raise UsageError("a stretch per model of the mix is needed", hint="measure every model of the mix")
     if max(measured_stretch, default=1.0) < 1.02 or len(members) < 2:

@@ -66,9 +66,11 @@ class MixCalibrated(TuneEvent):
 
 
 def own_parts(cal: Calibration) -> tuple[list[float], list[float]]:
-    """Each model's own instances' shared fraction, where its calibration measured one: as the mix's
-    contention scales it (1 where unmeasured: the whole execution) and alone (0 where unmeasured)."""
-    return ([c.shared_fraction if c.instance_counts else 1.0 for c in cal.steps],
+    """Each model's own instances' shared fraction: as the mix's contention scales it, and alone.
+    Scaled: where its calibration found its instances sharing (above 0), else 1 (the whole
+    execution): two instance counts that scaled fully tell only that at most 1/c of an execution
+    is shared (perfkit.predict fit_shared_fraction), not that none is. Alone: as calibrated."""
+    return ([c.shared_fraction if c.shared_fraction > 0 else 1.0 for c in cal.steps],
             [c.shared_fraction for c in cal.steps])  # fmt: skip
 
 

@@ -39,20 +39,22 @@ def test_the_calibrations_line_names_each_model_how_far_it_stretched_together_an
         return Calibration(model, (), fixed_us, 100.0, 0.01, 0.02, shared_fraction=shared, duration_s=10.0,
                            instance_counts=counts, saturated_rps=(10.0, 12.0) if counts else ())  # fmt: skip
 
-    # a's own instances share half of each execution (two instance counts measured); b's unmeasured
-    steps = (one("a", 2e3, (1, 2), 0.5), one("b", 3e4))
+    # a's own instances share half of each execution (two instance counts measured); b's unmeasured,
+    # c's two instance counts scaled fully (at most half of each execution shared, not none)
+    steps = (one("a", 2e3, (1, 2), 0.5), one("b", 3e4), one("c", 1e3, (1, 2), 0.0))
     cal = Calibration("a", (), 0.0, 0.0, 0.01, 0.02, duration_s=25.0, steps=steps, shared_fraction=0.8)
-    line = MixCalibrated(cal, 43.0, (2.3, 1.05)).line()
-    assert line.startswith("calibrated the mix's 2 models in 25 s:")
+    line = MixCalibrated(cal, 43.0, (2.3, 1.05, 1.2)).line()
+    assert line.startswith("calibrated the mix's 3 models in 25 s:")
     assert (
         "\n  a: calibrated in 10 s: execution 2.00 ms" in line
         and "\n  b: calibrated in 10 s: execution 30.00 ms" in line
     )
-    assert "together at 43 req/s their executions ran a x2.30, b x1.05 as long as alone" in line
+    assert "together at 43 req/s their executions ran a x2.30, b x1.05, c x1.20 as long as alone" in line
     # the mix's figure scales each model's own shared fraction, its whole execution where unmeasured
-    assert line.endswith("one device shared by the models (of each execution on it: a 40%, b 80%)")
-    assert [(m.name, m.device, m.device_fraction) for m in placed(cal, ())] == [("a", 0, 0.4), ("b", 0, 0.8)]
+    assert line.endswith("one device shared by the models (of each execution on it: a 40%, b 80%, c 80%)")
+    placed_on = [(m.name, m.device, m.device_fraction) for m in placed(cal, ())]
+    assert placed_on == [("a", 0, 0.4), ("b", 0, 0.8), ("c", 0, 0.8)]
     # no stretch together: each model on a device of its own, with its own instances' contention
     apart = dataclasses.replace(cal, shared_fraction=0.0)
-    assert MixCalibrated(apart, 43.0, (1.0, 1.01)).line().endswith("each model on a device of its own")
-    assert [(m.device, m.device_fraction) for m in placed(apart, ())] == [(0, 0.5), (1, 0.0)]
+    assert MixCalibrated(apart, 43.0, (1.0, 1.01, 1.0)).line().endswith("each model on a device of its own")
+    assert [(m.device, m.device_fraction) for m in placed(apart, ())] == [(0, 0.5), (1, 0.0), (2, 0.0)]

@@ -17,6 +17,15 @@ from perfkit.predict._calibrate import (
     scaling,
     service_model,
 )
+from perfkit.predict._mix import (
+    MemberFigures,
+    MixMember,
+    MixRate,
+    fit_mix_contention,
+    mix_rate,
+    shared_device,
+    simulate_mix,
+)
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._pipeline import (
     PIPELINE_REQUESTS,
@@ -65,4 +74,12 @@ __all__ = [
     "PIPELINE_REQUESTS",
     # a BLS model and the models it calls: a pipeline given its fan-out (fanout=)
     "BLS_REQUESTS",
+    # a traffic mix: several models on one shared device (_mix)
+    "MixMember",
+    "MemberFigures",
+    "MixRate",
+    "simulate_mix",
+    "mix_rate",
+    "fit_mix_contention",
+    "shared_device",
 ]

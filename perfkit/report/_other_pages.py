@@ -113,9 +113,15 @@ def tune_page(tune: TuneRecord, runs: list[RunRecord]) -> Page:
         s = b.section("steps", "Pipeline steps", "Where each step's time went, in the original and the best pipeline.")
         b.table(s, steps)
 
-    if tune.calibration is not None:
-        cal = tune.calibration
-        s = b.section("calibration", "Calibration", CAL.fit_error_sentence(cal))
+    # A pipeline's or a mix's calibration holds one per model (its own points are none): one section each.
+    whole = tune.calibration
+    for cal in (whole.steps or (whole,)) if whole is not None else ():
+        key, title = (
+            ("calibration", "Calibration")
+            if cal is whole
+            else (f"calibration-{cal.model}", f"Calibration: {cal.model}")
+        )
+        s = b.section(key, title, CAL.fit_error_sentence(cal))
         b.figure(s, CAL.service_figure(cal), CAL.calibration_table(cal))
         scaling = CAL.scaling_figure(cal)
         if scaling is not None:

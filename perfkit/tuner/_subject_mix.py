@@ -16,16 +16,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfkit.errors import ConfigError, UsageError
-from perfkit.records import LevelResult
+from perfkit.records import Budget, LevelResult
 from perfkit.tuner import _pipeline
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._repo_guard import is_ensemble
 from perfkit.tuner._route import ConfigRoute
 from perfkit.tuner._space import TuneSpace, resolve
 from perfkit.tuner._subject import gpu_available
+from perfkit.tuner._subject_model import ModelSubject
 from perfkit.tuner._subject_pipeline import PipelineSubject
 
 if TYPE_CHECKING:
@@ -95,7 +96,33 @@ class MixBreakdown(TuneEvent):
         return "  models: " + "; ".join(cells)
 
 
-def mix_subject(settings: TuneSettings, space: TuneSpace, repository: Path, *, route: ConfigRoute) -> PipelineSubject:
+class MixSubject(PipelineSubject):
+    """The models of a mix as one subject (PipelineSubject's), which can also stand each model
+    alone, held to its own budget: what the predicted search calibrates one model at a time
+    (tuner/_search/_mix_calibrate.py)."""
+
+    def __init__(
+        self, pipeline: _pipeline.Pipeline, *, space: TuneSpace, budget: Budget, weights: Mapping[str, int],
+        **kw: Any,
+    ) -> None:  # fmt: skip
+        super().__init__(pipeline, **kw)
+        self._tune_space = space
+        self.budget = budget
+        self.weights = dict(weights)
+
+    def member(self, model: str) -> ModelSubject:
+        """One model of the mix as a subject of its own: its config, the same knobs, its own budget,
+        the mix's route. Raises InputError/ConfigError as ModelSubject does."""
+        return ModelSubject(model, self._tune_space, self.repository, budget=self.member_budget(model),
+                            route=self.route)  # fmt: skip
+
+    def member_budget(self, model: str) -> Budget:
+        """A model's own budget, at the mix's percentile and metric."""
+        ms = dict(self.budget.per_model_ms)[model]
+        return Budget(ms, self.budget.percentile, self.budget.metric)
+
+
+def mix_subject(settings: TuneSettings, space: TuneSpace, repository: Path, *, route: ConfigRoute) -> MixSubject:
     """The models of settings.mix as one subject, each held to its own budget (settings.budget.per_model_ms).
     Raises UsageError without a mix, ConfigError when no model of the mix can be tuned."""
     if not settings.mix or not settings.budget.per_model_ms:
@@ -115,8 +142,11 @@ def mix_subject(settings: TuneSettings, space: TuneSpace, repository: Path, *, r
             )
             t.emit(MixBreakdown(number, pct, rows))
 
-    return PipelineSubject(
+    return MixSubject(
         p,
+        space=space,
+        budget=settings.budget,
+        weights=dict(settings.mix),
         route=route,
         title="mix " + ",".join(f"{m}:{w}" for m, w in settings.mix),
         study_name="tune-mix-" + "+".join(m for m, _ in settings.mix),

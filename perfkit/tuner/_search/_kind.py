@@ -1,6 +1,6 @@
 """--search auto, the default: the predicted search (tuner/_search/_predict.py) where it applies, the
-measured search elsewhere, with the reason said. The predicted search models one model or an
-ensemble under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
+measured search elsewhere, with the reason said. The predicted search models one model, an
+ensemble or a traffic mix under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
 the batcher simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
 by measurement, as it always was. --search predict and --search measure are taken as given."""
 
@@ -58,9 +58,7 @@ def choose_search(
 
 def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, load_mode: str) -> str | None:
     """What the prediction does not model at all (--search predict refuses it, or falls back)."""
-    if subject == "mix":
-        return "a traffic mix is searched by measurement"
-    if subject not in ("model", "ensemble", "bls"):  # a kind no predictor models yet
+    if subject not in ("model", "ensemble", "bls", "mix"):  # a kind no predictor models yet
         return f"a {subject} subject is searched by measurement"
     if load_mode == "trace":
         return "a trace's arrivals are replayed, not predicted"

@@ -1,8 +1,8 @@
 """The predicted search as the tuner's strategy: the predictor of the subject's kind
 (tuner/_search/_predict.py for one model, _predict_pipeline.py for an ensemble, _predict_bls.py
-for a BLS model and the models it calls) made when the study is seeded, and asked for what the
-trials, the stop rule and the confirmation need. A BLS pipeline whose calls cannot be told goes
-on with the measured search from its calibration, which the tuner says."""
+for a BLS model and the models it calls, _predict_mix.py for a traffic mix) made when the study is
+seeded, and asked for what the trials, the stop rule and the confirmation need. A BLS pipeline whose
+calls cannot be told goes on with the measured search from its calibration, which the tuner says."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from perfkit.tuner._search._measured import MeasuredSearch
 from perfkit.tuner._search._model_calibrate import check_predictable
 from perfkit.tuner._search._predict import Predictor
 from perfkit.tuner._search._predict_bls import BlsPredictor
+from perfkit.tuner._search._predict_mix import MixPredictor
 from perfkit.tuner._search._predict_pipeline import PipelinePredictor
 from perfkit.tuner._subject import Subject
 
@@ -90,9 +91,9 @@ def predicted_search(
     subject: Subject, trial_load: TrialLoadSettings, reason: str, *, told: TuneEvent | None
 ) -> PredictedSearch | MeasuredSearch:
     """The predicted search for the subject's kind: an ensemble's predictor, a BLS pipeline's,
-    one model's (a traffic mix's calibration refuses it when the study is seeded). Raises
-    UsageError for a BLS pipeline under a load the prediction does not model."""
+    a traffic mix's (tuner/_search/_predict_mix.py), one model's. Raises UsageError for a BLS
+    pipeline under a load the prediction does not model."""
     if subject.kind == "bls":
         check_predictable(trial_load)
-    make = {"ensemble": PipelinePredictor, "bls": BlsPredictor}.get(subject.kind, Predictor)
+    make = {"ensemble": PipelinePredictor, "bls": BlsPredictor, "mix": MixPredictor}.get(subject.kind, Predictor)
     return PredictedSearch(reason, make, told=told)

@@ -32,12 +32,14 @@ def test_auto_is_the_default_and_predicts_one_model_an_ensemble_or_a_bls_model_u
     # a BLS model's calls are read from the server's statistics when its study is seeded
     bls = _choose(subject="bls", knobs=[f"{step}.{k}" for step in ("bls", "infer") for k in BATCHING])
     assert (bls.kind, bls.why_measured) == ("predict", None)
+    mix = _choose(subject="mix", knobs=[f"{m}.{k}" for m in ("a", "b") for k in BATCHING])
+    assert mix.kind == "predict"
 
 
 @pytest.mark.parametrize(
     ("subject", "open_loop", "load_mode", "said"),
     [
-        ("mix", True, "rate", "traffic mix"),
+        ("mix", False, "concurrency", "closed-loop"),
         ("bls", False, "concurrency", "closed-loop"),
         ("model", False, "trace", "trace"),
         ("model", False, "concurrency", "closed-loop"),
@@ -116,9 +118,15 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
         "asked for with --search predict"
     )
     # auto's reason for measuring is the one its line tells
-    mix = choose(AUTO, _subject("mix"), rates)
-    assert mix.kind == "measure" and mix.reason == "a traffic mix is searched by measurement"
+    closed = SimpleNamespace(open_loop=False, load_mode="concurrency")
+    mix = choose(AUTO, _subject("mix"), closed)
+    assert (
+        mix.kind == "measure" and mix.reason == "the prediction models open-loop arrival rates, not closed-loop clients"
+    )
     assert mix.told is not None and mix.reason in mix.told.line()
+    # a traffic mix in open loop: predicted, by the mix's own predictor (made when the study is seeded)
+    mixed = choose(AUTO, _subject("mix"), rates)
+    assert isinstance(mixed, PredictedSearch) and mixed.kind == "predict"
     # a study shared by --ray's workers: measured, the launcher having said so (nothing told here)
     ray = choose(AUTO, _subject(), rates, shared=True)
     assert (ray.kind, ray.reason, ray.told) == ("measure", ON_RAY, None)

@@ -17,6 +17,7 @@ from perfkit.tuner._search._model_calibrate import check_predictable
 from perfkit.tuner._search._predict import Predictor
 from perfkit.tuner._search._predict_events import Note
 from perfkit.tuner._search._predict_pipeline import PipelinePredictor
+from perfkit.tuner._search._predict_stream import StreamPredictor
 from perfkit.tuner._subject import Subject
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ def predicted_search(
         return MeasuredSearch(f"{reason}; {BLS_MEASURED}: measured", told_before=bls_note(subject),
                               queues_batching_seed=False)  # fmt: skip
     make = PipelinePredictor if subject.kind == "ensemble" else Predictor
+    if subject.kind == "model" and trial_load.streaming:
+        make = StreamPredictor  # its streams, each holding its instance (tuner/_search/_predict_stream.py)
     return PredictedSearch(reason, make, told=told)
 
 

@@ -24,8 +24,8 @@ import numpy as np
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, ServiceModel
 from perfkit.predict._sim import DEFAULT_REQUESTS, WARMUP_FRACTION, _percentiles, departures, unit_arrivals
+from perfkit.records import BUDGET_METRICS
 
-STREAM_METRICS = ("latency", "ttft", "itl")
 # An ITL within its budget leaves the open loop's own limit: a rate the simulated stream keeps up with
 # (perfkit.predict.sustainable_rate's completed share). No end-to-end latency bounds it.
 UNBOUNDED_US = math.inf
@@ -88,7 +88,7 @@ def end_to_end_budget_us(stream: StreamModel, service: ServiceModel, metric: str
         return budget_us + (service.service_us(1) + service.overhead_us) - (stream.first_us + stream.first_overhead_us)
     if metric == "itl":
         return UNBOUNDED_US if stream.itl_us(percentile) <= budget_us else 0.0
-    raise UsageError(f"stream budget metric {metric!r} unknown", hint=f"use one of {', '.join(STREAM_METRICS)}")
+    raise UsageError(f"stream budget metric {metric!r} unknown", hint=f"use one of {', '.join(BUDGET_METRICS)}")
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,8 @@ class StreamPrediction:
         kept = {50.0: 0, 90.0: 1, 95.0: 2, 99.0: 3}
         if float(percentile) not in kept:
             raise UsageError(f"percentile {percentile} not kept", hint="use 50, 90, 95 or 99")
-        if metric not in STREAM_METRICS:
-            raise UsageError(f"stream metric {metric!r} unknown", hint=f"use one of {', '.join(STREAM_METRICS)}")
+        if metric not in BUDGET_METRICS:
+            raise UsageError(f"stream metric {metric!r} unknown", hint=f"use one of {', '.join(BUDGET_METRICS)}")
         figures = {"latency": self.latency_us, "ttft": self.ttft_us, "itl": self.itl_us}[metric]
         return figures[kept[float(percentile)]]
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfkit import predict
-from perfkit.predict._stream import StreamModel, end_to_end_budget_us, simulate_stream
 from perfkit.tuner._search._predict import SIM_REQUESTS, Predictor
 from perfkit.tuner._search._predict_events import Note
 from perfkit.tuner._search._predict_points import batcher_config
@@ -31,7 +30,7 @@ MEASURED = "going on with the measured search"
 class StreamPredictor(Predictor):
     """The one-model predictor of a decoupled model (see the module docstring)."""
 
-    stream: StreamModel | None = None
+    stream: predict.StreamModel | None = None
 
     def run_calibration(self) -> bool:
         t = self.t
@@ -62,7 +61,7 @@ class StreamPredictor(Predictor):
         assert self.calibration is not None and self.stream is not None
         b = self.t.s.budget
         service = predict.service_model(self.calibration)
-        return end_to_end_budget_us(self.stream, service, b.metric, b.latency_budget_us, b.percentile)
+        return predict.end_to_end_budget_us(self.stream, service, b.metric, b.latency_budget_us, b.percentile)
 
     def latency_at_measured(self, params: Mapping[str, Any], rate_rps: float) -> float | None:
         """The simulated budget statistic (end-to-end latency, TTFT or ITL at the budget's
@@ -73,6 +72,6 @@ class StreamPredictor(Predictor):
             return None
         cfg = self.key({**self.t.original_fixed_params(), **params})
         load = predict.Load(self.t.trial_load.distribution, rate_rps=rate_rps)
-        p = simulate_stream(cfg, self.stream, predict.service_model(self.calibration), load,
+        p = predict.simulate_stream(cfg, self.stream, predict.service_model(self.calibration), load,
                             predict.contention(self.calibration), requests=SIM_REQUESTS)  # fmt: skip
         return p.percentile_us(b.metric, b.percentile)

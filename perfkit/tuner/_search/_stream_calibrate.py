@@ -28,7 +28,6 @@ from typing import Any
 
 from perfkit import predict
 from perfkit.errors import MeasurementError
-from perfkit.predict._stream import StreamModel
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._space import P_COUNT
@@ -51,7 +50,7 @@ class StreamCalibrated(TuneEvent):
     """The stream's calibrated model (the Calibration's service time is the whole stream)."""
 
     cal: Calibration
-    stream: StreamModel
+    stream: predict.StreamModel
     source: str  # where the first response's time and the interval came from
 
     def line(self) -> str:
@@ -114,7 +113,9 @@ def response_times_us(before: Mapping[str, Any], after: Mapping[str, Any], model
     return dict(sorted(got.items()))
 
 
-def stream_model(level: LevelResult, responses: Mapping[int, tuple[int, float]]) -> tuple[StreamModel, float, str]:
+def stream_model(
+    level: LevelResult, responses: Mapping[int, tuple[int, float]]
+) -> tuple[predict.StreamModel, float, str]:
     """The stream model, the overhead outside the instance (us) and where the stream's times came
     from, from a level of one stream at a time and the server's response statistics of it. Raises
     MeasurementError where the level streamed nothing or the server reported no execution, and
@@ -144,7 +145,7 @@ def stream_model(level: LevelResult, responses: Mapping[int, tuple[int, float]])
         first_us = max(0.0, first_at - overhead_us)
         interval_us = st.itl.mean_us if st.itl.count else 0.0
         source = "the measured stream"
-    model = StreamModel(first_us=first_us, interval_us=interval_us, responses=count,
+    model = predict.StreamModel(first_us=first_us, interval_us=interval_us, responses=count,
                         first_overhead_us=max(0.0, first_at - first_us), itl_p_us=itl)  # fmt: skip
     return model, overhead_us, source
 

@@ -6,6 +6,8 @@ from threads) is not the stream model. No server."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from perfkit.errors import MeasurementError
@@ -76,4 +78,4 @@ def test_an_execution_that_ends_before_its_stream_is_not_the_stream_model():
         stream_model(_level(e2e_ms=100.0, ttft_ms=20.0, itl_ms=5.0, infer_ms=0.1), {})
     with pytest.raises(MeasurementError, match="streamed nothing"):
         level = _level(e2e_ms=21.0, ttft_ms=9.0, itl_ms=4.0, infer_ms=20.0)
-        stream_model(LevelResult(**{**level.__dict__, "streaming": None}), {})
+        stream_model(dataclasses.replace(level, streaming=None), {})

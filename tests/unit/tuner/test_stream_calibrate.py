@@ -79,3 +79,38 @@ def test_an_execution_that_ends_before_its_stream_is_not_the_stream_model():
     with pytest.raises(MeasurementError, match="streamed nothing"):
         level = _level(e2e_ms=21.0, ttft_ms=9.0, itl_ms=4.0, infer_ms=20.0)
         stream_model(dataclasses.replace(level, streaming=None), {})
+
+
+def _predictor(metric: str, budget_ms: float):
+    """A stream predictor over a stand-in runner (its budget, arrival process and original config), with
+    the calibration a held 20 ms stream gives (first response 8 ms + 0.3 ms outside, 3 x 4 ms after)."""
+    from types import SimpleNamespace
+
+    from perfkit import predict
+    from perfkit.records import Budget, Calibration, CalibrationPoint
+    from perfkit.tuner._search._predict_stream import StreamPredictor
+
+    space = SimpleNamespace(original_params={"instance_count": 1}, dimensions=[])
+    t = SimpleNamespace(s=SimpleNamespace(budget=Budget(budget_ms, 99.0, metric=metric)), space=space,
+                        trial_load=SimpleNamespace(distribution="poisson"), original_fixed_params=dict)  # fmt: skip
+    p = StreamPredictor(t)  # type: ignore[arg-type]  # a stand-in runner: what the predictor reads of it
+    p.calibration = Calibration("m", (CalibrationPoint(1, 45, 20_000.0),), 20_000.0, 0.0, 0.0, 0.0, overhead_us=500.0)
+    p.stream = predict.StreamModel(8_000.0, 4_000.0, 4, first_overhead_us=300.0, itl_p_us=((99.0, 4_300.0),))
+    return p
+
+
+def test_the_stream_predictor_holds_the_simulator_to_the_budgets_own_statistic():
+    from perfkit import predict
+
+    ttft = _predictor("ttft", 50.0)
+    # TTFT 50 ms stands for an end-to-end 50 + (20 + 0.5) - (8 + 0.3) ms: the rest of each stream
+    assert ttft.simulated_budget_us() == pytest.approx(50_000 + 20_500 - 8_300)
+    assert _predictor("latency", 70.0).simulated_budget_us() == 70_000.0
+    assert _predictor("itl", 4.0).simulated_budget_us() == 0.0  # ITL p99 4.3 ms: past it at any rate
+    # a trial's check: the simulated TTFT p99 of its config at the rate it held, two instances' less than one's
+    one, two = ttft.latency_at_measured({}, 35.0), ttft.latency_at_measured({"instance_count": 2}, 35.0)
+    assert one is not None and two is not None and 8_300 <= two < one
+    service = predict.ServiceModel(20_000.0, 0.0, overhead_us=500.0)
+    want = predict.simulate_stream(predict.BatcherConfig(), ttft.stream, service, predict.Load("poisson", 35.0),
+                                   requests=6_000).percentile_us("ttft", 99.0)  # fmt: skip
+    assert one == pytest.approx(want)

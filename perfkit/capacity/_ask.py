@@ -92,6 +92,12 @@ def measured_plan(rec: RunRecord | TuneRecord, ask: PlanAsk, *, source: str) -> 
 
 def predicted_plan(rec: TuneRecord, ask: PlanAsk) -> PredictedPlan:
     """Plan from the rate predicted for the asked config with the tune's calibration; raises InputError/UsageError."""
+    if ask.latency_budget_ms is None and rec.budget.metric != "latency":
+        # a streamed model's calibration models its whole stream: the prediction holds end-to-end latency
+        raise UsageError(
+            f"--predict: the tune's budget is on {rec.budget.label}, and a plan predicts the end-to-end latency",
+            hint="give --latency-budget, the end-to-end latency a request may take, e.g. 500ms",
+        )
     budget = ask.latency_budget_ms if ask.latency_budget_ms is not None else rec.budget.latency_budget_ms
     evidence = predict_evidence(rec, ask.choice, budget_ms=budget)
     return plan_predicted(evidence, target_rps=ask.target_rps, headroom=ask.headroom)

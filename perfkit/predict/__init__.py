@@ -2,8 +2,10 @@
 
 A discrete-event simulator of Triton's dynamic batcher and instance scheduling (_sim), each
 config's sustainable rate within a latency budget (_rate), and the calibration that fits the
-service-time and contention models from Triton's own statistics (_calibrate). Pure: numpy, and
-numba for the simulator's event loop (_simloop), imported on the first simulation only.
+service-time and contention models from Triton's own statistics (_calibrate); a decoupled
+model's streams run through the same simulator, each holding its instance for the whole stream
+(_stream). Pure: numpy, and numba for the simulator's event loop (_simloop), imported on the
+first simulation only.
 """
 
 from perfkit.predict._bls import BLS_REQUESTS
@@ -39,6 +41,7 @@ from perfkit.predict._pipeline import (
 )
 from perfkit.predict._rate import RateResult, ceiling_rps, score_space, sustainable_rate
 from perfkit.predict._sim import simulate, unit_arrivals
+from perfkit.predict._stream import StreamModel, StreamPrediction, end_to_end_budget_us, simulate_stream, stream_service
 
 __all__ = [
     # the model of a server: a config, its service time and contention, a load
@@ -63,6 +66,12 @@ __all__ = [
     "sustainable_rate",
     "score_space",
     "unit_arrivals",
+    # a decoupled model's streams, each holding its instance (_stream)
+    "StreamModel",
+    "StreamPrediction",
+    "stream_service",
+    "simulate_stream",
+    "end_to_end_budget_us",
     # a pipeline of steps
     "PipelineStep",
     "StepFigures",

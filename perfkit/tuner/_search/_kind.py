@@ -13,6 +13,7 @@ from typing import Literal
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline import SEP
 from perfkit.tuner._search._predict_points import SIMULATED
+from perfkit.tuner._search._stream_kind import stream_unpredictable
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._subject import SubjectKind
 
@@ -43,20 +44,25 @@ def choose_search(
     open_loop: bool,
     load_mode: str,
     knobs: Sequence[str],
+    decoupled: bool = False,
 ) -> SearchChoice:
     """The search for settings `s` (search auto, measure or predict) on a subject of that kind,
     under the trials' load (open loop or not, its mode), over the space's dimension names `knobs`
-    (a pipeline's "<step>.<knob>")."""
+    (a pipeline's "<step>.<knob>"); `decoupled`: the model streams its responses."""
     if s.search != "auto":
         return SearchChoice(s.search)
-    why = _cannot_predict(s, subject=subject, open_loop=open_loop, load_mode=load_mode)
+    why = _cannot_predict(s, subject=subject, open_loop=open_loop, load_mode=load_mode, decoupled=decoupled)
+    if why is None and decoupled:
+        why = stream_unpredictable(knobs)
     if why is not None:
         return SearchChoice("measure", why)
     why = _should_measure(s, knobs=knobs)
     return SearchChoice("measure", why, predict_anyway=True) if why is not None else SearchChoice("predict")
 
 
-def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, load_mode: str) -> str | None:
+def _cannot_predict(
+    s: TuneSettings, *, subject: SubjectKind, open_loop: bool, load_mode: str, decoupled: bool = False
+) -> str | None:
     """What the prediction does not model at all (--search predict refuses it, or falls back)."""
     if subject not in ("model", "ensemble", "bls", "mix"):  # a kind no predictor models yet
         return f"a {subject} subject is searched by measurement"
@@ -64,7 +70,7 @@ def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, l
         return "a trace's arrivals are replayed, not predicted"
     if not open_loop:
         return "the prediction models open-loop arrival rates, not closed-loop clients"
-    if s.budget.metric != "latency":
+    if s.budget.metric != "latency" and not decoupled:  # a decoupled model's streams: tuner/_search/_predict_stream.py
         return f"a {s.budget.metric.upper()} budget is not simulated (end-to-end latency is)"
     return None
 

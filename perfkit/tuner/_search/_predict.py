@@ -267,8 +267,8 @@ class Predictor:
 
     def seed(self, study: optuna.Study) -> None:
         """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
-        self.calibration = calibrate(self.t)
-        self.t.emit(Calibrated(self.calibration))
+        if not self.run_calibration():
+            return
         self.seeded = True
         self.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
@@ -279,6 +279,18 @@ class Predictor:
         if top:
             self.original_at_prediction(top[0][1])
 
+    def run_calibration(self) -> bool:
+        """Calibrate (sets and says self.calibration); False where the prediction cannot go on, said
+        why (a stream's predictor, tuner/_search/_predict_stream.py): the measured search goes on."""
+        self.calibration = calibrate(self.t)
+        self.t.emit(Calibrated(self.calibration))
+        return True
+
+    def simulated_budget_us(self) -> float:
+        """The end-to-end latency budget the simulator holds each config to: the tune's own (a stream's
+        predictor gives the one a TTFT or ITL budget stands for, tuner/_search/_predict_stream.py)."""
+        return self.t.s.budget.latency_budget_us
+
     def predict_space(self) -> tuple[list[tuple[dict[str, Any], float]], int, int]:
         """Score the space with the calibration: sets what was predicted for each config (your
         config's too, simulated even where bounded below the best) and returns the distinct configs
@@ -288,7 +300,7 @@ class Predictor:
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
         service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
-        budget_us, percentile = self.t.s.budget.latency_budget_us, self.t.s.budget.percentile
+        budget_us, percentile = self.simulated_budget_us(), self.t.s.budget.percentile
         arrival = self.t.trial_load.distribution
         results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
                                       arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip

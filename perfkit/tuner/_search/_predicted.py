@@ -19,6 +19,7 @@ from perfkit.tuner._search._predict import Predictor
 from perfkit.tuner._search._predict_bls import BlsPredictor
 from perfkit.tuner._search._predict_mix import MixPredictor
 from perfkit.tuner._search._predict_pipeline import PipelinePredictor
+from perfkit.tuner._search._predict_stream import StreamPredictor
 from perfkit.tuner._subject import Subject
 
 if TYPE_CHECKING:
@@ -96,4 +97,6 @@ def predicted_search(
     if subject.kind == "bls":
         check_predictable(trial_load)
     make = {"ensemble": PipelinePredictor, "bls": BlsPredictor, "mix": MixPredictor}.get(subject.kind, Predictor)
+    if subject.kind == "model" and trial_load.streaming:
+        make = StreamPredictor  # its streams, each holding its instance (tuner/_search/_predict_stream.py)
     return PredictedSearch(reason, make, told=told)

@@ -68,6 +68,7 @@ def test_every_fixture_model_answers_a_real_inference(triton):
         "stage_infer",
         "stage_post",
         "stages",
+        "stream_held",
         "streamer",
         "strings",
         "vardims",

@@ -17,8 +17,10 @@ BATCHING = ["max_batch_size", "dynamic_batching", "max_queue_delay_us", "preferr
 AUTO = TuneSettings(model="m", budget=Budget(20.0, 99.0))
 
 
-def _choose(s: TuneSettings = AUTO, *, subject="model", open_loop=True, load_mode="rate", knobs=BATCHING):
-    return choose_search(s, subject=subject, open_loop=open_loop, load_mode=load_mode, knobs=knobs)
+def _choose(
+    s: TuneSettings = AUTO, *, subject="model", open_loop=True, load_mode="rate", knobs=BATCHING, decoupled=False
+):
+    return choose_search(s, subject=subject, open_loop=open_loop, load_mode=load_mode, knobs=knobs, decoupled=decoupled)
 
 
 def test_auto_is_the_default_and_predicts_one_model_an_ensemble_or_a_bls_model_under_open_loop_rates():
@@ -55,6 +57,18 @@ def test_auto_measures_what_the_prediction_does_not_model_and_says_why(subject, 
 def test_a_ttft_budget_is_measured():
     c = _choose(TuneSettings(model="m", budget=Budget(300.0, 99.0, metric="ttft")))
     assert c.kind == "measure" and "TTFT" in (c.why_measured or "")
+
+
+@pytest.mark.parametrize("metric", ["ttft", "itl", "latency"])
+def test_a_decoupled_models_stream_budget_is_predicted_unless_its_space_batches_streams(metric):
+    s = TuneSettings(model="m", budget=Budget(300.0, 99.0, metric=metric))
+    assert _choose(s, knobs=["instance_count"], decoupled=True).kind == "predict"
+    batched = _choose(s, knobs=BATCHING, decoupled=True)
+    assert batched.kind == "measure" and "batched streams" in (batched.why_measured or "")
+    assert "max_batch_size" in (batched.why_measured or "")
+    # the streaming default, closed loop, is not predicted
+    closed = _choose(s, knobs=["instance_count"], decoupled=True, open_loop=False, load_mode="concurrency")
+    assert closed.kind == "measure" and "closed-loop" in (closed.why_measured or "")
 
 
 @pytest.mark.parametrize(
@@ -108,7 +122,7 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
     from perfkit.errors import UsageError
     from perfkit.tuner._search import ON_RAY, MeasuredSearch, PredictedSearch, choose
 
-    rates = SimpleNamespace(open_loop=True, load_mode="rate")
+    rates = SimpleNamespace(open_loop=True, load_mode="rate", streaming=False)
     auto = choose(AUTO, _subject(), rates)
     assert isinstance(auto, PredictedSearch) and auto.kind == "predict" and auto.told is not None
     assert auto.reason.startswith("--search auto") and auto.told.line().lstrip().startswith("--search auto: predicting")
@@ -118,7 +132,7 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
         "asked for with --search predict"
     )
     # auto's reason for measuring is the one its line tells
-    closed = SimpleNamespace(open_loop=False, load_mode="concurrency")
+    closed = SimpleNamespace(open_loop=False, load_mode="concurrency", streaming=False)
     mix = choose(AUTO, _subject("mix"), closed)
     assert (
         mix.kind == "measure" and mix.reason == "the prediction models open-loop arrival rates, not closed-loop clients"
@@ -141,4 +155,4 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
         assert bls._make is BlsPredictor
     with pytest.raises(UsageError, match="open-loop arrival rates only"):
         choose(dataclasses.replace(AUTO, search="predict"), _subject("bls"), SimpleNamespace(open_loop=False,
-               load_mode="concurrency"))  # fmt: skip
+               load_mode="concurrency", streaming=False))  # fmt: skip

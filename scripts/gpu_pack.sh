@@ -12,6 +12,8 @@
 #   --out FILE    the pack (default build/gpu-pack.tar.xz); a full pack must stay <= 60 MiB
 #   --stubs LIST  python-backend stubs to include (default: 3.12 and this machine's Python)
 #   --no-wheels   leave the wheels out (a machine that already has perfkit's dependencies)
+#   --have LIST   distributions the GPU machine has, left out of the pack (default: numpy)
+#   --unused LIST perfkit requirements the check never imports, left out (default: numba matplotlib)
 #   --fast        gzip -1 instead of xz (quick, larger: for the no-GPU test, not for a GPU machine)
 # Needs: .venv with perfkit[server] (scripts/setup.sh); the wheels need the package index.
 set -euo pipefail
@@ -22,11 +24,19 @@ py=.venv/bin/python
 here_ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 stubs="3.12 $here_ver"
 wheels=1
+# what a bare GPU machine has (Python 3.12 and numpy), and perfkit's requirements the check never
+# imports: numba runs the predicted search's simulator (the check's tune is a measured grid) and
+# matplotlib draws reports (the check writes none). tests/server/server/test_gpu_check.py runs the
+# pack on a Python 3.12 with numpy alone, so a requirement the check does import cannot be left out.
+have="numpy"
+unused="numba matplotlib"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --stubs) stubs=$2; shift 2 ;;
     --no-wheels) wheels=0; shift ;;
+    --have) have=$2; shift 2 ;;
+    --unused) unused=$2; shift 2 ;;
     --fast) fast=1; shift ;;
     *) echo "gpu_pack: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -73,40 +83,61 @@ import importlib.metadata as md
 EOF
 
 if [ "$wheels" = 1 ]; then
-  # cp312 wheels of perfkit's dependencies (pyproject.toml), less what a PyTorch + CuPy machine
-  # already has (numpy, pandas, jinja2 ...), what the check never imports (matplotlib draws
-  # reports; aiohttp and its helpers serve tritonclient.http.aio), unpacked into site/.
+  # perfkit's own requirements (pyproject.toml's [project] dependencies), resolved by pip for CPython
+  # 3.12 on manylinux x86_64 with everything they need, so that a bare Python 3.12 with numpy runs the
+  # check. Left out: what such a machine has (--have: numpy), and the requirements the check never
+  # imports (--unused), with everything only they need (pip resolves the rest without them).
   # numpy 1.x goes apart, into numpy1/: the bundled python-backend stub answers with empty output
   # tensors under numpy 2 (measured: binary_data_size 0 for every output), so the check gives the
   # stub, and the stub alone, this numpy (gpu_check.sh, step stub-numpy).
-  plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64
-        --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64 --platform any)
-  "$py" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
-    --abi abi3 --abi none "${plat[@]}" -d "$work/dl" \
-    "tritonclient[grpc,http]>=2.63" "cuda-bindings>=12.6,<13" "pandas>=2.0" "optuna>=3.6" "docker>=7.0" \
-    "nvidia-ml-py>=12.0" "click>=8.1" "hdrhistogram>=0.10.3" "hpack>=4.0" "prometheus-client>=0.17" \
-    "numpy>=1.24,<2" 2>&1 | grep -v '^WARNING: Location' >&2 || true
-  skip='^(numpy|pandas|ml_dtypes|pyyaml|tzdata|python_dateutil|six|requests|urllib3|idna|certifi|charset_normalizer|packaging|tqdm|jinja2|markupsafe|typing_extensions|setuptools|filelock|fsspec|aiohttp|aiosignal|aiohappyeyeballs|multidict|yarl|frozenlist|propcache|attrs)-'
-  "$py" - "$work/dl" "$pack/site" "$skip" "$pack/numpy1" <<'EOF'
+  "$py" - "$unused" > "$work/requirements.txt" <<'EOF'
+import re, sys
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+unused = {n.lower() for n in sys.argv[1].split()}
+with open("pyproject.toml", "rb") as f:
+    for req in tomllib.load(f)["project"]["dependencies"]:
+        if re.match(r"[A-Za-z0-9._-]+", req).group(0).lower() not in unused:
+            print(req)
+EOF
+  plat=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64
+        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64
+        --platform manylinux1_x86_64 --platform any)
+  if ! "$py" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 \
+    --abi abi3 --abi none "${plat[@]}" -d "$work/dl" -r "$work/requirements.txt" > "$work/pip.log" 2>&1; then
+    grep -v '^WARNING: Location' "$work/pip.log" >&2
+    echo "gpu_pack: pip could not resolve perfkit's requirements for Python 3.12 (above)" >&2
+    exit 1
+  fi
+  "$py" - "$work/dl" "$pack/site" "$have" "$pack/numpy1" <<'EOF'
 import re, shutil, sys, zipfile
 from pathlib import Path
 
-src, dest, skip, numpy1 = Path(sys.argv[1]), Path(sys.argv[2]), re.compile(sys.argv[3], re.I), Path(sys.argv[4])
+src, dest, numpy1 = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[4])
+def dist(name):  # a distribution's name, normalized (PEP 503)
+    return re.sub(r"[-_.]+", "-", name).lower()
+have = {dist(n) for n in sys.argv[3].split()}
 names = []
 for whl in sorted(src.glob("*.whl")):
     if re.match(r"numpy-1\.", whl.name):
         zipfile.ZipFile(whl).extractall(numpy1)
         names.append(f"{whl.name} (in numpy1/, for the python-backend stub)")
-    elif not skip.match(whl.name):
+    elif dist(whl.name.split("-")[0]) not in have:
         zipfile.ZipFile(whl).extractall(dest)
         names.append(whl.name)
 for path in sorted([*dest.rglob("*"), *numpy1.rglob("*")], reverse=True):  # children before their folders
-    if path.is_dir() and path.name == "tests":
+    if path.is_dir() and path.name in ("tests", "__pycache__"):
         shutil.rmtree(path, ignore_errors=True)
     elif path.is_file() and path.suffix in (".pyx", ".pxd", ".pyi", ".c", ".cpp", ".h"):
         path.unlink()
 (dest / "WHEELS.txt").write_text("".join(n + "\n" for n in names))
 EOF
+  # the extension modules' debug information (ml_dtypes' alone is 23 MB): nothing on the GPU machine reads it
+  if command -v strip > /dev/null; then
+    find "$pack/site" "$pack/numpy1" -type f -name '*.so*' -exec strip --strip-debug {} + 2>/dev/null || true
+  fi
 fi
 
 {
@@ -126,7 +157,7 @@ size=$(stat -c %s "$out")
 nwheels=0
 if [ -f "$pack/site/WHEELS.txt" ]; then nwheels=$(wc -l < "$pack/site/WHEELS.txt"); fi
 echo "gpu_pack: $out, $((size / 1024 / 1024)) MiB ($size bytes): tritonserver, stubs for $stubs, $nwheels wheels"
-if [ "$wheels" = 1 ] && [ "$size" -gt "$limit_bytes" ]; then
+if [ "$wheels" = 1 ] && [ "$fast" = 0 ] && [ "$size" -gt "$limit_bytes" ]; then
   echo "gpu_pack: the pack is over 60 MiB" >&2
   exit 1
 fi

@@ -9,9 +9,17 @@ bash scripts/system-deps.sh
 # than compute. Each test file runs on one worker (the Ray and Docker users on one: tests/conftest.py),
 # in collection order so the long server files start first. Tests marked `quiet` assert a verdict on
 # measurement noise or a latency budget: they run afterwards, alone, on a machine nothing else loads.
-# A test that fails in either run is listed and run once more alone; failing alone fails the suite.
+# A failed test marked `quiet` or `flaky(reason=...)` (a known race, with what would fix it) is run once
+# more alone; a pass there is listed in $PERFKIT_TEST_REPORTS/flaky.txt (id, reason, run) and in its
+# JUnit XML (property flaky_rerun); failing again fails the suite. Any other failure fails the suite.
 # PERFKIT_TEST_WORKERS=0: everything in one process; a -m or -k of your own: one run of what it selects.
+# Each run's JUnit XML: $PERFKIT_TEST_REPORTS/junit-<run>.xml (default folder: test-reports).
 workers="${PERFKIT_TEST_WORKERS:-3}"
+reports="${PERFKIT_TEST_REPORTS:-test-reports}"
+mkdir -p "$reports"
+reports="$(cd "$reports" && pwd)"
+flaky_list="$reports/flaky.txt"
+: >"$flaky_list"
 pytest=(.venv/bin/python -m pytest)
 args=("$@")
 own_selection=0
@@ -19,20 +27,34 @@ for arg in "$@"; do
   case "$arg" in -m | -k | -m* | -k*) own_selection=1 ;; esac
 done
 
-# Runs the tests a run listed as failed (the file $2, written by tests/conftest.py) once more, alone,
-# within the run's marker selection $1; prints their ids and returns pytest's exit code. An id pytest
-# cannot find again (its exit 4, a usage error: a parameter's id that changed since, say) is run by
-# its test function, then by its file; a failure that cannot be run again at all stands (1).
+# The ids of the file $1 (written by tests/support/reruns.py) whose lines are of kind $2, sorted.
+listed() {
+  awk -F'\t' -v kind="$2" '$1 == kind && $2 ~ /^tests\// {print $2}' "$1" | LC_ALL=C sort -u
+}
+
+# Judges the tests the run $3 listed as failed (the file $2) within its marker selection $1: those marked
+# quiet or flaky are run once more, alone (PERFKIT_RERUN makes the plugin record a pass); any other stands.
+# Returns 0 only when no failure stands. An id pytest cannot find again (its exit 4, a usage error: a
+# parameter's id that changed since, say) is run by its test function, then by its file (only its quiet
+# and flaky tests: the marker selection); a failure that cannot be run again at all stands (1).
 run_again_alone() {
-  local marker="$1" ids=() rc by
-  mapfile -t ids < <(grep '^tests/' "$2" | sort -u)
-  if [ "${#ids[@]}" = 0 ]; then
-    echo "test.sh: the $3 run failed with no test of this suite listed; it stands" >&2
+  local marker="($1) and (quiet or flaky)" run="$3" failed=() ids=() stand=() again=() rc by
+  mapfile -t failed < <(listed "$2" failed)
+  if [ "${#failed[@]}" = 0 ]; then
+    echo "test.sh: the $run run failed with no test of this suite listed; it stands" >&2
     return 1
   fi
-  echo "test.sh: ${#ids[@]} test(s) failed in the $3 run; each again, alone:"
+  mapfile -t ids < <(LC_ALL=C comm -12 <(printf '%s\n' "${failed[@]}") <(listed "$2" may-rerun))
+  mapfile -t stand < <(LC_ALL=C comm -23 <(printf '%s\n' "${failed[@]}") <(listed "$2" may-rerun))
+  if [ "${#stand[@]}" != 0 ]; then
+    echo "test.sh: ${#stand[@]} test(s) failed in the $run run, not marked quiet or flaky: each fails the suite:"
+    printf '  %s\n' "${stand[@]}"
+  fi
+  [ "${#ids[@]}" = 0 ] && return 1
+  echo "test.sh: ${#ids[@]} test(s) marked quiet or flaky failed in the $run run; each again, alone:"
   printf '  %s\n' "${ids[@]}"
-  "${pytest[@]}" -m "$marker" "${args[@]}" -- "${ids[@]}"
+  again=("${pytest[@]}" -m "$marker" --junitxml="$reports/junit-rerun-$run.xml" "${args[@]}" --)
+  PERFKIT_RERUN="$run" PERFKIT_FLAKY_LIST="$flaky_list" "${again[@]}" "${ids[@]}"
   rc=$?
   for by in function file; do
     [ "$rc" = 4 ] || break
@@ -43,35 +65,40 @@ run_again_alone() {
     fi
     echo "test.sh: pytest did not find every id again; by test $by:"
     printf '  %s\n' "${ids[@]}"
-    "${pytest[@]}" -m "$marker" "${args[@]}" -- "${ids[@]}"
+    PERFKIT_RERUN="$run" PERFKIT_FLAKY_LIST="$flaky_list" "${again[@]}" "${ids[@]}"
     rc=$?
   done
-  if [ "$rc" = 4 ]; then
-    echo "test.sh: pytest could not run them again; their failure in the $3 run stands" >&2
+  if [ "$rc" = 4 ] || [ "$rc" = 5 ]; then
+    echo "test.sh: pytest could not run them again; their failure in the $run run stands" >&2
     rc=1
+  fi
+  if [ "${#stand[@]}" != 0 ]; then
+    return 1
   fi
   return "$rc"
 }
 
 set +e
 if [ "$workers" = 0 ]; then
-  "${pytest[@]}" "$@"
+  "${pytest[@]}" --junitxml="$reports/junit.xml" "$@"
   rc=$?
 elif [ "$own_selection" = 1 ]; then
-  "${pytest[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
+  "${pytest[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder --junitxml="$reports/junit.xml" "$@"
   rc=$?
 else
   failed_parallel=$(mktemp)
   failed_quiet=$(mktemp)
-  PERFKIT_FAILED_LIST="$failed_parallel" "${pytest[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder -m "not quiet" "$@"
+  PERFKIT_FAILED_LIST="$failed_parallel" "${pytest[@]}" -n "$workers" --dist loadfile --no-loadscope-reorder \
+    -m "not quiet" --junitxml="$reports/junit-parallel.xml" "$@"
   rc_parallel=$?
   echo "test.sh: the quiet tests, alone"
-  PERFKIT_FAILED_LIST="$failed_quiet" "${pytest[@]}" -m quiet "$@"
+  PERFKIT_FAILED_LIST="$failed_quiet" "${pytest[@]}" -m quiet --junitxml="$reports/junit-quiet.xml" "$@"
   rc_quiet=$?
-  # A test that failed beside other workers, or a quiet test that failed once, is judged again
-  # alone (a quiet test's verdict on noise can meet a noisy moment); it is listed here either way,
-  # and it fails the suite if it fails again. Only a run whose tests failed (pytest's 1) is re-run:
-  # another code (interrupted, internal or usage error) stands as it is.
+  # A quiet test (its verdict on noise can meet a noisy moment) or a flaky one that failed is judged
+  # again alone; it fails the suite if it fails again, and a pass is listed in flaky.txt. Any other
+  # failure stands. Only a run whose tests failed (pytest's 1) is judged so: another code
+  # (interrupted, internal or usage error, a collection error such as a flaky mark with no reason)
+  # stands as it is.
   if [ "$rc_parallel" = 1 ] && [ -s "$failed_parallel" ]; then
     run_again_alone "not quiet" "$failed_parallel" parallel
     rc_parallel=$?
@@ -92,6 +119,9 @@ else
   fi
 fi
 set -e
+if [ -s "$flaky_list" ]; then
+  echo "test.sh: $(wc -l <"$flaky_list") test(s) passed only when run again alone (listed in $flaky_list)"
+fi
 if [ "$rc" = 5 ]; then
   echo "test.sh: pytest collected no tests" >&2
   exit 1

@@ -29,9 +29,8 @@ import pytest
 from perfkit.errors import BinaryNotFoundError
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.local import LocalServer, find_tritonserver
-from tests.support import leftovers
+from tests.support import leftovers, reruns
 from tests.support.docker_engine import docker_daemon, triton_image  # noqa: F401  (fixtures: a real Docker engine)
-from tests.support.failed_list import pytest_runtest_logreport  # noqa: F401  (a hook: scripts/test.sh's re-runs)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURE_MODELS = ROOT / "fixtures" / "models"
@@ -247,6 +246,10 @@ def wait_until(condition: Callable[[], object], what: str, timeout_s: float = 60
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s} s waiting for {what}", pytrace=False)
         time.sleep(0.05)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(reruns, "perfkit-reruns")  # scripts/test.sh's re-run policy: `quiet` and `flaky`
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

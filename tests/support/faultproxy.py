@@ -19,6 +19,7 @@ Counters say what was injected. Bounded: at most MAX_CONNECTIONS at once.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
 import struct
@@ -39,6 +40,22 @@ class _Link:
         self.last_io = time.monotonic()
         self.goaway_wanted = False
         self.s2c = bytearray()  # server-to-client bytes not yet forwarded (HTTP/2: part of a frame)
+
+    def client_bytes_waiting(self) -> bool:
+        """Bytes from the client not yet forwarded (in the reader's buffer, or in the socket's): the
+        connection is not idle, however late this loop got to them on a loaded machine."""
+        if getattr(self.cr, "_buffer", b""):  # StreamReader keeps what it read in _buffer (no public peek)
+            return True
+        sock = self.cw.get_extra_info("socket")
+        if sock is None:
+            return False
+        with socket.socket(fileno=os.dup(sock.fileno())) as peek:
+            try:
+                return bool(peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError:
+                return False
 
     def abort(self, rst: bool = False) -> None:
         for w in (self.cw, self.sw):
@@ -150,7 +167,7 @@ class FaultProxy:
                 continue
             now = time.monotonic()
             for link in list(self._links):
-                if now - link.last_io > self.idle_close_s:
+                if now - link.last_io > self.idle_close_s and not link.client_bytes_waiting():
                     self._links.discard(link)
                     self.closed_by_fault += 1
                     link.abort()

@@ -32,7 +32,7 @@ from perfkit.loadgen import ModelIO, StreamConfig, grpc_payload, native_availabl
 from perfkit.loadgen._native_engine import NATIVE_IMPORT_ERROR
 from perfkit.records import LoadLevel
 from tests.conftest import require
-from tests.server.loadgen.test_faults import LEVELS, Run, _check, drive_through_fault
+from tests.server.loadgen.test_faults import LEVELS, Run, _check, drive_through_fault, first_close
 from tests.support.faultproxy import FaultProxy
 
 MODEL = "identity"
@@ -87,7 +87,7 @@ def _check_stream(run: Run) -> None:
 @pytest.mark.parametrize("mode", list(LEVELS))
 def test_stream_closed_after_n_requests_is_replaced(triton, transport, mode):
     with FaultProxy(_upstream(triton, transport), close_after=7, h2=transport != "sse") as proxy:
-        run = _run(triton, transport, LEVELS[mode], proxy, lambda p: None)
+        run = _run(triton, transport, LEVELS[mode], proxy, first_close)
     _check_stream(run)
     assert proxy.closed_by_fault > 0
     # every broken stream (connection) was replaced and the load went on over the new one

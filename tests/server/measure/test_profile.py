@@ -83,6 +83,9 @@ def test_worker_processes_merge(triton):
     assert open_.service.count == open_.request_count
 
 
+# quiet: "on time" (at most 2% of sends late) is a verdict on the machine's scheduling, which other
+# workers' load makes late by itself; the invariant beside it (sent + dropped = rate x duration) holds either way.
+@pytest.mark.quiet
 def test_worker_processes_start_an_open_loop_on_time(triton):
     # The first level of a run starts while the spawned workers may still be importing: the
     # schedule must wait for them, not begin in the past (every early send would then be late).

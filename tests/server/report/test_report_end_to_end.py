@@ -47,9 +47,12 @@ def test_report_from_real_profile_and_tune_run_end_to_end(model_repo: Path, tmp_
     for lv in record.levels:  # the numbers behind the figures are the measured ones
         assert f"{lv.throughput_infer_per_s:,.1f}" in page or f"{lv.throughput_infer_per_s:.1f}" in page
 
+    # The budget is one this fixture meets with room on a loaded machine (beside the suite's other workers
+    # a 25 ms budget at concurrency 4 could leave no trial, or no confirmed pick, to report): this test is
+    # about the report of a tune, not about the tune's verdict on a budget.
     tune_dir, tune_html = tmp_path / "tune", tmp_path / "tune.html"
     out = _run("tune", "-m", "batcher", "--model-repository", str(model_repo), "-o", str(tune_dir),
-               "--latency-budget", "25ms", "--load", "concurrency", "--max-concurrency", "4",
+               "--latency-budget", "100ms", "--load", "concurrency", "--max-concurrency", "4",
                "--measurement-interval", "300",
                "--max-batch-sizes", "8", "--instance-counts", "1,2", "--precisions", "fp32",
                "--no-dynamic-batching", "--trials", "3", *CHEAP_CONFIRM, "--report", str(tune_html))  # fmt: skip
@@ -57,7 +60,7 @@ def test_report_from_real_profile_and_tune_run_end_to_end(model_repo: Path, tmp_
     tune = from_dict(TuneRecord, json.loads((tune_dir / "tune.json").read_text()))
     page = _text(tune_html)
     best = next(t for t in tune.trials if t.number == tune.best_trial)
-    assert f"trial {best.number}" in page.lower() and "25 ms budget" in page
+    assert f"trial {best.number}" in page.lower() and "100 ms budget" in page
 
     # the same pages made again later from the saved records, with no server, are the same reports
     again = tmp_path / "again.html"

@@ -16,6 +16,7 @@ from perfkit.predict._calibrate import (
     scaling,
     service_model,
 )
+from perfkit.predict._closed import score_space_closed, sustainable_concurrency
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
 from perfkit.predict._pipeline import (
     PipelinePrediction,
@@ -51,6 +52,9 @@ __all__ = [
     "ceiling_rps",
     "sustainable_rate",
     "score_space",
+    # the same under a closed loop: the highest concurrency within the budget, its throughput
+    "sustainable_concurrency",
+    "score_space_closed",
     "unit_arrivals",
     # a pipeline of steps
     "PipelineStep",

@@ -35,13 +35,16 @@ def ceiling_rps(cfg: BatcherConfig, service: ServiceModel, contention: Contentio
 class RateResult:
     """One config's predicted sustainable rate (0: even a light load misses the budget), with the
     prediction at that rate; `bounded` when it was not simulated because its ceiling was
-    already below the rates kept (rate_rps then holds that bound)."""
+    already below the rates kept (rate_rps then holds that bound). Under a closed loop
+    (perfkit.predict._closed) rate_rps is the throughput at `concurrency`, the highest number of
+    clients within the budget; None in the open loop."""
 
     config: BatcherConfig
     rate_rps: float
     latency_us: float
     mean_batch: float
     bounded: bool = False
+    concurrency: int | None = None
 
 
 def sustainable_rate(

@@ -1,6 +1,6 @@
 """--search auto, the default: the predicted search (tuner/_search/_predict.py) where it applies, the
-measured search elsewhere, with the reason said. The predicted search models one model or an
-ensemble under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
+measured search elsewhere, with the reason said. The predicted search models one model (open or
+closed loop) or an ensemble under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
 the batcher simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
 by measurement, as it always was. --search predict and --search measure are taken as given."""
 
@@ -66,8 +66,8 @@ def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, l
         return f"a {subject} subject is searched by measurement"
     if load_mode == "trace":
         return "a trace's arrivals are replayed, not predicted"
-    if not open_loop:
-        return "the prediction models open-loop arrival rates, not closed-loop clients"
+    if not open_loop and subject != "model":  # one model's closed loop: tuner/_search/_predict_load.py
+        return "an ensemble's prediction models open-loop arrival rates, not closed-loop clients"
     if s.budget.metric != "latency":
         return f"a {s.budget.metric.upper()} budget is not simulated (end-to-end latency is)"
     return None

@@ -38,9 +38,9 @@ from perfkit.tuner._search._predict_check import (
     PredictionChecked,
     latency_holds,
     rate_holds,
-    simulated_latency_us,
 )
 from perfkit.tuner._search._predict_events import Note, Predicted, label
+from perfkit.tuner._search._predict_load import latency_at_figure, score_config, score_configs
 from perfkit.tuner._search._predict_points import batcher_config, space_points
 from perfkit.tuner._search._request_path import (
     TOP_MEASURED,
@@ -102,7 +102,7 @@ class Predictor:
         model; one that does not is walked down a ladder step at a time to the first level that holds
         (LoadLadder start_suffices). Said in a line."""
         mine = self.predicted_for({})
-        if mine is None or not cannot_compete(mine, best_rps):
+        if mine is None or not cannot_compete(mine, best_rps) or not self.t.trial_load.open_loop:
             return
         self.original_at_prediction_only = True
         self.t.emit(
@@ -236,8 +236,7 @@ class Predictor:
         if self.calibration is None or b.metric != "latency":
             return None
         cfg = self.key({**self.t.original_fixed_params(), **params})
-        return simulated_latency_us(self.calibration, cfg, rate_rps, percentile=b.percentile,
-                                    arrival=self.t.trial_load.distribution, requests=SIM_REQUESTS)  # fmt: skip
+        return latency_at_figure(self.t, self.calibration, cfg, rate_rps, requests=SIM_REQUESTS)
 
     def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
         """After a trial is checked against its prediction (a pipeline's search adds its steps)."""
@@ -288,10 +287,7 @@ class Predictor:
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
         service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
-        budget_us, percentile = self.t.s.budget.latency_budget_us, self.t.s.budget.percentile
-        arrival = self.t.trial_load.distribution
-        results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
-                                      arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip
+        results = score_configs(self.t, cfgs, service, contention, requests=SIM_REQUESTS, keep=TOP_MEASURED)
         simulated = sum(1 for r in results if not r.bounded)
         results = alike_at_path_ceiling(self.calibration, results)
         by_cfg = {r.config: r for r in results}
@@ -300,8 +296,7 @@ class Predictor:
         # prediction starts its rate search and checks the model at a second point.
         mine = batcher_config(self.t, self.t.original_fixed_params())
         if mine not in self.predicted:
-            own = predict.sustainable_rate(mine, service, budget_us, percentile=percentile, contention=contention,
-                                           arrival=arrival, requests=SIM_REQUESTS)  # fmt: skip
+            own = score_config(self.t, mine, service, contention, requests=SIM_REQUESTS)
             if own.rate_rps > 0:
                 self.predicted[mine] = own.rate_rps
 

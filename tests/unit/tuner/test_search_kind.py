@@ -37,7 +37,7 @@ def test_auto_is_the_default_and_predicts_one_model_or_an_ensemble_under_open_lo
         ("mix", True, "rate", "traffic mix"),
         ("bls", True, "rate", "BLS"),
         ("model", False, "trace", "trace"),
-        ("model", False, "concurrency", "closed-loop"),
+        ("ensemble", False, "concurrency", "closed-loop"),
     ],
 )
 def test_auto_measures_what_the_prediction_does_not_model_and_says_why(subject, open_loop, load_mode, said):
@@ -45,6 +45,13 @@ def test_auto_measures_what_the_prediction_does_not_model_and_says_why(subject, 
     assert c.kind == "measure" and said in (c.why_measured or "")
     # --search predict refuses these or falls back: no hint to force it
     assert c.line().lstrip().startswith("--search auto: measuring every trial:") and "--search predict" not in c.line()
+
+
+def test_one_models_closed_loop_is_predicted():
+    # its figure, the throughput at the highest concurrency within budget, is predicted
+    # (tuner/_search/_predict_load.py); an ensemble's closed loop is not (above)
+    c = _choose(open_loop=False, load_mode="concurrency")
+    assert (c.kind, c.why_measured) == ("predict", None)
 
 
 def test_a_ttft_budget_is_measured():

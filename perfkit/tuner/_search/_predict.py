@@ -42,13 +42,20 @@ from perfkit.tuner._search._predict_check import (
 from perfkit.tuner._search._predict_events import Note, Predicted, label
 from perfkit.tuner._search._predict_load import latency_at_figure, score_config, score_configs
 from perfkit.tuner._search._predict_points import batcher_config, space_points
+from perfkit.tuner._search._predict_rank import (
+    measured_keys,
+    prediction_bounds_original,
+    queued_together,
+    rank_key,
+    ranked_to_measure,
+    scoring_keep,
+)
 from perfkit.tuner._search._request_path import (
     TOP_MEASURED,
     alike_at_path_ceiling,
     at_path_ceiling,
     headroom_first,
     held_rps,
-    measured_first,
     path_bound,
 )
 
@@ -89,11 +96,13 @@ class Predictor:
     # with that prediction: each one's confirmation starts there (confirm_cap), not at the trial's
     # short-level reading.
     capped: dict[int, float] = field(default_factory=dict)
+    measured_before: set[Any] = field(default_factory=set)  # configs a resumed study measured (not queued again)
 
     def queue(self, study: optuna.Study, top: list[tuple[dict[str, Any], float]]) -> None:
         """Queue the best predicted config now, the others (predict_space chose them) while worth it."""
-        self.waiting = list(top[1:])
-        for params, rate in top[:1]:
+        together = queued_together(self.t, top)
+        self.waiting = list(top[together:])
+        for params, rate in top[:together]:
             _enqueue(study, params, rate)
 
     def original_at_prediction(self, best_rps: float) -> None:
@@ -102,7 +111,7 @@ class Predictor:
         model; one that does not is walked down a ladder step at a time to the first level that holds
         (LoadLadder start_suffices). Said in a line."""
         mine = self.predicted_for({})
-        if mine is None or not cannot_compete(mine, best_rps) or not self.t.trial_load.open_loop:
+        if mine is None or not cannot_compete(mine, best_rps) or not prediction_bounds_original(self.t):
             return
         self.original_at_prediction_only = True
         self.t.emit(
@@ -268,6 +277,7 @@ class Predictor:
         """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
         self.calibration = calibrate(self.t)
         self.t.emit(Calibrated(self.calibration))
+        self.measured_before = measured_keys(study, self.point_key)
         self.seeded = True
         self.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
@@ -287,7 +297,8 @@ class Predictor:
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
         service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
-        results = score_configs(self.t, cfgs, service, contention, requests=SIM_REQUESTS, keep=TOP_MEASURED)
+        keep = scoring_keep(self.t, TOP_MEASURED)
+        results = score_configs(self.t, cfgs, service, contention, requests=SIM_REQUESTS, keep=keep)
         simulated = sum(1 for r in results if not r.bounded)
         results = alike_at_path_ceiling(self.calibration, results)
         by_cfg = {r.config: r for r in results}
@@ -302,7 +313,9 @@ class Predictor:
 
         def order(params: dict[str, Any]) -> tuple[float, float]:
             cfg = batcher_config(self.t, params)
-            return headroom_first(self.calibration, cfg, by_cfg[cfg].rate_rps)
+            return rank_key(
+                self.t, params, headroom_first(self.calibration, cfg, by_cfg[cfg].rate_rps), by_cfg[cfg].rate_rps
+            )
 
         top: list[dict[str, Any]] = []
         for params in sorted(points, key=order):
@@ -312,7 +325,8 @@ class Predictor:
             if r.bounded or r.rate_rps <= 0 or any(_alike(batcher_config(self.t, q), r, by_cfg) for q in top):
                 continue
             top.append(params)
-        top = measured_first(self.calibration, top, lambda p: by_cfg[batcher_config(self.t, p)])
+        top = ranked_to_measure(self.t, self.calibration, top, points, lambda p: by_cfg[batcher_config(self.t, p)],
+                                done=self.measured_before)  # fmt: skip
         best = [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top]
         return best, len(cfgs), simulated
 

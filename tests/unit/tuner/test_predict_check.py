@@ -49,7 +49,7 @@ def _search(arrival: str = "constant") -> tuple[Predictor, list[Any]]:
     ms), the arrival process its trials are measured with, and the events it emits."""
     events: list[Any] = []
     t = SimpleNamespace(
-        s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency")),
+        s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency"), objective="throughput", resume=False),
         trial_load=SimpleNamespace(distribution=arrival, open_loop=True),
         space=SimpleNamespace(original_params=dict(ORIGINAL)),
         original_fixed_params=lambda: {"instance_count": 1},

@@ -52,6 +52,10 @@ def test_one_models_closed_loop_is_predicted():
     # (tuner/_search/_predict_load.py); an ensemble's closed loop is not (above)
     c = _choose(open_loop=False, load_mode="concurrency")
     assert (c.kind, c.why_measured) == ("predict", None)
+    # a decoupled model's closed loop (its default load) waits on streams: measured, said so
+    streamed = choose_search(AUTO, subject="model", open_loop=False, load_mode="concurrency", knobs=BATCHING,
+                             streaming=True)  # fmt: skip
+    assert streamed.kind == "measure" and "decoupled" in (streamed.why_measured or "")
 
 
 def test_a_ttft_budget_is_measured():
@@ -62,16 +66,28 @@ def test_a_ttft_budget_is_measured():
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        ({"objective": "pareto"}, "--objective pareto"),
+        ({"objective": "goodput", "goodput_slo_ms": {"ttft": 200.0}}, "--objective goodput"),
         ({"sampler": "grid"}, "--sampler grid"),
-        ({"resume": True}, "resumed"),
         ({"trials": 1}, "--trials 1"),
+        ({"objective": "pareto", "subject": "ensemble"}, "--objective pareto"),
+        ({"resume": True, "subject": "ensemble"}, "resumed"),
     ],
 )
 def test_auto_measures_where_the_predicted_search_would_not_answer_as_asked_and_says_predict_forces_it(change, said):
-    c = _choose(dataclasses.replace(AUTO, **change))
+    change = dict(change)
+    subject = change.pop("subject", "model")
+    c = _choose(dataclasses.replace(AUTO, **change), subject=subject)
     assert c.kind == "measure" and said in (c.why_measured or "")
     assert c.predict_anyway and "--search predict predicts anyway" in c.line()
+
+
+@pytest.mark.parametrize("change", [{"objective": "pareto"}, {"objective": "per-instance"}, {"objective": "per-gpu"},
+                                    {"resume": True}])  # fmt: skip
+def test_one_models_objectives_and_a_resumed_study_are_predicted(change):
+    # ranked by the objective over the predictions, a resumed study by what it has not measured
+    # (tuner/_search/_predict_rank.py)
+    c = _choose(dataclasses.replace(AUTO, **change))
+    assert (c.kind, c.why_measured) == ("predict", None)
 
 
 def test_a_space_that_searches_a_knob_the_simulator_does_not_model_is_measured_naming_it():
@@ -110,7 +126,7 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
     from perfkit.errors import UsageError
     from perfkit.tuner._search import ON_RAY, MeasuredSearch, PredictedSearch, choose
 
-    rates = SimpleNamespace(open_loop=True, load_mode="rate")
+    rates = SimpleNamespace(open_loop=True, load_mode="rate", streaming=False)
     auto = choose(AUTO, _subject(), rates)
     assert isinstance(auto, PredictedSearch) and auto.kind == "predict" and auto.told is not None
     assert auto.reason.startswith("--search auto") and auto.told.line().lstrip().startswith("--search auto: predicting")
@@ -134,4 +150,4 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
     assert "pre, infer" in bls.told_before.line() and "BLS" in bls.reason
     with pytest.raises(UsageError, match="open-loop arrival rates only"):
         choose(dataclasses.replace(AUTO, search="predict"), _subject("bls"), SimpleNamespace(open_loop=False,
-               load_mode="concurrency"))  # fmt: skip
+               load_mode="concurrency", streaming=False))  # fmt: skip

@@ -27,7 +27,7 @@ from perfkit.predict._pipeline import (
     score_pipelines,
     simulate_pipeline,
 )
-from perfkit.predict._rate import RateResult, ceiling_rps, score_space, sustainable_rate
+from perfkit.predict._rate import RateResult, ceiling_rps, score_space, sustainable_rate, trace_unit
 from perfkit.predict._sim import simulate, unit_arrivals
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
     "sustainable_concurrency",
     "score_space_closed",
     "unit_arrivals",
+    "trace_unit",
     # a pipeline of steps
     "PipelineStep",
     "StepFigures",

@@ -1,6 +1,6 @@
 """--search auto, the default: the predicted search (tuner/_search/_predict.py) where it applies, the
 measured search elsewhere, with the reason said. The predicted search models one model (open or
-closed loop, ranked by the objective, a resumed study by what is left) or an ensemble under
+closed loop or a trace, ranked by the objective, a resumed study by what is left) or an ensemble under
 open-loop arrivals ranked by its rate, held to a latency percentile, over the knobs the batcher
 simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
 by measurement, as it always was. --search predict and --search measure are taken as given."""
@@ -68,8 +68,8 @@ def _cannot_predict(
         return "a BLS model's calls (their order and fan-out) cannot be simulated"
     if subject not in ("model", "ensemble"):  # a kind no predictor models yet
         return f"a {subject} subject is searched by measurement"
-    if load_mode == "trace":
-        return "a trace's arrivals are replayed, not predicted"
+    if load_mode == "trace" and subject != "model":  # one model's: tuner/_search/_predict_load.py
+        return "an ensemble's prediction models arrival rates; a trace's arrivals are replayed, not predicted"
     if not open_loop and subject != "model":  # one model's closed loop: tuner/_search/_predict_load.py
         return "an ensemble's prediction models open-loop arrival rates, not closed-loop clients"
     if not open_loop and streaming:  # each client holds its stream open: its latency is the stream's

@@ -7,16 +7,24 @@ by the figure they will be measured by.
 - closed loop (load "concurrency", perf_analyzer's concurrency mode): the throughput at the highest
   concurrency within the budget, up to --max-concurrency (predict.score_space_closed), as the
   measured trial's figure is its best level's throughput (tuner/_verdict.py judge_trial);
-- a trace (load "trace"): the highest sustainable mean rate of the trace replayed faster or slower
-  (tuner/_search/_predict_trace.py)."""
+- a trace (load "trace"): the highest sustainable mean rate of the trace's own arrival times
+  replayed faster or slower (predict.trace_unit: offered at a mean rate r, the trace at speed r / its
+  recorded mean rate, as each trace trial replays it, tuner/_find_load.py TrialLoadSettings.spec).
+  A session's turns waiting for the one before (measure/_replay.py) are not simulated: where they
+  matter, the trials' checks against the predictions say so and the measured search goes on."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from perfkit import predict
 from perfkit.errors import UsageError
+from perfkit.measure import trace_timestamps_ms
 from perfkit.records import Calibration
 from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._search._predict_check import simulated_latency_us
@@ -26,12 +34,24 @@ if TYPE_CHECKING:
 
 
 def check_model_load(trial_load: TrialLoadSettings) -> None:
-    """Raises UsageError for a load one model's prediction does not model (a trace)."""
-    if trial_load.load_mode == "trace":
-        raise UsageError(
-            "--search predict predicts open-loop arrival rates and closed-loop clients, not a trace",
-            hint="drop --load trace, or use --search measure",
-        )
+    """Raises UsageError for a load one model's prediction does not model: a trace replayed with
+    no --trace file to read its arrivals from."""
+    if trial_load.load_mode == "trace" and not trial_load.trace:
+        raise UsageError("--load trace without --trace: no arrivals to predict", hint="give --trace FILE")
+
+
+@functools.cache
+def _trace_unit(path: str) -> np.ndarray:
+    """A trace file's arrivals at mean rate 1 (predict.trace_unit), read once."""
+    return predict.trace_unit(np.asarray(trace_timestamps_ms(Path(path)), dtype=np.float64) / 1e3)
+
+
+def _unit(trial_load: TrialLoadSettings) -> np.ndarray | None:
+    """The arrivals at rate 1 the trials replay scaled (a trace's), None for an arrival process."""
+    if trial_load.load_mode != "trace":
+        return None
+    assert trial_load.trace is not None  # check_model_load refused a trace load without one
+    return _trace_unit(str(trial_load.trace))
 
 
 def score_configs(
@@ -50,8 +70,10 @@ def score_configs(
         return predict.score_space_closed(cfgs, service, b.latency_budget_us, max_concurrency=clients,
                                           percentile=b.percentile, contention=contention, requests=requests,
                                           keep=keep)  # fmt: skip
+    unit = _unit(t.trial_load)
     return predict.score_space(cfgs, service, b.latency_budget_us, percentile=b.percentile, contention=contention,
-                               arrival=t.trial_load.distribution, requests=requests, keep=keep)  # fmt: skip
+                               arrival=t.trial_load.distribution, requests=len(unit) if unit is not None else requests,
+                               keep=keep, unit=unit)  # fmt: skip
 
 
 def score_config(
@@ -74,5 +96,12 @@ def latency_at_figure(
     whose trials are checked by their throughput alone: its clients, not a rate, set the load."""
     if not t.trial_load.open_loop:
         return None
+    unit = _unit(t.trial_load)
+    if unit is not None:  # the trace at the mean rate measured
+        if rate_rps <= 0 or float(t.s.budget.percentile) not in (50.0, 90.0, 95.0, 99.0):
+            return None
+        load = predict.Load("trace", arrivals_s=tuple((unit / rate_rps).tolist()))
+        p = predict.simulate(cfg, predict.service_model(cal), load, predict.contention(cal), requests=len(unit))
+        return p.percentile_us(t.s.budget.percentile)
     return simulated_latency_us(cal, cfg, rate_rps, percentile=t.s.budget.percentile,
                                 arrival=t.trial_load.distribution, requests=requests)  # fmt: skip

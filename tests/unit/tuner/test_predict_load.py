@@ -4,12 +4,15 @@ the highest concurrency within the budget), on a stand-in runner. No server."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from perfkit import predict
+from perfkit.errors import UsageError
 from perfkit.records import Budget, Calibration, CalibrationPoint, LoadLevel
 from perfkit.tuner._search._predict import Predictor
 from perfkit.tuner._search._predict_load import check_model_load, latency_at_figure, score_config, score_configs
@@ -21,13 +24,17 @@ CAL = Calibration("queue", (CalibrationPoint(1, 100, SERVICE_US),), SERVICE_US, 
 SVC = predict.service_model(CAL)
 
 
-def _runner(load_mode: str, *, budget_ms: float = 55.0, max_concurrency: int = 64) -> Any:
+def _runner(load_mode: str, *, budget_ms: float = 55.0, max_concurrency: int = 64, trace: str | None = None) -> Any:
     """A stand-in runner: the budget, and the trials' load (TrialLoadSettings' fields read)."""
     open_loop = load_mode in ("rate", "trace")
     return SimpleNamespace(
         s=SimpleNamespace(budget=Budget(budget_ms, 99.0, "latency")),
         trial_load=SimpleNamespace(
-            open_loop=open_loop, load_mode=load_mode, distribution="constant", max_concurrency=max_concurrency
+            open_loop=open_loop,
+            load_mode=load_mode,
+            distribution="constant",
+            max_concurrency=max_concurrency,
+            trace=trace,
         ),  # fmt: skip
         space=SimpleNamespace(original_params={"max_batch_size": 0, "instance_count": 1}),
         original_fixed_params=lambda: {"instance_count": 1},
@@ -70,3 +77,28 @@ def test_a_closed_loop_trial_is_checked_by_its_throughput_alone():
                                   throughput_infer_per_s=90.0, latency_us=50_000.0), predicted_rps=100.0)  # fmt: skip
     assert near.held
     check_model_load(t.trial_load)  # a closed loop is predicted: no error
+
+
+def test_a_trace_is_predicted_from_its_own_arrival_times(tmp_path: Path):
+    # Bursts of 4 requests at once every 100 ms (perfkit profile --trace's JSONL), one instance of 10
+    # ms: a burst's last request waits 40 ms at any speed where the bursts do not overlap, so within
+    # 45 ms it holds up to the instance's 100 req/s, and within 35 ms at no speed; two instances
+    # halve the wait (20 ms) and hold up to 200 req/s.
+    path = tmp_path / "trace.jsonl"
+    path.write_text(
+        "".join(json.dumps({"timestamp": 100.0 * i, "inputs": {}}) + "\n" for i in range(300) for _ in range(4))
+    )
+    t = _runner("trace", budget_ms=45.0, trace=str(path))
+    svc = predict.ServiceModel(SERVICE_US, 0.0)
+    cfgs = [predict.BatcherConfig(instances=c) for c in (1, 2)]
+    out = score_configs(t, cfgs, svc, predict.Contention(), requests=6_000, keep=None)
+    by = {r.config.instances: r for r in out}
+    assert by[1].rate_rps == pytest.approx(100.0, rel=0.03) and by[2].rate_rps == pytest.approx(200.0, rel=0.03)
+    tight = score_config(_runner("trace", budget_ms=35.0, trace=str(path)), predict.BatcherConfig(), svc,
+                         predict.Contention(), requests=6_000)  # fmt: skip
+    assert tight.rate_rps < 0.1
+    # the latency check of a trace trial replays the trace at the mean rate measured
+    cal = Calibration("m", (CalibrationPoint(1, 100, SERVICE_US),), SERVICE_US, 0.0, 0.0, 0.0)
+    assert latency_at_figure(t, cal, predict.BatcherConfig(), 50.0, requests=6_000) == pytest.approx(40e3, rel=1e-6)
+    with pytest.raises(UsageError, match="--load trace without --trace"):
+        check_model_load(_runner("trace").trial_load)

@@ -36,7 +36,7 @@ def test_auto_is_the_default_and_predicts_one_model_or_an_ensemble_under_open_lo
     [
         ("mix", True, "rate", "traffic mix"),
         ("bls", True, "rate", "BLS"),
-        ("model", False, "trace", "trace"),
+        ("ensemble", True, "trace", "trace"),
         ("ensemble", False, "concurrency", "closed-loop"),
     ],
 )
@@ -45,6 +45,11 @@ def test_auto_measures_what_the_prediction_does_not_model_and_says_why(subject, 
     assert c.kind == "measure" and said in (c.why_measured or "")
     # --search predict refuses these or falls back: no hint to force it
     assert c.line().lstrip().startswith("--search auto: measuring every trial:") and "--search predict" not in c.line()
+
+
+def test_one_models_trace_is_predicted():
+    c = _choose(open_loop=True, load_mode="trace")  # its arrivals replayed in the simulator
+    assert (c.kind, c.why_measured) == ("predict", None)
 
 
 def test_one_models_closed_loop_is_predicted():

@@ -215,13 +215,15 @@ def test_a_predicted_tune_cut_short_keeps_its_calibration_and_the_original_start
     assert measure.rates and measure.rates[0] == pytest.approx(want, rel=0.01), (measure.rates, predicted.best)
 
 
-@pytest.mark.parametrize("load", [None, "concurrency"])
-def test_the_default_search_predicts_an_open_loop_tune_and_a_closed_loop_one(tmp_path: Path, load: str | None):
+@pytest.mark.parametrize(("load", "objective"), [(None, "throughput"), ("concurrency", "throughput"), (None, "pareto")])
+def test_the_default_search_predicts_an_open_loop_tune_and_a_closed_loop_one(
+    tmp_path: Path, load: str | None, objective: Any
+):
     repo = copy_models(tmp_path, ["queue"])
     out = tmp_path / "out"
     how: Any = load  # None or a value of TuneSettings.load's Literal
     settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), trials=3, output_dir=out, load=how,
-                            max_concurrency=4, confirm_repeats=0,
+                            max_concurrency=4, confirm_repeats=0, objective=objective,
                             max_output_diff=parse_max_output_diff("off"))  # fmt: skip
     assert settings.search == "auto"
     server = StandInServer(service_us=SERVICE_US)  # its statistics grow by what _Measure executed
@@ -236,6 +238,10 @@ def test_the_default_search_predicts_an_open_loop_tune_and_a_closed_loop_one(tmp
     rec = TuneRecord.load(out / "tune.json")
     assert choice[0].line().lstrip().startswith("--search auto: predicting")
     assert rec.calibration is not None and any(isinstance(e, Predicted) for e in events)
+    if objective == "pareto":
+        # the predicted front (two instances: more throughput at a lower latency) queued
+        predicted = next(e for e in events if isinstance(e, Predicted))
+        assert [label for label, _ in predicted.best][:1] == ["instance_count=2"], predicted.best
     if load == "concurrency":
         # the closed loop's figures predicted: two instances of 10 ms saturate at 200 req/s, at the
         # most clients allowed (--max-concurrency 4, p99 20 ms), one at 100 (p99 40 ms): two first

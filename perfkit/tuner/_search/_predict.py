@@ -266,7 +266,7 @@ class Predictor:
                                percentile=b.percentile, budget_metric=b.metric)  # fmt: skip
         if ev.held or measured is None or st.latency_us is None:
             return ev
-        at = st.load.value if st.load is not None and st.load.mode == "request_rate" else measured
+        at = st.load.value if st.load is not None and st.load.mode in ("request_rate", "trace") else measured
         simulated = self.latency_at_measured(st.params, at)
         if simulated is None:
             return ev

@@ -19,6 +19,7 @@ throughput: their rates alone do not rank them."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ import optuna
 from optuna.trial import TrialState
 
 from perfkit import objectives, predict
+from perfkit.errors import PerfkitError
 from perfkit.records import Calibration
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _trial_state
@@ -46,10 +48,13 @@ def scoring_keep(t: TrialRunner, keep: int) -> int | None:
 
 def units(t: TrialRunner, params: Mapping[str, Any]) -> float:
     """The hardware units a point's config occupies for a per-instance / per-GPU objective (1 for
-    the others), read from the config its trial would write."""
+    the others), read from the config its trial would write (infinite where none can be)."""
     if not objectives.get(t.s.objective).per_hardware:
         return 1.0
-    text = t.subject.candidate(dict(params), is_original=False, number=-1).text
+    try:
+        text = t.subject.candidate(dict(params), is_original=False, number=-1).text
+    except PerfkitError:  # a point whose config cannot be written: its trial is rejected, so it ranks last
+        return math.inf
     return hardware_units(parse_config(text, source="a predicted point"), t.s.objective, t.space.gpus)
 
 

@@ -5,6 +5,7 @@ measured. On stand-in runners. No server."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,6 +13,7 @@ import optuna
 import pytest
 
 from perfkit import predict
+from perfkit.errors import ConfigError
 from perfkit.tuner._search._predict_rank import (
     FRONT_MEASURED,
     front,
@@ -62,6 +64,10 @@ def test_per_instance_ranks_the_predicted_figure_over_the_instances():
     points, by = _scores((8, 1, 100.0, 50e3), (8, 2, 180.0, 50e3), (8, 4, 300.0, 50e3))
     result = _result(by)
     assert [units(t, p) for p in points] == [1.0, 2.0, 4.0]
+    # a point whose config cannot be written (its trial would be rejected) ranks last
+    refused = _runner("per-instance")
+    refused.subject.candidate = lambda params, **_: (_ for _ in ()).throw(ConfigError("does not round-trip"))
+    assert units(refused, points[0]) == math.inf
     ranked = sorted(points, key=lambda p: rank_key(t, p, (-result(p).rate_rps, 0.0), result(p).rate_rps))
     assert [p["instance_count"] for p in ranked] == [1, 2, 4]
     assert ranked_to_measure(t, None, ranked, points, result, done=set()) == ranked[:TOP_MEASURED]

@@ -31,7 +31,7 @@ from perfkit.measure._loop import MeasureOne, nothing_measured, over_latency_thr
 from perfkit.measure._mix import parse_mix
 from perfkit.measure._openai import profile_openai, workload_check
 from perfkit.measure._profile import profile
-from perfkit.measure._replay import trace_mean_rate
+from perfkit.measure._replay import trace_mean_rate, trace_timestamps_ms
 from perfkit.measure._stopping import LevelStop
 from perfkit.measure._streaming import parse_goodput
 from perfkit.measure._summary import summary_table
@@ -53,6 +53,7 @@ __all__ = [
     "parse_goodput",
     "parse_mix",
     "trace_mean_rate",
+    "trace_timestamps_ms",
     "machine_info",
     "nothing_measured",
     "over_latency_threshold",

@@ -92,9 +92,9 @@ def read_jsonl_trace(path: Path, io: ModelIO) -> list[TraceEntry]:
     return entries
 
 
-def trace_mean_rate(path: Path) -> float:
-    """A JSONL trace's mean request rate (requests over its span, req/s) as recorded, from its
-    timestamps alone; raises InputError naming the file and line."""
+def trace_timestamps_ms(path: Path) -> list[float]:
+    """A JSONL trace's timestamps (ms) in file order, from its timestamps alone (what trace_mean_rate
+    and the tuner's prediction of a replay read); raises InputError naming the file and line."""
     stamps: list[float] = []
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -109,6 +109,13 @@ def trace_mean_rate(path: Path) -> float:
             raise InputError(f"--trace {path} line {n}: no numeric 'timestamp'") from None
     if not stamps:
         raise InputError(f"--trace {path} holds no request")
+    return stamps
+
+
+def trace_mean_rate(path: Path) -> float:
+    """A JSONL trace's mean request rate (requests over its span, req/s) as recorded, from its
+    timestamps alone; raises InputError naming the file and line."""
+    stamps = trace_timestamps_ms(path)
     return len(stamps) / max((max(stamps) - min(stamps)) / 1e3, 1e-3)
 
 

@@ -19,6 +19,7 @@ from perfkit.predict._calibrate import (
     scaling,
     service_model,
 )
+from perfkit.predict._closed import score_space_closed, sustainable_concurrency
 from perfkit.predict._mix import (
     MemberFigures,
     MixMember,
@@ -39,7 +40,7 @@ from perfkit.predict._pipeline import (
     score_pipelines,
     simulate_pipeline,
 )
-from perfkit.predict._rate import RateResult, ceiling_rps, score_space, sustainable_rate
+from perfkit.predict._rate import RateResult, ceiling_rps, score_space, sustainable_rate, trace_unit
 from perfkit.predict._sim import simulate, unit_arrivals
 from perfkit.predict._stream import StreamModel, StreamPrediction, end_to_end_budget_us, simulate_stream, stream_service
 
@@ -65,6 +66,9 @@ __all__ = [
     "ceiling_rps",
     "sustainable_rate",
     "score_space",
+    # the same under a closed loop: the highest concurrency within the budget, its throughput
+    "sustainable_concurrency",
+    "score_space_closed",
     "unit_arrivals",
     # a decoupled model's streams, each holding its instance (_stream)
     "StreamModel",
@@ -72,6 +76,7 @@ __all__ = [
     "stream_service",
     "simulate_stream",
     "end_to_end_budget_us",
+    "trace_unit",
     # a pipeline of steps
     "PipelineStep",
     "StepFigures",

@@ -35,13 +35,16 @@ def ceiling_rps(cfg: BatcherConfig, service: ServiceModel, contention: Contentio
 class RateResult:
     """One config's predicted sustainable rate (0: even a light load misses the budget), with the
     prediction at that rate; `bounded` when it was not simulated because its ceiling was
-    already below the rates kept (rate_rps then holds that bound)."""
+    already below the rates kept (rate_rps then holds that bound). Under a closed loop
+    (perfkit.predict._closed) rate_rps is the throughput at `concurrency`, the highest number of
+    clients within the budget; None in the open loop."""
 
     config: BatcherConfig
     rate_rps: float
     latency_us: float
     mean_batch: float
     bounded: bool = False
+    concurrency: int | None = None
 
 
 def sustainable_rate(
@@ -161,19 +164,22 @@ def score_space(
     seed: int = 0,
     warm_start: bool = True,
     loop: str = "compiled",
+    unit: np.ndarray | None = None,
 ) -> list[RateResult]:
     """Every config's sustainable rate, best first. `service` is one model for all, or one per
     config. With keep=k only configs whose ceiling could still reach the k-th best rate
     found so far are simulated (the others come back bounded, with their bound): the ranking of
     the best k is the same as simulating all. Configs the simulator cannot tell apart (see
     behaviour) are simulated once. warm_start: each search starts at a like config's rate (see
-    sustainable_rate's guess_rps); off, each bisects from the bound. loop: see simulate_within."""
+    sustainable_rate's guess_rps); off, each bisects from the bound. loop: see simulate_within.
+    unit: the arrivals at rate 1 every config is offered scaled (a trace's, trace_unit), instead
+    of `arrival`'s."""
     cfgs = list(configs)
     models = list(service) if isinstance(service, Sequence) else [service] * len(cfgs)
     if len(models) != len(cfgs):
         raise UsageError(f"{len(models)} service models for {len(cfgs)} configs", hint="give one per config")
     contention = contention or Contention()
-    base = unit_arrivals(arrival, requests, seed)
+    base = unit if unit is not None else unit_arrivals(arrival, requests, seed)
     bounds = [ceiling_rps(c, m, contention) for c, m in zip(cfgs, models, strict=True)]
     order = sorted(range(len(cfgs)), key=lambda i: -bounds[i])
     done: dict[tuple[tuple[object, ...], ServiceModel], RateResult] = {}
@@ -206,6 +212,18 @@ def score_space(
         out.append(r)
     out.sort(key=lambda r: (r.bounded, -r.rate_rps))
     return out
+
+
+def trace_unit(timestamps_s: Sequence[float] | np.ndarray) -> np.ndarray:
+    """A trace's arrival times at mean rate 1 (s, sorted, from 0): its timestamps over its span
+    times its request count, so that offered at rate r (unit / r) it is the trace replayed at r /
+    its own mean rate, as the tuner's trace trials replay it (the speed a level's mean rate sets).
+    Raises UsageError for fewer than 2 requests or a trace of no span."""
+    t = np.sort(np.asarray(timestamps_s, dtype=np.float64))
+    if len(t) < 2 or t[-1] <= t[0]:
+        raise UsageError(f"a trace of {len(t)} request(s) over no time", hint="give a trace of 2 or more timestamps")
+    t -= t[0]
+    return t * (len(t) / t[-1])
 
 
 def _likeness(cfg: BatcherConfig) -> tuple[tuple[object, ...], ...]:

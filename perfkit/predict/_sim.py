@@ -45,18 +45,17 @@ through_request_path); the batcher's own work takes no time, and
 an instance ending takes the next waiting payload before the batcher, woken by the same ending,
 can grow it. The open-loop event loop exists twice, forming the same batches: _reference.py (the
 rules as read, objects and a heap of events) and _simloop.run_open (compiled by numba, what
-_run_open and so scoring a space run). The closed loop (_run_closed, concurrency loads, which
-no tune predicts) keeps the simpler rule of reading a batch off the queue when an instance is
-free (_dispatch: no payload formed ahead). departures()
+_run_open and so scoring a space run). The closed loop (_run_closed, concurrency loads:
+perf_analyzer's concurrency mode, each client sending its next request when its last is answered,
+docs/perf_analyzer.md "Concurrency Mode" in triton-inference-server/perf_analyzer) runs the same
+compiled loop, writing each answer's next arrival as its batch is handed out. departures()
 gives each request's answer and batch size from the compiled loop: each step of a pipeline
 (perfkit.predict._pipeline) runs through it, so the rules are written here only.
 """
 
 from __future__ import annotations
 
-import bisect
 import functools
-import heapq
 import math
 from collections.abc import Callable
 
@@ -117,31 +116,6 @@ def _batch_plan(cfg: BatcherConfig) -> tuple[int, int, int, list[int], float]:
     return cfg.max_batch_size, pref[0], pref[-1], pref, cfg.max_queue_delay_us / 1e6
 
 
-def _dispatch(arr: list[float], h: int, tf: float, plan: tuple[int, int, int, list[int], float]) -> tuple[float, int]:
-    """When the instance free at tf takes its next batch from the queue headed at arr[h], and how
-    many requests it holds (rule 4 of the module docstring). arr is sorted; len(arr) > h."""
-    big, pmin, pmax, pref, delay = plan
-    t0 = tf if tf > arr[h] else arr[h]
-    if big == 1:
-        return t0, 1
-    queued = bisect.bisect_right(arr, t0, h) - h
-    deadline = arr[h] + delay
-    exceeded = delay > 0 and t0 >= deadline
-    if delay > 0 and not exceeded and queued < pmin:
-        # Wait for the request that makes the smallest preferred size, or the delay, whichever first.
-        k = h + pmin - 1
-        if k < len(arr) and arr[k] < deadline:
-            t0 = arr[k]
-        else:
-            t0, exceeded = deadline, True
-        queued = bisect.bisect_right(arr, t0, h) - h
-    pending = queued if queued < big else big
-    if not exceeded and pending >= pmin:
-        return t0, pref[bisect.bisect_right(pref, pending) - 1]
-    # The delay ran out, no delay, or nothing preferred reached: send what is pending.
-    return t0, pending
-
-
 _KEPT_PERCENTILES = np.array([50.0, 90.0, 95.0, 99.0]) / 100
 
 
@@ -169,23 +143,74 @@ def _run_open(
     None as soon as more requests than that exceed the bound (the percentile is then past it,
     whatever follows). Runs the compiled loop (_simloop.run_open), which must agree with
     _run_open_reference batch for batch; the first call in a process imports numba."""
-    run_open = _compiled_loop()
-    big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
     arr = np.ascontiguousarray(due, dtype=np.float64)
     if len(arr) == 0:  # no request, no batch (the loop reads the first arrival)
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    return _run_loop(arr, cfg, service, contention, give_up, clients=0, gap_s=0.0)
+
+
+def _run_closed(
+    clients: int,
+    requests: int,
+    cfg: BatcherConfig,
+    service: ServiceModel,
+    contention: Contention,
+    give_up: tuple[float, int, int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Closed loop (perf_analyzer's concurrency mode: each of `clients` clients sends its next
+    request as soon as its last is answered): every client sends at 0, and each answer's next
+    request reaches the batcher overhead_us after its batch ends (the way back to the client and
+    out again: the overhead outside the instance). The batches are the open loop's, Triton's
+    rules on the arrivals the answers make (the same compiled loop, _simloop.run_open with
+    clients). Returns every request's arrival (s, sorted) and each batch's size and end (s), or
+    None where give_up (as _run_open's) cut it short. The request path's ceiling
+    (ServiceModel.host_us) is not queued here: N clients hold at most N requests in flight, and
+    the callers bound the rate by it (ceiling_rps)."""
+    arr = np.zeros(requests, dtype=np.float64)
+    run = _run_loop(arr, cfg, service, contention, give_up, clients=clients, gap_s=service.overhead_us / 1e6)
+    if run is None:
+        return None
+    return arr, run[0], run[1]
+
+
+def _run_loop(
+    arr: np.ndarray,
+    cfg: BatcherConfig,
+    service: ServiceModel,
+    contention: Contention,
+    give_up: tuple[float, int, int] | None,
+    *,
+    clients: int,
+    gap_s: float,
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The compiled loop on arr (see _simloop.run_open: the open loop with clients 0, else a
+    closed loop writing the arrivals into arr); each batch's size and end, None where cut short."""
+    run_open = _compiled_loop()
+    big, _pmin, _pmax, pref, delay = _batch_plan(cfg)
     sizes = np.empty(len(arr), dtype=np.int64)
     ends = np.empty(len(arr), dtype=np.float64)
     bound, counted_from, allowed = give_up if give_up is not None else (math.inf, 0, 0)
     batches = run_open(
         arr, np.asarray(pref, dtype=np.int64), _service_array(service, big),
         sizes, ends, cfg.instances, big, delay, contention.shared_fraction, bound, counted_from, allowed,
+        clients, gap_s,
     )  # fmt: skip
     if batches == -2:
         raise AssertionError("the simulator's event loop ran out of events before every request ran")
     if batches < 0:
         return None
     return sizes[:batches], ends[:batches]
+
+
+def _give_up(
+    requests: int, budget_us: float | None, percentile: float, overhead_s: float
+) -> tuple[float, int, int] | None:
+    """The loop's give-up bound for a budget (see _run_open): the budget less the overhead, over
+    the requests after the warm-up, as many past it as the percentile allows; None without one."""
+    if budget_us is None:
+        return None
+    skip = int(requests * WARMUP_FRACTION)
+    return budget_us / 1e6 - overhead_s, skip, int((requests - skip) * (1 - percentile / 100.0))
 
 
 def departures(
@@ -238,43 +263,6 @@ def _run_open_reference(
     return Reference(list(arr), big, pref, delay, cfg.instances, table, contention.shared_fraction, bounds).run()
 
 
-def _run_closed(
-    clients: int, requests: int, cfg: BatcherConfig, service: ServiceModel, contention: Contention
-) -> tuple[list[float], list[int], list[float]]:
-    """Closed loop: each client's next request arrives overhead_us after its last completes.
-    Returns the arrival list (in service order) and each batch's size and end (s)."""
-    plan = _batch_plan(cfg)
-    table = _service_table(service, plan[0])
-    f = contention.shared_fraction
-    gap = service.overhead_us / 1e6
-    arr: list[float] = [0.0] * min(clients, requests)
-    issued = len(arr)
-    free = [0.0] * cfg.instances
-    heapq.heapify(free)
-    dev = 0.0
-    sizes: list[int] = []
-    ends: list[float] = []
-    h = 0
-    while h < len(arr):
-        tf = heapq.heappop(free)
-        td, m = _dispatch(arr, h, tf, plan)
-        m = min(m, len(arr) - h)
-        s = table[m]
-        if f > 0:
-            start = max(td + (1 - f) * s, dev)
-            end = dev = start + f * s
-        else:
-            end = td + s
-        heapq.heappush(free, end)
-        sizes.append(m)
-        ends.append(end)
-        h += m
-        for _ in range(min(m, requests - issued)):
-            bisect.insort(arr, end + gap, h)
-            issued += 1
-    return arr, sizes, ends
-
-
 def simulate(
     cfg: BatcherConfig,
     service: ServiceModel,
@@ -310,7 +298,7 @@ def simulate_within(
     loop: str = "compiled",
 ) -> Prediction | None:
     """simulate(), cut short (None) once more requests than the percentile allows exceed
-    budget_us: its percentile would be past the budget. Open-loop loads only are cut short.
+    budget_us: its percentile would be past the budget.
     loop: which open-loop event loop runs, both giving the same batches: "compiled" (numba's, see
     _simloop) or "reference" (in Python, the rules one call a batch, ~50x slower). Raises
     UsageError for an unknown loop."""
@@ -323,8 +311,11 @@ def simulate_within(
     sizes: list[int] | np.ndarray
     ends: list[float] | np.ndarray
     if load.kind == "concurrency":
-        arr, sizes, ends = _run_closed(load.concurrency, requests, cfg, service, contention)
-        due = np.asarray(arr)
+        closed = _run_closed(load.concurrency, requests, cfg, service, contention,
+                             _give_up(requests, budget_us, percentile, overhead_s))  # fmt: skip
+        if closed is None:
+            return None
+        due, sizes, ends = closed
     else:
         if load.kind == "trace":
             due = np.sort(np.asarray(load.arrivals_s, dtype=float))
@@ -333,11 +324,7 @@ def simulate_within(
             base = unit if unit is not None else unit_arrivals(load.kind, requests, seed)
             due = base / load.rate_rps
         served = through_request_path(due, service.host_us / 1e6)
-        give_up = None
-        if budget_us is not None:
-            skip = int(len(due) * WARMUP_FRACTION)
-            allowed = int((len(due) - skip) * (1 - percentile / 100.0))
-            give_up = (budget_us / 1e6 - overhead_s, skip, allowed)
+        give_up = _give_up(len(due), budget_us, percentile, overhead_s)
         # The batcher sees each request when the request path lets it through (served); its latency
         # counts from its due time, so the wait on that path is in it. The give-up bound, on the
         # time from served to answer, is then never past the latency it stands for.

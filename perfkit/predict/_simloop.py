@@ -33,7 +33,7 @@ _TABLE = types.Array(types.float64, 1, "C", readonly=True)  # _sim._service_arra
 # argument types, and no second compile for another array layout.
 _SIGNATURE = types.int64(
     _F64, _I64, _TABLE, _I64, _F64, types.int64, types.int64, types.float64, types.float64, types.float64,
-    types.int64, types.int64,
+    types.int64, types.int64, types.int64, types.float64,
 )  # fmt: skip
 
 
@@ -74,6 +74,8 @@ def _run_open(
     bound: float,
     counted_from: int,
     allowed: int,
+    clients: int,
+    gap: float,
 ) -> int:
     """Dispatch every request of `arr` (arrival times, s, sorted) to `instances` instances; write
     each batch's size and end (s) to sizes and ends (len(arr) long at least) and return how many
@@ -81,12 +83,20 @@ def _run_open(
     than `bound` (s): the percentile is past it, whatever follows. pref: the preferred sizes,
     rising within 1..big (one of them, big, when there is none); table: execution time (s) by batch
     size 0..big; f: the shared fraction of an execution (Contention). The events, the batcher's
-    passes and the instances' takes of _reference.Reference, in the same order."""
+    passes and the instances' takes of _reference.Reference, in the same order.
+
+    clients > 0: a closed loop of that many clients (perf_analyzer's concurrency mode), arr the
+    room for every request's arrival: the first `clients` are given (arr[:clients], sorted), and
+    each request answered sends its client's next request `gap` s after its batch ends (_issue),
+    written into arr in arrival order as the batch is handed out (its end is known then, and
+    later than any event so far, so every arrival before the loop's time is written before it is
+    read). arr then holds every request's arrival time."""
     n = arr.shape[0]
     if n == 0:
         return 0
+    known = n if clients <= 0 else min(clients, n)
     if big == 1:  # rule 1: a payload a request, no batcher to wait for
-        return _run_unbatched(arr, table, sizes, ends, instances, f, bound, counted_from, allowed)
+        return _run_unbatched(arr, table, sizes, ends, instances, f, bound, counted_from, allowed, known, gap)
     npref = pref.shape[0]
     pmax = pref[npref - 1]
     inf = np.inf
@@ -119,12 +129,12 @@ def _run_open(
             if busy[i] and until[i] < t_end:
                 t_end = until[i]
                 ie = i
-        t_arr = arr[arrived] if arrived < n else inf
+        t_arr = arr[arrived] if arrived < known else inf
         if ie >= 0 and t_end <= t_arr and t_end <= timer:
             t = t_end
             busy[ie] = False
             wake = True
-        elif arrived < n and t_arr <= timer:
+        elif arrived < known and t_arr <= timer:
             t = t_arr
             arrived += 1
             wake = wcount < slots and (renew or arrived - head >= next_pref)
@@ -163,6 +173,8 @@ def _run_open(
                 ends[batches] = end
                 batches += 1
                 done += m
+                if known < n:
+                    known = _issue(arr, known, end + gap, m)
                 if end - arr[first] > bound and first >= counted_from:
                     over += _left_of(arr, end - bound, first, first + m) - first
                 wake = True
@@ -223,6 +235,22 @@ def _run_open(
 
 
 @numba.njit(nogil=True)
+def _issue(arr: np.ndarray, known: int, at: float, m: int) -> int:
+    """Write m arrivals at time `at` into the sorted arr[:known], after those at or before it (the
+    later ones move up), at most up to len(arr); returns how many are written now. The closed
+    loop's next requests: `at` is past every arrival read, so none read moves."""
+    k = min(m, arr.shape[0] - known)
+    if k <= 0:
+        return known
+    pos = _right_of(arr, at, 0, known)
+    for j in range(known - 1, pos - 1, -1):
+        arr[j + k] = arr[j]
+    for j in range(pos, pos + k):
+        arr[j] = at
+    return known + k
+
+
+@numba.njit(nogil=True)
 def _end_of(t: float, s: float, f: float, dev: float) -> float:
     """When an execution of s seconds handed to an instance at t ends: its own part (1 - f) first,
     then its shared part f once the device is free (dev, Contention), in the reference loop's
@@ -255,9 +283,13 @@ def _run_unbatched(
     bound: float,
     counted_from: int,
     allowed: int,
+    known: int,
+    gap: float,
 ) -> int:
     """Rule 1: each request its own execution, taken in arrival order by the instance free first
-    (the same batches as the event loop, which a payload a request makes a plain queue)."""
+    (the same batches as the event loop, which a payload a request makes a plain queue). known <
+    len(arr): a closed loop, as _run_open's (each answer's next request written by _issue; request
+    h's arrival is written before h is taken, its client's earlier request answered by then)."""
     n = arr.shape[0]
     dev = 0.0
     over = 0
@@ -275,6 +307,8 @@ def _run_unbatched(
         free_at[first] = end
         sizes[h] = 1
         ends[h] = end
+        if known < n:
+            known = _issue(arr, known, end + gap, 1)
         if end - arr[h] > bound and h >= counted_from:
             over += 1
             if over > allowed:

@@ -123,7 +123,7 @@ def choose(settings: TuneSettings, subject: Subject, trial_load: TrialLoadSettin
         return MeasuredSearch(ray.why_measured or ON_RAY)
     knobs = [d.name for d in subject.space.dimensions]
     choice = choose_search(settings, subject=subject.kind, open_loop=trial_load.open_loop,
-                           load_mode=trial_load.load_mode, knobs=knobs, decoupled=trial_load.streaming)  # fmt: skip
+                           load_mode=trial_load.load_mode, knobs=knobs, streaming=trial_load.streaming)  # fmt: skip
     told = choice if settings.search == "auto" else None
     if choice.kind == "measure":
         return MeasuredSearch(choice.why_measured or asked, told=told)

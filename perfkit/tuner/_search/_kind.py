@@ -1,7 +1,9 @@
 """--search auto, the default: the predicted search (tuner/_search/_predict.py) where it applies, the
-measured search elsewhere, with the reason said. The predicted search models one model, an
-ensemble or a traffic mix under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
-the batcher simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
+measured search elsewhere, with the reason said. The predicted search models one model (open or
+closed loop or a trace, ranked by the objective, a resumed study by what is left; a decoupled model's
+streams under open-loop arrivals), an ensemble, a BLS model or a traffic mix under open-loop arrivals
+ranked by its rate, held to a latency percentile, over the knobs the batcher
+simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
 by measurement, as it always was. --search predict and --search measure are taken as given."""
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from perfkit.tuner._search._stream_kind import stream_unpredictable
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._subject import SubjectKind
 
+_NAMES = {"ensemble": "ensemble", "bls": "BLS model", "mix": "traffic mix"}
 # --ray: each worker would calibrate and queue its own predictions into the one study they share
 ON_RAY = "a study shared by several workers is searched by measurement"
 
@@ -44,46 +47,55 @@ def choose_search(
     open_loop: bool,
     load_mode: str,
     knobs: Sequence[str],
-    decoupled: bool = False,
+    streaming: bool = False,
 ) -> SearchChoice:
     """The search for settings `s` (search auto, measure or predict) on a subject of that kind,
     under the trials' load (open loop or not, its mode), over the space's dimension names `knobs`
-    (a pipeline's "<step>.<knob>"); `decoupled`: the model streams its responses."""
+    (a pipeline's "<step>.<knob>"); `streaming`: a decoupled model, its responses streamed."""
     if s.search != "auto":
         return SearchChoice(s.search)
-    why = _cannot_predict(s, subject=subject, open_loop=open_loop, load_mode=load_mode, decoupled=decoupled)
-    if why is None and decoupled:
+    why = _cannot_predict(s, subject=subject, open_loop=open_loop, load_mode=load_mode, streaming=streaming)
+    if why is None and streaming:
         why = stream_unpredictable(knobs)
     if why is not None:
         return SearchChoice("measure", why)
-    why = _should_measure(s, knobs=knobs)
+    why = _should_measure(s, subject=subject, knobs=knobs)
     return SearchChoice("measure", why, predict_anyway=True) if why is not None else SearchChoice("predict")
 
 
 def _cannot_predict(
-    s: TuneSettings, *, subject: SubjectKind, open_loop: bool, load_mode: str, decoupled: bool = False
+    s: TuneSettings, *, subject: SubjectKind, open_loop: bool, load_mode: str, streaming: bool = False
 ) -> str | None:
     """What the prediction does not model at all (--search predict refuses it, or falls back)."""
     if subject not in ("model", "ensemble", "bls", "mix"):  # a kind no predictor models yet
         return f"a {subject} subject is searched by measurement"
-    if load_mode == "trace":
-        return "a trace's arrivals are replayed, not predicted"
-    if not open_loop:
-        return "the prediction models open-loop arrival rates, not closed-loop clients"
-    if s.budget.metric != "latency" and not decoupled:  # a decoupled model's streams: tuner/_search/_predict_stream.py
+    if load_mode == "trace" and subject != "model":  # one model's: tuner/_search/_predict_load.py
+        return f"a {_NAMES[subject]}'s prediction models arrival rates; a trace's arrivals are replayed, not predicted"
+    if not open_loop and subject != "model":  # one model's closed loop: tuner/_search/_predict_load.py
+        return f"a {_NAMES[subject]}'s prediction models open-loop arrival rates, not closed-loop clients"
+    if not open_loop and streaming:  # each client holds its stream open: its latency is the stream's
+        return (
+            "a decoupled model's closed-loop clients wait on streams of responses, which the prediction does not model"
+        )
+    if s.budget.metric != "latency" and not streaming:  # a decoupled model's streams: tuner/_search/_predict_stream.py
         return f"a {s.budget.metric.upper()} budget is not simulated (end-to-end latency is)"
     return None
 
 
-def _should_measure(s: TuneSettings, *, knobs: Sequence[str]) -> str | None:
+def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[str]) -> str | None:
     """What the predicted search would run without answering as asked (it predicts the knobs the
-    simulator tells apart at the original's other values, ranks by the rate, seeds its own study)."""
-    if s.objective != "throughput":
-        return f"--objective {s.objective} is not what the prediction ranks (the rate within the budget)"
+    simulator tells apart at the original's other values, ranks one model's configs by the
+    objective, tuner/_search/_predict_rank.py, an ensemble's by the rate, seeds its own study)."""
+    if s.objective == "goodput":
+        return "--objective goodput counts streamed requests meeting its SLOs, which the prediction does not simulate"
+    if s.objective != "throughput" and subject != "model":
+        return (
+            f"--objective {s.objective} is not what a {_NAMES[subject]}'s prediction ranks (the rate within the budget)"
+        )
     if s.sampler != "auto":
         return f"--sampler {s.sampler} walks its own points"
-    if s.resume:
-        return "a resumed study goes on as it was searched"
+    if s.resume and subject != "model":
+        return f"a resumed study of a {_NAMES[subject]} goes on as it was searched"
     if s.trials == 1:
         return "--trials 1 measures your config alone"
     unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - set(SIMULATED))

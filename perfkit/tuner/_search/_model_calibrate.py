@@ -17,6 +17,7 @@ from perfkit.errors import UsageError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult, LoadLevel, ProfileSpec
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._find_load import TrialLoadSettings
+from perfkit.tuner._search._predict_load import check_model_load
 from perfkit.tuner._search._predict_points import batcher_from, dimension_values
 from perfkit.tuner._search._request_path import instances_ceiling_rps
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
@@ -107,13 +108,14 @@ def calibrate(t: TrialRunner) -> Calibration:
     overloaded batches again at the larger (do they scale as the instances' contention says?);
     where the path holds, the highest rate it holds within the budget (_held_rate, on
     held_config). The user's config is put back after. Raises UsageError for a load the
-    prediction does not model, and what measuring raises."""
+    prediction does not model (tuner/_search/_predict_load.py check_model_load), and what
+    measuring raises."""
     if t.subject.kind != "model":
         raise UsageError(
             "--search predict tunes one model or an ensemble; traffic mixes are searched by measurement",
             hint="use --search measure",
         )
-    check_predictable(t.trial_load)
+    check_model_load(t.trial_load)
     started = time.monotonic()
     orig = t.space.original_params
     mbs_dim = next((d for d in t.space.dimensions if d.name == P_MBS), None)

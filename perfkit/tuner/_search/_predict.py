@@ -38,17 +38,24 @@ from perfkit.tuner._search._predict_check import (
     PredictionChecked,
     latency_holds,
     rate_holds,
-    simulated_latency_us,
 )
 from perfkit.tuner._search._predict_events import Note, Predicted, label
+from perfkit.tuner._search._predict_load import latency_at_figure, score_config, score_configs
 from perfkit.tuner._search._predict_points import batcher_config, space_points
+from perfkit.tuner._search._predict_rank import (
+    measured_keys,
+    prediction_bounds_original,
+    queued_together,
+    rank_key,
+    ranked_to_measure,
+    scoring_keep,
+)
 from perfkit.tuner._search._request_path import (
     TOP_MEASURED,
     alike_at_path_ceiling,
     at_path_ceiling,
     headroom_first,
     held_rps,
-    measured_first,
     path_bound,
 )
 
@@ -89,11 +96,13 @@ class Predictor:
     # with that prediction: each one's confirmation starts there (confirm_cap), not at the trial's
     # short-level reading.
     capped: dict[int, float] = field(default_factory=dict)
+    measured_before: set[Any] = field(default_factory=set)  # configs a resumed study measured (not queued again)
 
     def queue(self, study: optuna.Study, top: list[tuple[dict[str, Any], float]]) -> None:
         """Queue the best predicted config now, the others (predict_space chose them) while worth it."""
-        self.waiting = list(top[1:])
-        for params, rate in top[:1]:
+        together = queued_together(self.t, top)
+        self.waiting = list(top[together:])
+        for params, rate in top[:together]:
             _enqueue(study, params, rate)
 
     def original_at_prediction(self, best_rps: float) -> None:
@@ -102,7 +111,7 @@ class Predictor:
         model; one that does not is walked down a ladder step at a time to the first level that holds
         (LoadLadder start_suffices). Said in a line."""
         mine = self.predicted_for({})
-        if mine is None or not cannot_compete(mine, best_rps):
+        if mine is None or not cannot_compete(mine, best_rps) or not prediction_bounds_original(self.t):
             return
         self.original_at_prediction_only = True
         self.t.emit(
@@ -236,8 +245,7 @@ class Predictor:
         if self.calibration is None or b.metric != "latency":
             return None
         cfg = self.key({**self.t.original_fixed_params(), **params})
-        return simulated_latency_us(self.calibration, cfg, rate_rps, percentile=b.percentile,
-                                    arrival=self.t.trial_load.distribution, requests=SIM_REQUESTS)  # fmt: skip
+        return latency_at_figure(self.t, self.calibration, cfg, rate_rps, requests=SIM_REQUESTS)
 
     def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
         """After a trial is checked against its prediction (a pipeline's search adds its steps)."""
@@ -258,7 +266,7 @@ class Predictor:
                                percentile=b.percentile, budget_metric=b.metric)  # fmt: skip
         if ev.held or measured is None or st.latency_us is None:
             return ev
-        at = st.load.value if st.load is not None and st.load.mode == "request_rate" else measured
+        at = st.load.value if st.load is not None and st.load.mode in ("request_rate", "trace") else measured
         simulated = self.latency_at_measured(st.params, at)
         if simulated is None:
             return ev
@@ -269,6 +277,7 @@ class Predictor:
         """Calibrate, predict the space, queue the best predicted configs (the study's seed hook)."""
         if not self.run_calibration():
             return
+        self.measured_before = measured_keys(study, self.point_key)
         self.seeded = True
         self.steer = False  # the predictions pick the trials while they hold
         started = time.perf_counter()
@@ -300,10 +309,10 @@ class Predictor:
         points = space_points(self.t)
         cfgs = [batcher_config(self.t, p) for p in points]
         service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
-        budget_us, percentile = self.simulated_budget_us(), self.t.s.budget.percentile
-        arrival = self.t.trial_load.distribution
-        results = predict.score_space(cfgs, service, budget_us, percentile=percentile, contention=contention,
-                                      arrival=arrival, requests=SIM_REQUESTS, keep=TOP_MEASURED)  # fmt: skip
+        keep, budget_us = scoring_keep(self.t, TOP_MEASURED), self.simulated_budget_us()
+        results = score_configs(
+            self.t, cfgs, service, contention, requests=SIM_REQUESTS, keep=keep, budget_us=budget_us
+        )
         simulated = sum(1 for r in results if not r.bounded)
         results = alike_at_path_ceiling(self.calibration, results)
         by_cfg = {r.config: r for r in results}
@@ -312,14 +321,15 @@ class Predictor:
         # prediction starts its rate search and checks the model at a second point.
         mine = batcher_config(self.t, self.t.original_fixed_params())
         if mine not in self.predicted:
-            own = predict.sustainable_rate(mine, service, budget_us, percentile=percentile, contention=contention,
-                                           arrival=arrival, requests=SIM_REQUESTS)  # fmt: skip
+            own = score_config(self.t, mine, service, contention, requests=SIM_REQUESTS, budget_us=budget_us)
             if own.rate_rps > 0:
                 self.predicted[mine] = own.rate_rps
 
         def order(params: dict[str, Any]) -> tuple[float, float]:
             cfg = batcher_config(self.t, params)
-            return headroom_first(self.calibration, cfg, by_cfg[cfg].rate_rps)
+            return rank_key(
+                self.t, params, headroom_first(self.calibration, cfg, by_cfg[cfg].rate_rps), by_cfg[cfg].rate_rps
+            )
 
         top: list[dict[str, Any]] = []
         for params in sorted(points, key=order):
@@ -329,7 +339,8 @@ class Predictor:
             if r.bounded or r.rate_rps <= 0 or any(_alike(batcher_config(self.t, q), r, by_cfg) for q in top):
                 continue
             top.append(params)
-        top = measured_first(self.calibration, top, lambda p: by_cfg[batcher_config(self.t, p)])
+        top = ranked_to_measure(self.t, self.calibration, top, points, lambda p: by_cfg[batcher_config(self.t, p)],
+                                done=self.measured_before)  # fmt: skip
         best = [(p, by_cfg[batcher_config(self.t, p)].rate_rps) for p in top]
         return best, len(cfgs), simulated
 

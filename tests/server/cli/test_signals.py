@@ -121,7 +121,7 @@ def test_tune_in_the_background_restores_the_config_on_sigterm(model_repo: Path,
     args = [sys.executable, "-m", "perfkit", "tune", "-m", "batcher", "--model-repository", str(model_repo),
             "-o", str(tmp_path / "out"), "--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "4",
             "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
-            "--instance-counts", "1,2", "--precisions", "fp32", "--trials", "3"]  # fmt: skip
+            "--instance-counts", "1,2", "--precisions", "fp32", "--trials", "3", "--search", "measure"]  # fmt: skip
     _signal_while_swapped(args, cfg_path, original, r"^trial 1/", signal.SIGTERM)
 
 

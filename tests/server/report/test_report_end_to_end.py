@@ -55,7 +55,8 @@ def test_report_from_real_profile_and_tune_run_end_to_end(model_repo: Path, tmp_
                "--latency-budget", "100ms", "--load", "concurrency", "--max-concurrency", "4",
                "--measurement-interval", "300",
                "--max-batch-sizes", "8", "--instance-counts", "1,2", "--precisions", "fp32",
-               "--no-dynamic-batching", "--trials", "3", *CHEAP_CONFIRM, "--report", str(tune_html))  # fmt: skip
+               "--no-dynamic-batching", "--trials", "3", "--search", "measure", *CHEAP_CONFIRM, "--report",
+               str(tune_html))  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     tune = from_dict(TuneRecord, json.loads((tune_dir / "tune.json").read_text()))
     page = _text(tune_html)

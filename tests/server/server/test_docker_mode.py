@@ -268,8 +268,8 @@ def test_cli_tune_in_a_container_restores_the_config_and_removes_it(tmp_path, do
     args = _perfkit("tune", "-m", "batcher", "--model-repository", str(repo), "-o", str(out), "--trials", "2",
                     "--seed", "1", "--latency-budget", "500ms", "--load", "concurrency", "--max-concurrency", "2",
                     "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
-                    "--instance-counts", "1,2", "--precisions", "fp32", *CHEAP_CONFIRM, daemon=docker_daemon,
-                    image=triton_image)  # fmt: skip
+                    "--instance-counts", "1,2", "--precisions", "fp32", "--search", "measure", *CHEAP_CONFIRM,
+                    daemon=docker_daemon, image=triton_image)  # fmt: skip
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=420)
     assert done.returncode == 0, done.stdout + done.stderr
     assert cfg.read_bytes() == original
@@ -314,7 +314,7 @@ def test_cli_tune_stopped_by_sigterm_mid_trial_restores_the_config_and_removes_i
     args = _perfkit("tune", "-m", "batcher", "--model-repository", str(repo), "-o", str(tmp_path / "out"),
                     "--trials", "3", "--latency-budget", "500ms", "--load", "concurrency", "--max-concurrency", "4",
                     "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
-                    "--instance-counts", "1,2", "--precisions", "fp32", daemon=docker_daemon,
+                    "--instance-counts", "1,2", "--precisions", "fp32", "--search", "measure", daemon=docker_daemon,
                     image=triton_image)  # fmt: skip
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env())
     assert proc.stdout is not None

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # was pruned, leaving one trial measured.
 CHEAP = ["--latency-budget", "500ms", "--load", "concurrency", "--max-concurrency", "2", "--measurement-interval",
          "300", "--trials", "2", "--confirm", "0", "--max-batch-sizes", "8", "--no-dynamic-batching",
-         "--instance-counts", "1,2", "--precisions", "fp32"]  # fmt: skip
+         "--instance-counts", "1,2", "--precisions", "fp32", "--search", "measure"]  # fmt: skip
 Snapshot = dict[str, tuple[bytes, int, int]]
 
 

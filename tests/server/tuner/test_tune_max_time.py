@@ -37,7 +37,8 @@ LATE_S = 8.0
 
 def _settings(out: Path, **kw: object) -> TuneSettings:
     base = TuneSettings(model="batcher", budget=Budget(60), trials=1, output_dir=out, seed=0, load="concurrency",
-                        max_concurrency=2, measurement_interval_ms=300, confirm_repeats=0)  # fmt: skip
+                        max_concurrency=2, measurement_interval_ms=300, confirm_repeats=0,
+                        search="measure")  # fmt: skip
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]  # the test's overrides are TuneSettings fields
 
 

@@ -29,7 +29,9 @@ pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 # A small space (4 configs) and short measurements keep each trial to a few seconds. Closed loop:
 # these tests hold the search, its outputs and the config's safety, not the load mode (open-loop
 # tuning, the default: tests/server/tuner/test_tune_open_loop.py).
-FAST = ["--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "4", "--measurement-interval", "300"]
+# The measured search (--search auto would predict one model's closed loop): these tests hold its trials.
+FAST = ["--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "4", "--measurement-interval", "300",
+        "--search", "measure"]  # fmt: skip
 SPACE = ["--max-batch-sizes", "8", "--no-dynamic-batching", "--instance-counts", "1,2", "--precisions", "fp32,int8"]
 
 
@@ -142,7 +144,7 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
 
 def _settings(out: Path, trials: int) -> TuneSettings:
     return TuneSettings(model="batcher", budget=Budget(20), trials=trials, output_dir=out, max_concurrency=4,
-                        measurement_interval_ms=300, seed=0, load="concurrency",
+                        measurement_interval_ms=300, seed=0, load="concurrency", search="measure",
                         confirm_repeats=2, confirm_time_s=1)  # fmt: skip
 
 
@@ -202,7 +204,7 @@ def test_pareto_objective_and_apply_write_the_pick_with_a_backup(model_repo: Pat
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("int8",))
     settings = TuneSettings(model="batcher", budget=Budget(20), trials=3, output_dir=tmp_path / "out",
                             max_concurrency=4, measurement_interval_ms=300, objective="pareto", apply=True,
-                            load="concurrency", confirm_repeats=2, confirm_time_s=1)  # fmt: skip
+                            load="concurrency", search="measure", confirm_repeats=2, confirm_time_s=1)  # fmt: skip
     with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:
         result = tune(server, settings, space, model_repository=model_repo, echo=lambda s: None)
         applied = server.model_config("batcher")

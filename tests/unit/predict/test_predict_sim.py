@@ -178,12 +178,53 @@ def test_closed_loop_throughput_and_latency_are_exact(clients: int):
     p = simulate(NO_BATCHING, ServiceModel(D_US, 0.0), Load("concurrency", concurrency=clients), requests=2_000)
     assert p.completed_rps == pytest.approx(100.0, rel=1e-3)
     assert p.p50_us == pytest.approx(clients * D_US, rel=1e-6) and p.p99_us == pytest.approx(clients * D_US, rel=1e-6)
-    # With batching and no delay, the N clients travel as one batch: latency s(N), N/s(N) req/s.
+
+
+@pytest.mark.parametrize("clients", [1, 4, 8])
+def test_closed_loop_clients_answered_together_travel_as_one_batch_behind_a_queue_delay(clients: int):
+    # Batching with a 5 ms queue delay, max_batch_size 8: the N clients answered together arrive
+    # together; fewer than 8 wait out the delay of the first (no arrival makes the preferred 8,
+    # DynamicBatchScheduler::Enqueue), 8 go at once. Latency (D if N < 8) + s(N) + overhead,
+    # N / that req/s, every batch N.
     svc = ServiceModel(30_000, 300, overhead_us=500)  # the hungry fixture's fp32 figures
-    b = simulate(BatcherConfig(8, True), svc, Load("concurrency", concurrency=clients), requests=2_000)
-    s_n = 30_000 + 300 * clients
-    assert b.mean_batch == pytest.approx(clients) and b.p99_us == pytest.approx(s_n + 500, rel=1e-6)
-    assert b.completed_rps == pytest.approx(clients / ((s_n + 500) / 1e6), rel=1e-3)
+    b = simulate(BatcherConfig(8, True, (), 5_000), svc, Load("concurrency", concurrency=clients), requests=2_000)
+    cycle_us = (5_000 if clients < 8 else 0) + 30_000 + 300 * clients + 500
+    assert b.mean_batch == pytest.approx(clients) and b.p99_us == pytest.approx(cycle_us, rel=1e-6)
+    assert b.p50_us == pytest.approx(cycle_us, rel=1e-6)
+    assert b.completed_rps == pytest.approx(clients / (cycle_us / 1e6), rel=1e-3)
+
+
+def test_a_closed_loop_without_queue_delay_splits_into_the_first_request_and_the_rest():
+    # No queue delay, one instance: of N clients sending together the first is handed out alone
+    # to the idle instance (Triton's rule, as in the open loop) and the other N - 1 are formed into
+    # a payload while it runs. Each group comes back while the other runs, so batches of 1 and
+    # N - 1 alternate: mean batch N/2, every request s(1) + s(N-1), N / (s(1) + s(N-1)) req/s.
+    svc = ServiceModel(30_000, 300, overhead_us=500)
+    b = simulate(BatcherConfig(8, True), svc, Load("concurrency", concurrency=4), requests=2_000)
+    cycle_us = (30_000 + 300) + (30_000 + 300 * 3)
+    assert b.mean_batch == pytest.approx(2.0)
+    assert b.p50_us == pytest.approx(cycle_us, rel=1e-6) and b.p99_us == pytest.approx(cycle_us, rel=1e-6)
+    assert b.completed_rps == pytest.approx(4 / (cycle_us / 1e6), rel=1e-3)
+
+
+def test_a_closed_loop_batches_as_the_open_loop_does_on_the_arrivals_it_made():
+    # The closed loop's arrivals, given to the rules as read (_reference.py), make the same batches:
+    # one batcher model, whatever the load. And each request past the first N arrives an overhead
+    # after some batch ended (its client's last answer).
+    from perfkit.predict._sim import _run_closed, _run_open_reference
+
+    svc = ServiceModel(2_000, 400, overhead_us=700)
+    for cfg in (BatcherConfig(8, True, (4,), 1_500, instances=2), BatcherConfig(16, True, (), 0.0, instances=3),
+                BatcherConfig(instances=2)):  # fmt: skip
+        closed = _run_closed(12, 3_000, cfg, svc, Contention(0.3))
+        assert closed is not None
+        arr, sizes, ends = closed
+        ref = _run_open_reference(arr.tolist(), cfg, svc, Contention(0.3))
+        assert ref is not None
+        assert sizes.tolist() == list(ref[0]) and ends.tolist() == pytest.approx(list(ref[1]), abs=1e-12)
+        answered = np.sort(np.repeat(ends, sizes)) + 700e-6
+        assert np.all(np.diff(arr) >= 0) and np.all(arr[:12] == 0.0)
+        assert np.isin(np.round(arr[12:], 12), np.round(answered, 12)).all()
 
 
 def test_instances_on_a_shared_device_take_turns():

@@ -49,8 +49,8 @@ def _search(arrival: str = "constant") -> tuple[Predictor, list[Any]]:
     ms), the arrival process its trials are measured with, and the events it emits."""
     events: list[Any] = []
     t = SimpleNamespace(
-        s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency")),
-        trial_load=SimpleNamespace(distribution=arrival),
+        s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency"), objective="throughput", resume=False),
+        trial_load=SimpleNamespace(distribution=arrival, open_loop=True, load_mode="rate"),
         space=SimpleNamespace(original_params=dict(ORIGINAL)),
         original_fixed_params=lambda: {"instance_count": 1},
         emit=events.append,
@@ -175,6 +175,9 @@ class _Measure:
         lv = spec.levels[0]
         if self.ending == "calibrating" and lv.value > 1:
             raise KeyboardInterrupt
+        if self.ending == "closed trial" and spec.max_trials > 1:  # a trial's level: the calibration's take one window
+            self.rates.append(lv.value)
+            raise KeyboardInterrupt
         if lv.mode == "request_rate":
             self.rates.append(lv.value)
             if self.ending == "interrupted":
@@ -212,33 +215,39 @@ def test_a_predicted_tune_cut_short_keeps_its_calibration_and_the_original_start
     assert measure.rates and measure.rates[0] == pytest.approx(want, rel=0.01), (measure.rates, predicted.best)
 
 
-@pytest.mark.parametrize(("load", "kind"), [(None, "predict"), ("concurrency", "measure")])
-def test_the_default_search_predicts_an_open_loop_tune_and_measures_a_closed_loop_one_saying_so(
-    tmp_path: Path, load: str | None, kind: str
+@pytest.mark.parametrize(("load", "objective"), [(None, "throughput"), ("concurrency", "throughput"), (None, "pareto")])
+def test_the_default_search_predicts_an_open_loop_tune_and_a_closed_loop_one(
+    tmp_path: Path, load: str | None, objective: Any
 ):
     repo = copy_models(tmp_path, ["queue"])
     out = tmp_path / "out"
     how: Any = load  # None or a value of TuneSettings.load's Literal
     settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), trials=3, output_dir=out, load=how,
-                            max_concurrency=4, confirm_repeats=0,
+                            max_concurrency=4, confirm_repeats=0, objective=objective,
                             max_output_diff=parse_max_output_diff("off"))  # fmt: skip
     assert settings.search == "auto"
     server = StandInServer(service_us=SERVICE_US)  # its statistics grow by what _Measure executed
     events: list[Any] = []
-    # predicted: the first trial's rate search ends the run; measured: its second concurrency level
+    # open loop: the first trial's rate search ends the run; closed loop: the first trial's first level
     with pytest.raises(KeyboardInterrupt):
         tune(server, settings, TuneSpace(instance_counts=(1, 2)), model_repository=repo,
-             measure=_Measure(server, "interrupted" if load is None else "calibrating"), route=StandInRoute(),
+             measure=_Measure(server, "interrupted" if load is None else "closed trial"), route=StandInRoute(),
              on_event=events.append)  # fmt: skip
     choice = [e for e in events if isinstance(e, SearchChoice)]
-    assert [c.kind for c in choice] == [kind]
+    assert [c.kind for c in choice] == ["predict"]
     rec = TuneRecord.load(out / "tune.json")
-    if kind == "predict":
-        assert choice[0].line().lstrip().startswith("--search auto: predicting")
-        assert rec.calibration is not None and any(isinstance(e, Predicted) for e in events)
-    else:
-        assert "closed-loop" in choice[0].line() and "--search predict" not in choice[0].line()
-        assert rec.calibration is None and not any(isinstance(e, Predicted) for e in events)
+    assert choice[0].line().lstrip().startswith("--search auto: predicting")
+    assert rec.calibration is not None and any(isinstance(e, Predicted) for e in events)
+    if objective == "pareto":
+        # the predicted front (two instances: more throughput at a lower latency) queued
+        predicted = next(e for e in events if isinstance(e, Predicted))
+        assert [label for label, _ in predicted.best][:1] == ["instance_count=2"], predicted.best
+    if load == "concurrency":
+        # the closed loop's figures predicted: two instances of 10 ms saturate at 200 req/s, at the
+        # most clients allowed (--max-concurrency 4, p99 20 ms), one at 100 (p99 40 ms): two first
+        predicted = next(e for e in events if isinstance(e, Predicted))
+        assert [label for label, _ in predicted.best][:1] == ["instance_count=2"], predicted.best
+        assert dict(predicted.best)["instance_count=2"] == pytest.approx(200.0, rel=0.01)
 
 
 def _told(study: optuna.Study, st: TrialState, *, original: bool = False, predicted: float | None = None) -> int:

@@ -29,7 +29,7 @@ def test_the_first_measurement_after_a_config_is_put_warms_up_for_the_reload_war
                                 model=spec.model)  # fmt: skip
 
     settings = TuneSettings(model="queue", budget=Budget(100.0, 99.0), trials=3, output_dir=tmp_path / "out",
-                            load="concurrency", max_concurrency=4, confirm_repeats=2,
+                            load="concurrency", max_concurrency=4, confirm_repeats=2, search="measure",
                             max_output_diff=parse_max_output_diff("off"))  # fmt: skip
     assert settings.reload_warmup_s > settings.warmup_s
     route = StandInRoute(on_serve=lambda text: log.append(("put", 0.0)))  # says so in the shared log

@@ -18,9 +18,9 @@ AUTO = TuneSettings(model="m", budget=Budget(20.0, 99.0))
 
 
 def _choose(
-    s: TuneSettings = AUTO, *, subject="model", open_loop=True, load_mode="rate", knobs=BATCHING, decoupled=False
+    s: TuneSettings = AUTO, *, subject="model", open_loop=True, load_mode="rate", knobs=BATCHING, streaming=False
 ):
-    return choose_search(s, subject=subject, open_loop=open_loop, load_mode=load_mode, knobs=knobs, decoupled=decoupled)
+    return choose_search(s, subject=subject, open_loop=open_loop, load_mode=load_mode, knobs=knobs, streaming=streaming)
 
 
 def test_auto_is_the_default_and_predicts_one_model_an_ensemble_or_a_bls_model_under_open_loop_rates():
@@ -43,8 +43,9 @@ def test_auto_is_the_default_and_predicts_one_model_an_ensemble_or_a_bls_model_u
     [
         ("mix", False, "concurrency", "closed-loop"),
         ("bls", False, "concurrency", "closed-loop"),
-        ("model", False, "trace", "trace"),
-        ("model", False, "concurrency", "closed-loop"),
+        ("mix", True, "trace", "trace"),
+        ("ensemble", True, "trace", "trace"),
+        ("ensemble", False, "concurrency", "closed-loop"),
     ],
 )
 def test_auto_measures_what_the_prediction_does_not_model_and_says_why(subject, open_loop, load_mode, said):
@@ -52,6 +53,22 @@ def test_auto_measures_what_the_prediction_does_not_model_and_says_why(subject, 
     assert c.kind == "measure" and said in (c.why_measured or "")
     # --search predict refuses these or falls back: no hint to force it
     assert c.line().lstrip().startswith("--search auto: measuring every trial:") and "--search predict" not in c.line()
+
+
+def test_one_models_trace_is_predicted():
+    c = _choose(open_loop=True, load_mode="trace")  # its arrivals replayed in the simulator
+    assert (c.kind, c.why_measured) == ("predict", None)
+
+
+def test_one_models_closed_loop_is_predicted():
+    # its figure, the throughput at the highest concurrency within budget, is predicted
+    # (tuner/_search/_predict_load.py); an ensemble's closed loop is not (above)
+    c = _choose(open_loop=False, load_mode="concurrency")
+    assert (c.kind, c.why_measured) == ("predict", None)
+    # a decoupled model's closed loop (its default load) waits on streams: measured, said so
+    streamed = choose_search(AUTO, subject="model", open_loop=False, load_mode="concurrency", knobs=BATCHING,
+                             streaming=True)  # fmt: skip
+    assert streamed.kind == "measure" and "decoupled" in (streamed.why_measured or "")
 
 
 def test_a_ttft_budget_is_measured():
@@ -62,28 +79,40 @@ def test_a_ttft_budget_is_measured():
 @pytest.mark.parametrize("metric", ["ttft", "itl", "latency"])
 def test_a_decoupled_models_stream_budget_is_predicted_unless_its_space_batches_streams(metric):
     s = TuneSettings(model="m", budget=Budget(300.0, 99.0, metric=metric))
-    assert _choose(s, knobs=["instance_count"], decoupled=True).kind == "predict"
-    batched = _choose(s, knobs=BATCHING, decoupled=True)
+    assert _choose(s, knobs=["instance_count"], streaming=True).kind == "predict"
+    batched = _choose(s, knobs=BATCHING, streaming=True)
     assert batched.kind == "measure" and "batched streams" in (batched.why_measured or "")
     assert "max_batch_size" in (batched.why_measured or "")
     # the streaming default, closed loop, is not predicted
-    closed = _choose(s, knobs=["instance_count"], decoupled=True, open_loop=False, load_mode="concurrency")
+    closed = _choose(s, knobs=["instance_count"], streaming=True, open_loop=False, load_mode="concurrency")
     assert closed.kind == "measure" and "closed-loop" in (closed.why_measured or "")
 
 
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        ({"objective": "pareto"}, "--objective pareto"),
+        ({"objective": "goodput", "goodput_slo_ms": {"ttft": 200.0}}, "--objective goodput"),
         ({"sampler": "grid"}, "--sampler grid"),
-        ({"resume": True}, "resumed"),
         ({"trials": 1}, "--trials 1"),
+        ({"objective": "pareto", "subject": "ensemble"}, "--objective pareto"),
+        ({"resume": True, "subject": "ensemble"}, "resumed"),
     ],
 )
 def test_auto_measures_where_the_predicted_search_would_not_answer_as_asked_and_says_predict_forces_it(change, said):
-    c = _choose(dataclasses.replace(AUTO, **change))
+    change = dict(change)
+    subject = change.pop("subject", "model")
+    c = _choose(dataclasses.replace(AUTO, **change), subject=subject)
     assert c.kind == "measure" and said in (c.why_measured or "")
     assert c.predict_anyway and "--search predict predicts anyway" in c.line()
+
+
+@pytest.mark.parametrize("change", [{"objective": "pareto"}, {"objective": "per-instance"}, {"objective": "per-gpu"},
+                                    {"resume": True}])  # fmt: skip
+def test_one_models_objectives_and_a_resumed_study_are_predicted(change):
+    # ranked by the objective over the predictions, a resumed study by what it has not measured
+    # (tuner/_search/_predict_rank.py)
+    c = _choose(dataclasses.replace(AUTO, **change))
+    assert (c.kind, c.why_measured) == ("predict", None)
 
 
 def test_a_space_that_searches_a_knob_the_simulator_does_not_model_is_measured_naming_it():
@@ -135,7 +164,8 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
     closed = SimpleNamespace(open_loop=False, load_mode="concurrency", streaming=False)
     mix = choose(AUTO, _subject("mix"), closed)
     assert (
-        mix.kind == "measure" and mix.reason == "the prediction models open-loop arrival rates, not closed-loop clients"
+        mix.kind == "measure"
+        and mix.reason == "a traffic mix's prediction models open-loop arrival rates, not closed-loop clients"
     )
     assert mix.told is not None and mix.reason in mix.told.line()
     # a traffic mix in open loop: predicted, by the mix's own predictor (made when the study is seeded)

@@ -77,6 +77,11 @@ def recommendation(tune: TuneRecord) -> str:
     what = f"trial {best.number} ({describe_params(best.params)})" if best.params else f"trial {best.number}"
     claimed = best.claimed_throughput or best.throughput_infer_per_s
     c = best.confirmation
+    if c is not None and not c.held:  # every confirmation failed: the user's own config stands (Objective.best)
+        return (
+            f"Keep your config: no confirmation held. The search read {fmt_rate(best.throughput_infer_per_s)} "
+            f"infer/s{lat} for it once, which its own confirmation did not hold ({c.note or 'not confirmed'})."
+        )
     if c is not None and c.held:
         lat = (
             f" (confirmed in {c.repeats} runs, a re-measurement within {fmt_rate(c.throughput_low)}–"

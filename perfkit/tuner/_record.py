@@ -105,7 +105,15 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
         tokens = f" ({tokens_per_s:.1f} output tokens/s)" if tokens_per_s is not None else ""
         stat = rec.budget.label
         c = best.confirmation
-        if c is not None:
+        if c is not None and not c.held:
+            # every confirmation failed: your own config stands (Objective.best), its figure unconfirmed
+            where = f" at {best.load.label}" if best.load is not None else ""
+            lines.append(
+                f"keep your config (trial {best.number}): no confirmation held; the search read "
+                f"{best.throughput_infer_per_s:.1f} infer/s{where}, {stat} {(best.latency_us or 0) / 1e3:.2f} ms, "
+                f"once, and its own confirmation did not hold it ({c.note or 'not confirmed'})"
+            )
+        elif c is not None:
             # The headline is the confirmed figure; the search's single reading follows it.
             told = describe(c, rec.budget.percentile, rec.budget.metric)
             lines.append(f"best: trial {best.number} {fmt_params(best.params)}: {told}{tokens}{gain}")

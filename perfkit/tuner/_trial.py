@@ -48,6 +48,7 @@ from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
+from perfkit.tuner._trial_cut import cut_note, cut_record, cut_verdict
 from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
 
 if TYPE_CHECKING:
@@ -277,6 +278,8 @@ class TrialRunner:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.trial_load.open_loop else "concurrency 1"
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
+            if verdict.search_cut:
+                reason += f" ({verdict.search_cut})"
             if verdict.held_elsewhere_rps is not None:
                 reason += (
                     f", where another config holds {verdict.held_elsewhere_rps:.0f} req/s: lower could not beat it"
@@ -297,7 +300,7 @@ class TrialRunner:
         b = self.s.budget
         self.emit(TrialMeasured(trial.number, tput, conc, b.percentile, lat / 1e3, feasible, reload_s, measure_s,
                                 verdict.levels_measured, b.metric, verdict.metrics.get("output_tokens_per_s"),
-                                label))  # fmt: skip
+                                label, verdict.search_cut))  # fmt: skip
 
     def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
         mode = self.trial_load.level(1).mode
@@ -351,7 +354,15 @@ class TrialRunner:
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)
-            raise
+            kept = cut_record(ended.record, self.trial_load)
+            if kept is None:
+                raise
+            # --max-time cut the load search after levels of the trial's own mode: they answer for it
+            self.out_of_time = True
+            cut = self._verdict(study, trial, kept, reload_s, time.monotonic() - t1)
+            if cut is None:
+                raise
+            return cut_verdict(cut[0], cut_note(self.s.max_time_s, len(kept.levels))), *cut[1:]
         except MeasurementError as err:
             self.emit(TrialFailed(number, f"measurement failed: {err.one_line()}"))
             if not self.server.is_ready():

@@ -5,6 +5,7 @@ configs are guarded throughout (the route's guard puts them back on every ending
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -46,7 +47,9 @@ def search(t: TrialRunner, study: optuna.Study) -> None:
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
-    if t.out_of_time and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+    deadline = t.search_deadline(study)
+    out_of_time = t.out_of_time or (deadline is not None and time.monotonic() >= deadline)
+    if out_of_time and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
         raise MeasurementError(
             f"--max-time {t.s.max_time_s:g} s ran out before any trial was measured",
             hint="give more time: a trial measures its load levels one after another, each for several windows",

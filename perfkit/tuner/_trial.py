@@ -347,7 +347,7 @@ class TrialRunner:
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, how.trial_load, self.model, how.start, command=self.s.command,
-                               record_path=record_path, deadline=self.search_deadline(),
+                               record_path=record_path, deadline=self.search_deadline(study),
                                start_suffices=how.start_suffices, predicted=how.from_prediction,
                                first_warmup_s=self.s.reload_warmup_s if self.reloaded else 0.0,
                                held_elsewhere=how.held_elsewhere)  # fmt: skip
@@ -400,16 +400,21 @@ class TrialRunner:
             return "every point of the grid measured"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated or rejected configs in a row: the search space looks exhausted"
-        deadline = self.search_deadline()
+        deadline = self.search_deadline(study)
         if deadline is not None and (self.out_of_time or time.monotonic() >= deadline):
             reserve = self.started + (self.s.max_time_s or 0.0) - deadline
             left = f" ({reserve:.0f} s left for confirmation)" if reserve > 0 else ""
             return f"--max-time {self.s.max_time_s:g} s reached{left}"
         return None
 
-    def search_deadline(self) -> float | None:
+    def search_deadline(self, study: optuna.Study) -> float | None:
         """When the search must end (time.monotonic() seconds; None without --max-time): --max-time
         bounds the whole tune, so the search, the trial in flight included, leaves time to confirm
-        the pick (at most half the time) and the claim is not made after the user's deadline."""
+        the pick (at most half the time) and the claim is not made after the user's deadline. Until
+        a trial is measured there is no pick to confirm: the search may take the whole time (a
+        calibration that took the search's share still leaves a config measured)."""
         search_s = self.s.search_time_s()
-        return None if search_s is None else self.started + search_s
+        if search_s is None:
+            return None
+        measured = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        return self.started + (search_s if measured else float(self.s.max_time_s or search_s))

@@ -119,3 +119,18 @@ def test_planning_from_a_tune_whose_original_failed_its_confirmation_is_refused_
                      None, (_trial(0, 300.0, FAILED, original=True),))  # fmt: skip
     with pytest.raises(InputError, match="did not hold its confirmation"):
         evidence_from_tune(rec)
+
+
+def test_until_a_trial_is_measured_the_search_may_take_the_confirmations_share_of_max_time():
+    """The search leaves confirmation its share of --max-time only once there is a pick to confirm:
+    a calibration (or a slow first trial) that took the search's share still leaves a config measured."""
+    s = TuneSettings(model="m", budget=Budget(20), max_time_s=100.0, confirm_repeats=3)
+    runner = SimpleNamespace(s=s, started=1000.0)
+    search_s = s.search_time_s()
+    assert search_s is not None and 50.0 <= search_s < 100.0
+    study = optuna.create_study(direction="maximize")
+    assert TrialRunner.search_deadline(runner, study) == 1100.0  # type: ignore[arg-type]  # a stand-in with the fields it reads
+    study.tell(study.ask(), 1.0)
+    assert TrialRunner.search_deadline(runner, study) == 1000.0 + search_s  # type: ignore[arg-type]  # as above
+    no_limit = SimpleNamespace(s=TuneSettings(model="m", budget=Budget(20), trials=3), started=0.0)
+    assert TrialRunner.search_deadline(no_limit, study) is None  # type: ignore[arg-type]  # as above

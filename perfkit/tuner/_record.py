@@ -18,6 +18,8 @@ from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._claim_stats import describe
 from perfkit.tuner._confirm import confirmations
 from perfkit.tuner._events import Summary, fmt_params
+from perfkit.tuner._importance import importances
+from perfkit.tuner._importance import summary_line as importance_line
 from perfkit.tuner._trial import TrialRunner
 
 
@@ -26,6 +28,7 @@ def build_record(
 ) -> TuneRecord:
     """The TuneRecord of the search so far."""
     frozen = _outputs.study_trials(study)
+    imp = importances(study, t.s.objective)
     confirmed = confirmations(study)
     trials = tuple(
         dataclasses.replace(r, confirmation=confirmed.get(r.number))
@@ -48,7 +51,9 @@ def build_record(
         best_config=None,
         best_trial=None,
         trials=trials,
-        importances=_study.param_importances(study, t.s.objective),
+        importances=imp.median,
+        importance_low=imp.low,
+        importance_high=imp.high,
         status=status,
         error=error,
         calibration=t.search.calibration,
@@ -133,7 +138,7 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
             lines.append(f"demoted (confirmation failed): trial(s) {', '.join(map(str, demoted))}")
         if rec.pareto_trials:
             lines.append(f"pareto front: trials {', '.join(map(str, rec.pareto_trials))}")
-    if rec.importances:
-        lines.append("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in rec.importances.items()))
+    if (said := importance_line(rec)) is not None:
+        lines.append(said)
     lines.append(f"results in {out_dir}")
     return Summary(tuple(lines), out_dir)

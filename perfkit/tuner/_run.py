@@ -31,7 +31,8 @@ from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
 from perfkit.tuner._subject import open_subject
-from perfkit.tuner._trial import TrialRunner, trial_load_of
+from perfkit.tuner._trial import TrialRunner
+from perfkit.tuner._trial_load import trial_load_of
 
 log = logging.getLogger(__name__)
 

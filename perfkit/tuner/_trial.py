@@ -24,9 +24,8 @@ from perfkit.errors import (
     ModelLoadError,
     PerfkitError,
     ServerError,
-    UsageError,
 )
-from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord, check_budget_metric
+from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _output_check, _study, _trial_state
@@ -48,7 +47,8 @@ from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
-from perfkit.tuner._trial_cut import cut_note, cut_record, cut_verdict
+from perfkit.tuner._trial_cut import answered, cut_note, cut_record, cut_verdict
+from perfkit.tuner._trial_load import _default_measure
 from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
 
 if TYPE_CHECKING:
@@ -56,27 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_REPEATS = 25
-
-
-def _default_measure() -> Measure:
-    try:
-        from perfkit.measure import profile
-    except ImportError as err:
-        raise PerfkitError(f"perfkit.measure is not available in this build: {err}") from None
-    return profile  # type: ignore[no-any-return]  # measure's module is typed; the lazy import is not
-
-
-def trial_load_of(server: Server, settings: TuneSettings, subject: Subject) -> TrialLoadSettings:
-    """How the subject's trials are loaded and measured (the runner's trial_load, and what the search
-    is chosen under). Raises UsageError for a budget or an objective the model cannot be held to."""
-    decoupled = is_decoupled(subject.original_cfg, subject.space.backend)
-    check_budget_metric(settings.budget.metric, subject.model, decoupled)
-    if settings.objective == "goodput" and not decoupled:
-        raise UsageError(
-            f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {subject.model!r} is not decoupled",
-            hint="use --objective throughput",
-        )
-    return settings.trial_load_settings(server.endpoints.metrics_url, streaming=decoupled)
 
 
 class TrialRunner:
@@ -277,6 +256,7 @@ class TrialRunner:
         if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.trial_load.open_loop else "concurrency 1"
+            lowest = "the lowest load tried" if verdict.search_cut else lowest  # its search ended above the floor
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
             if verdict.search_cut:
                 reason += f" ({verdict.search_cut})"
@@ -376,6 +356,8 @@ class TrialRunner:
         if not record_path.exists():
             record.save(record_path)
         out = self._verdict(study, trial, record, reload_s, measure_s)
+        if out is not None:  # why no load holds, where its lowest level shows it
+            out = (answered(out[0], record, self.trial_load), *out[1:])
         if out is not None and how.held_elsewhere is not None:
             out = (dataclasses.replace(out[0], held_elsewhere_rps=how.held_elsewhere), *out[1:])
         if out is not None and how.start_suffices and len(record.levels) == 1 and out[0].feasible_load is not None:

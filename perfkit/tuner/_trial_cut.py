@@ -1,4 +1,4 @@
-"""A trial whose load search was cut short by --max-time: what it measured still answers for it.
+"""A trial whose load search was cut short: by --max-time, or by a level that already answered it.
 
 The deadline ends a load search between levels (perfkit.tuner._ladder.OutOfTime, holding the levels
 measured). Where one of those levels, in the trial's own load mode, held the budget, the trial keeps
@@ -15,6 +15,7 @@ import dataclasses
 
 from perfkit.records import M_LOWER_BOUND, RunRecord
 from perfkit.tuner._find_load import TrialLoadSettings
+from perfkit.tuner._hopeless import at_least_load, hopeless
 from perfkit.tuner._verdict import TrialVerdict
 
 
@@ -37,3 +38,13 @@ def cut_verdict(verdict: TrialVerdict, note: str) -> TrialVerdict:
     """A cut trial's verdict: its held figure marked as a lower bound, and why the search ended."""
     metrics = {**verdict.metrics, M_LOWER_BOUND: 1.0} if verdict.feasible_load is not None else verdict.metrics
     return dataclasses.replace(verdict, metrics=metrics, search_cut=note)
+
+
+def answered(verdict: TrialVerdict, record: RunRecord, trial_load: TrialLoadSettings) -> TrialVerdict:
+    """A verdict whose lowest level was over the budget, with why no load holds where that level shows
+    it (the rule that ended its search, tuner/_hopeless); unchanged otherwise."""
+    if not verdict.lowest_over_budget or verdict.search_cut or not record.levels:
+        return verdict
+    low = record.levels[0]
+    why = hopeless(low, trial_load.budget, trial_load.batch_size, at_floor=at_least_load(low))
+    return verdict if why is None else dataclasses.replace(verdict, search_cut=why)

@@ -63,7 +63,13 @@ def test_a_cut_trial_that_held_a_level_completes_saying_so_and_one_that_held_non
     over = cut_verdict(judge_trial(synthetic_record([_rate_level(100.0, 40.0)]), RATE.budget), note)
     TrialRunner._tell(_runner(events), study, study.ask(), over, 0.1, 2.0, 2.5)  # type: ignore[arg-type]  # as above
     assert study.trials[-1].state == optuna.trial.TrialState.PRUNED
-    assert events[-1].line().endswith("is over the budget (load search cut by --max-time 300 s after 7 levels) (2.5 s)")
+    assert (
+        events[-1]
+        .line()
+        .endswith(
+            "at the lowest load tried is over the budget (load search cut by --max-time 300 s after 7 levels) (2.5 s)"
+        )
+    )
 
 
 C4 = LoadLevel("concurrency", 4.0)

@@ -60,9 +60,10 @@ class LoadLadder:
     its predicted rate (the predicted search's original, when it cannot compete), a level or two
     there says so, where a full gallop, bisection and re-measurement would spend many levels.
 
-    `held_elsewhere` (with start_suffices): a rate another config already holds. Where the walk
-    down reads over the budget at or under that rate, the search ends there, the walk's steps
-    below it not measured: below it the config could not beat the other one (the predicted
+    `held_elsewhere`: a rate another config already holds. Where a level reads over the budget at
+    or under that rate (the start, a step of the walk down with start_suffices, or of the gallop
+    down), the search ends there, the steps below it not measured nor that level measured again:
+    below it the config could not beat the other one (the predicted
     search's configs at the request path's ceiling after the first, which would otherwise spend
     levels finding a rate under the one another config already holds).
 
@@ -117,10 +118,13 @@ class LoadLadder:
         return self.cap if hi is None or self.cap < hi else hi
 
     def _answered(self, index: int) -> bool:
-        """Whether the level at index read over in a way that shows no load holds (`hopeless`)."""
-        if self.hopeless is None or self.verdicts.get(index) is not False:
+        """Whether the level at index read over in a way that shows no load holds (`hopeless`), or
+        at or under the rate another config holds (held_elsewhere)."""
+        if self.verdicts.get(index) is not False:
             return False
-        return self.hopeless(self.results[self.values[index]], index == 0) is not None
+        if self._under_held(index):
+            return True
+        return self.hopeless is not None and self.hopeless(self.results[self.values[index]], index == 0) is not None
 
     def _confirmed_over(self, index: int) -> bool | None:
         """Measure the level again if it read over and was not confirmed yet (nor shows no load
@@ -159,7 +163,7 @@ class LoadLadder:
             else:
                 hi = nxt if hi is None or nxt < hi else hi
                 if lo is None and self._answered(nxt):
-                    return lo, hi  # no load holds: not walked further down
+                    return lo, hi  # no load holds, or none below could beat another config: not walked further down
 
     def _bisect(self, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
         while lo is not None and hi is not None and (hi := self._tighten(lo, hi)) is not None and hi - lo > 1:
@@ -201,19 +205,19 @@ class LoadLadder:
             if verdict:
                 return True, index
             lowest = index
-            if self._under_held(index) or self._answered(index):
+            if self._answered(index):
                 break  # over at a rate another config holds (lower could not beat it), or no load holds
         return False, lowest
 
     def _run(self) -> RunRecord:
         first = self._measure(self.start_index)
         over_at = self.start_index  # the lowest level read over, where a search down starts
-        # a failed run, a start that suffices, or one that shows no load holds
+        # a failed run, a start that suffices, or one that shows no load holds (or over where another config holds more)
         ends = first is None or (first and self.start_suffices) or self._answered(self.start_index)
         if not ends and first is False and self.start_suffices:
             walked, over_at = self._walk_down()
             # held a step or two down, or a run failed; or below the walk it could not beat what another holds
-            beaten = self._under_held(over_at) or self._answered(over_at)
+            beaten = self._answered(over_at)
             ends = walked is not False or beaten
         elif not ends and first is False:
             first = self._confirmed_over(self.start_index)

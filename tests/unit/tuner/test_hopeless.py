@@ -100,3 +100,43 @@ def test_such_a_trial_is_pruned_saying_why_no_load_holds():
     # a search whose lowest level shows nothing of the kind keeps its reason as it was
     plain = synthetic_record([_level(1, 25.0)])
     assert answered(judge_trial(plain, BUDGET), plain, TrialLoadSettings(budget=BUDGET)).search_cut == ""
+
+
+class RateModel:
+    """An open-loop model within the budget up to 400 req/s (p99 13 ms), over past it (39 ms)."""
+
+    def __init__(self) -> None:
+        self.measured: list[float] = []
+
+    def __call__(self, server, spec: ProfileSpec, *, command=(), record_path: Path | None = None) -> RunRecord:
+        load = spec.levels[0]
+        self.measured.append(load.value)
+        lv = dataclasses.replace(_level(load.value, 13.0 if load.value <= 400 else 39.0), load=load)
+        return synthetic_record([dataclasses.replace(lv, sent_rps=load.value, completed_rps=load.value)])
+
+
+def test_a_predicted_config_over_the_budget_where_another_holds_more_ends_there():
+    """By its prediction it could not beat the best measured: over at or under the rate another config
+    holds, the search ends (not measured again, not walked down); over above it, it goes down only
+    to that rate."""
+    from perfkit.tuner._load_start import load_start
+
+    opened = TrialLoadSettings(budget=BUDGET, load_mode="rate", max_rate_rps=10_000.0)
+    how = load_start(opened, history_start=None, queued_rps=500.0, predicted_rps=None, is_original=False,
+                     original_at_prediction_only=False, at_path_ceiling=False, held_elsewhere_rps=600.0)  # fmt: skip
+    assert how.held_elsewhere == 600.0 and not how.start_suffices  # every predicted config but yours
+    mine = load_start(opened, history_start=None, queued_rps=None, predicted_rps=500.0, is_original=True,
+                      original_at_prediction_only=False, at_path_ceiling=False, held_elsewhere_rps=600.0)  # fmt: skip
+    assert mine.held_elsewhere is None  # your config's own figure is always measured
+    model = RateModel()
+    rec = find_load(model, None, opened, "m", 500.0, predicted=True, held_elsewhere=600.0)
+    assert model.measured == [500.0] and judge_trial(rec, BUDGET).lowest_over_budget
+    model = RateModel()
+    rec = find_load(model, None, opened, "m", 900.0, predicted=True, held_elsewhere=600.0)
+    under = [r for r in model.measured if r <= 600.0]  # the gallop down ends at its first step at or under 600
+    assert len(under) == 1 and model.measured[-1] == under[0], model.measured
+    assert judge_trial(rec, BUDGET).feasible_load is None
+    model = RateModel()  # without another config's rate the search finds its answer as before
+    rec = find_load(model, None, opened, "m", 500.0, predicted=True)
+    v = judge_trial(rec, BUDGET)
+    assert v.feasible_load is not None and 360 <= v.feasible_load.value <= 400

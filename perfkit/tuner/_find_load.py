@@ -10,8 +10,9 @@ reading over the budget where the answer hinges on it is measured once more (see
 _ladder.LoadLadder). Levels end as soon as they are clearly over or under the budget
 (ProfileSpec.stop_when_decided). Open loop walks a ladder of arrival rates the same way.
 
-A level that shows no load can meet the budget (its service time alone over it, or the least load
-far over it: tuner/_hopeless) ends the search there, the trial pruned saying why.
+A level at the least load (one request at a time) that shows no load can meet the budget (its
+service time alone over it, or its percentile far over it: tuner/_hopeless) ends the search there,
+the trial pruned saying why.
 
 A deadline (the tune's --max-time) bounds the search: each level is given at most the windows
 that fit in the time left, a level whose fewest windows do not fit is not started, and the

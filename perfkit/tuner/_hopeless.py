@@ -3,18 +3,20 @@ so the load search ends there (LoadLadder, find_load's probe) and the trial is p
 instead of walking down a ladder whose every step is over (in open loop the lowest rates are the
 slowest levels to fill their windows: tens of seconds each).
 
-Two rules, each a bound no lower load can pass:
+Both rules read a level at the least load a search offers (one request at a time: concurrency 1,
+the open-loop search's probe, or its ladder's lowest rate), where nothing of the load inflates what
+it reads: at a higher load a request's compute can include its instances' contention for a shared
+device, or, for a BLS model, its composed models' queues, which a lower load would not have.
 
-- Service time. Where a level's executions each held one request (its server statistics: as many
+- Service time. Where the level's executions each held one request (its server statistics: as many
   executions as requests, within UNBATCHED), the server's compute per request (input, infer, output)
   is the time one request takes alone; no load runs a request quicker than alone, and a batch takes at
   least as long as one request. A mean over the budget (at a percentile at or above the median) is
   over at every load.
-- The floor of the ladder. At the least load a search offers (one request at a time: concurrency 1,
-  the open-loop search's probe, or its ladder's lowest rate) the percentile read over the budget by
-  more than FLOOR_MARGIN and its own ~95% interval: there is no lower load to try, and a reading that
-  far over is no shared host's swing (a closed-loop level read 30% over can be within on a second
-  reading, _ladder.LoadLadder; a second reading at 1.5 times the budget would not be).
+- The floor. The percentile read over the budget by more than FLOOR_MARGIN and its own ~95% interval:
+  there is no lower load to try, and a reading that far over is no shared host's swing (a closed-loop
+  level read 30% over can be within on a second reading, _ladder.LoadLadder; a second reading at 1.5
+  times the budget would not be).
 """
 
 from __future__ import annotations
@@ -56,14 +58,11 @@ def floor_over(level: LevelResult, budget: Budget) -> str | None:
 
 
 def hopeless(level: LevelResult, budget: Budget, batch_size: int = 1, *, at_floor: bool) -> str | None:
-    """Why no load can meet the budget, from one level (at_floor: it is the least load the search
-    offers); None where a lower or another load might."""
-    if level.error_count > 0:
-        return None  # errors are no reading of the latency
-    why = service_over(level, budget, batch_size)
-    if why is None and at_floor:
-        why = floor_over(level, budget)
-    return why
+    """Why no load can meet the budget, from a level at the least load the search offers (at_floor);
+    None where a lower or another load might, or the level is not at the least load."""
+    if level.error_count > 0 or not at_floor:
+        return None  # errors are no reading of the latency; above the least load, the load inflates it
+    return service_over(level, budget, batch_size) or floor_over(level, budget)
 
 
 def at_least_load(level: LevelResult) -> bool:

@@ -49,9 +49,10 @@ def test_the_least_load_far_over_the_budget_past_its_noise_shows_no_load_holds()
     assert why is not None and "1.6x the budget" in why and "at the least load" in why, why
     assert floor_over(_level(1, 20.0 * 1.3), BUDGET) is None  # a shared host's swing: measured as before
     assert floor_over(_level(1, 20.0 * 1.6, rel=0.8), BUDGET) is None  # within its own interval of the margin
-    # the floor rule only at the least load; the service rule anywhere
-    assert hopeless(_level(8, 200.0), BUDGET, at_floor=False) is None
+    # both rules read only the least load: above it, contention or a BLS model's composed queues inflate it
+    assert hopeless(_level(8, 200.0, server=_stats(30.0)), BUDGET, at_floor=False) is None
     assert hopeless(far, BUDGET, at_floor=True) is not None
+    assert hopeless(_level(1, 25.0, server=_stats(30.0)), BUDGET, at_floor=True) is not None  # service alone
 
 
 class Hopeless:
@@ -69,23 +70,22 @@ class Hopeless:
         return synthetic_record([lv], model=spec.model)
 
 
-def test_a_search_from_a_start_that_shows_no_load_holds_ends_there():
-    closed = TrialLoadSettings(budget=BUDGET, max_concurrency=64)
-    model = Hopeless()
-    rec = find_load(model, None, closed, "m", start=8)
-    assert [lv.value for lv in model.measured] == [8.0]  # not measured again, not walked down to 1
+def test_a_search_whose_least_load_shows_no_load_holds_ends_there():
     opened = TrialLoadSettings(budget=BUDGET, load_mode="rate", max_rate_rps=10_000.0)
     model = Hopeless()
     rec = find_load(model, None, opened, "m", None)  # the probe (one request at a time) already answers
     assert [lv.mode for lv in model.measured] == ["concurrency"] and len(rec.levels) == 1
+    # from a start, the search goes down as before; at concurrency 1 it is not measured again
+    closed = TrialLoadSettings(budget=BUDGET, max_concurrency=64)
     model = Hopeless()
-    find_load(model, None, opened, "m", 500.0)  # from a start: that level answers
-    assert [lv.value for lv in model.measured] == [500.0]
+    find_load(model, None, closed, "m", start=8)
+    values = [lv.value for lv in model.measured]
+    assert values[:2] == [8.0, 8.0] and values[-1] == 1.0 and values.count(1.0) == 1, values
 
 
 def test_such_a_trial_is_pruned_saying_why_no_load_holds():
     model = Hopeless()
-    rec = find_load(model, None, TrialLoadSettings(budget=BUDGET), "m", start=8)
+    rec = find_load(model, None, TrialLoadSettings(budget=BUDGET), "m", start=None)
     verdict = answered(judge_trial(rec, BUDGET), rec, TrialLoadSettings(budget=BUDGET))
     assert verdict.lowest_over_budget and "no load holds it" in verdict.search_cut
     events: list = []

@@ -43,6 +43,8 @@ class RankedTrial(Protocol):
     def claimed_throughput(self) -> float | None: ...
     @property
     def confirmation(self) -> object | None: ...
+    @property
+    def is_original(self) -> bool: ...
 
 
 TrialT = TypeVar("TrialT", bound=RankedTrial)
@@ -87,15 +89,22 @@ class Objective:
     def best(self, trials: Sequence[TrialT]) -> TrialT | None:
         """The recommendation among trials: the complete, feasible one with the highest value.
 
-        Confirmed picks only when any was confirmed (one whose confirmation failed is demoted,
-        an unconfirmed trial ranks below the confirmed ones by the search's own reading). Ties
-        go to the lower latency, then the earlier trial. None when no trial is feasible: an
-        infeasible config is never recommended, whatever its throughput.
+        Confirmed picks only when any held its confirmation (one whose confirmation failed is
+        demoted, an unconfirmed trial ranks below the confirmed ones by the search's own reading).
+        Where every confirmation failed, the trials never confirmed (--max-time ended the
+        confirmations before them) by their search's reading; where none is left, the user's own
+        config when its search held the budget: "keep your config", its figure the search's reading
+        that its confirmation did not hold (a demoted config other than the original is never
+        recommended: a change needs a figure that held). Ties go to the lower latency, then the
+        earlier trial. None when no trial is feasible: an infeasible config is never recommended,
+        whatever its throughput.
         """
         ok = [t for t in trials if t.state == "complete" and t.feasible and t.throughput_infer_per_s is not None]
         confirmed = [t for t in ok if t.confirmation is not None]
         if confirmed:
-            ok = [t for t in confirmed if t.claimed_throughput is not None]
+            held = [t for t in confirmed if t.claimed_throughput is not None]
+            never = [t for t in ok if t.confirmation is None]
+            ok = held or never or [t for t in ok if t.is_original]
         if not ok:
             return None
         return max(

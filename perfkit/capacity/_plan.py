@@ -130,6 +130,12 @@ def evidence_from_tune(
     if best is None or best.throughput_infer_per_s is None or best.load is None:
         raise InputError(f"{source} recommends no config (none met its budget): nothing to plan from")
     c = best.confirmation
+    if c is not None and not c.held:
+        raise InputError(
+            f"{source} recommends keeping the original config, whose figure did not hold its confirmation: "
+            "nothing to plan from",
+            hint="tune again with more --max-time, or plan from a profile of the config (perfkit plan RUN.json)",
+        )
     if c is not None and c.held:
         rate, low, high, load, lat = c.throughput_infer_per_s, c.throughput_low, c.throughput_high, c.load, c.latency_us
         how = f"{source} trial {best.number} (confirmed in {c.repeats} runs)"

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 
 import click
 
@@ -77,7 +80,27 @@ def main(argv: list[str] | None = None) -> int:
     return to_pa_exit_code(code) if pa_exit_codes() else code
 
 
+@contextlib.contextmanager
+def warnings_logged() -> Iterator[None]:
+    """A library's warnings (optuna's, numpy's) go to logging ("py.warnings"), not raw to the
+    terminal: the library logs, the CLI prints only its lines."""
+    logging.captureWarnings(True)
+    quiet = logging.NullHandler()  # a handler: logging's last resort (stderr) is not used for them
+    logger = logging.getLogger("py.warnings")
+    logger.addHandler(quiet)
+    try:
+        yield
+    finally:
+        logger.removeHandler(quiet)
+        logging.captureWarnings(False)
+
+
 def _run(args: list[str]) -> int:
+    with warnings_logged():
+        return _run_logged(args)
+
+
+def _run_logged(args: list[str]) -> int:
     show_traceback = "--traceback" in args or os.environ.get("PERFKIT_TRACEBACK") == "1"
     try:
         # In non-standalone mode click *returns* a command's exit code instead of raising.

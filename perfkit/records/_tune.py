@@ -112,7 +112,10 @@ class TuneRecord:
     best_trial: int | None
     trials: tuple[TrialRecord, ...]
     pareto_trials: tuple[int, ...] = ()
-    importances: dict[str, float] = field(default_factory=dict)
+    importances: dict[str, float] = field(default_factory=dict)  # each knob's median over resamples (tuner/_importance)
+    # the importances' range over the resamples (10% and 90%); empty in records before the spread was kept
+    importance_low: dict[str, float] = field(default_factory=dict)
+    importance_high: dict[str, float] = field(default_factory=dict)
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
     # A traffic mix tuned jointly: its models (model is the first) and weights (each model's budget

@@ -77,6 +77,11 @@ def recommendation(tune: TuneRecord) -> str:
     what = f"trial {best.number} ({describe_params(best.params)})" if best.params else f"trial {best.number}"
     claimed = best.claimed_throughput or best.throughput_infer_per_s
     c = best.confirmation
+    if c is not None and not c.held:  # every confirmation failed: the user's own config stands (Objective.best)
+        return (
+            f"Keep your config: no confirmation held. The search read {fmt_rate(best.throughput_infer_per_s)} "
+            f"infer/s{lat} for it once, which its own confirmation did not hold ({c.note or 'not confirmed'})."
+        )
     if c is not None and c.held:
         lat = (
             f" (confirmed in {c.repeats} runs, a re-measurement within {fmt_rate(c.throughput_low)}–"
@@ -233,11 +238,17 @@ def importance_figure(tune: TuneRecord) -> BarFigure | None:
 
 
 def importance_table(tune: TuneRecord) -> Table:
-    """Parameter importances as a table, largest first."""
+    """Parameter importances as a table, largest first (the median over resamples of the trials, with
+    their 10-90% range where the record keeps it)."""
     items = sorted(tune.importances.items(), key=lambda kv: kv[1], reverse=True)
-    return Table(
-        key="importances", title="Parameter importances", columns=("parameter", "importance"), rows=tuple(items)
-    )
+    if not tune.importance_low:
+        return Table(
+            key="importances", title="Parameter importances", columns=("parameter", "importance"), rows=tuple(items)
+        )
+    rows = tuple((k, v, tune.importance_low.get(k, v), tune.importance_high.get(k, v)) for k, v in items)
+    columns = ("parameter", "importance (median)", "low (10%)", "high (90%)")
+    return Table(key="importances", title="Parameter importances over resamples of the trials", columns=columns,
+                 rows=rows)  # fmt: skip
 
 
 def confirmed_cell(t: TrialRecord) -> str:

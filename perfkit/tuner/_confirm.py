@@ -134,10 +134,16 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
     failed: dict[tuple[float, float], optuna.trial.FrozenTrial] = {}  # see _failed_above
     candidates = _candidates(study, cs)
     top = _per_unit(candidates[0], _searched_tput(candidates[0])) if candidates else 0.0
+    end = _tune_end(t)
     for i, ft in enumerate(candidates):
         searched = _per_unit(ft, _searched_tput(ft))
         if searched <= best_held:
             break  # cannot overtake a confirmed pick even if its reading holds in full
+        if end is not None and time.monotonic() >= end:
+            # no claim is made after the user's deadline: the rest stand on their search's reading
+            why = f"--max-time {t.s.max_time_s:g} s reached: not confirmed"
+            t.emit(ConfirmSkipped(ft.number, fmt_params(_trial_state.read(ft).params), why))
+            break
         # Rivals within reach of the pick are confirmed too; past them, only while none held.
         if best_held > -math.inf and (i >= cs.max_candidates or searched < (1 - cs.rivals_within) * top):
             break
@@ -162,7 +168,7 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
             why = f"{why_not}; {why}" if why_not else why
             t.emit(ConfirmSkipped(ft.number, fmt_params(st.params), why))
             continue
-        conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor, then=then)
+        conf = _confirm_candidate(t, study, ft, st, load, cs, floor=floor, then=then, until=end)
         if failed_by is None and load == searched_load and _failed_first(conf, load):
             failed[(load.value, per_unit)] = ft
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:

@@ -128,12 +128,15 @@ class TrialMeasured(TuneEvent):
     budget_metric: str = "latency"
     output_tokens_per_s: float | None = None  # streamed (decoupled) models
     load_label: str | None = None  # an open-loop load ('120 req/s poisson'); None: concurrency
+    cut: str = ""  # why the load search ended early (TrialVerdict.search_cut): the figure is then at least this
 
     def line(self) -> str:
         load = f"concurrency {self.concurrency}" if self.concurrency is not None else "lowest load"
         if self.load_label is not None:
             load = self.load_label
         status = "within budget" if self.feasible else "INFEASIBLE"
+        if self.cut:
+            status += f", at least ({self.cut})" if self.feasible else f" ({self.cut})"
         stat = budget_label(self.budget_metric, self.percentile)
         tokens = f" ({self.output_tokens_per_s:.1f} tokens/s)" if self.output_tokens_per_s is not None else ""
         return (

@@ -10,6 +10,10 @@ reading over the budget where the answer hinges on it is measured once more (see
 _ladder.LoadLadder). Levels end as soon as they are clearly over or under the budget
 (ProfileSpec.stop_when_decided). Open loop walks a ladder of arrival rates the same way.
 
+A level at the least load (one request at a time) that shows no load can meet the budget (its
+service time alone over it, or its percentile far over it: tuner/_hopeless) ends the search there,
+the trial pruned saying why.
+
 A deadline (the tune's --max-time) bounds the search: each level is given at most the windows
 that fit in the time left, a level whose fewest windows do not fit is not started, and the
 search ends there (OutOfTime, holding what it measured).
@@ -27,6 +31,7 @@ from typing import Any
 
 from perfkit.records import Budget, LevelResult, LoadLevel, ProfileSpec, RunRecord
 from perfkit.server.base import Server
+from perfkit.tuner._hopeless import at_least_load, hopeless
 from perfkit.tuner._ladder import LoadLadder, OutOfTime, run_level_by_level
 
 Measure = Callable[..., RunRecord]
@@ -231,6 +236,10 @@ def find_load(
     def ok(lv: LevelResult) -> bool:
         return trial_load.budget.within(lv)
 
+    def answered(lv: LevelResult, at_floor: bool) -> str | None:
+        """Why a level shows no load holds (tuner/_hopeless); at_floor: the ladder's lowest value."""
+        return hopeless(lv, trial_load.budget, trial_load.batch_size, at_floor=at_floor or at_least_load(lv))
+
     warmup_first = [first_warmup_s]
 
     def run(spec: ProfileSpec) -> RunRecord:
@@ -250,6 +259,12 @@ def find_load(
         probed: list[RunRecord] = []
         if start is None:
             start = _probe_rate(lambda lv: _kept(run(trial_load.spec(model, (lv,))), probed))
+            alone = probed[0].levels[-1] if probed and probed[0].levels else None
+            if alone is not None and not ok(alone) and answered(alone, True) is not None:
+                # one request at a time already shows no rate holds: the search ends at its probe
+                if record_path is not None:
+                    probed[0].save(record_path)
+                return probed[0]
         values = rate_ladder(start, trial_load.max_rate_rps)
         # Double the rate per move, then bisect back to the ladder's resolution: a level below the
         # answer is slow to fill its windows (about 50 requests each), one above it is quick, so
@@ -259,7 +274,7 @@ def find_load(
                                stride=PREDICTED_STRIDE if predicted else RATE_STEPS_PER_DOUBLING,
                                ceiling=backlog_ceiling_rps,
                                start_suffices=start_suffices and not probed,
-                               held_elsewhere=held_elsewhere)  # fmt: skip
+                               held_elsewhere=held_elsewhere, hopeless=answered)  # fmt: skip
         try:
             merged = search.run()
         except OutOfTime as ended:
@@ -279,7 +294,7 @@ def find_load(
         return first_run
     values = tuple(float(v) for v in ladder(int(start), trial_load.max_concurrency))
     first = float(min(max(int(start), 1), trial_load.max_concurrency))
-    search = LoadLadder(lambda v: run_spec((v,), False), ok, values, values.index(first))
+    search = LoadLadder(lambda v: run_spec((v,), False), ok, values, values.index(first), hopeless=answered)
     merged = search.run()
     if record_path is not None:
         merged.save(record_path)

@@ -60,17 +60,24 @@ class LoadLadder:
     its predicted rate (the predicted search's original, when it cannot compete), a level or two
     there says so, where a full gallop, bisection and re-measurement would spend many levels.
 
-    `held_elsewhere` (with start_suffices): a rate another config already holds. Where the walk
-    down reads over the budget at or under that rate, the search ends there, the walk's steps
-    below it not measured: below it the config could not beat the other one (the predicted
+    `held_elsewhere`: a rate another config already holds. Where a level reads over the budget at
+    or under that rate (the start, a step of the walk down with start_suffices, or of the gallop
+    down), the search ends there, the steps below it not measured nor that level measured again:
+    below it the config could not beat the other one (the predicted
     search's configs at the request path's ceiling after the first, which would otherwise spend
-    levels finding a rate under the one another config already holds)."""
+    levels finding a rate under the one another config already holds).
+
+    `hopeless(level, at_floor)`: why a level over the budget shows no load can meet it (at_floor: the
+    ladder's lowest value; tuner/_hopeless), or None. Such a level ends the search there: it is not
+    measured again, nor is the ladder walked further down."""
 
     def __init__(self, measure_one: Callable[[float], RunRecord], ok: Callable[[LevelResult], bool],
                  values: Sequence[float], start_index: int, *, stride: int = 1,
                  ceiling: Callable[[LevelResult], float | None] | None = None,
-                 start_suffices: bool = False, held_elsewhere: float | None = None) -> None:  # fmt: skip
+                 start_suffices: bool = False, held_elsewhere: float | None = None,
+                 hopeless: Callable[[LevelResult, bool], str | None] | None = None) -> None:  # fmt: skip
         self.measure_one = measure_one
+        self.hopeless = hopeless
         self.start_suffices = start_suffices
         self.held_elsewhere = held_elsewhere
         self.stride = stride
@@ -110,9 +117,19 @@ class LoadLadder:
             return hi
         return self.cap if hi is None or self.cap < hi else hi
 
+    def _answered(self, index: int) -> bool:
+        """Whether the level at index read over in a way that shows no load holds (`hopeless`), or
+        at or under the rate another config holds (held_elsewhere)."""
+        if self.verdicts.get(index) is not False:
+            return False
+        if self._under_held(index):
+            return True
+        return self.hopeless is not None and self.hopeless(self.results[self.values[index]], index == 0) is not None
+
     def _confirmed_over(self, index: int) -> bool | None:
-        """Measure the level again if it read over and was not confirmed yet; its verdict."""
-        if self.verdicts.get(index) is False and index not in self.confirmed:
+        """Measure the level again if it read over and was not confirmed yet (nor shows no load
+        holds); its verdict."""
+        if self.verdicts.get(index) is False and index not in self.confirmed and not self._answered(index):
             self.confirmed.add(index)
             return self._measure(index)
         return self.verdicts.get(index)
@@ -145,6 +162,8 @@ class LoadLadder:
                 lo = nxt if lo is None or nxt > lo else lo
             else:
                 hi = nxt if hi is None or nxt < hi else hi
+                if lo is None and self._answered(nxt):
+                    return lo, hi  # no load holds, or none below could beat another config: not walked further down
 
     def _bisect(self, lo: int | None, hi: int | None) -> tuple[int | None, int | None] | None:
         while lo is not None and hi is not None and (hi := self._tighten(lo, hi)) is not None and hi - lo > 1:
@@ -186,20 +205,21 @@ class LoadLadder:
             if verdict:
                 return True, index
             lowest = index
-            if self._under_held(index):
-                break  # over at a rate another config holds: lower, it could not beat that one
+            if self._answered(index):
+                break  # over at a rate another config holds (lower could not beat it), or no load holds
         return False, lowest
 
     def _run(self) -> RunRecord:
         first = self._measure(self.start_index)
         over_at = self.start_index  # the lowest level read over, where a search down starts
-        ends = first is None or (first and self.start_suffices)  # a failed run, or a start that suffices
-        if first is False and self.start_suffices:
+        # a failed run, a start that suffices, or one that shows no load holds (or over where another config holds more)
+        ends = first is None or (first and self.start_suffices) or self._answered(self.start_index)
+        if not ends and first is False and self.start_suffices:
             walked, over_at = self._walk_down()
             # held a step or two down, or a run failed; or below the walk it could not beat what another holds
-            beaten = self._under_held(over_at)
+            beaten = self._answered(over_at)
             ends = walked is not False or beaten
-        elif first is False:
+        elif not ends and first is False:
             first = self._confirmed_over(self.start_index)
             ends = first is None
         if not ends:

@@ -16,7 +16,8 @@ class LoadHints:
     """What the config search knows of a trial's load before it is measured (the measured
     search knows nothing: every field its default): the rate predicted for its params, whether
     your config is measured at its prediction only, whether the config is predicted at the
-    request path's ceiling, and the rate another config holds (asked only for such a config)."""
+    request path's ceiling, and the rate another config holds (asked for every config but yours:
+    a predicted config over the budget at or under it could not beat that one)."""
 
     predicted_rps: float | None = None
     original_at_prediction_only: bool = False
@@ -66,7 +67,9 @@ def load_start(
     beside the pick's ("at most +N% vs the original"), and on a slow model a level's windows are
     long (each window waits for its requests), so fewer windows save a large part of a short
     tune. A config at the path's ceiling other than yours ends at its prediction where that
-    holds, and its walk down stops at what another config holds."""
+    holds. Any predicted config other than yours stops its search where it reads over the budget at
+    or under the rate another config holds (held_elsewhere): below it, it could not beat that one
+    (issue 52's "no trial longer than its answer needs")."""
     predicted = queued_rps if queued_rps is not None else predicted_rps
     if not trial_load.open_loop or predicted is None or predicted <= 0:
         return LoadStart(history_start, queued_rps is not None, False, None, trial_load)
@@ -74,5 +77,5 @@ def load_start(
     original_only = is_original and original_at_prediction_only
     if original_only:
         trial_load = dataclasses.replace(trial_load, max_windows=trial_load.min_windows)
-    held = held_elsewhere_rps if capped else None
+    held = None if is_original else held_elsewhere_rps  # your config's own figure is always measured
     return LoadStart(predicted, queued_rps is not None, original_only or capped, held, trial_load)

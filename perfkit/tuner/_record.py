@@ -18,6 +18,8 @@ from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._claim_stats import describe
 from perfkit.tuner._confirm import confirmations
 from perfkit.tuner._events import Summary, fmt_params
+from perfkit.tuner._importance import importances
+from perfkit.tuner._importance import summary_line as importance_line
 from perfkit.tuner._trial import TrialRunner
 
 
@@ -26,6 +28,7 @@ def build_record(
 ) -> TuneRecord:
     """The TuneRecord of the search so far."""
     frozen = _outputs.study_trials(study)
+    imp = importances(study, t.s.objective)
     confirmed = confirmations(study)
     trials = tuple(
         dataclasses.replace(r, confirmation=confirmed.get(r.number))
@@ -48,7 +51,9 @@ def build_record(
         best_config=None,
         best_trial=None,
         trials=trials,
-        importances=_study.param_importances(study, t.s.objective),
+        importances=imp.median,
+        importance_low=imp.low,
+        importance_high=imp.high,
         status=status,
         error=error,
         calibration=t.search.calibration,
@@ -105,7 +110,15 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
         tokens = f" ({tokens_per_s:.1f} output tokens/s)" if tokens_per_s is not None else ""
         stat = rec.budget.label
         c = best.confirmation
-        if c is not None:
+        if c is not None and not c.held:
+            # every confirmation failed: your own config stands (Objective.best), its figure unconfirmed
+            where = f" at {best.load.label}" if best.load is not None else ""
+            lines.append(
+                f"keep your config (trial {best.number}): no confirmation held; the search read "
+                f"{best.throughput_infer_per_s:.1f} infer/s{where}, {stat} {(best.latency_us or 0) / 1e3:.2f} ms, "
+                f"once, and its own confirmation did not hold it ({c.note or 'not confirmed'})"
+            )
+        elif c is not None:
             # The headline is the confirmed figure; the search's single reading follows it.
             told = describe(c, rec.budget.percentile, rec.budget.metric)
             lines.append(f"best: trial {best.number} {fmt_params(best.params)}: {told}{tokens}{gain}")
@@ -125,7 +138,7 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
             lines.append(f"demoted (confirmation failed): trial(s) {', '.join(map(str, demoted))}")
         if rec.pareto_trials:
             lines.append(f"pareto front: trials {', '.join(map(str, rec.pareto_trials))}")
-    if rec.importances:
-        lines.append("importance: " + ", ".join(f"{k} {v:.2f}" for k, v in rec.importances.items()))
+    if (said := importance_line(rec)) is not None:
+        lines.append(said)
     lines.append(f"results in {out_dir}")
     return Summary(tuple(lines), out_dir)

@@ -5,6 +5,7 @@ configs are guarded throughout (the route's guard puts them back on every ending
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -30,7 +31,8 @@ from perfkit.tuner._seed import batching_seed
 from perfkit.tuner._settings import TuneResult, TuneSettings
 from perfkit.tuner._space import TuneSpace, grid_points
 from perfkit.tuner._subject import open_subject
-from perfkit.tuner._trial import TrialRunner, trial_load_of
+from perfkit.tuner._trial import TrialRunner
+from perfkit.tuner._trial_load import trial_load_of
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,9 @@ def search(t: TrialRunner, study: optuna.Study) -> None:
         _study.fail_stale(study)
         t.run_trial(study, study.ask())
     t.emit(SearchStopped(why))
-    if t.out_of_time and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+    deadline = t.search_deadline(study)
+    out_of_time = t.out_of_time or (deadline is not None and time.monotonic() >= deadline)
+    if out_of_time and not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
         raise MeasurementError(
             f"--max-time {t.s.max_time_s:g} s ran out before any trial was measured",
             hint="give more time: a trial measures its load levels one after another, each for several windows",

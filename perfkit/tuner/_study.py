@@ -206,24 +206,6 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
         thread.join(timeout=5)
 
 
-def param_importances(study: optuna.Study, objective: str) -> dict[str, float]:
-    """Parameter importances (fANOVA) once at least 4 trials completed; {} otherwise."""
-    complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-    if len(complete) < 4:
-        return {}
-    target: Callable[[FrozenTrial], float] | None = None
-    if objectives.get(objective).front:
-
-        def target(t: FrozenTrial) -> float:
-            return float(t.values[0])
-
-    try:
-        imp: dict[str, Any] = optuna.importance.get_param_importances(study, target=target)
-    except (RuntimeError, ValueError, ZeroDivisionError):
-        return {}
-    return {k: float(v) for k, v in imp.items()}
-
-
 def measured_before(study: optuna.Study, sha: str, number: int) -> FrozenTrial | None:
     """The earlier trial (complete or pruned, not itself a repeat) of the config whose text hashes
     to `sha`, other than trial `number`; None where there is none."""

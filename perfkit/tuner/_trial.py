@@ -24,9 +24,8 @@ from perfkit.errors import (
     ModelLoadError,
     PerfkitError,
     ServerError,
-    UsageError,
 )
-from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord, check_budget_metric
+from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
 from perfkit.tuner import _accuracy, _output_check, _study, _trial_state
@@ -48,6 +47,8 @@ from perfkit.tuner._objective import hardware_units, study_values
 from perfkit.tuner._settings import TuneSettings, default_output_dir
 from perfkit.tuner._space import is_decoupled, log_clamp, normalize_params
 from perfkit.tuner._subject import Subject
+from perfkit.tuner._trial_cut import answered, cut_note, cut_record, cut_verdict
+from perfkit.tuner._trial_load import _default_measure
 from perfkit.tuner._verdict import TrialVerdict, constraints, judge_trial
 
 if TYPE_CHECKING:
@@ -55,27 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MAX_REPEATS = 25
-
-
-def _default_measure() -> Measure:
-    try:
-        from perfkit.measure import profile
-    except ImportError as err:
-        raise PerfkitError(f"perfkit.measure is not available in this build: {err}") from None
-    return profile  # type: ignore[no-any-return]  # measure's module is typed; the lazy import is not
-
-
-def trial_load_of(server: Server, settings: TuneSettings, subject: Subject) -> TrialLoadSettings:
-    """How the subject's trials are loaded and measured (the runner's trial_load, and what the search
-    is chosen under). Raises UsageError for a budget or an objective the model cannot be held to."""
-    decoupled = is_decoupled(subject.original_cfg, subject.space.backend)
-    check_budget_metric(settings.budget.metric, subject.model, decoupled)
-    if settings.objective == "goodput" and not decoupled:
-        raise UsageError(
-            f"--objective goodput counts streamed requests meeting TTFT/ITL SLOs: {subject.model!r} is not decoupled",
-            hint="use --objective throughput",
-        )
-    return settings.trial_load_settings(server.endpoints.metrics_url, streaming=decoupled)
 
 
 class TrialRunner:
@@ -276,7 +256,10 @@ class TrialRunner:
         if verdict.lowest_over_budget and not objective.front:
             trial.report(verdict.lowest_throughput, step=0)
             lowest = "the lowest rate tried" if self.trial_load.open_loop else "concurrency 1"
+            lowest = "the lowest load tried" if verdict.search_cut else lowest  # its search ended above the floor
             reason = f"{pct} {verdict.lowest_latency_us / 1e3:.2f} ms at {lowest} is over the budget"
+            if verdict.search_cut:
+                reason += f" ({verdict.search_cut})"
             if verdict.held_elsewhere_rps is not None:
                 reason += (
                     f", where another config holds {verdict.held_elsewhere_rps:.0f} req/s: lower could not beat it"
@@ -297,7 +280,7 @@ class TrialRunner:
         b = self.s.budget
         self.emit(TrialMeasured(trial.number, tput, conc, b.percentile, lat / 1e3, feasible, reload_s, measure_s,
                                 verdict.levels_measured, b.metric, verdict.metrics.get("output_tokens_per_s"),
-                                label))  # fmt: skip
+                                label, verdict.search_cut))  # fmt: skip
 
     def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
         mode = self.trial_load.level(1).mode
@@ -344,14 +327,22 @@ class TrialRunner:
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, how.trial_load, self.model, how.start, command=self.s.command,
-                               record_path=record_path, deadline=self.search_deadline(),
+                               record_path=record_path, deadline=self.search_deadline(study),
                                start_suffices=how.start_suffices, predicted=how.from_prediction,
                                first_warmup_s=self.s.reload_warmup_s if self.reloaded else 0.0,
                                held_elsewhere=how.held_elsewhere)  # fmt: skip
         except OutOfTime as ended:
             if ended.record is not None:
                 ended.record.save(record_path)
-            raise
+            kept = cut_record(ended.record, self.trial_load)
+            if kept is None:
+                raise
+            # --max-time cut the load search after levels of the trial's own mode: they answer for it
+            self.out_of_time = True
+            cut = self._verdict(study, trial, kept, reload_s, time.monotonic() - t1)
+            if cut is None:
+                raise
+            return cut_verdict(cut[0], cut_note(self.s.max_time_s, len(kept.levels))), *cut[1:]
         except MeasurementError as err:
             self.emit(TrialFailed(number, f"measurement failed: {err.one_line()}"))
             if not self.server.is_ready():
@@ -365,6 +356,8 @@ class TrialRunner:
         if not record_path.exists():
             record.save(record_path)
         out = self._verdict(study, trial, record, reload_s, measure_s)
+        if out is not None:  # why no load holds, where its lowest level shows it
+            out = (answered(out[0], record, self.trial_load), *out[1:])
         if out is not None and how.held_elsewhere is not None:
             out = (dataclasses.replace(out[0], held_elsewhere_rps=how.held_elsewhere), *out[1:])
         if out is not None and how.start_suffices and len(record.levels) == 1 and out[0].feasible_load is not None:
@@ -389,16 +382,21 @@ class TrialRunner:
             return "every point of the grid measured"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated or rejected configs in a row: the search space looks exhausted"
-        deadline = self.search_deadline()
+        deadline = self.search_deadline(study)
         if deadline is not None and (self.out_of_time or time.monotonic() >= deadline):
             reserve = self.started + (self.s.max_time_s or 0.0) - deadline
             left = f" ({reserve:.0f} s left for confirmation)" if reserve > 0 else ""
             return f"--max-time {self.s.max_time_s:g} s reached{left}"
         return None
 
-    def search_deadline(self) -> float | None:
+    def search_deadline(self, study: optuna.Study) -> float | None:
         """When the search must end (time.monotonic() seconds; None without --max-time): --max-time
         bounds the whole tune, so the search, the trial in flight included, leaves time to confirm
-        the pick (at most half the time) and the claim is not made after the user's deadline."""
+        the pick (at most half the time) and the claim is not made after the user's deadline. Until
+        a trial is measured there is no pick to confirm: the search may take the whole time (a
+        calibration that took the search's share still leaves a config measured)."""
         search_s = self.s.search_time_s()
-        return None if search_s is None else self.started + search_s
+        if search_s is None:
+            return None
+        measured = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        return self.started + (search_s if measured else float(self.s.max_time_s or search_s))

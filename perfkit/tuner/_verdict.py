@@ -37,6 +37,9 @@ class TrialVerdict:
     metrics: dict[str, float] = field(default_factory=dict)
     # a rate another config held, below which the load search did not go on (LoadLadder held_elsewhere)
     held_elsewhere_rps: float | None = None
+    # why the load search ended before its usual answer (--max-time, or a first level that already
+    # answered it: perfkit.tuner._trial_cut); told in the trial's line and its prune reason
+    search_cut: str = ""
 
     @property
     def within_budget(self) -> bool:

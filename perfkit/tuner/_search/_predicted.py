@@ -72,7 +72,7 @@ class PredictedSearch:
             predicted_rps=None if queued else p.predicted_for(params),
             original_at_prediction_only=p.original_at_prediction_only,
             at_path_ceiling=at_path,
-            held_elsewhere_rps=p.held_elsewhere(study) if at_path else None,
+            held_elsewhere_rps=None if is_original else p.held_elsewhere(study),  # a config over under it ends there
         )
 
     def stop(self, study: optuna.Study) -> str | None:

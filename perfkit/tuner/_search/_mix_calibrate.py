@@ -35,7 +35,8 @@ from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._search._model_calibrate import Calibrated, _level, _spec, calibrate, check_predictable
 from perfkit.tuner._search._predict_points import batcher_from
 from perfkit.tuner._subject_mix import MixSubject
-from perfkit.tuner._trial import TrialRunner, trial_load_of
+from perfkit.tuner._trial import TrialRunner
+from perfkit.tuner._trial_load import trial_load_of
 
 JOINT_DEVICE_LOAD = 0.5  # the level together: this much of the device, were every execution on it alone
 JOINT_LEVEL_S = 3.0  # one window this long: the heaviest model's executions are few at its share

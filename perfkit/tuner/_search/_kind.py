@@ -1,8 +1,10 @@
 """--search auto, the default: the predicted search (tuner/_search/_predict.py) where it applies, the
 measured search elsewhere, with the reason said. The predicted search models one model or an
 ensemble under open-loop arrivals, held to a latency percentile, ranked by its rate, over the knobs
-the batcher simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
-by measurement, as it always was. --search predict and --search measure are taken as given."""
+the batcher simulator tells apart (tuner/_search/_predict_points.py SIMULATED) and, for one model,
+the precision and instance kind it calibrates a curve for at each value (PER_VALUE); anything
+else is searched by measurement, as it always was. --search predict and --search measure are taken
+as given."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Literal
 
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline import SEP
-from perfkit.tuner._search._predict_points import SIMULATED
+from perfkit.tuner._search._predict_points import PER_VALUE, SIMULATED
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._subject import SubjectKind
 
@@ -52,7 +54,7 @@ def choose_search(
     why = _cannot_predict(s, subject=subject, open_loop=open_loop, load_mode=load_mode)
     if why is not None:
         return SearchChoice("measure", why)
-    why = _should_measure(s, knobs=knobs)
+    why = _should_measure(s, knobs=knobs, subject=subject)
     return SearchChoice("measure", why, predict_anyway=True) if why is not None else SearchChoice("predict")
 
 
@@ -73,9 +75,11 @@ def _cannot_predict(s: TuneSettings, *, subject: SubjectKind, open_loop: bool, l
     return None
 
 
-def _should_measure(s: TuneSettings, *, knobs: Sequence[str]) -> str | None:
+def _should_measure(s: TuneSettings, *, knobs: Sequence[str], subject: SubjectKind = "model") -> str | None:
     """What the predicted search would run without answering as asked (it predicts the knobs the
-    simulator tells apart at the original's other values, ranks by the rate, seeds its own study)."""
+    simulator tells apart at the original's other values, ranks by the rate, seeds its own study).
+    One model's precision and instance kind are calibrated per value (PER_VALUE); an ensemble's
+    steps' are not yet."""
     if s.objective != "throughput":
         return f"--objective {s.objective} is not what the prediction ranks (the rate within the budget)"
     if s.sampler != "auto":
@@ -84,7 +88,8 @@ def _should_measure(s: TuneSettings, *, knobs: Sequence[str]) -> str | None:
         return "a resumed study goes on as it was searched"
     if s.trials == 1:
         return "--trials 1 measures your config alone"
-    unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - set(SIMULATED))
+    modelled = set(SIMULATED) | (set(PER_VALUE) if subject == "model" else set())
+    unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - modelled)
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"
     return None

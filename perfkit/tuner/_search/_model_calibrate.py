@@ -19,7 +19,7 @@ from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._search._predict_points import batcher_from, dimension_values
 from perfkit.tuner._search._request_path import instances_ceiling_rps
-from perfkit.tuner._search._value_calibrate import calibrate_values, value_phrase
+from perfkit.tuner._search._value_calibrate import ValueLevels, calibrate_values, value_phrase
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
 from perfkit.tuner._trial import TrialRunner
 
@@ -203,9 +203,9 @@ def calibrate(t: TrialRunner) -> Calibration:
                 t.put_candidate(subject.candidate(held_cfg, is_original=False, number=-1).text)
             held_rps = _held_rate(t, host_rps)
         # each other precision / instance kind of the space on the same batching config (the original put back after)
+        closed = ValueLevels(lambda n: _level(t, _spec(t, n)), lambda n: _level(t, _spec(t, n)), t.model)
         return calibrate_values(t, fitted(held_rps), batch=batch, sizes=[1, *sizes], counts=counts if rates else [],
-                                closed=lambda n: _level(t, _spec(t, n)),
-                                clients_per_instance=CONTENTION_CLIENTS_PER_INSTANCE)  # fmt: skip
+                                levels=closed, clients_per_instance=CONTENTION_CLIENTS_PER_INSTANCE)  # fmt: skip
 
 
 def held_config(

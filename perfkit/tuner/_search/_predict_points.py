@@ -47,8 +47,12 @@ def value_label(t: TrialRunner, params: Mapping[str, Any]) -> str:
     ("precision=fp16 instance_kind=gpu"; '' where the space searches none): the calibration's
     name for the curve the point runs (records Calibration.value)."""
     at = {**t.space.original_params, **params}
-    names = [d.name for d in t.space.dimensions if d.name in PER_VALUE]
-    return " ".join(f"{n}={at.get(n)}" for n in PER_VALUE if n in names)
+    return label_of({d.name: at.get(d.name) for d in t.space.dimensions if d.name in PER_VALUE})
+
+
+def label_of(values: Mapping[str, Any]) -> str:
+    """The name of the curve at PER_VALUE knobs' `values` ("precision=fp16 instance_kind=gpu")."""
+    return " ".join(f"{n}={values[n]}" for n in PER_VALUE if n in values)
 
 
 def dimension_values(d: Dimension) -> list[Any]:

@@ -33,7 +33,7 @@ from perfkit import predict
 from perfkit.errors import CandidateNotAppliedError, ModelLoadError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._search._predict_points import PER_VALUE, value_label
+from perfkit.tuner._search._predict_points import PER_VALUE, label_of
 from perfkit.tuner._space import P_COUNT, P_DB
 from perfkit.tuner._trial import TrialRunner
 
@@ -60,17 +60,21 @@ class ValueFigures:
 
 
 def space_values(t: TrialRunner) -> list[dict[str, Any]]:
-    """Each combination of the PER_VALUE knobs' values the space holds, the original's first
-    (no combination where the space searches none of them)."""
+    """Each distinct combination of the PER_VALUE knobs' values the space holds, the original's
+    first (none where the space searches none of them)."""
     dims = [d for d in t.space.dimensions if d.name in PER_VALUE and not d.is_range]
     if not dims:
         return []
     orig = t.space.original_params
-    combos = [
-        dict(zip([d.name for d in dims], vals, strict=True)) for vals in itertools.product(*(d.choices for d in dims))
-    ]
     first = {d.name: orig.get(d.name) for d in dims}
-    return [first, *(c for c in combos if c != first)]
+    out = [first]
+    for vals in itertools.product(*(d.choices for d in dims)):
+        combo = dict(zip([d.name for d in dims], vals, strict=True))
+        # a knob that does not apply at the others' values (precision on a KIND_CPU instance) stays the original's
+        combo = {d.name: combo[d.name] if t.subject.applies(d, {**orig, **combo}) else first[d.name] for d in dims}
+        if combo not in out:
+            out.append(combo)
+    return out
 
 
 def factor_of(first: Sequence[CalibrationPoint], points: Sequence[CalibrationPoint]) -> float | None:
@@ -138,6 +142,20 @@ def value_curve(first: Calibration, value: str, figures: ValueFigures, *, durati
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class ValueLevels:
+    """How calibrate_values measures: `closed(n)`, one calibration level of n closed-loop clients
+    through what the calibration loads (its batch sizes formed); `saturate(n)`, n clients on the
+    model alone (its saturated rate at an instance count); `model`, whose per-batch-size statistics
+    are read; `prefix`, the model's knob names in the subject's params ('' for one model; an
+    ensemble's step's "<step>." would reuse this for its steps)."""
+
+    closed: Callable[[int], LevelResult]
+    saturate: Callable[[int], LevelResult]
+    model: str
+    prefix: str = ""
+
+
 def calibrate_values(
     t: TrialRunner,
     first: Calibration,
@@ -145,32 +163,33 @@ def calibrate_values(
     batch: Mapping[str, Any],
     sizes: Sequence[int],
     counts: Sequence[int],
-    closed: Callable[[int], LevelResult],
+    levels: ValueLevels,
     clients_per_instance: int,
+    combos: Sequence[Mapping[str, Any]] | None = None,
 ) -> Calibration:
     """The first value's calibration (`first`, measured at the original's values on `batch`, the
-    batching config its batch sizes were formed on) with a curve for each other value the space
-    holds (space_values), each measured on `batch` at that value as the module says: the ends of
+    subject's params its batch sizes were formed on) with a curve for each other value in
+    `combos` (the PER_VALUE knobs' values, the first value's first; default: the space's,
+    space_values), each measured on `batch` at that value as the module says: the ends of
     `sizes`, then where no factor holds the rest of them and the saturated rates at `counts`
-    (unbatched, `clients_per_instance` closed-loop clients each, as the first value's were);
-    `closed(n)` measures one calibration level of n closed-loop clients. Unchanged where the
-    space searches no such knob.
-    Must run where the caller puts the original back (the calibration's route guard). Raises
-    what measuring raises."""
-    combos = space_values(t)
+    (unbatched, `clients_per_instance` clients each, as the first value's were), by `levels`.
+    Unchanged where there is no other value. Must run where the caller puts the original back
+    (the calibration's route guard). Raises what measuring raises."""
+    combos = list(space_values(t) if combos is None else combos)
     if len(combos) < 2:
         return first
     curves = []
     for combo in combos[1:]:
-        label = value_label(t, combo)
+        label = label_of(combo)
         started = time.monotonic()
+        cfg = {**batch, **{f"{levels.prefix}{k}": v for k, v in combo.items()}}
         try:
-            figures = _measure_value(t, first, {**batch, **combo}, sizes, counts, closed, clients_per_instance)
+            figures = _measure_value(t, first, cfg, sizes, counts, levels, clients_per_instance)
         except (ModelLoadError, CandidateNotAppliedError) as err:
             t.emit(ValueSkipped(label, str(err).splitlines()[0] if str(err) else type(err).__name__))
             continue
         curves.append(value_curve(first, label, figures, duration_s=time.monotonic() - started))
-    return dataclasses.replace(first, value=value_label(t, combos[0]), values=tuple(curves))
+    return dataclasses.replace(first, value=label_of(combos[0]), values=tuple(curves))
 
 
 def _measure_value(
@@ -179,28 +198,30 @@ def _measure_value(
     cfg: Mapping[str, Any],
     sizes: Sequence[int],
     counts: Sequence[int],
-    closed: Callable[[int], LevelResult],
+    levels: ValueLevels,
     clients_per_instance: int,
 ) -> ValueFigures:
     """The levels of one value (see calibrate_values): the ends, and where they are no factor of
     the first value's, the sizes between and the saturated rates at two instance counts."""
-    subject = t.subject
+    subject, m, pre = t.subject, levels.model, levels.prefix
     t.put_candidate(subject.candidate(dict(cfg), is_original=False, number=-1).text)
-    before = t.server.model_stats(t.model)
+    before = t.server.model_stats(m)
     for n in confirm_sizes(sizes):
-        closed(n)
-    ends = predict.batch_points(before, t.server.model_stats(t.model), t.model)
+        levels.closed(n)
+    ends = predict.batch_points(before, t.server.model_stats(m), m)
     if factor_of(first.points, ends) is not None:
         return ValueFigures(ends)
-    mid = t.server.model_stats(t.model)
+    mid = t.server.model_stats(m)
     for n in rest_sizes(sizes, counts if len(counts) == 2 else ()):
-        closed(n)
-    points = predict.merge_points(ends, predict.batch_points(mid, t.server.model_stats(t.model), t.model))
+        levels.closed(n)
+    points = predict.merge_points(ends, predict.batch_points(mid, t.server.model_stats(m), m))
     rates: list[float] = []
     for c in counts if len(counts) == 2 else ():
-        solo = {**cfg, P_COUNT: c, P_DB: False} if cfg.get(P_DB) else {**cfg, P_COUNT: c}
+        solo = {**cfg, f"{pre}{P_COUNT}": c}
+        if cfg.get(f"{pre}{P_DB}"):
+            solo[f"{pre}{P_DB}"] = False
         t.put_candidate(subject.candidate(solo, is_original=False, number=-1).text)
-        rates.append(closed(clients_per_instance * c).throughput_infer_per_s)
+        rates.append(levels.saturate(clients_per_instance * c).throughput_infer_per_s)
     return ValueFigures(points, tuple(rates))
 
 

@@ -78,13 +78,18 @@ class Contention:
 
 @dataclass(frozen=True)
 class BatcherConfig:
-    """The parts of a model config that decide how requests become executions."""
+    """The parts of a model config that decide how requests become executions. `variant` names
+    the values of the knobs that change the execution itself (precision, instance kind) the
+    config is at, as its calibration names them (records Calibration.value): configs alike but
+    for it run different service models ('' where one model serves every config). The simulator
+    never reads it: the caller gives each config its variant's service model."""
 
     max_batch_size: int = 0
     dynamic_batching: bool = False
     preferred_batch_sizes: tuple[int, ...] = ()
     max_queue_delay_us: float = 0.0
     instances: int = 1
+    variant: str = ""
 
     def __post_init__(self) -> None:
         if self.instances < 1:

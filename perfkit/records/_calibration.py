@@ -35,7 +35,15 @@ class Calibration:
     A pipeline's calibration names the pipeline (the ensemble): `steps` holds each step's own
     calibration (fitted from that step's statistics during the same run, overhead_us 0), and
     overhead_us is what a request spends outside every step's instances, end to end; its own
-    points are empty and its fit errors the worst of its steps'."""
+    points are empty and its fit errors the worst of its steps'.
+
+    Where the space searches a knob that changes the service time itself (precision, instance
+    kind), each value has a curve of its own: `value` names the values this calibration was
+    measured at ("precision=fp32", knobs joined by spaces; '' where one curve serves every
+    config), and `values` holds one calibration per other value of the space (each with its own
+    points, line and contention; the overhead and the request path's as measured here). A value's
+    `factor`, where positive, says its curve is this one's times that factor, confirmed at the
+    points it holds (tuner/_search/_value_calibrate.py). Records saved before carry neither."""
 
     model: str
     points: tuple[CalibrationPoint, ...]
@@ -57,13 +65,29 @@ class Calibration:
     # How much longer that saturated level's executions took than the fitted (unloaded) line, at
     # least 1: the simulator stretches every execution by it (perfkit.predict.service_model).
     loaded_stretch: float = 1.0
+    value: str = ""  # the values of the knobs this curve was measured at ('' : one curve for every config)
+    values: tuple[Calibration, ...] = ()  # one per other value of the space, each at its own `value`
+    factor: float = 0.0  # > 0: this value's curve is the first's times this, confirmed at its points
+
+    def curves(self) -> tuple[Calibration, ...]:
+        """Every curve, this one first: one per value of the space (this one alone without values)."""
+        return (self, *self.values)
+
+    def curve(self, value: str) -> Calibration | None:
+        """The calibration of the configs at `value` (BatcherConfig.variant): this one where it
+        has no per-value curves, or `value` is its own or ''; the value's own; None for a value it
+        holds no curve for (it failed to load, say)."""
+        if not self.values or value in ("", self.value):
+            return self
+        return next((c for c in self.values if c.value == value), None)
 
     @property
     def stated_error_rel(self) -> float:
-        """The error a prediction from this calibration states: its fit's worst (fit_max_rel), never
-        below 0. `perfkit plan` gives a predicted rate +- this; the predicted search measures a
-        config predicted within it of the best measured (perfkit.tuner._search._predict)."""
-        return max(self.fit_max_rel, 0.0)
+        """The error a prediction from this calibration states: its fit's worst (fit_max_rel; with
+        a curve per value, the worst of theirs), never below 0. `perfkit plan` gives a predicted
+        rate +- this; the predicted search measures a config predicted within it of the best
+        measured (perfkit.tuner._search._predict)."""
+        return max(self.fit_max_rel, *(c.fit_max_rel for c in self.values), 0.0)
 
     @property
     def stretch_worth_telling(self) -> bool:

@@ -1,12 +1,13 @@
 """Figure data for a predicted tune's calibration (TuneRecord.calibration): execution time per
 batch size (the server's per-batch-size statistics as points, the fitted line through them),
 how throughput scales with instances (the saturated rates measured, the contention model fitted
-to them), and the fit's error in words. Data first; drawn by _draw, checked by tests."""
+to them), and the fit's error in words; one curve per value where the calibration holds one per
+precision / instance kind. Data first; drawn by _draw, checked by tests."""
 
 from __future__ import annotations
 
 from perfkit.predict import scaling
-from perfkit.records import Calibration
+from perfkit.records import Calibration, CalibrationPoint
 from perfkit.report._figure_types import LineFigure, Series, Table
 
 
@@ -78,7 +79,24 @@ def fit_error_sentence(cal: Calibration) -> str:
             f" Saturated, one instance completed {cal.host_saturated_rps:,.0f} req/s while executing"
             f" {cal.host_busy:.0%} of the time{stretch}{scaled}: {verdict}"
         )
-    return text
+    return text + "".join(f" {value_sentence(v)}" for v in cal.values)
+
+
+def value_sentence(c: Calibration) -> str:
+    """One value's curve (Calibration.values), in words: its factor over the first curve where the
+    shortcut held, else its own line and contention."""
+    sizes = sorted(p.batch_size for p in c.points)
+    at = ", ".join(str(n) for n in sizes)
+    if c.factor > 0:
+        return (
+            f"At {c.value}: ×{c.factor:.2f} the first curve ({c.fixed_us / 1e3:.2f} ms + {c.per_item_us / 1e3:.3f} ms"
+            f" per item), confirmed at batch sizes {at} (worst {c.fit_max_rel:.1%})."
+        )
+    shared = f", shared fraction {c.shared_fraction:.2f}" if c.instance_counts else ""
+    return (
+        f"At {c.value}: {c.fixed_us / 1e3:.2f} ms + {c.per_item_us / 1e3:.3f} ms per item over batch sizes {at}"
+        f" ({c.fit_rms_rel:.1%} RMS, {c.fit_max_rel:.1%} worst){shared}."
+    )
 
 
 def scaling_ratio(cal: Calibration) -> float:
@@ -95,26 +113,35 @@ def _scaling(shared_fraction: float, instances: int) -> float:
 
 
 def service_figure(cal: Calibration) -> LineFigure:
-    """Execution time (ms) vs batch size: the measured points and the fitted line."""
-    points = tuple((float(p.batch_size), p.service_us / 1e3) for p in sorted(cal.points, key=lambda p: p.batch_size))
-    top = max([p.batch_size for p in cal.points] + [1])
+    """Execution time (ms) vs batch size: the measured points and the fitted line; one pair per
+    value where the calibration holds a curve per precision / instance kind (Calibration.values)."""
+    curves = cal.curves()
+    top = max([p.batch_size for c in curves for p in c.points] + [1])
     # The line sampled densely enough to read as the straight line it is on a log axis too.
     grid = {float(round(top ** (i / 31), 3)) for i in range(32)} if top > 1 else set()
-    xs = sorted({1.0, float(top)} | {float(p.batch_size) for p in cal.points} | grid)
-    line = tuple((x, fitted_service_ms(cal, x)) for x in xs)
+    series: list[Series] = []
+    for c in curves:
+        points = tuple((float(p.batch_size), p.service_us / 1e3) for p in sorted(c.points, key=lambda p: p.batch_size))
+        xs = sorted({1.0, float(top)} | {float(p.batch_size) for p in c.points} | grid)
+        line = tuple((x, fitted_service_ms(c, x)) for x in xs)
+        fit = f"fit: {c.fixed_us / 1e3:.2f} + {c.per_item_us / 1e3:.3f}·n ms"
+        if not cal.values:
+            series += [Series("measured (server batch_stats)", points, group="measured", kind="scatter"),
+                       Series(fit, line, group="fit", variant="fit")]  # fmt: skip
+            continue
+        fit += f" (×{c.factor:.2f} the first curve, confirmed at its points)" if c.factor > 0 else ""
+        series += [Series(f"{c.value}: measured", points, group=c.value, kind="scatter"),
+                   Series(f"{c.value}: {fit}", line, group=c.value, variant="fit")]  # fmt: skip
+    worst = max(curves, key=lambda c: c.fit_max_rel)
     return LineFigure(
         key="calibration-service",
-        title="Execution time by batch size",
+        title="Execution time by batch size" + (", one curve per value" if cal.values else ""),
         x_label="batch size",
         y_label="execution time (ms)",
-        series=(
-            Series("measured (server batch_stats)", points, group="measured", kind="scatter"),
-            Series(
-                f"fit: {cal.fixed_us / 1e3:.2f} + {cal.per_item_us / 1e3:.3f}·n ms", line, group="fit", variant="fit"
-            ),
-        ),
+        series=tuple(series),
         x_log=top >= 8,
-        caption=f"Fit error {cal.fit_rms_rel:.1%} RMS, {cal.fit_max_rel:.1%} worst.",
+        caption=f"Fit error {worst.fit_rms_rel:.1%} RMS, {worst.fit_max_rel:.1%} worst"
+        + (f" (the worst curve's, {worst.value})." if cal.values else "."),
     )
 
 
@@ -144,21 +171,21 @@ def scaling_figure(cal: Calibration) -> LineFigure | None:
 
 
 def calibration_table(cal: Calibration) -> Table:
-    """The points the fit was made on, with the fitted time and its error at each."""
-    rows = tuple(
-        (
-            p.batch_size,
-            p.executions,
-            p.service_us / 1e3,
-            fitted_service_ms(cal, p.batch_size),
-            f"{fitted_service_ms(cal, p.batch_size) * 1e3 / p.service_us - 1:+.1%}" if p.service_us > 0 else "",
-        )
-        for p in sorted(cal.points, key=lambda p: p.batch_size)
-    )
+    """The points the fit was made on, with the fitted time and its error at each; with a curve
+    per value, each value's points under its own fit, the value first."""
+
+    def row(c: Calibration, p: CalibrationPoint) -> tuple[object, ...]:
+        err = f"{fitted_service_ms(c, p.batch_size) * 1e3 / p.service_us - 1:+.1%}" if p.service_us > 0 else ""
+        cells = (p.batch_size, p.executions, p.service_us / 1e3, fitted_service_ms(c, p.batch_size), err)
+        return (c.value, *cells) if cal.values else cells
+
+    rows = tuple(row(c, p) for c in cal.curves() for p in sorted(c.points, key=lambda p: p.batch_size))
+    columns = ("batch size", "executions", "measured (ms)", "fitted (ms)", "fit error")
+    took = " + ".join(f"{c.duration_s:.0f} s" for c in cal.curves())
     return Table(
         key="calibration",
         title="Calibration points",
-        columns=("batch size", "executions", "measured (ms)", "fitted (ms)", "fit error"),
+        columns=(("value", *columns) if cal.values else columns),
         rows=rows,
-        note=f"Calibrated in {cal.duration_s:.0f} s on the running server.",
+        note=f"Calibrated in {took} on the running server" + (" (a value each)." if cal.values else "."),
     )

@@ -2,9 +2,10 @@
 measured search elsewhere, with the reason said. The predicted search models one model (open or
 closed loop or a trace, ranked by the objective, a resumed study by what is left; a decoupled model's
 streams under open-loop arrivals), an ensemble, a BLS model or a traffic mix under open-loop arrivals
-ranked by its rate, held to a latency percentile, over the knobs the batcher
-simulator tells apart (tuner/_search/_predict_points.py SIMULATED); anything else is searched
-by measurement, as it always was. --search predict and --search measure are taken as given."""
+ranked by its rate, held to a latency percentile, over the knobs the batcher simulator tells apart
+(tuner/_search/_predict_points.py SIMULATED) and, for one model, the precision and instance kind it
+calibrates a curve for at each value (PER_VALUE); anything else is searched by measurement, as it
+always was. --search predict and --search measure are taken as given."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Literal
 
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._pipeline import SEP
-from perfkit.tuner._search._predict_points import SIMULATED
+from perfkit.tuner._search._predict_points import PER_VALUE, SIMULATED
 from perfkit.tuner._search._stream_kind import stream_unpredictable
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._subject import SubjectKind
@@ -85,7 +86,9 @@ def _cannot_predict(
 def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[str]) -> str | None:
     """What the predicted search would run without answering as asked (it predicts the knobs the
     simulator tells apart at the original's other values, ranks one model's configs by the
-    objective, tuner/_search/_predict_rank.py, an ensemble's by the rate, seeds its own study)."""
+    objective, tuner/_search/_predict_rank.py, an ensemble's by the rate, seeds its own study).
+    One model's precision and instance kind are calibrated per value (PER_VALUE); a pipeline's
+    steps' and a mix's models' are not yet."""
     if s.objective == "goodput":
         return "--objective goodput counts streamed requests meeting its SLOs, which the prediction does not simulate"
     if s.objective != "throughput" and subject != "model":
@@ -98,7 +101,8 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
         return f"a resumed study of a {_NAMES[subject]} goes on as it was searched"
     if s.trials == 1:
         return "--trials 1 measures your config alone"
-    unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - set(SIMULATED))
+    modelled = set(SIMULATED) | (set(PER_VALUE) if subject == "model" else set())
+    unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - modelled)
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"
     return None

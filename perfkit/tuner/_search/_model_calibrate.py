@@ -20,6 +20,7 @@ from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._search._predict_load import check_model_load
 from perfkit.tuner._search._predict_points import batcher_from, dimension_values
 from perfkit.tuner._search._request_path import instances_ceiling_rps
+from perfkit.tuner._search._value_calibrate import ValueLevels, calibrate_values, value_phrase
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
 from perfkit.tuner._trial import TrialRunner
 
@@ -49,10 +50,13 @@ class Calibrated(TuneEvent):
             rates = " and ".join(f"{r:.0f}" for r in c.saturated_rps)
             counts = " and ".join(str(n) for n in c.instance_counts)
             shared = f"; {rates} req/s saturated at {counts} instances: shared fraction {c.shared_fraction:.2f}"
+        at = f" at {c.value}" if c.values else ""
+        per_value = "".join(f"\n    {v.value}: {value_phrase(v)}" for v in c.values)
         return (
-            f"calibrated in {c.duration_s:.0f} s: execution {c.fixed_us / 1e3:.2f} ms + {c.per_item_us / 1e3:.3f} ms"
-            f" per item (fit error {c.fit_rms_rel:.1%} rms, {c.fit_max_rel:.1%} worst; batch:ms {sizes}), overhead"
-            f" {c.overhead_us / 1e3:.2f} ms{shared}{host_phrase(c)}"
+            f"calibrated in {c.duration_s:.0f} s{at}: execution {c.fixed_us / 1e3:.2f} ms"
+            f" + {c.per_item_us / 1e3:.3f} ms per item (fit error {c.fit_rms_rel:.1%} rms, {c.fit_max_rel:.1%} worst;"
+            f" batch:ms {sizes}), overhead"
+            f" {c.overhead_us / 1e3:.2f} ms{shared}{host_phrase(c)}{per_value}"
         )
 
 
@@ -107,8 +111,9 @@ def calibrate(t: TrialRunner) -> Calibration:
     two smallest instance counts, without batching, and, where the busy time did not tell, the
     overloaded batches again at the larger (do they scale as the instances' contention says?);
     where the path holds, the highest rate it holds within the budget (_held_rate, on
-    held_config). The user's config is put back after. Raises UsageError for a load the
-    prediction does not model (tuner/_search/_predict_load.py check_model_load), and what
+    held_config); then each other precision and instance kind the space holds
+    (tuner/_search/_value_calibrate.py). The user's config is put back after. Raises UsageError for a
+    load the prediction does not model (tuner/_search/_predict_load.py check_model_load), and what
     measuring raises."""
     if t.subject.kind != "model":
         raise UsageError(
@@ -199,7 +204,10 @@ def calibrate(t: TrialRunner) -> Calibration:
             if held_cfg != loaded_last:
                 t.put_candidate(subject.candidate(held_cfg, is_original=False, number=-1).text)
             held_rps = _held_rate(t, host_rps)
-        return fitted(held_rps)
+        # each other precision / instance kind of the space on the same batching config (the original put back after)
+        closed = ValueLevels(lambda n: _level(t, _spec(t, n)), lambda n: _level(t, _spec(t, n)), t.model)
+        return calibrate_values(t, fitted(held_rps), batch=batch, sizes=[1, *sizes], counts=counts if rates else [],
+                                levels=closed, clients_per_instance=CONTENTION_CLIENTS_PER_INSTANCE)  # fmt: skip
 
 
 def held_config(

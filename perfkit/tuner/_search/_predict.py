@@ -40,7 +40,7 @@ from perfkit.tuner._search._predict_check import (
     rate_holds,
 )
 from perfkit.tuner._search._predict_events import Note, Predicted, label
-from perfkit.tuner._search._predict_load import latency_at_figure, score_config, score_configs
+from perfkit.tuner._search._predict_load import latency_at_figure
 from perfkit.tuner._search._predict_points import batcher_config, space_points
 from perfkit.tuner._search._predict_rank import (
     measured_keys,
@@ -50,6 +50,7 @@ from perfkit.tuner._search._predict_rank import (
     ranked_to_measure,
     scoring_keep,
 )
+from perfkit.tuner._search._predict_values import score_by_value, sustainable_by_value
 from perfkit.tuner._search._request_path import (
     TOP_MEASURED,
     alike_at_path_ceiling,
@@ -245,7 +246,10 @@ class Predictor:
         if self.calibration is None or b.metric != "latency":
             return None
         cfg = self.key({**self.t.original_fixed_params(), **params})
-        return latency_at_figure(self.t, self.calibration, cfg, rate_rps, requests=SIM_REQUESTS)
+        curve = self.calibration.curve(cfg.variant)  # the curve of its precision / instance kind
+        if curve is None:
+            return None
+        return latency_at_figure(self.t, curve, cfg, rate_rps, requests=SIM_REQUESTS)
 
     def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
         """After a trial is checked against its prediction (a pipeline's search adds its steps)."""
@@ -306,13 +310,12 @@ class Predictor:
         to measure (_request_path.measured_first) with their rates, best first, how many configs
         there were and how many were simulated."""
         assert self.calibration is not None
-        points = space_points(self.t)
+        cal = self.calibration
+        # each point with the curve of its precision / instance kind; a value not calibrated is not predicted
+        points = [p for p in space_points(self.t) if cal.curve(batcher_config(self.t, p).variant) is not None]
         cfgs = [batcher_config(self.t, p) for p in points]
-        service, contention = predict.service_model(self.calibration), predict.contention(self.calibration)
         keep, budget_us = scoring_keep(self.t, TOP_MEASURED), self.simulated_budget_us()
-        results = score_configs(
-            self.t, cfgs, service, contention, requests=SIM_REQUESTS, keep=keep, budget_us=budget_us
-        )
+        results = score_by_value(self.t, cal, cfgs, requests=SIM_REQUESTS, keep=keep, budget_us=budget_us)
         simulated = sum(1 for r in results if not r.bounded)
         results = alike_at_path_ceiling(self.calibration, results)
         by_cfg = {r.config: r for r in results}
@@ -321,8 +324,8 @@ class Predictor:
         # prediction starts its rate search and checks the model at a second point.
         mine = batcher_config(self.t, self.t.original_fixed_params())
         if mine not in self.predicted:
-            own = score_config(self.t, mine, service, contention, requests=SIM_REQUESTS, budget_us=budget_us)
-            if own.rate_rps > 0:
+            own = sustainable_by_value(self.t, cal, mine, requests=SIM_REQUESTS, budget_us=budget_us)
+            if own is not None and own.rate_rps > 0:
                 self.predicted[mine] = own.rate_rps
 
         def order(params: dict[str, Any]) -> tuple[float, float]:
@@ -402,7 +405,8 @@ def _enqueue(study: optuna.Study, params: Mapping[str, Any], rate_rps: float) ->
 
 
 def _alike(cfg: predict.BatcherConfig, r: predict.RateResult, by_cfg: Mapping[Any, predict.RateResult]) -> bool:
-    """Whether a config adds nothing to one already picked: the same batch size and instances,
-    predicted within 1% (queue delays and preferred sizes the simulator scores alike)."""
-    same = cfg.max_batch_size == r.config.max_batch_size and cfg.instances == r.config.instances
+    """Whether a config adds nothing to one already picked: the same batch size, instances and
+    precision / instance kind, predicted within 1% (queue delays and preferred sizes the simulator scores alike)."""
+    same = (cfg.max_batch_size, cfg.instances, cfg.variant) == (r.config.max_batch_size, r.config.instances,
+                                                                r.config.variant)  # fmt: skip
     return same and abs(by_cfg[cfg].rate_rps - r.rate_rps) <= 0.01 * r.rate_rps

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perfkit.tuner._events import TuneEvent
-from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF
+from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_KIND, P_MBS, P_PREC, P_PREF
 
 
 @dataclass(frozen=True)
@@ -38,5 +38,6 @@ class Note(TuneEvent):
 
 
 def label(params: Mapping[str, Any]) -> str:
-    """A point's knobs the simulator tells apart, for the search's lines."""
-    return " ".join(f"{k}={v}" for k, v in params.items() if k in (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT))
+    """A point's knobs the prediction tells apart, for the search's lines."""
+    told = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT, P_PREC, P_KIND)
+    return " ".join(f"{k}={v}" for k, v in params.items() if k in told)

@@ -3,21 +3,24 @@ BatcherConfig): what the predicted search (tuner/_search/_predict.py, tuner/_sea
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from perfkit import predict
-from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, Dimension, pow2_sizes
+from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_KIND, P_MBS, P_PREC, P_PREF, Dimension, pow2_sizes
 from perfkit.tuner._space._knob_batching import pref_sizes
 from perfkit.tuner._trial import TrialRunner
 
 
 def space_points(t: TrialRunner) -> list[dict[str, Any]]:
     """Every point of the space the simulator can tell apart: max_batch_size at powers of two,
-    the queue delay at 0 and log-spaced values, every preferred-size choice and instance count;
-    other dimensions (precision, kind) stay at the original's values."""
+    the queue delay at 0 and log-spaced values, every preferred-size choice and instance count,
+    at every value of the knobs calibrated per value (PER_VALUE: precision, instance kind); other
+    dimensions stay at the original's values."""
     base = t.original_fixed_params()
-    values = {d.name: dimension_values(d) for d in t.space.dimensions if d.name in SIMULATED}
+    crossed = (*SIMULATED, *PER_VALUE)
+    values = {d.name: dimension_values(d) for d in t.space.dimensions if d.name in crossed}
     points: list[dict[str, Any]] = [dict(base)]
     for name, vals in values.items():
         points = [{**p, name: v} for p in points for v in vals]
@@ -33,6 +36,23 @@ def space_points(t: TrialRunner) -> list[dict[str, Any]]:
 
 
 SIMULATED = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT)  # the knobs the simulator tells apart
+# The knobs that change the execution itself: one model's calibration measures a service curve at
+# each of their values the space holds (tuner/_search/_value_calibrate.py), and each point is
+# simulated with its value's curve (BatcherConfig.variant).
+PER_VALUE = (P_PREC, P_KIND)
+
+
+def value_label(t: TrialRunner, params: Mapping[str, Any]) -> str:
+    """The values of the PER_VALUE knobs the space searches a point is at, over the original's
+    ("precision=fp16 instance_kind=gpu"; '' where the space searches none): the calibration's
+    name for the curve the point runs (records Calibration.value)."""
+    at = {**t.space.original_params, **params}
+    return label_of({d.name: at.get(d.name) for d in t.space.dimensions if d.name in PER_VALUE})
+
+
+def label_of(values: Mapping[str, Any]) -> str:
+    """The name of the curve at PER_VALUE knobs' `values` ("precision=fp16 instance_kind=gpu")."""
+    return " ".join(f"{n}={values[n]}" for n in PER_VALUE if n in values)
 
 
 def dimension_values(d: Dimension) -> list[Any]:
@@ -49,8 +69,11 @@ def dimension_values(d: Dimension) -> list[Any]:
 
 
 def batcher_config(t: TrialRunner, params: Mapping[str, Any]) -> predict.BatcherConfig:
-    """The simulator's view of a point: its batching and instance parameters over the original's."""
-    return batcher_from(t.space.original_params, params)
+    """The simulator's view of a point: its batching and instance parameters over the original's,
+    and the value of the knobs calibrated per value it runs at (value_label)."""
+    cfg = batcher_from(t.space.original_params, params)
+    variant = value_label(t, params)
+    return dataclasses.replace(cfg, variant=variant) if variant else cfg
 
 
 def batcher_from(orig: Mapping[str, Any], params: Mapping[str, Any]) -> predict.BatcherConfig:

@@ -48,7 +48,9 @@ def path_ceiling_rps(cal: Calibration | None) -> float | None:
 
 
 def instances_ceiling_rps(cal: Calibration, cfg: predict.BatcherConfig) -> float:
-    """What a config's instances alone could complete (predict.ceiling_rps with no path)."""
+    """What a config's instances alone could complete (predict.ceiling_rps with no path), on the
+    curve of its precision / instance kind (Calibration.curve)."""
+    cal = cal.curve(cfg.variant) or cal
     instances_only = dataclasses.replace(predict.service_model(cal), host_us=0.0)
     return predict.ceiling_rps(cfg, instances_only, predict.contention(cal))
 

@@ -109,3 +109,21 @@ def test_a_tune_record_says_which_search_ran_and_one_from_before_those_fields_st
     said = dataclasses.replace(tune, search="measure", search_reason="asked for with --search measure")
     again = TuneRecord.load(said.save(tmp_path / "tune.json"))
     assert (again.search, again.search_reason) == ("measure", "asked for with --search measure")
+
+
+def test_a_calibration_per_value_round_trips_and_one_saved_before_loads_with_one_curve(tune, tmp_path):
+    from perfkit.records import Calibration, CalibrationPoint
+
+    first = Calibration("m", (CalibrationPoint(1, 10, 1_000.0),), 1_000.0, 0.0, 0.0, 0.0, value="precision=fp32")
+    fp16 = dataclasses.replace(first, value="precision=fp16", fixed_us=500.0, factor=0.5)
+    cal = dataclasses.replace(first, values=(fp16,))
+    again = TuneRecord.load(dataclasses.replace(tune, calibration=cal).save(tmp_path / "tune.json"))
+    assert again.calibration == cal and again.calibration.curve("precision=fp16") == fp16
+    # saved before the per-value fields: no value, no values; its one curve serves every config
+    data = json.loads((tmp_path / "tune.json").read_text())
+    for key in ("value", "values", "factor"):
+        del data["calibration"][key]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = TuneRecord.load(tmp_path / "old.json").calibration
+    assert old is not None and (old.value, old.values, old.factor) == ("", (), 0.0)
+    assert old.curve("precision=fp16") is old and old.curves() == (old,)

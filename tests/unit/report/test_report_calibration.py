@@ -94,3 +94,36 @@ def test_a_tune_report_with_a_calibration_shows_its_curves_and_error(tmp_path: P
     # A tune without a calibration has no such section.
     plain = _text(write_tune_report(tunes[0], tmp_path / "plain.html", runs))
     assert "calibration-service" not in plain and "Fit error" not in _visible(plain)
+
+
+# The same model calibrated at fp16 too: its own line, no factor of fp32's (hungry's host part is
+# not scaled by the precision); and at int8 as a factor of the first curve, confirmed at two sizes.
+FP16 = dataclasses.replace(
+    CAL, value="precision=fp16", points=(CalibrationPoint(1, 200, 9_200.0), CalibrationPoint(64, 30, 15_100.0)),
+    fixed_us=9_100.0, per_item_us=94.0, fit_rms_rel=0.01, fit_max_rel=0.02, shared_fraction=0.8, duration_s=6.0,
+)  # fmt: skip
+INT8 = dataclasses.replace(
+    CAL, value="precision=int8", points=(CalibrationPoint(1, 200, 6_800.0), CalibrationPoint(64, 30, 10_900.0)),
+    fixed_us=16_500.0 * 0.4, per_item_us=165.0 * 0.4, factor=0.4, duration_s=3.0, instance_counts=(), saturated_rps=(),
+)  # fmt: skip
+PER_VALUE = dataclasses.replace(CAL, value="precision=fp32", values=(FP16, INT8))
+
+
+def test_a_calibration_per_precision_shows_one_curve_per_value():
+    fig = service_figure(PER_VALUE)
+    labels = [s.label for s in fig.series]
+    assert len(fig.series) == 6 and [s.group for s in fig.series[::2]] == [c.value for c in PER_VALUE.curves()]
+    assert labels[0] == "precision=fp32: measured" and labels[2] == "precision=fp16: measured"
+    assert "×0.40 the first curve" in labels[5] and "×" not in labels[3]
+    fp16_fit = fig.series[3]
+    assert all(y == pytest.approx(9.1 + 0.094 * x) for x, y in fp16_fit.points)
+    assert fig.series[2].points == ((1.0, 9.2), (64.0, 15.1))
+    assert "3.1% worst (the worst curve's, precision=fp32)" in fig.caption
+    table = calibration_table(PER_VALUE)
+    assert table.columns[0] == "value" and [r[0] for r in table.rows].count("precision=fp16") == 2
+    assert table.note == "Calibrated in 14 s + 6 s + 3 s on the running server (a value each)."
+    text = fit_error_sentence(PER_VALUE)
+    assert "At precision=fp16: 9.10 ms + 0.094 ms per item over batch sizes 1, 64" in text
+    assert "At precision=int8: ×0.40 the first curve" in text
+    # A record saved before carries no values: one curve, as it was drawn.
+    assert [s.label for s in service_figure(CAL).series][0] == "measured (server batch_stats)"

@@ -51,7 +51,7 @@ def _search(arrival: str = "constant") -> tuple[Predictor, list[Any]]:
     t = SimpleNamespace(
         s=SimpleNamespace(budget=Budget(100.0, 99.0, "latency"), objective="throughput", resume=False),
         trial_load=SimpleNamespace(distribution=arrival, open_loop=True, load_mode="rate"),
-        space=SimpleNamespace(original_params=dict(ORIGINAL)),
+        space=SimpleNamespace(original_params=dict(ORIGINAL), dimensions=[]),
         original_fixed_params=lambda: {"instance_count": 1},
         emit=events.append,
     )

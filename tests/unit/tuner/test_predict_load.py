@@ -36,7 +36,7 @@ def _runner(load_mode: str, *, budget_ms: float = 55.0, max_concurrency: int = 6
             max_concurrency=max_concurrency,
             trace=trace,
         ),  # fmt: skip
-        space=SimpleNamespace(original_params={"max_batch_size": 0, "instance_count": 1}),
+        space=SimpleNamespace(original_params={"max_batch_size": 0, "instance_count": 1}, dimensions=[]),
         original_fixed_params=lambda: {"instance_count": 1},
         emit=lambda ev: None,
     )

@@ -116,8 +116,8 @@ def test_one_models_objectives_and_a_resumed_study_are_predicted(change):
 
 
 def test_a_space_that_searches_a_knob_the_simulator_does_not_model_is_measured_naming_it():
-    model = _choose(knobs=[*BATCHING, "precision"])
-    assert model.kind == "measure" and "precision" in (model.why_measured or "")
+    model = _choose(knobs=[*BATCHING, "sequence_strategy"])
+    assert model.kind == "measure" and "sequence_strategy" in (model.why_measured or "")
     step = _choose(subject="ensemble", knobs=["pre.max_batch_size", "infer.instance_kind", "infer.precision"])
     assert step.kind == "measure"
     assert "instance_kind, precision" in (step.why_measured or "")  # the knob, not the step's name
@@ -186,3 +186,15 @@ def test_choose_picks_the_search_once_and_the_search_says_which_and_why():
     with pytest.raises(UsageError, match="open-loop arrival rates only"):
         choose(dataclasses.replace(AUTO, search="predict"), _subject("bls"), SimpleNamespace(open_loop=False,
                load_mode="concurrency", streaming=False))  # fmt: skip
+
+
+def test_one_models_precision_and_instance_kind_are_predicted_calibrated_per_value():
+    # the calibration measures a curve at each value (tuner/_search/_value_calibrate.py)
+    model = _choose(knobs=[*BATCHING, "precision", "instance_kind"])
+    assert (model.kind, model.why_measured) == ("predict", None)
+    assert model.line().lstrip().startswith("--search auto: predicting")
+    # a knob still not modelled is still a reason, named alone
+    mixed = _choose(knobs=[*BATCHING, "precision", "max_sequence_idle_us"])
+    assert mixed.kind == "measure" and mixed.why_measured == (
+        "the space searches max_sequence_idle_us, which the prediction does not model"
+    )

@@ -127,7 +127,13 @@ class PaCompatCommand(click.Command):
     """A click command that first reads perf_analyzer's command-line forms (see normalize_argv)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        norm, notes = normalize_argv(list(args))
+        # what perf_analyzer refuses is refused here too, before any server is reached (imported here:
+        # _flag_checks reads argv with walk_argv, from this module)
+        from perfkit.cli._flag_checks import check_flags, readings
+
+        args = readings(list(args), lambda line: click.echo(line, err=True))
+        check_flags(args, drop_in=False)
+        norm, notes = normalize_argv(args)
         ctx.meta["perfkit.pa_notes"] = notes
         return super().parse_args(ctx, norm)
 

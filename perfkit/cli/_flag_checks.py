@@ -291,6 +291,7 @@ def _verify_options(given: dict[str, str], flags: set[str], protocol: str, refus
             "Cannot specify --async and --sync simultaneously.", "-a/--async and --sync: give one of them, not both"
         )
     _search(given, flags, conc, rate, refuse)
+    _request_count(given, conc, rate, refuse)
     if refuse.drop_in and "--request-parameter" in given and protocol != "grpc":
         raise UsageError("The --request-parameter option is currently only supported by gRPC protocol.")
     for name in ("--metrics-url", "--metrics-interval"):
@@ -340,6 +341,28 @@ def _search(
                 "--warmup-request-count not supported with multiple request rate values in one run",
                 f"--warmup-request-count {warmup}: not with several request rates (one per run)",
             )
+
+
+def _request_count(
+    given: dict[str, str], conc: tuple[float, float], rate: tuple[float, float], refuse: _Refuse
+) -> None:
+    """VerifyOptions on --request-count: one load value, no fewer requests than it (concurrency or request
+    rate mode; not --request-intervals)."""
+    text = given.get("--request-count")
+    if text is None or atoi(text) == 0 or "--request-intervals" in given:
+        return
+    count = atoi(text)
+    mode, (start, end) = ("request rate", rate) if "--request-rate-range" in given else ("concurrency", conc)
+    if count < int(start):
+        raise refuse.combination(
+            f"--request-count can not be less than {mode}",
+            f"--request-count {text} can not be less than {mode} {start:g}",
+        )
+    if start < end:
+        raise refuse.combination(
+            f"--request-count not supported with multiple {mode} values in one run",
+            f"--request-count {text}: not supported with several load values in one run",
+        )
 
 
 def readings(args: list[str], warn: Callable[[str], None]) -> list[str]:

@@ -312,9 +312,7 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
     if kw.get("grpc_compression", "none") != "none" and protocol == "http":
         # perf_analyzer's rule (src/command_line_parser.cc, VerifyOptions)
         raise UsageError("Using compression algorithm is only allowed with gRPC protocol.")
-    count = kw.pop("measurement_request_count", 50)
-    if count <= 0:
-        raise UsageError("Failed to parse --measurement-request-count. The value must be > 0.")
+    count = kw.pop("measurement_request_count", 50)  # > 0: checked with the other values (_flag_checks)
     request_period = kw.pop("request_period", 10)
     periodic = periodic_range(kw.pop("periodic_range", None), request_period, kw, export)
     return {
@@ -336,7 +334,8 @@ def periodic_range(
     text: str | None, request_period: int, kw: dict[str, Any], export: Path | None
 ) -> tuple[int, int, int] | None:
     """--periodic-concurrency-range as (start, end, step), by perf_analyzer's rules and in its words
-    (src/command_line_parser.cc: the option's parsing, and VerifyOptions); raises UsageError."""
+    (src/command_line_parser.cc: the option's parsing, and VerifyOptions); raises UsageError. --request-period > 0 is
+    checked with the other values, before click parses (_flag_checks)."""
     if text is None:
         return None
     what = "Failed to parse --periodic-concurrency-range."
@@ -358,8 +357,6 @@ def periodic_range(
     if start <= 0:
         # perf_analyzer accepts 0 and then waits forever: no request, so no period ever completes
         raise UsageError(f"{what} The <start> must be > 0: with no request in flight the ramp never begins.")
-    if request_period <= 0:
-        raise UsageError("Failed to parse --request-period. The value must be > 0")
     ctx = click.get_current_context(silent=True)
     given = {**(ctx.params if ctx is not None else {}), **kw}  # flags other option groups consumed too
     if any(given.get(k) for k in ("concurrency_range", "request_rate_range", "request_intervals", "fixed_schedule")):

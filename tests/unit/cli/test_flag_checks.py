@@ -168,3 +168,30 @@ def test_qa_lines_checked_as_260_ended(case: dict[str, object]) -> None:
         assert str(err.value) == said
         with pytest.raises(UsageError):
             check_flags(argv, drop_in=False)
+
+
+@pytest.mark.parametrize(
+    ("args", "pa_says", "perfkit_says"),
+    [
+        (["--concurrency-range", "8"], "--request-count can not be less than concurrency",
+         "--request-count 5 can not be less than concurrency 8"),
+        (["--concurrency-range", "1:4"], "--request-count not supported with multiple concurrency values in one run",
+         "--request-count 5: not supported with several load values in one run"),
+        (["--request-rate-range", "10"], "--request-count can not be less than request rate",
+         "--request-count 5 can not be less than request rate 10"),
+        (["--request-rate-range", "1:4"], "--request-count not supported with multiple request rate values in one run",
+         "--request-count 5: not supported with several load values in one run"),
+    ],
+)  # fmt: skip
+def test_request_count_rules_in_both_commands(
+    args: list[str],
+    pa_says: str,
+    perfkit_says: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PERFKIT_EXIT_CODES", raising=False)
+    assert pa_main([*_NOWHERE, "--request-count", "5", *args]) == 99
+    assert capsys.readouterr().err.strip().splitlines() == [f"perfkit: error: {pa_says}"]
+    assert perfkit_main(["profile", *_NOWHERE, "--request-count", "5", *args]) == ExitCode.USAGE
+    assert capsys.readouterr().err.strip().splitlines() == [f"perfkit: error: {perfkit_says}"]

@@ -9,7 +9,8 @@ Source: triton-inference-server/perf_analyzer `src/command_line_parser.cc`, `CLP
 combination, afterwards, in the order below; read at commit 263c5f6e of 2025-12-15, the refusals that
 tests/server/cli/test_pa_verify.py quotes checked against the 2.60.0 binary). Not here: what 2.60 checks
 against files or the server (--fixed-schedule's dataset, --input-data kinds), and the flags only the
-`perf_analyzer` command acts on (trace settings, --request-parameter's form: `_pa_verify`). perf_analyzer reads numbers with `std::stoi`/`std::stof`
+`perf_analyzer` command acts on (trace settings, --request-parameter's form: `_pa_verify`).
+perf_analyzer reads numbers with `std::stoi`/`std::stof`
 (the leading number, the rest ignored; no number at all is "Invalid value provided") and --percentile
 with `std::atoi` (no number reads as 0). Two readings are not refusals: `--percentile -1` means "no
 percentile" and a `--sequence-length` <= 0 is a warning, the default used (`readings`).

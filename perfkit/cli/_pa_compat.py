@@ -127,7 +127,13 @@ class PaCompatCommand(click.Command):
     """A click command that first reads perf_analyzer's command-line forms (see normalize_argv)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        norm, notes = normalize_argv(list(args))
+        # what perf_analyzer refuses is refused here too, before any server is reached (imported here:
+        # _flag_checks reads argv with walk_argv, from this module)
+        from perfkit.cli._flag_checks import check_flags, readings
+
+        args = readings(list(args), lambda line: click.echo(line, err=True))
+        check_flags(args, drop_in=False)
+        norm, notes = normalize_argv(args)
         ctx.meta["perfkit.pa_notes"] = notes
         return super().parse_args(ctx, norm)
 
@@ -306,9 +312,7 @@ def pa_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
     if kw.get("grpc_compression", "none") != "none" and protocol == "http":
         # perf_analyzer's rule (src/command_line_parser.cc, VerifyOptions)
         raise UsageError("Using compression algorithm is only allowed with gRPC protocol.")
-    count = kw.pop("measurement_request_count", 50)
-    if count <= 0:
-        raise UsageError("Failed to parse --measurement-request-count. The value must be > 0.")
+    count = kw.pop("measurement_request_count", 50)  # > 0: checked with the other values (_flag_checks)
     request_period = kw.pop("request_period", 10)
     periodic = periodic_range(kw.pop("periodic_range", None), request_period, kw, export)
     return {
@@ -330,7 +334,8 @@ def periodic_range(
     text: str | None, request_period: int, kw: dict[str, Any], export: Path | None
 ) -> tuple[int, int, int] | None:
     """--periodic-concurrency-range as (start, end, step), by perf_analyzer's rules and in its words
-    (src/command_line_parser.cc: the option's parsing, and VerifyOptions); raises UsageError."""
+    (src/command_line_parser.cc: the option's parsing, and VerifyOptions); raises UsageError. --request-period > 0 is
+    checked with the other values, before click parses (_flag_checks)."""
     if text is None:
         return None
     what = "Failed to parse --periodic-concurrency-range."
@@ -352,8 +357,6 @@ def periodic_range(
     if start <= 0:
         # perf_analyzer accepts 0 and then waits forever: no request, so no period ever completes
         raise UsageError(f"{what} The <start> must be > 0: with no request in flight the ramp never begins.")
-    if request_period <= 0:
-        raise UsageError("Failed to parse --request-period. The value must be > 0")
     ctx = click.get_current_context(silent=True)
     given = {**(ctx.params if ctx is not None else {}), **kw}  # flags other option groups consumed too
     if any(given.get(k) for k in ("concurrency_range", "request_rate_range", "request_intervals", "fixed_schedule")):

@@ -94,10 +94,15 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         ("--percentile",),
         True,
         "same",
-        "latency percentile for stability and -l; the `perf_analyzer` command reads it as perf_analyzer 2.60 (an"
-        " integer, 1-99, -1 for none; others refused)",
+        "latency percentile for stability and -l; -1 for none; others outside (0, 100) refused (_flag_checks); the"
+        " `perf_analyzer` command reads it as perf_analyzer 2.60 (an integer, 1-99)",
     ),
-    PaFlag(("--warmup-request-count",), True, "same", "requests sent before measuring"),
+    PaFlag(
+        ("--warmup-request-count",),
+        True,
+        "same",
+        "requests sent before measuring (>= 0; one load value only, as perf_analyzer)",
+    ),
     PaFlag(
         ("--request-count",),
         True,
@@ -144,13 +149,15 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     PaFlag(("--request-rate-range",), True, "differs", "open loop; late and dropped sends counted"),
     PaFlag(("--request-distribution",), True, "same", "constant or poisson", lower_value=True),
     PaFlag(("-l", "--latency-threshold"), True, "differs", "on --percentile if given, else the average (ms)"),
-    PaFlag(("--binary-search",), False, "same", "with -l"),
+    PaFlag(
+        ("--binary-search",), False, "same", "with -l > 0 and a range START:END (refused otherwise, as perf_analyzer)"
+    ),
     PaFlag(("--request-intervals",), True, "same", "file of gaps in µs"),
     PaFlag(("--fixed-schedule",), False, "same", "replays --input-data timestamps"),
     PaFlag(("--max-threads",), True, "accepted", "perfkit's client is asynchronous (no thread per request)"),
     PaFlag(("--num-of-sequences",), True, "same", "open loop: live sequences"),
-    PaFlag(("--sequence-length",), True, "same", "requests per sequence"),
-    PaFlag(("--sequence-length-variation",), True, "same", "± percent"),
+    PaFlag(("--sequence-length",), True, "same", "requests per sequence; <= 0: perf_analyzer's warning, its default"),
+    PaFlag(("--sequence-length-variation",), True, "same", "± percent (>= 0)"),
     PaFlag(("--sequence-id-range",), True, "same", "start[:end] correlation IDs"),
     PaFlag(("--serial-sequences",), False, "same", "one request in flight per sequence"),
     PaFlag(
@@ -189,7 +196,12 @@ PA_FLAGS: tuple[PaFlag, ...] = (
     ),
     PaFlag(("-i",), True, "same", "http or grpc (any case)", lower_value=True),
     PaFlag(("-a", "--async"), False, "accepted", "perfkit is always asynchronous"),
-    PaFlag(("--sync",), False, "accepted", "perfkit is always asynchronous: the same load, fewer threads"),
+    PaFlag(
+        ("--sync",),
+        False,
+        "accepted",
+        "perfkit is always asynchronous: the same load, fewer threads; with -a refused, as perf_analyzer",
+    ),
     PaFlag(
         ("--streaming",),
         False,
@@ -259,13 +271,13 @@ PA_FLAGS: tuple[PaFlag, ...] = (
         ("--metrics-url",),
         True,
         "same",
-        "metrics endpoint; the `perf_analyzer` command refuses it without --collect-metrics, as perf_analyzer 2.60",
+        "metrics endpoint; refused without --collect-metrics, as perf_analyzer 2.60",
     ),
     PaFlag(
         ("--metrics-interval",),
         True,
         "same",
-        "ms between scrapes (> 0); the `perf_analyzer` command refuses it without --collect-metrics, as perf_analyzer",
+        "ms between scrapes (> 0); refused without --collect-metrics, as perf_analyzer",
     ),
     PaFlag(("-f",), True, "differs", "same columns and units; Client Send/Recv are 0"),
     PaFlag(

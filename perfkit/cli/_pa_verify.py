@@ -1,5 +1,8 @@
 """What perf_analyzer 2.60 refuses when it reads its command line, refused the same way.
 
+The value and combination checks both commands make are in `_flag_checks` (written once); here are the
+`perf_analyzer` command's own: the trace flags it sends to the server and --request-parameter's form.
+
 perf_analyzer checks some values as it parses each option (`CLParser::ParseCommandLine`) and the
 combination afterwards (`CLParser::VerifyOptions`), both in `src/command_line_parser.cc`; either
 prints the usage and `Error: <message>` and exits 99. The `perf_analyzer` command makes the same
@@ -11,16 +14,13 @@ value provided") and `std::atoi` for --percentile (no number reads as 0).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import click
 
+from perfkit.cli._flag_checks import INT_RE, atoi, check_flags, readings
 from perfkit.cli._pa_compat import walk_argv
 from perfkit.errors import UsageError
-
-_INT = re.compile(r"\s*([+-]?\d+)")
-_FLOAT = re.compile(r"\s*([+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|inf(?:inity)?|nan))", re.I)
 
 TRACE_LEVELS = ("OFF", "TIMESTAMPS", "TENSORS")
 
@@ -37,25 +37,6 @@ class PaTraceSettings:
         return {k: ([v] if k == "trace_level" else v) for k, v in self.settings}
 
 
-def _stoi(spelling: str, value: str) -> int:
-    m = _INT.match(value)
-    if m is None:
-        raise UsageError(f"Failed to parse {spelling}. Invalid value provided: {value}")
-    return int(m.group(1))
-
-
-def _stof(spelling: str, value: str) -> float:
-    m = _FLOAT.match(value)
-    if m is None:
-        raise UsageError(f"Failed to parse {spelling}. Invalid value provided: {value}")
-    return float(m.group(1))
-
-
-def _atoi(value: str) -> int:
-    m = _INT.match(value)
-    return int(m.group(1)) if m else 0
-
-
 _INT32 = (-(2**31), 2**31 - 1)
 
 
@@ -67,7 +48,7 @@ def _request_parameter_as_sent(value: str) -> str | None:
     name, text, kind = value.split(":")
     kind = kind.lower()
     if kind == "int":
-        m = _INT.match(text)
+        m = INT_RE.match(text)
         if m is None or not _INT32[0] <= int(m.group(1)) <= _INT32[1]:
             raise UsageError(
                 f"--request-parameter {value}: {text!r} is no int perf_analyzer can read (std::stoi: an int32);"
@@ -87,40 +68,21 @@ def _request_parameter_as_sent(value: str) -> str | None:
 
 
 def verify_like_pa(args: list[str]) -> tuple[list[str], PaTraceSettings | None]:
-    """Refuse what perf_analyzer 2.60 refuses when parsing `args` (UsageError, its words); return the
-    command line with perf_analyzer's readings applied (--percentile -1 dropped, --percentile read as
-    an integer; trace flags taken out) and the trace settings to apply, if any."""
+    """Refuse what perf_analyzer 2.60 refuses when parsing `args` (UsageError, its words: the checks of
+    `_flag_checks`, shared with `perfkit profile`, and those on the flags only this command acts on); return
+    the command line with perf_analyzer's readings applied (--percentile -1 dropped, --percentile read as an
+    integer, a --sequence-length <= 0 dropped with its warning; trace flags taken out) and the trace
+    settings to apply, if any."""
     out: list[str] = []
     trace: dict[str, str] = {}
-    protocol = "http"
-    streaming = collect = metrics_url = metrics_interval = False
     percentile: int | None = None
     params: dict[str, str] = {}
     for name, flag, value in walk_argv(args):
         if flag is None or value is None:
-            streaming |= name == "--streaming"
-            collect |= name == "--collect-metrics"
             out.append(name)
             continue
-        if name in ("-p", "--measurement-interval") and _stoi(name, value) <= 0:
-            raise UsageError("Failed to parse --measurement-interval (-p). The value must be > 0 msec.")
-        if name in ("-l", "--latency-threshold") and _stoi(name, value) < 0:
-            raise UsageError("Failed to parse --latency-threshold (-l). The value must be >= 0 msecs.")
-        if name in ("-s", "--stability-percentage") and _stof(name, value) < 0:
-            raise UsageError("Failed to parse --stability-percentage (-s). The value must be >= 0.0.")
-        if name in ("-r", "--max-trials") and _stoi(name, value) <= 0:
-            raise UsageError("Failed to parse --max-trials (-r). The value must be > 0.")
-        if name == "--warmup-request-count" and _stoi(name, value) < 0:
-            raise UsageError("Failed to parse --warmup-request-count. The value must be >= 0.")
-        if name == "--metrics-interval":
-            metrics_interval = True
-            if _stoi(name, value) <= 0:
-                raise UsageError("Failed to parse --metrics-interval. The value must be > 0 msecs.")
-        metrics_url |= name == "--metrics-url"
-        if name == "-i":
-            protocol = value.lower()
         if name == "--percentile":
-            percentile = _atoi(value)
+            percentile = atoi(value)
             continue  # put back below, as perf_analyzer read it
         if name == "--request-parameter":
             if len(value.split(":")) != 3:
@@ -135,31 +97,12 @@ def verify_like_pa(args: list[str]) -> tuple[list[str], PaTraceSettings | None]:
                 )
             trace["trace_level"] = value
             continue
-        if name == "--trace-rate":
-            trace["trace_rate"] = value
-            continue
-        if name == "--trace-count":
-            if _stoi(name, value) < -1:
-                raise UsageError("Failed to parse --trace-count. The value must be >= 0 or set to -1 (default).")
-            trace["trace_count"] = value
-            continue
-        if name == "--log-frequency":
-            if _stoi(name, value) < 0:
-                raise UsageError("Failed to parse --log-frequency. The value must be >= 0.")
-            trace["log_frequency"] = value
+        if name in ("--trace-rate", "--trace-count", "--log-frequency"):
+            trace[name[2:].replace("-", "_")] = value
             continue
         out.extend([name, value])
-    # VerifyOptions, in its order
-    if streaming and protocol != "grpc":
-        raise UsageError("Streaming is only allowed with gRPC protocol and Triton C API.")
-    if percentile is not None and percentile != -1 and not 1 <= percentile <= 99:
-        raise UsageError("Failed to parse --percentile. The value must be -1 for not reporting or in range (0, 100).")
-    if params and protocol != "grpc":
-        raise UsageError("The --request-parameter option is currently only supported by gRPC protocol.")
-    if metrics_url and not collect:
-        raise UsageError("Must specify --collect-metrics when using the --metrics-url option.")
-    if metrics_interval and not collect:
-        raise UsageError("Must specify --collect-metrics when using the --metrics-interval option.")
+    check_flags(args, drop_in=True)
+    out = readings(out, lambda line: click.echo(line, err=True))
     if percentile is not None and percentile != -1:
         out += ["--percentile", str(percentile)]
     for value in params.values():

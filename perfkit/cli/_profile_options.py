@@ -87,11 +87,8 @@ def _percentiles(text: str) -> tuple[float, ...]:
 
 
 def _check_request_count(spec: ProfileSpec, count: int) -> None:
-    """perf_analyzer's rules for --request-count: one load value, no fewer requests than it."""
-    if len(spec.levels) != 1:
-        raise UsageError(f"--request-count {count}: not supported with several load values in one run")
-    if count < spec.levels[0].value:
-        raise UsageError(f"--request-count {count} can not be less than {spec.levels[0].label}")
+    """--request-count's rules beyond perf_analyzer's own (one load value, no fewer requests than it: checked
+    with the other perf_analyzer rules before click parses, perfkit/cli/_flag_checks.py)."""
     if spec.binary_search or spec.trace or spec.fixed_schedule:
         raise UsageError(f"--request-count {count}: not with --binary-search, --fixed-schedule or a trace")
 

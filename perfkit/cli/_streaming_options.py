@@ -95,12 +95,10 @@ def _id_range(text: str | None) -> tuple[int, int | None]:
 def streaming_spec_fields(kw: dict[str, Any]) -> dict[str, Any]:
     """ProfileSpec fields from the options above (consumes them from kw); raises UsageError."""
     id_start, id_end = _id_range(kw.pop("sequence_id_range"))
+    # --sequence-length <= 0 (2.60: its default) and --num-of-sequences < 1 (refused) are read before click
+    # parses, by perfkit/cli/_flag_checks.py, as for every perf_analyzer value check
     length = kw.pop("sequence_length")
-    if length is not None and length < 1:
-        raise UsageError(f"--sequence-length {length}: must be at least 1")
     num = kw.pop("num_of_sequences")
-    if num < 1:
-        raise UsageError(f"--num-of-sequences {num}: must be at least 1")
     goodput = kw.pop("goodput")
     return {
         "streaming": kw.pop("streaming"),

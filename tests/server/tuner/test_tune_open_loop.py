@@ -35,6 +35,7 @@ def _load(out: Path) -> TuneRecord:
     return from_dict(TuneRecord, json.loads((out / "tune.json").read_text()))
 
 
+@pytest.mark.quiet  # a verdict on noise: a measured rate against queueing theory's, within the stated tolerance
 def test_open_loop_sustainable_rate_matches_the_md1_queue(model_repo: Path, tmp_path: Path):
     out = tmp_path / "out"
     # No --load: the default is open loop (Poisson arrivals) for a model that is not decoupled.
@@ -85,7 +86,8 @@ def test_a_pick_is_confirmed_by_repeated_runs_and_the_claim_is_their_mean(model_
         # The claim is rebuilt from the repeats saved beside the record.
         tag = f"{c.load.value:g}".replace(".", "_")
         runs = sorted((out / "confirm").glob(f"trial-{t.number:03d}-{tag}-*.json"))
-        assert len(runs) == c.repeats == 2
+        # two asked for; a load whose first run was still settling runs one more (concepts/tuning.md)
+        assert len(runs) == c.repeats and c.repeats >= 2
         tputs = [RunRecord.load(p).levels[-1].throughput_infer_per_s for p in runs]
         assert c.throughput_infer_per_s == pytest.approx(statistics.fmean(tputs))
         assert c.throughput_low <= c.throughput_infer_per_s <= c.throughput_high

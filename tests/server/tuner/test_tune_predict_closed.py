@@ -41,9 +41,12 @@ def test_a_closed_loop_tune_is_predicted_and_picks_the_known_best(model_repo: Pa
     predicted = [t for t in rec.trials if "predicted_rps" in t.metrics]
     assert predicted, lines
     first = predicted[0]
-    # The best predicted: two instances, near 2 / the calibrated execution (the figure is a throughput).
+    # The best predicted: two instances, saturated (16 clients past 2 instances): the throughput the
+    # calibration read with two instances saturated, 2 / the calibrated execution where they do not
+    # contend (a CPU shared with other work makes them contend: the calibration's fit takes that in).
     assert first.params.get("instance_count") == 2, lines
-    cal_rps = 2 / (rec.calibration.fixed_us / 1e6)
+    saturated = dict(zip(rec.calibration.instance_counts, rec.calibration.saturated_rps))
+    cal_rps = saturated.get(2, 2 / (rec.calibration.fixed_us / 1e6))
     assert first.metrics["predicted_rps"] == pytest.approx(cal_rps, rel=0.05), lines
     assert first.feasible and first.throughput_infer_per_s is not None and first.load is not None
     assert first.load.mode == "concurrency", first.load

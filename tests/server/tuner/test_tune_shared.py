@@ -91,7 +91,8 @@ def test_two_workers_share_one_study_without_losing_or_repeating_trials(postgres
                "-o", str(tmp_path / f"out-{worker}"), "--storage", postgres_url, "--study-name", "shared",
                "--trials", str(trials), "--latency-budget", "20ms", "--load", "concurrency", "--max-concurrency", "2",
                "--measurement-interval", "300", "--max-batch-sizes", "8", "--no-dynamic-batching",
-               "--instance-counts", "1,2,3", "--precisions", "fp32,fp16,int8", *CHEAP_CONFIRM]  # fmt: skip
+               "--instance-counts", "1,2,3", "--precisions", "fp32,fp16,int8", "--search", "measure",
+               *CHEAP_CONFIRM]  # fmt: skip
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     logs = [p.communicate(timeout=400)[0] for p in procs]
     for p, log in zip(procs, logs):

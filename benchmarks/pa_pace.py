@@ -43,6 +43,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cases", nargs="*", help="case ids (default: DEFAULT_CASES)")
     ap.add_argument("--all", action="store_true", help="every case perf_analyzer 2.60 measured when recorded")
+    ap.add_argument(
+        "--perfkit-from",
+        type=Path,
+        help="run perfkit's `perf_analyzer` from this source tree (an export of another commit: before/after)",
+    )
+    ap.add_argument("--label", default="", help="a word for the results file's name (e.g. before)")
     args = ap.parse_args()
     cases = json.loads(CASES.read_text())["cases"]
     if args.all:
@@ -51,10 +57,10 @@ def main() -> int:
         wanted = args.cases or list(DEFAULT_CASES)
         chosen = [c for c in cases if c["id"] in wanted]
     pa_path, pa_env = perf_analyzer("2.60")
-    tools = {
-        "perf_analyzer_2.60": ([str(pa_path)], pa_env),
-        "perfkit": ([str(Path(sys.executable).parent / "perf_analyzer")], {}),
-    }
+    perfkit: tuple[list[str], dict[str, str]] = ([str(Path(sys.executable).parent / "perf_analyzer")], {})
+    if args.perfkit_from:
+        perfkit = ([sys.executable, "-m", "perfkit.cli.pa"], {"PYTHONPATH": str(args.perfkit_from.resolve())})
+    tools = {"perf_analyzer_2.60": ([str(pa_path)], pa_env), "perfkit": perfkit}
     http_port = adjacent_free_ports()
     launch = LocalLaunch(HERE / "models", http_port=http_port, grpc_port=http_port + 1)
     rows = []
@@ -84,12 +90,13 @@ def main() -> int:
     pk_total = sum(r["perfkit"].get("seconds") or 0 for r in rows)  # type: ignore[attr-defined]  # dict
     out = {
         "when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%MZ"),
+        "perfkit": str(args.perfkit_from or "this checkout"),
         "cases": rows,
         "total_s": {"perf_analyzer_2.60": round(pa_total, 1), "perfkit": round(pk_total, 1)},
         "ratio": round(pk_total / pa_total, 2) if pa_total else None,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"pa_pace-{out['when']}.json"
+    path = RESULTS / f"pa_pace-{out['when']}{'-' + args.label if args.label else ''}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(
         f"total: perf_analyzer {out['total_s']['perf_analyzer_2.60']} s, perfkit {out['total_s']['perfkit']} s,"

@@ -102,10 +102,42 @@ def test_a_steady_level_ends_after_three_windows_by_perf_analyzers_rule(monkeypa
 
 def test_a_level_whose_latency_keeps_moving_ends_unstable_at_max_trials(monkeypatch):
     # latency x1.25 every window: never three windows within 10%
-    r = _run(monkeypatch, lambda t: 1000.0 * 1.25 ** t, max_trials=6)
+    r = _run(monkeypatch, lambda t: 1000.0 * 1.25**t, max_trials=6)
     assert not r.stable and len(r.windows) == 6 and r.drift is None
 
 
 def test_a_latency_past_the_threshold_ends_the_level(monkeypatch):
-    r = _run(monkeypatch, lambda t: 1000.0 * 1.25 ** t, max_trials=10, latency_threshold_ms=1.0)
+    r = _run(monkeypatch, lambda t: 1000.0 * 1.25**t, max_trials=10, latency_threshold_ms=1.0)
     assert not r.stable and len(r.windows) == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "rule"),
+    [
+        ([], "precision"),  # perfkit profile's own default
+        (["-s", "100"], "stability"),  # perf_analyzer's stability flags, as perf_analyzer spells them
+        (["-p500"], "stability"),
+        (["--max-trials", "4"], "stability"),
+        (["-s", "100", "--stop-rule", "precision"], "precision"),  # asked otherwise
+        (["--stop-rule", "stability"], "stability"),
+    ],
+)
+def test_the_command_line_chooses_the_rule_once(argv, rule):
+    from perfkit.cli._stop_rule_option import stop_rule_of
+    from perfkit.cli.profile import command
+
+    with command.make_context("profile", ["-m", "m", *argv]) as ctx:
+        assert stop_rule_of(dict(ctx.params)) == rule
+
+
+def test_an_open_loop_level_whose_throughput_alone_settles_is_stable_with_a_note_at_max_trials():
+    level = LoadLevel("request_rate", 100)
+    spec = ProfileSpec(model="m", levels=(level,), stop_rule="stability", max_trials=4)
+    wins = [_window(100, lat) for lat in (1000.0, 1300.0, 1700.0, 2200.0)]  # latency x1.3 a window
+    lat_of = lambda i: np.full(100, wins[i].mean_us)  # noqa: E731
+    kw = {"throughput_ok": False, "latency_ok": False, "tail_ok": False}
+    rule = WindowStability(spec, open_loop=True, latencies_us=lat_of)
+    assert not rule.ends_after(3, wins[:3], None, **kw)  # type: ignore[arg-type]  # the rule reads no precision
+    assert rule.ends_after(4, wins, None, **kw) and rule.stable and rule.latency_unsteady  # type: ignore[arg-type]
+    closed = WindowStability(spec, open_loop=False, latencies_us=lat_of)
+    assert not closed.ends_after(4, wins, None, **kw) and not closed.stable  # type: ignore[arg-type]

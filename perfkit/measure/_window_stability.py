@@ -105,13 +105,15 @@ class WindowStability:
         latency_ok: bool,
         tail_ok: bool,
     ) -> bool:
-        """Whether the level ends after its k-th window, by perf_analyzer's rule alone (the precision
-        and sample judgements the loop makes for perfkit's own rule are not asked)."""
-        del precision, throughput_ok, latency_ok, tail_ok  # perf_analyzer's rule reads the windows only
+        """Whether the level ends after its k-th window, by perf_analyzer's rule (the precision the loop
+        judges for perfkit's own rule is not asked). tail_ok: the percentiles spec.tail_percentiles names
+        have their samples; a stable level waits for them, so runs a gate compares hold its evidence (the
+        `perf_analyzer` command asks for none, as perf_analyzer judges no tail)."""
+        del precision, throughput_ok, latency_ok  # perf_analyzer's rule reads the windows only
         spec = self.spec
         tput = [w.infer_per_s if w.completed else 0.0 for w in windows]
         lat = [window_latency_us(w, self.latencies_us(i), spec.percentile) for i, w in enumerate(windows)]
-        if k >= spec.min_windows and windows_stable(tput, lat, spec.stability_percentage):
+        if k >= spec.min_windows and tail_ok and windows_stable(tput, lat, spec.stability_percentage):
             self.stable = True
             return True
         if past_threshold(lat, spec.latency_threshold_ms):

@@ -141,3 +141,9 @@ def test_an_open_loop_level_whose_throughput_alone_settles_is_stable_with_a_note
     assert rule.ends_after(4, wins, None, **kw) and rule.stable and rule.latency_unsteady  # type: ignore[arg-type]
     closed = WindowStability(spec, open_loop=False, latencies_us=lat_of)
     assert not closed.ends_after(4, wins, None, **kw) and not closed.stable  # type: ignore[arg-type]
+
+
+def test_a_stable_level_waits_for_the_tail_samples_asked(monkeypatch):
+    # 400 requests a window: p99.9 needs 10 beyond it (10,000 requests), reached after 25 windows
+    r = _run(monkeypatch, lambda t: 2000.0, max_trials=30, tail_percentiles=(99.9,))
+    assert r.stable and len(r.windows) == 25

@@ -70,6 +70,7 @@ _CHOICES = {
     "mode": ("concurrency", "request_rate"),
     "distribution": ("constant", "poisson"),
     "launch_mode": ("local", "docker", "remote"),
+    "stop_rule": ("precision", "stability"),
 }
 
 

@@ -175,17 +175,35 @@ PA_STABILITY_ERROR_MARK = 1002
 
 
 def unstable_exit(record: Any) -> int:
-    """The code the profile command returns: 0, or the unstable marker under perf_analyzer's codes."""
-    if pa_exit_codes() and any(not lv.stable for lv in record.levels):
-        for lv in record.levels:
-            if not lv.stable:
-                # perf_analyzer's words: tools (model_analyzer) look for them to retry with longer windows
-                click.echo(
-                    f"Failed to obtain stable measurement within {len(lv.windows)} measurement windows for"
-                    f" {lv.load.mode.replace('_', ' ')} {lv.load.value:g}. Please try to increase the"
-                    " --measurement-interval.",
-                    err=True,
-                )
+    """The code the profile command returns: 0, or the unstable marker under perf_analyzer's codes.
+
+    perf_analyzer says why each level failed (past -l, or not stable) and exits 2 only when a sweep's first
+    level was not stable, its sweep ending there; a binary search, or a sweep that stopped later, exits 0
+    (src/inference_profiler.h at commit 263c5f6e, Profile: "If there was only one concurrency we swept over
+    and it did not meet the stability threshold, we should return an error")."""
+    if not pa_exit_codes() or all(lv.stable for lv in record.levels):
+        return int(ExitCode.OK)
+    spec = record.spec
+    for lv in record.levels:
+        if lv.stable:
+            continue
+        lat = lv.latency("service")
+        value_us = lat.mean_us if spec.percentile is None else lat.percentile_us(spec.percentile)
+        if (
+            spec.latency_threshold_ms is not None
+            and value_us is not None
+            and value_us >= spec.latency_threshold_ms * 1e3
+        ):
+            click.echo(f"Measured latency went over the set limit of {spec.latency_threshold_ms:g} msec. ", err=True)
+            continue
+        # perf_analyzer's words: tools (model_analyzer) look for them to retry with longer windows
+        click.echo(
+            f"Failed to obtain stable measurement within {len(lv.windows)} measurement windows for"
+            f" {lv.load.mode.replace('_', ' ')} {lv.load.value:g}. Please try to increase the"
+            " --measurement-interval.",
+            err=True,
+        )
+    if spec.stop_rule != "stability" or (not spec.binary_search and not record.levels[0].stable):
         return PA_STABILITY_ERROR_MARK
     return int(ExitCode.OK)
 

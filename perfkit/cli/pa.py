@@ -2,7 +2,8 @@
 
 Tools and scripts that shell out to `perf_analyzer` (model_analyzer, genai-perf, CI scripts) run
 on perfkit unchanged: where the two differ by default, this command takes perf_analyzer's side —
-5 s windows (`-p 5000`), 10 of them at most (`-r 10`),
+5 s windows (`-p 5000`), 10 of them at most (`-r 10`), a level ending once its last 3 windows' throughput
+and latency are within -s of each other (`--stop-rule stability`), no warm-up but `--warmup-request-count`,
 stability judged on throughput and latency only (`--tail-percentiles ''`), the server at localhost:8000 (HTTP) or
 localhost:8001 (gRPC) rather than a launched one, and perf_analyzer's exit codes
 (PERFKIT_EXIT_CODES=perf_analyzer: 0, 2 when a level did not stabilise, 99 otherwise). A flag
@@ -32,6 +33,13 @@ def pa_defaults(args: list[str]) -> list[str]:
         out += ["-p", str(PA_MEASUREMENT_INTERVAL_MS)]
     if not given & {"-r", "--max-trials"}:
         out += ["-r", str(PA_MAX_TRIALS)]
+    if "--stop-rule" not in given:
+        # a level ends by perf_analyzer's rule: its last 3 windows within -s of each other
+        out += ["--stop-rule", "stability"]
+    if "--warmup" not in given:
+        # perf_analyzer warms up by --warmup-request-count only (none by default): its first windows are the
+        # warm-up, and its rule looks at the last three
+        out += ["--warmup", "0"]
     if "--tail-percentiles" not in given:
         # perf_analyzer's stability looks at throughput and latency only, not at a tail's sample count
         out += ["--tail-percentiles", ""]

@@ -20,6 +20,7 @@ from perfkit.cli._pa_tls import tls_specs
 from perfkit.cli._profile_options import _check_request_count, _fleet_urls, build_spec, profile_options
 from perfkit.cli._profile_progress import ProfileProgress
 from perfkit.cli._server_options import build_server_options
+from perfkit.cli._stop_rule_option import stop_rule_of, stop_rule_option
 from perfkit.errors import MeasurementError, UsageError
 from perfkit.measure import summary_table
 from perfkit.records import ProfileSpec, RunRecord
@@ -38,6 +39,7 @@ class _Fleet(NamedTuple):
 
 @click.command(name="profile", cls=PaCompatCommand)
 @profile_options
+@stop_rule_option
 def command(**kw: Any) -> int:
     """Measure throughput and latency of a model under load, like perf_analyzer.
 
@@ -83,7 +85,9 @@ def command(**kw: Any) -> int:
     serve_models = tuple(kw.pop("serve_models")) or None
     request_count = kw.pop("request_count") or 0
     opts = build_server_options(kw, url=http_url, grpc_url=grpc_url, metrics_url=kw["metrics_url"], models=serve_models)
+    stop_rule = stop_rule_of(kw)
     spec = build_spec(kw, model=models[0], mix=mix, request_count=request_count, tls=engine_tls)
+    spec = dataclasses.replace(spec, stop_rule=stop_rule)
     opts = dataclasses.replace(opts, tls=admin_tls, client_shm=spec.shared_memory != "none")
     if spec.service_kind == "openai":
         if ray_address or len(urls) != 1 or engine_tls is not None:

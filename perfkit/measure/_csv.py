@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from perfkit.records import LevelResult, RunRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # perf_analyzer's CSV header (concurrency mode); "Request Rate" replaces the first column in
 # request-rate modes. Times are microseconds, as perf_analyzer writes them.
@@ -96,6 +98,8 @@ def _row(level: LevelResult) -> dict[str, float | int | str | bool | None]:
 
 def levels_frame(record: RunRecord) -> pd.DataFrame:
     """One row per load level with every headline figure (units in column names)."""
+    import pandas as pd  # here, not at import: every `perf_analyzer` run would pay its import (~0.3 s)
+
     return pd.DataFrame([_row(level) for level in record.levels])
 
 
@@ -160,6 +164,8 @@ def write_csv(record: RunRecord, path: Path) -> Path:
             row.insert(2, round(level.streaming.responses_per_s, 2) if level.streaming else 0)
     if mixed:
         columns.insert(0, "Model")
+    import pandas as pd  # here, not at import (see levels_frame)
+
     frame = pd.DataFrame(rows, columns=columns)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from perfkit.measure._coverage import rerun_precision
 from perfkit.measure._events import Progress, WindowMeasured
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._mix import mix_shares
-from perfkit.measure._stopping import LevelStop, target_rel
+from perfkit.measure._stopping import level_stop_rule, target_rel
 from perfkit.measure._streaming import streaming_summary
 from perfkit.recorder import LevelRecorder, summarize
 from perfkit.records import (
@@ -82,7 +82,12 @@ def measure_level(
     died = False
     error = ""
     precision = None
-    rule = LevelStop(spec, closed, decided_only=spec.stop_when_decided and spec.latency_threshold_ms is not None)
+    rule = level_stop_rule(
+        spec,
+        closed,
+        decided_only=spec.stop_when_decided and spec.latency_threshold_ms is not None,
+        latencies_us=lambda i: rec.window_latencies_us(i)[0],
+    )
     count_windows = spec.measurement_mode == "count_windows" and not spec.request_count
     for k in range(1, 0 if spec.request_count else spec.max_trials + 1):
         if count_windows:

@@ -15,6 +15,7 @@ from typing import Protocol
 from perfkit.errors import MeasurementError, ServerError, ServerRefusedError
 from perfkit.measure._events import LevelDone, LevelStarted, Progress
 from perfkit.measure._level import LevelOutcome
+from perfkit.measure._pa_search import pa_binary_search
 from perfkit.measure._periodic import periodic_level
 from perfkit.records import LevelResult, LoadLevel, ProfileSpec, RunRecord
 
@@ -91,6 +92,8 @@ def walk_levels(spec: ProfileSpec, run: Callable[[LoadLevel], LevelResult]) -> N
     (which stops at the first level past `-l`)."""
     if spec.periodic_concurrency is not None:
         run(periodic_level(spec))
+    elif spec.binary_search and spec.latency_threshold_ms is not None and spec.stop_rule == "stability":
+        pa_binary_search(spec, run)  # perf_analyzer's rule, perf_analyzer's order of levels
     elif spec.binary_search and spec.latency_threshold_ms is not None:
         _binary_search(spec, run)
     else:

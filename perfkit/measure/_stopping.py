@@ -10,10 +10,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
 
 from perfkit.changepoints import DRIFT_MIN_WINDOWS, describe_drift, latency_metric, window_drift
+from perfkit.measure._window_stability import WindowStability
 from perfkit.recorder import MAX_LAG1, t95
 from perfkit.records import Drift, LevelResult, Precision, ProfileSpec, Window
 
@@ -174,3 +178,32 @@ class LevelStop:
         if self.futile is not None:
             return with_futility(result, self.futile, self.budget_windows)
         return result
+
+
+class StopRule(Protocol):
+    """When one level ends, asked after each window; `stable` says how it ended, `noted` says why in its note."""
+
+    stable: bool
+
+    def ends_after(
+        self,
+        k: int,
+        windows: Sequence[Window],
+        precision: Precision,
+        *,
+        throughput_ok: bool,
+        latency_ok: bool,
+        tail_ok: bool,
+    ) -> bool: ...
+
+    def noted(self, result: LevelResult) -> LevelResult: ...
+
+
+def level_stop_rule(
+    spec: ProfileSpec, closed_loop: bool, *, decided_only: bool, latencies_us: Callable[[int], np.ndarray]
+) -> StopRule:
+    """The stop rule spec.stop_rule names: perfkit's precision (LevelStop) or perf_analyzer's window
+    stability (WindowStability; latencies_us(i): window i's service latencies)."""
+    if spec.stop_rule == "stability":
+        return WindowStability(spec, open_loop=not closed_loop, latencies_us=latencies_us)
+    return LevelStop(spec, closed_loop, decided_only=decided_only)

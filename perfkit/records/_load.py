@@ -89,6 +89,11 @@ class ProfileSpec:
     measurement_request_count: int = 50
     stability_percentage: float = 10.0
     max_trials: int = 30  # max windows per level
+    # How a level ends: "precision" (perfkit's: the CI half-widths above, drift, budget) or "stability"
+    # (perf_analyzer's: the last 3 windows' throughput and latency within stability_percentage of each
+    # other, measure/_window_stability.py): the `perf_analyzer` command's, and `perfkit profile`'s when
+    # -s, -r or -p is given
+    stop_rule: Literal["precision", "stability"] = "precision"
     min_windows: int = DEFAULT_MIN_WINDOWS
     # Seconds of windows after which a level not yet precise ends (unstable) once its tail
     # percentiles have their samples; None: 10 windows' worth, perf_analyzer's worst case at

@@ -172,8 +172,11 @@ def test_headers_reach_the_http_request_and_the_spec() -> None:
 def test_perf_analyzer_command_defaults() -> None:
     from perfkit.cli.pa import pa_defaults
 
-    assert pa_defaults(["-m", "m"]) == ["-p", "5000", "-r", "10", "--tail-percentiles", "", "-u", "localhost:8000"]
-    assert pa_defaults(["-m", "m", "-i", "GRPC", "-p2000", "-r", "3"]) == [
+    assert pa_defaults(["-m", "m"]) == [
+        *("-p", "5000", "-r", "10", "--stop-rule", "stability", "--warmup", "0"),
+        *("--tail-percentiles", "", "-u", "localhost:8000"),
+    ]
+    assert pa_defaults(["-m", "m", "-i", "GRPC", "-p2000", "-r", "3", "--stop-rule", "precision", "--warmup", "1"]) == [
         "--tail-percentiles",
         "",
         "-u",

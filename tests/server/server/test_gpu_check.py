@@ -26,14 +26,21 @@ BARE = ROOT / "build" / "bare-py312"  # kept between runs (build/ is ignored): p
 
 
 def _python312() -> str | None:
-    """A CPython 3.12 interpreter on this machine besides the project's: on PATH, pyenv's, or uv's."""
+    """A CPython 3.12 interpreter on this machine besides the project's that runs: on PATH, pyenv's, or uv's."""
     pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))
     found = [shutil.which("python3.12"), *pyenv]
     uv = shutil.which("uv")
     if uv:
         done = subprocess.run([uv, "python", "find", "3.12"], capture_output=True, text=True, check=False)
         found.append(done.stdout.strip() if done.returncode == 0 else None)
-    return next((p for p in found if p), None)
+    return next((p for p in found if p and _runs(p)), None)
+
+
+def _runs(python: str) -> bool:
+    """Whether the interpreter answers as a 3.12: a pyenv shim on PATH names a version that is not
+    pyenv's global one and exits 127."""
+    check = [python, "-c", "import sys; sys.exit(sys.version_info[:2] != (3, 12))"]
+    return subprocess.run(check, capture_output=True, check=False, timeout=60).returncode == 0
 
 
 DISTRIBUTIONS = "import importlib.metadata as m; print(sorted({d.metadata['Name'].lower() for d in m.distributions()}))"

@@ -138,9 +138,9 @@ def test_an_open_loop_level_whose_throughput_alone_settles_is_stable_with_a_note
     kw = {"throughput_ok": False, "latency_ok": False, "tail_ok": False}
     rule = WindowStability(spec, open_loop=True, latencies_us=lat_of)
     assert not rule.ends_after(3, wins[:3], None, **kw)  # type: ignore[arg-type]  # the rule reads no precision
-    assert rule.ends_after(4, wins, None, **kw) and rule.stable and rule.latency_unsteady  # type: ignore[arg-type]
+    assert rule.ends_after(4, wins, None, **kw) and rule.stable and rule.latency_unsteady  # type: ignore[arg-type]  # as above
     closed = WindowStability(spec, open_loop=False, latencies_us=lat_of)
-    assert not closed.ends_after(4, wins, None, **kw) and not closed.stable  # type: ignore[arg-type]
+    assert not closed.ends_after(4, wins, None, **kw) and not closed.stable  # type: ignore[arg-type]  # as above
 
 
 def test_a_stable_level_waits_for_the_tail_samples_asked(monkeypatch):

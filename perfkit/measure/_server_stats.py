@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from perfkit.records import ServerStats
@@ -36,27 +37,42 @@ def snapshot(get_stats: Any, models: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def settled(
-    get_stats: Any, models: list[str], before: dict[str, dict[str, Any]], answered: int, timeout_s: float = 2.0
+    get_stats: Any,
+    models: list[str],
+    before: dict[str, dict[str, Any]],
+    answered: int,
+    pause_s: float = 2.0,
+    cap_s: float = 30.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, dict[str, Any]]:
     """Counters after a level whose load has stopped: read again until the first model's successes
     since `before` reach `answered` (the successful responses the client has to requests sent after
-    `before` was read), for at most timeout_s.
+    `before` was read), while the count still grows: it gives up after pause_s with no change, or
+    after cap_s in all.
 
     Triton counts a request after it has sent its response (python_backend: ProcessRequests in
     src/python_be.cc sends each with InferResponse::Send; its PbMetricReporter reports the requests'
     statistics in its destructor, src/pb_metric_reporter.cc, as ProcessRequests returns; the other
     backends send, then call TRITONBACKEND_ModelInstanceReportStatistics), so a read right after the
-    last response can miss the last requests. A server that counted none of them keeps no
-    statistics: it is not waited for.
+    last response can miss the last requests, and a loaded server (a container's, a busy machine's)
+    can count them seconds later: a count that still moves is waited for, one that stopped is not.
+    A server that counted none of them keeps no statistics: it is not waited for.
     """
-    deadline = time.monotonic() + timeout_s
+    start_s = last_change_s = clock()
     model = models[0]
+    last = None
     while True:
         after = snapshot(get_stats, models)
         counted = after[model]["success"][0] - before[model]["success"][0]
-        if counted >= answered or counted <= 0 or time.monotonic() >= deadline:
+        if counted >= answered or counted <= 0:
             return after
-        time.sleep(0.005)
+        now_s = clock()
+        if counted != last:
+            last, last_change_s = counted, now_s
+        if now_s - last_change_s >= pause_s or now_s - start_s >= cap_s:
+            return after
+        sleep(0.005)
 
 
 def _avg_us(before: list[int], after: list[int], per: int) -> float:

@@ -224,13 +224,6 @@ def test_container_left_running_is_removed_at_interpreter_exit(tmp_path, docker_
     _no_container_left(docker_daemon)
 
 
-@pytest.mark.flaky(
-    reason="the server-count check (the container's Triton counted >= what was sent) can read the count"
-    " before the last requests are in it: measure/_server_stats.settled waits for the count at most 2 s,"
-    " and a loaded Docker engine's Triton can count later than that. Fix: settle on progress (wait while"
-    " the count still grows, give up only after a pause with no change), tested with the stand-in"
-    " server's held-up reporting thread (tests/unit/measure/test_level_server_stats.py)"
-)
 def test_cli_profile_in_a_container_measures_and_removes_it(tmp_path, docker_daemon, triton_image):
     repo = copy_models(tmp_path, ["identity"])
     rec_path = tmp_path / "run.json"

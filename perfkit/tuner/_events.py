@@ -96,6 +96,17 @@ class TrialRejected(TuneEvent):
 
 
 @dataclass(frozen=True)
+class TrialLoaded(TuneEvent):
+    """The candidate is served (reloaded, what the server applied checked) and its load search begins."""
+
+    number: int
+    reload_s: float
+
+    def line(self) -> str:
+        return f"  served (reload {self.reload_s:.1f} s): measuring"
+
+
+@dataclass(frozen=True)
 class TrialFailed(TuneEvent):
     number: int
     reason: str

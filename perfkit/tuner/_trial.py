@@ -33,6 +33,7 @@ from perfkit.tuner._events import (
     AccuracyNote,
     OnEvent,
     TrialFailed,
+    TrialLoaded,
     TrialMeasured,
     TrialPruned,
     TrialRejected,
@@ -324,6 +325,7 @@ class TrialRunner:
             at_path_ceiling=hints.at_path_ceiling,
             held_elsewhere_rps=hints.held_elsewhere_rps,
         )
+        self.emit(TrialLoaded(number, reload_s))
         t1 = time.monotonic()
         try:
             record = find_load(self.measure, self.server, how.trial_load, self.model, how.start, command=self.s.command,

@@ -22,7 +22,7 @@ from perfkit.records import RunRecord, TuneRecord, from_dict
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import config_pbtxt_sha256, read_config
 from perfkit.tuner import Budget, TuneSettings, TuneSpace, judge_trial, tune
-from tests.conftest import CHEAP_CONFIRM, wait_until
+from tests.conftest import CHEAP_CONFIRM
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
@@ -93,13 +93,6 @@ def test_tune_finds_a_better_config_and_its_outputs_agree(model_repo: Path, tmp_
     assert "best: trial" in proc.stdout
 
 
-@pytest.mark.flaky(
-    reason="SIGINT is sent once trial 1's candidate config is on disk, which is before its server reload and"
-    " load are under way; on a loaded machine the interrupt can land in the reload (trial 1 then ends"
-    " otherwise than 'failed: interrupted'), and on resume a trial can fail its load rather than complete or"
-    " be pruned. Fix: send SIGINT on the tune's event for trial 1's first measured level (a progress line or"
-    " tuner event), and say which state a trial interrupted in its reload is recorded with"
-)
 def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: Path, tmp_path: Path):
     cfg_path = model_repo / "batcher" / "config.pbtxt"
     original = cfg_path.read_bytes()
@@ -108,11 +101,13 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
                             text=True, env=_env())  # fmt: skip
     assert proc.stdout is not None
     lines = []
-    for line in proc.stdout:
+    trial = ""
+    for line in proc.stdout:  # SIGINT once trial 1 is served and its load search under way
         lines.append(line)
-        if line.startswith("trial 1/"):
+        trial = line.split(":")[0] if line.startswith("trial ") else trial
+        if trial.startswith("trial 1/") and line.startswith("  served (reload"):
             break
-    wait_until(lambda: cfg_path.read_bytes() != original, "trial 1 to write its candidate config")
+    assert cfg_path.read_bytes() != original, "".join(lines)  # trial 1's candidate is what the server runs
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=120)
     log = "".join(lines) + rest

@@ -14,12 +14,11 @@ queue on the path (_sim._run_closed)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable, Sequence
 
 from perfkit.errors import UsageError
 from perfkit.predict._model import BatcherConfig, Contention, Load, Prediction, ServiceModel
-from perfkit.predict._rate import RateResult, behaviour, ceiling_rps, floor_us
+from perfkit.predict._rate import RateResult, ceiling_rps, floor_us, score_each
 from perfkit.predict._sim import DEFAULT_REQUESTS, simulate_within
 
 
@@ -95,28 +94,10 @@ def score_space_closed(
     scores the open loop: with keep=k a config whose ceiling (ceiling_rps) cannot reach the k-th
     best figure found so far comes back bounded (its bound as rate_rps), and configs the simulator
     cannot tell apart (behaviour) are simulated once."""
-    cfgs = list(configs)
-    models = list(service) if isinstance(service, Sequence) else [service] * len(cfgs)
-    if len(models) != len(cfgs):
-        raise UsageError(f"{len(models)} service models for {len(cfgs)} configs", hint="give one per config")
     contention = contention or Contention()
-    bounds = [ceiling_rps(c, m, contention) for c, m in zip(cfgs, models, strict=True)]
-    done: dict[tuple[tuple[object, ...], ServiceModel], RateResult] = {}
-    rates: list[float] = []
-    out: list[RateResult] = []
-    for i in sorted(range(len(cfgs)), key=lambda i: -bounds[i]):
-        cfg = cfgs[i]
-        key = (behaviour(cfg), models[i])
-        if key in done:
-            out.append(dataclasses.replace(done[key], config=cfg))
-            continue
-        if keep is not None and len(rates) >= keep and bounds[i] <= sorted(rates, reverse=True)[keep - 1]:
-            out.append(RateResult(cfg, bounds[i], float("nan"), float("nan"), bounded=True))
-            continue
-        r = sustainable_concurrency(cfg, models[i], budget_us, max_concurrency=max_concurrency,
-                                    percentile=percentile, contention=contention, requests=requests)  # fmt: skip
-        done[key] = r
-        rates.append(r.rate_rps)
-        out.append(r)
-    out.sort(key=lambda r: (r.bounded, -r.rate_rps))
-    return out
+
+    def figure(cfg: BatcherConfig, model: ServiceModel, bound: float) -> RateResult:
+        return sustainable_concurrency(cfg, model, budget_us, max_concurrency=max_concurrency,
+                                       percentile=percentile, contention=contention, requests=requests)  # fmt: skip
+
+    return score_each(configs, service, contention, figure, keep=keep)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,23 +174,50 @@ def score_space(
     sustainable_rate's guess_rps); off, each bisects from the bound. loop: see simulate_within.
     unit: the arrivals at rate 1 every config is offered scaled (a trace's, trace_unit), instead
     of `arrival`'s."""
-    cfgs = list(configs)
-    models = list(service) if isinstance(service, Sequence) else [service] * len(cfgs)
-    if len(models) != len(cfgs):
-        raise UsageError(f"{len(models)} service models for {len(cfgs)} configs", hint="give one per config")
     contention = contention or Contention()
     base = unit if unit is not None else unit_arrivals(arrival, requests, seed)
-    bounds = [ceiling_rps(c, m, contention) for c, m in zip(cfgs, models, strict=True)]
-    order = sorted(range(len(cfgs)), key=lambda i: -bounds[i])
-    done: dict[tuple[tuple[object, ...], ServiceModel], RateResult] = {}
     # A config's sustainable rate as a fraction of its bound, by what it shares with others (batch
     # size, instances, preferred sizes): configs that differ only in queue delay land near each
     # other, so the last like one's fraction, a step high (a try past the answer gives up early),
     # starts the next one's search there: the same answer, in fewer simulations.
     near: dict[tuple[object, ...], float] = {}
+
+    def figure(cfg: BatcherConfig, model: ServiceModel, bound: float) -> RateResult:
+        groups = _likeness(cfg)
+        frac = next((near[g] for g in groups if g in near), None) if warm_start else None
+        r = sustainable_rate(
+            cfg, model, budget_us, percentile=percentile, contention=contention, unit=base, arrival=arrival,
+            guess_rps=None if frac is None else frac * bound * 1.02 * GUESS_ABOVE, loop=loop,
+        )  # fmt: skip
+        if r.rate_rps > 0:
+            near.update(dict.fromkeys(groups, r.rate_rps / (bound * 1.02)))
+        return r
+
+    return score_each(configs, service, contention, figure, keep=keep)
+
+
+def score_each(
+    configs: Iterable[BatcherConfig],
+    service: ServiceModel | Sequence[ServiceModel],
+    contention: Contention,
+    figure: Callable[[BatcherConfig, ServiceModel, float], RateResult],
+    *,
+    keep: int | None = None,
+) -> list[RateResult]:
+    """Every config's figure(config, its service model, its ceiling), best first, configs taken by
+    ceiling (ceiling_rps) from the highest: with keep=k a config whose ceiling cannot reach the k-th
+    best figure found so far comes back bounded (its ceiling as rate_rps), and configs the simulator
+    cannot tell apart (behaviour) are figured once. `service`: one model for all, or one per
+    config. Raises UsageError when the service models are not one per config."""
+    cfgs = list(configs)
+    models = list(service) if isinstance(service, Sequence) else [service] * len(cfgs)
+    if len(models) != len(cfgs):
+        raise UsageError(f"{len(models)} service models for {len(cfgs)} configs", hint="give one per config")
+    bounds = [ceiling_rps(c, m, contention) for c, m in zip(cfgs, models, strict=True)]
+    done: dict[tuple[tuple[object, ...], ServiceModel], RateResult] = {}
     rates: list[float] = []
     out: list[RateResult] = []
-    for i in order:
+    for i in sorted(range(len(cfgs)), key=lambda i: -bounds[i]):
         cfg = cfgs[i]
         key = (behaviour(cfg), models[i])
         if key in done:
@@ -199,14 +226,7 @@ def score_space(
         if keep is not None and len(rates) >= keep and bounds[i] <= sorted(rates, reverse=True)[keep - 1]:
             out.append(RateResult(cfg, bounds[i], float("nan"), float("nan"), bounded=True))
             continue
-        groups = _likeness(cfg)
-        frac = next((near[g] for g in groups if g in near), None) if warm_start else None
-        r = sustainable_rate(
-            cfg, models[i], budget_us, percentile=percentile, contention=contention, unit=base, arrival=arrival,
-            guess_rps=None if frac is None else frac * bounds[i] * 1.02 * GUESS_ABOVE, loop=loop,
-        )  # fmt: skip
-        if r.rate_rps > 0:
-            near.update(dict.fromkeys(groups, r.rate_rps / (bounds[i] * 1.02)))
+        r = figure(cfg, models[i], bounds[i])
         done[key] = r
         rates.append(r.rate_rps)
         out.append(r)

@@ -19,12 +19,20 @@ import time
 from dataclasses import dataclass
 
 from perfkit import predict
-from perfkit.errors import MeasurementError, PerfkitError
+from perfkit.errors import MeasurementError
 from perfkit.records import Calibration, CalibrationPoint
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._search._bls_calls import BlsCalls, BlsLevel, read_calls
 from perfkit.tuner._search._model_calibrate import _level, _overhead_us, _spec, check_predictable
-from perfkit.tuner._search._pipeline_calibrate import SEP, PipelineCalibrated, batching_point, step_contention
+from perfkit.tuner._search._pipeline_calibrate import (
+    SEP,
+    PipelineCalibrated,
+    batching_point,
+    calibrating,
+    step_calibration,
+    step_contention,
+    whole_calibration,
+)
 from perfkit.tuner._search._predict_points import dimension_values
 from perfkit.tuner._space import P_COUNT, P_DB, pow2_sizes
 from perfkit.tuner._trial import TrialRunner
@@ -76,56 +84,39 @@ def calibrate_bls(t: TrialRunner) -> tuple[Calibration, BlsCalls]:
     names = [bls, *called]
     levels: list[BlsLevel] = []
     formed: dict[str, tuple[CalibrationPoint, ...]] = {}
-    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
-        try:
-            t.put_candidate(subject.candidate(through, is_original=False, number=-1).text)
-            before = {m: t.server.model_stats(m) for m in names}
-            light = None
-            for n in BLS_CLIENTS:
-                lv = _level(t, _spec(t, n))
-                light = light or lv
-                stats = {c.model: c for c in lv.server.composing} if lv.server is not None else {}
-                if lv.server is not None:
-                    stats[bls] = lv.server
-                levels.append(BlsLevel(f"{n} client{'s' if n > 1 else ''}", stats))
-            after = {m: t.server.model_stats(m) for m in names}
-            calls = read_calls(bls, called, levels)
-            if calls.fanout is None:
-                raise CallsUntold(calls.why_untold or "the calls were not told")
-            runs = len(BLS_CLIENTS)
-            if batching:
-                t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
-            for m in batching:
-                first = t.server.model_stats(m)
-                for n in pow2_sizes(tops[m]):
-                    _level(t, dataclasses.replace(_spec(t, n), model=m))
-                    runs += 1
-                formed[m] = predict.batch_points(first, t.server.model_stats(m), m)
-            contention, more = step_contention(t, point, counted)
-            runs += more
-        finally:
-            try:
-                subject.restore(t.server)  # what the subject knows it serves: the originals again
-            except PerfkitError:
-                pass  # the guard puts the files back and reports what it could not
+    with calibrating(t):
+        t.put_candidate(subject.candidate(through, is_original=False, number=-1).text)
+        before = {m: t.server.model_stats(m) for m in names}
+        light = None
+        for n in BLS_CLIENTS:
+            lv = _level(t, _spec(t, n))
+            light = light or lv
+            stats = {c.model: c for c in lv.server.composing} if lv.server is not None else {}
+            if lv.server is not None:
+                stats[bls] = lv.server
+            levels.append(BlsLevel(f"{n} client{'s' if n > 1 else ''}", stats))
+        after = {m: t.server.model_stats(m) for m in names}
+        calls = read_calls(bls, called, levels)
+        if calls.fanout is None:
+            raise CallsUntold(calls.why_untold or "the calls were not told")
+        runs = len(BLS_CLIENTS)
+        if batching:
+            t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
+        for m in batching:
+            first = t.server.model_stats(m)
+            for n in pow2_sizes(tops[m]):
+                _level(t, dataclasses.replace(_spec(t, n), model=m))
+                runs += 1
+            formed[m] = predict.batch_points(first, t.server.model_stats(m), m)
+        contention, more = step_contention(t, point, counted)
+        runs += more
     assert light is not None
     requests = light.server.request_count if light.server is not None else 1
     steps = [predict.calibration(bls, (CalibrationPoint(1, max(1, requests), max(calls.own_us, 1.0)),))]
     for m in called:
-        counts, rates, loaded = contention.get(m, ([], [], ()))
+        loaded = contention.get(m, ([], [], ()))[2]
         points = predict.merge_points(predict.batch_points(before[m], after[m], m), formed.get(m, ()), loaded)
-        steps.append(predict.calibration(m, points, instance_counts=tuple(counts) if rates else (),
-                                         saturated_rps=tuple(rates)))  # fmt: skip
-    cal = Calibration(
-        model=p.model,
-        points=(),
-        fixed_us=0.0,
-        per_item_us=0.0,
-        fit_rms_rel=max(s.fit_rms_rel for s in steps),
-        fit_max_rel=max(s.fit_max_rel for s in steps),
-        overhead_us=_overhead_us(light),
-        duration_s=time.monotonic() - started,
-        steps=tuple(steps),
-    )
+        steps.append(step_calibration(m, points, contention))
+    cal = whole_calibration(p.model, steps, _overhead_us(light), started)
     t.emit(BlsCalibrated(cal, calls, runs))
     return cal, calls

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +120,44 @@ def batching_point(
     return point, tops, counted
 
 
+@contextmanager
+def calibrating(t: TrialRunner) -> Iterator[None]:
+    """The subject's configs guarded while calibration loads its candidates: the originals served
+    again after (what the subject knows it serves), the files put back by the route's guard."""
+    subject = t.subject
+    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
+        try:
+            yield
+        finally:
+            try:
+                subject.restore(t.server)
+            except PerfkitError:
+                pass  # the guard puts the files back and reports what it could not
+
+
+def step_calibration(model: str, points: Any, contention: Contended) -> Calibration:
+    """One step's calibration from its points and, where measured, its saturated rates by instance count."""
+    counts, rates, _ = contention.get(model, ([], [], ()))
+    return predict.calibration(
+        model, points, instance_counts=tuple(counts) if rates else (), saturated_rps=tuple(rates)
+    )
+
+
+def whole_calibration(model: str, steps: list[Calibration], overhead_us: float, started: float) -> Calibration:
+    """A pipeline's calibration: its steps', the overhead outside them, the fit's worst step."""
+    return Calibration(
+        model=model,
+        points=(),
+        fixed_us=0.0,
+        per_item_us=0.0,
+        fit_rms_rel=max(s.fit_rms_rel for s in steps),
+        fit_max_rel=max(s.fit_max_rel for s in steps),
+        overhead_us=overhead_us,
+        duration_s=time.monotonic() - started,
+        steps=tuple(steps),
+    )
+
+
 def calibrate_pipeline(t: TrialRunner) -> Calibration:
     """Every step of an ensemble measured in one run through it: each searched step at its largest
     max_batch_size, dynamic batching with a wide queue delay and one instance, while 1, 2, 4, ...
@@ -138,45 +177,23 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
     names = [s.model for s in p.steps]
     levels = 0
     contention: Contended = {}
-    with subject.route.guard(t.server, subject.paths, reload_last=subject.reload_last):
-        try:
-            t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
-            before = {m: t.server.model_stats(m) for m in names}
-            light = _level(t, _spec(t, 1))
-            for n in pow2_sizes(top) if top > 1 else []:
-                _level(t, _spec(t, n))
-            after = {m: t.server.model_stats(m) for m in names}
-            levels = 1 + (len(pow2_sizes(top)) if top > 1 else 0)
-            contention, more = step_contention(t, point, counted)
-            levels += more
-        finally:
-            try:
-                subject.restore(t.server)  # what the subject knows it serves: the originals again
-            except PerfkitError:
-                pass  # the guard puts the files back and reports what it could not
+    with calibrating(t):
+        t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
+        before = {m: t.server.model_stats(m) for m in names}
+        light = _level(t, _spec(t, 1))
+        for n in pow2_sizes(top) if top > 1 else []:
+            _level(t, _spec(t, n))
+        after = {m: t.server.model_stats(m) for m in names}
+        levels = 1 + (len(pow2_sizes(top)) if top > 1 else 0)
+        contention, more = step_contention(t, point, counted)
+        levels += more
     inside = sum(q + c for _, q, c, _ in step_rows(light, names))
     overhead = max(0.0, light.service.mean_us - inside) if inside > 0 else 0.0
     steps = []
     for m in names:
-        counts, rates, loaded = contention.get(m, ([], [], ()))
-        steps.append(
-            predict.calibration(
-                m,
-                predict.merge_points(predict.batch_points(before[m], after[m], m), loaded),
-                instance_counts=tuple(counts) if rates else (),
-                saturated_rps=tuple(rates),
-            )
-        )
-    cal = Calibration(
-        model=p.model,
-        points=(),
-        fixed_us=0.0,
-        per_item_us=0.0,
-        fit_rms_rel=max(s.fit_rms_rel for s in steps),
-        fit_max_rel=max(s.fit_max_rel for s in steps),
-        overhead_us=overhead,
-        duration_s=time.monotonic() - started,
-        steps=tuple(steps),
-    )
+        loaded = contention.get(m, ([], [], ()))[2]
+        points = predict.merge_points(predict.batch_points(before[m], after[m], m), loaded)
+        steps.append(step_calibration(m, points, contention))
+    cal = whole_calibration(p.model, steps, overhead, started)
     t.emit(PipelineCalibrated(cal, levels))
     return cal

@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from time import perf_counter_ns
-from typing import Any
 
+from perfkit.loadgen._keepalive import KeepAliveConn, KeepAlivePool
 from perfkit.loadgen._ledger import Ledger
 from perfkit.loadgen._sse import DONE, SseParser
 from perfkit.loadgen._stream_parts import _Req
-from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
-from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_STREAM_ERROR
+from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig
+from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_PROTOCOL, STATUS_STREAM_ERROR
 
 _TEXT_KEYS = (b'"content":', b'"text":')
 
@@ -69,16 +68,13 @@ def read_usage(data: bytes | str) -> tuple[int, int] | None:
     return (prompt if isinstance(prompt, int) else -1, completion if isinstance(completion, int) else -1)
 
 
-class _OpenAIConn(asyncio.Protocol):
+class _OpenAIConn(KeepAliveConn):
     """One keep-alive connection; reads one response at a time (head, then a chunked, sized or closed body)."""
 
     def __init__(self, eng: OpenAITransport) -> None:
-        self.eng = eng
-        self.closing = False  # perfkit closes it (no reconnect owed)
-        self.transport: Any = None
-        self.rid: str | None = None
+        super().__init__(eng)
+        self.eng: OpenAITransport = eng
         self.req: _Req | None = None
-        self.buf = bytearray()
         self.head_done = False
         self.code = 0
         self.chunked = False
@@ -89,25 +85,12 @@ class _OpenAIConn(asyncio.Protocol):
         self.chunks = 0  # chunks that carried text
         self.last = False
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def send(self, rid: str, req: _Req, data: bytes) -> None:
-        self.rid, self.req = rid, req
+    def begin(self, rid: str) -> None:
+        self.req = self.eng.inflight.get(rid)
         self.head_done = False
         self.chunks = 0
         self.sse.reset()
         self.body.clear()
-        self.transport.write(data)
-
-    def data_received(self, data: bytes) -> None:
-        now = perf_counter_ns()
-        self.buf += data
-        while self.rid is not None and self._step(now):
-            pass
 
     def _step(self, now: int) -> bool:
         buf = self.buf
@@ -216,11 +199,7 @@ class _OpenAIConn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         eng = self.eng
-        eng.conns.discard(self)
-        if self in eng.idle:
-            eng.idle.remove(self)
-        if not self.closing:
-            eng.ledger.connection_lost()
+        self.leave_pool()
         if self.rid is not None and self.head_done and not self.chunked and self.need < 0:
             self._complete(perf_counter_ns(), reuse=False)  # a body ended by the close is whole
             return
@@ -230,55 +209,21 @@ class _OpenAIConn(asyncio.Protocol):
             eng._finish(rid or "", req, perf_counter_ns(), STATUS_CONNECTION_CLOSED, str(exc or "server closed"))
 
 
-class OpenAITransport(StreamTransport):
+class OpenAITransport(KeepAlivePool):
     """Requests to an OpenAI-compatible endpoint: one at a time per keep-alive HTTP/1.1 connection."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ledger: Ledger, cfg: StreamConfig) -> None:
         super().__init__(loop, ledger, cfg)
-        self.conns: set[_OpenAIConn] = set()
-        self.idle: list[_OpenAIConn] = []
-        self._queued: list[tuple[str, bytes]] = []
         self._index = 0
+
+    def connection(self) -> KeepAliveConn:
+        return _OpenAIConn(self)
 
     def _request(self, rid: str, index: int, seq: SeqFlags | None) -> bytes:
         self._index = index  # the next _transmit's: its record says how many input tokens it sent
         return self.cfg.payloads[index]
 
     def _transmit(self, rid: str, data: bytes) -> None:
-        req = self.inflight[rid]
         if self.cfg.input_lengths:
-            req.sent_tokens = self.cfg.input_lengths[self._index]
-        if self.idle:
-            self.idle.pop().send(rid, req, data)
-            return
-        self._queued.append((rid, data))
-        self.spawn(self._connect())
-
-    async def _connect(self) -> None:
-        try:
-            _, conn = await self.loop.create_connection(lambda: _OpenAIConn(self), self.cfg.host, self.cfg.port)
-        except OSError as err:
-            if self._queued:
-                rid, _ = self._queued.pop(0)
-                req = self.inflight.get(rid)
-                if req is not None:
-                    self._finish(rid, req, perf_counter_ns(), STATUS_CONNECTION_REFUSED, str(err))
-            return
-        self.ledger.connection_opened()
-        self.conns.add(conn)
-        while self._queued:
-            rid, data = self._queued.pop(0)
-            req = self.inflight.get(rid)
-            if req is not None:
-                conn.send(rid, req, data)
-                return
-        self.idle.append(conn)
-
-    async def _close_stream(self) -> None:
-        for conn in list(self.conns):
-            conn.closing = True
-            if conn.transport is not None:
-                conn.transport.abort()
-        self.conns.clear()
-        self.idle.clear()
-        self._queued.clear()
+            self.inflight[rid].sent_tokens = self.cfg.input_lengths[self._index]
+        super()._transmit(rid, data)

@@ -10,20 +10,18 @@ connection carries one request at a time; requests are built once (bytes).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-import socket
 from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
 from perfkit.errors import UsageError
-from perfkit.loadgen._ledger import Ledger
+from perfkit.loadgen._keepalive import KeepAliveConn, KeepAlivePool
 from perfkit.loadgen._requests import NP_DTYPES, ModelIO, Tensor
-from perfkit.loadgen._stream_transport import SeqFlags, StreamConfig, StreamTransport
-from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_CONNECTION_REFUSED, STATUS_PROTOCOL, STATUS_STREAM_ERROR
+from perfkit.loadgen._stream_transport import SeqFlags
+from perfkit.records import STATUS_CONNECTION_CLOSED, STATUS_PROTOCOL, STATUS_STREAM_ERROR
 
 
 def _json_value(t: Tensor) -> Any:
@@ -56,15 +54,12 @@ def sse_payload(io: ModelIO, tensors: list[Tensor], host: str, headers: tuple[tu
     return head.encode() + body
 
 
-class _SseConn(asyncio.Protocol):
+class _SseConn(KeepAliveConn):
     """One keep-alive connection; parses a chunked event stream per request."""
 
     def __init__(self, eng: SseTransport) -> None:
-        self.eng = eng
-        self.closing = False  # perfkit closes it (no reconnect owed)
-        self.transport: Any = None
-        self.rid: str | None = None
-        self.buf = bytearray()
+        super().__init__(eng)
+        self.eng: SseTransport = eng
         self.head_done = False
         self.chunked = False
         self.need = -1  # body bytes left (non-chunked error answers)
@@ -72,23 +67,9 @@ class _SseConn(asyncio.Protocol):
         self.events = bytearray()
         self.unary = eng.unary  # plain infer answers (one JSON response), not an event stream
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def send(self, rid: str, data: bytes) -> None:
-        self.rid = rid
+    def begin(self, rid: str) -> None:
         self.head_done = False
         self.events.clear()
-        self.transport.write(data)
-
-    def data_received(self, data: bytes) -> None:
-        now = perf_counter_ns()
-        self.buf += data
-        while self.rid is not None and self._step(now):
-            pass
 
     def _step(self, now: int) -> bool:
         buf = self.buf
@@ -165,11 +146,7 @@ class _SseConn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         eng = self.eng
-        eng.conns.discard(self)
-        if self in eng.idle:
-            eng.idle.remove(self)
-        if not self.closing:
-            eng.ledger.connection_lost()
+        self.leave_pool()
         rid, self.rid = self.rid, None
         req = eng.inflight.get(rid or "")
         if req is not None:
@@ -177,54 +154,16 @@ class _SseConn(asyncio.Protocol):
             eng._finish(rid or "", req, perf_counter_ns(), STATUS_CONNECTION_CLOSED, message)
 
 
-class SseTransport(StreamTransport):
+class SseTransport(KeepAlivePool):
     """Streamed requests over generate_stream: one request at a time per keep-alive connection."""
 
     unary = False
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, ledger: Ledger, cfg: StreamConfig) -> None:
-        super().__init__(loop, ledger, cfg)
-        self.conns: set[_SseConn] = set()
-        self.idle: list[_SseConn] = []
-        self._queued: list[tuple[str, bytes]] = []
+    def connection(self) -> KeepAliveConn:
+        return _SseConn(self)
 
     def _request(self, rid: str, index: int, seq: SeqFlags | None) -> bytes:
         return self.cfg.payloads[index]  # HTTP requests carry no protobuf suffix
-
-    def _transmit(self, rid: str, data: bytes) -> None:
-        if self.idle:
-            self.idle.pop().send(rid, data)
-            return
-        self._queued.append((rid, data))
-        self.spawn(self._connect())
-
-    async def _connect(self) -> None:
-        try:
-            _, conn = await self.loop.create_connection(lambda: _SseConn(self), self.cfg.host, self.cfg.port)
-        except OSError as err:
-            if self._queued:
-                rid, _ = self._queued.pop(0)
-                req = self.inflight.get(rid)
-                if req is not None:
-                    self._finish(rid, req, perf_counter_ns(), STATUS_CONNECTION_REFUSED, str(err))
-            return
-        self.ledger.connection_opened()
-        self.conns.add(conn)
-        while self._queued:
-            rid, data = self._queued.pop(0)
-            if rid in self.inflight:
-                conn.send(rid, data)
-                return
-        self.idle.append(conn)
-
-    async def _close_stream(self) -> None:
-        for conn in list(self.conns):
-            conn.closing = True
-            if conn.transport is not None:
-                conn.transport.abort()
-        self.conns.clear()
-        self.idle.clear()
-        self._queued.clear()
 
 
 def _json_data(t: Tensor) -> list[Any]:

@@ -53,8 +53,10 @@ def test_a_goodput_tune_under_an_itl_budget_picks_the_known_best_engine_paramete
         # the measurement moved with the parameter: each stream's mean gap (TPOT) is the fixture's per-token
         # time or more (single gaps can be shorter: a stream that wakes late sends its due tokens at once)
         assert level.streaming.tpot.p50_us / 1e3 >= float(token_ms) * 0.9
-    assert set(by_value) == {"token_ms=5", "token_ms=2", "token_ms=20"}
-    assert not any(t.feasible for t in by_value["token_ms=20"])  # ITL >= 20 ms never holds a 15 ms budget
+    assert {"token_ms=5", "token_ms=2"} <= set(by_value)
+    # ITL >= 20 ms never holds a 15 ms budget: tried, and never feasible (the tuner may cut it short)
+    twenty = [t for t in rec.trials if t.params.get("parameters") == "token_ms=20"]
+    assert twenty and not any(t.feasible for t in twenty)
     best = rec.trial(rec.best_trial)
     assert best is not None and best.feasible and best.params["parameters"] == "token_ms=2"
     assert read_config(out / "best" / "config.pbtxt").parameters["token_ms"].string_value == "2"

@@ -108,6 +108,15 @@ _OPTIONS = [
     ),
     click.option("--trt-engines", help="TensorRT engine per precision, e.g. fp32=model.plan,fp16=model_fp16.plan."),
     click.option(
+        "--parameter",
+        "parameters",
+        multiple=True,
+        metavar="KEY=V1,V2,...",
+        callback=lambda ctx, param, value: value or None,  # not given: the [tune] table's (or none)
+        help="A config.pbtxt parameters entry and the values to search, e.g. kv_cache_free_gpu_mem_fraction=0.5,0.9"
+        " (TensorRT-LLM's engine settings, a python model's own); repeat it for more keys, searched together.",
+    ),
+    click.option(
         "--composing-models",
         help="A python (BLS) model's pipeline: the models it calls, searched jointly with it and measured through it"
         " (an ensemble's steps are read from its config).",

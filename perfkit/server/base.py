@@ -7,6 +7,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from perfkit.errors import ModelLoadError, ModelNotFoundError, ServerError, ServerStartError
 from perfkit.records import TlsSpec
 from perfkit.server._client_shm import consent_refusal
+from perfkit.server._load_request import load_request_body
 
 # Triton's answer to a load/unload request when it runs without explicit model control.
 _MODEL_CONTROL_REFUSED = "explicit model load / unload is not allowed"
@@ -166,11 +168,12 @@ class Server:
         """Triton server version string, e.g. '2.51.0'."""
         return str(self.metadata().get("version", "unknown"))
 
-    def load_model(self, name: str, *, config: dict[str, Any] | None = None) -> None:
-        """Load or reload a model; raises ModelLoadError, ServerError without explicit model control."""
-        body: dict[str, Any] | None = None
-        if config is not None:
-            body = {"parameters": {"config": json.dumps(config)}}
+    def load_model(
+        self, name: str, *, config: dict[str, Any] | None = None, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Load or reload a model (with a config override and, with it, override files: {"file:1/NAME":
+        content}, see _load_request); raises ModelLoadError, ServerError without explicit model control."""
+        body = load_request_body(config, files)
         status, payload = self._request("POST", f"/v2/repository/models/{name}/load", body, timeout_s=300)
         if status != 200:
             self._refuse_without_model_control(payload)

@@ -316,7 +316,7 @@ def searched_params(p: Pipeline, configs: Mapping[str, ModelConfig]) -> dict[str
         rs = s.space
         full = extract_params(
             configs[s.model], backend=rs.backend, precision_parameter=rs.precision_parameter,
-            engine_files=rs.engine_files,
+            engine_files=rs.engine_files, parameter_keys=rs.parameter_keys,
         )  # fmt: skip
         names = {d.name for d in rs.dimensions}
         per[s.model] = {k: v for k, v in full.items() if k in names}

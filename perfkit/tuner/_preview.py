@@ -154,7 +154,11 @@ def preview(
             continue
         seen.add(sha)
         full = extract_params(
-            cfg, backend=rs.backend, precision_parameter=rs.precision_parameter, engine_files=rs.engine_files
+            cfg,
+            backend=rs.backend,
+            precision_parameter=rs.precision_parameter,
+            engine_files=rs.engine_files,
+            parameter_keys=rs.parameter_keys,
         )
         params = normalize_params({k: v for k, v in full.items() if k in names})
         cands.append(PreviewCandidate(len(cands), params, render_candidate(original_text, cfg)))

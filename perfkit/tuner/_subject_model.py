@@ -102,7 +102,11 @@ class ModelSubject:
         """The searched parameters as a config holds them (for records)."""
         rs = self.space
         full = extract_params(
-            cfg, backend=rs.backend, precision_parameter=rs.precision_parameter, engine_files=rs.engine_files
+            cfg,
+            backend=rs.backend,
+            precision_parameter=rs.precision_parameter,
+            engine_files=rs.engine_files,
+            parameter_keys=rs.parameter_keys,
         )
         names = {d.name for d in rs.dimensions}
         return normalize_params({k: v for k, v in full.items() if k in names})

@@ -114,9 +114,15 @@ def extract_params(
     backend: str,
     precision_parameter: str = "precision",
     engine_files: Mapping[str, str] | None = None,
+    parameter_keys: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The tuner's parameters as a config holds them (the inverse of apply_params)."""
-    info = ExtractInfo(backend=backend, precision_parameter=precision_parameter, engine_files=engine_files or {})
+    info = ExtractInfo(
+        backend=backend,
+        precision_parameter=precision_parameter,
+        engine_files=engine_files or {},
+        parameter_keys=parameter_keys,
+    )
     out: dict[str, Any] = {}
     for knob in KNOBS:
         value = knob.extract(cfg, info)
@@ -204,8 +210,13 @@ def resolve(
         key = next((k for k in _HINTS if k in refused), "ensemble")
         raise ConfigError(refused, hint=_HINTS[key])
     engines = _engine_files(space, facts) if facts.backend == "tensorrt" else {}
+    parameter_keys = tuple(k for k, _ in space.parameters)
     orig = extract_params(
-        cfg, backend=facts.backend, precision_parameter=space.precision_parameter, engine_files=engines
+        cfg,
+        backend=facts.backend,
+        precision_parameter=space.precision_parameter,
+        engine_files=engines,
+        parameter_keys=parameter_keys,
     )
     ctx = Ctx(space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines)
     if cfg.model_transaction_policy.decoupled:
@@ -262,6 +273,7 @@ def resolve(
         original_params=orig,
         engine_files=engines,
         precision_parameter=space.precision_parameter,
+        parameter_keys=parameter_keys,
         notes=tuple(ctx.notes),
         reasons=reasons,
         unmeasurable=tuple(unmeasurable),

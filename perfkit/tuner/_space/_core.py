@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfkit.errors import InputError
+from perfkit.tuner._space._parameter_lists import parse_parameter_lists
 from perfkit.tuner._validate import Context
 
 PREFERRED_CHOICES = ("none", "max", "pow2")
@@ -155,6 +156,7 @@ class TuneSpace:
     precision_parameter: str = "precision"
     max_batch_size_limit: int | None = None
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
+    parameters: tuple[tuple[str, tuple[str, ...]], ...] = ()  # config.pbtxt parameters: (key, values)
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
@@ -169,6 +171,7 @@ class TuneSpace:
         "precision_parameter",
         "max_batch_size_limit",
         "trt_engines",
+        "parameters",
     )
 
     @classmethod
@@ -224,6 +227,8 @@ class TuneSpace:
             kw["max_batch_size_limit"] = limit[0]
         if data.get("trt_engines"):
             kw["trt_engines"] = parse_trt_engines(data["trt_engines"], source=source)
+        if data.get("parameters"):
+            kw["parameters"] = parse_parameter_lists(data["parameters"], source=f"{source} parameters")
         return cls(**kw)
 
 
@@ -264,6 +269,7 @@ class ResolvedSpace:
     original_params: dict[str, Any]
     engine_files: dict[str, str] = field(default_factory=dict)  # precision -> file (TensorRT plans)
     precision_parameter: str = "precision"
+    parameter_keys: tuple[str, ...] = ()  # the config.pbtxt parameters searched (--parameter)
     notes: tuple[str, ...] = ()
     # knob -> why it is or is not searched for this model, backend and machine (for --dry-run)
     reasons: dict[str, str] = field(default_factory=dict)

@@ -60,6 +60,7 @@ class ExtractInfo:
     backend: str
     precision_parameter: str = "precision"
     engine_files: Mapping[str, str] = field(default_factory=dict)
+    parameter_keys: tuple[str, ...] = ()  # the config.pbtxt parameters the space searches
 
 
 @dataclass(frozen=True)

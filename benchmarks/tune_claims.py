@@ -16,9 +16,9 @@ accelerator shared by its instances, starting at max_batch_size 8 without dynami
    re-measured figure is the highest held throughput of each round, averaged over rounds.
 
 4. MLPerf LoadGen, the second judge (benchmarks/_loadgen.py), runs its Server scenario against the
-   pick at the claimed figure as a Poisson rate, the budget as its p99 target latency, for
-   --loadgen-s seconds (60 by default; 0: not run): VALID or not, its p99, its early-stopping verdict,
-   beside perf_analyzer's, and where the two disagree the report says so.
+   pick at 90% of the claimed figure (the claim's 10% tolerance) as a Poisson rate, the budget as
+   its p99 target latency, for --loadgen-s seconds (60 by default; 0: not run): VALID or not, its
+   p99, its early-stopping verdict, beside perf_analyzer's; where the two disagree the report says so.
 
 Prints, per mode: claim vs re-measurement (goal within 10%), pick vs grid best (goal >= 0.95),
 trials (<= 25), tune wall time (<= 10 minutes) and both judges' verdicts on the claim.

@@ -246,6 +246,13 @@ def markdown(subjects: Sequence[Mapping[str, Any]]) -> str:
             ]
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    judged = [(s["subject"], n, r["judges"]) for s in subjects for n, r in s.get("searches", {}).items()
+              if isinstance(r, Mapping) and r.get("judges")]  # fmt: skip
+    if judged:  # the second judge's verdict on each claim beside perf_analyzer's (benchmarks/_loadgen.py)
+        lines.append("Claims judged by perf_analyzer and MLPerf LoadGen (Server scenario at the claim):")
+        lines.append("")
+        lines.extend(f"- {subj}, `--search {name}`: {j['says']}" for subj, name, j in judged)
+        lines.append("")
     for s in subjects:
         grid = s.get("grid", {})
         pred = s.get("predicted", {})

@@ -39,7 +39,8 @@ class PaFlag:
 _CAPI = "the C API service kind runs Triton in-process; perfkit drives a server over HTTP/gRPC"
 _TRACE = "set tracing on the server (tritonserver --trace-config, or Triton's trace/setting API)"
 _TRACE_PA = (
-    "sets the server's trace settings (POST /v2/trace/setting) before measuring and leaves them set, as perf_analyzer"
+    "sets the server's trace settings (Triton's trace API over the run's protocol) before measuring and leaves them"
+    " set, as perf_analyzer"
 )
 _DYN = "perfkit drives Triton's KServe v2 protocol (service kind triton) and OpenAI-compatible servers (openai)"
 

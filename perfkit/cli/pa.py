@@ -50,38 +50,34 @@ def pa_defaults(args: list[str]) -> list[str]:
 
 
 def apply_trace_settings(trace: PaTraceSettings, args: list[str]) -> None:
-    """Set the server's global trace settings, as perf_analyzer does before it measures (its client's
-    UpdateTraceSettings with no model name: POST /v2/trace/setting). Left set afterwards, as perf_analyzer
-    leaves them. The admin API is HTTP: -u, or for -i grpc --admin-url or the gRPC port - 1. Raises
-    ServerError (unreachable, or the server refused the settings)."""
-    import json
-    import urllib.error
-    import urllib.request
+    """Set the server's global trace settings, as perf_analyzer 2.60 does before it measures: its client
+    backend's UpdateTraceSettings with no model name, over the protocol of the run (HTTP POST
+    /v2/trace/setting, or gRPC's TraceSetting), at -u (perf_analyzer's src/client_backend/triton/
+    triton_client_backend.cc, TritonClientBackend::Create). Left set afterwards, as perf_analyzer leaves
+    them. Raises ServerError with the server's words (unreachable, or the server refused the settings)."""
+    from tritonclient.utils import InferenceServerException
 
     from perfkit.errors import ServerError
-    from perfkit.server.remote import parse_host_port
 
     norm, _ = normalize_argv(args)
     opts = dict(zip(norm, norm[1:]))
-    url = opts.get("-u") or opts.get("--url") or "localhost:8000"
-    if opts.get("-i", opts.get("--protocol")) == "grpc":
-        host, port = parse_host_port(url)
-        url = opts.get("--admin-url") or f"{host}:{port - 1}"
-    host, port = parse_host_port(url)
-    req = urllib.request.Request(
-        f"http://{host}:{port}/v2/trace/setting",
-        data=json.dumps(trace.body()).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
+    grpc = opts.get("-i", opts.get("--protocol")) == "grpc"
+    url = opts.get("-u") or opts.get("--url") or ("localhost:8001" if grpc else "localhost:8000")
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            resp.read()
-    except urllib.error.HTTPError as err:
-        why = err.read().decode(errors="replace").strip()
-        raise ServerError(f"failed to update the server's trace settings: HTTP {err.code} {why}") from None
+        if grpc:
+            import tritonclient.grpc as client_grpc
+
+            with client_grpc.InferenceServerClient(url) as c:
+                c.update_trace_settings(model_name=None, settings=trace.body())
+        else:
+            import tritonclient.http as client_http
+
+            with client_http.InferenceServerClient(url, network_timeout=30.0) as c:
+                c.update_trace_settings(model_name=None, settings=trace.body())
+    except InferenceServerException as err:
+        raise ServerError(f"failed to update the server's trace settings at {url}: {err.message()}") from None
     except OSError as err:
-        raise ServerError(f"failed to update the server's trace settings at {host}:{port}: {err}") from None
+        raise ServerError(f"failed to update the server's trace settings at {url}: {err}") from None
 
 
 # perfkit's -f CSV ends with the columns perf_analyzer writes only with --verbose-csv ("Avg latency" only

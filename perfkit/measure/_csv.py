@@ -131,6 +131,31 @@ def _pa_row(level: LevelResult) -> list[float | int]:
     ]
 
 
+# The percentiles perf_analyzer always reports; --percentile N adds pN among them, in order
+# (src/inference_profiler.cc, InferenceProfiler::SummarizeLatency: std::set{50, 90, 95, 99} plus the
+# percentile asked for; src/report_writer.cc writes one ",pN latency" column per entry).
+PA_PERCENTILES = (50, 90, 95, 99)
+
+
+def _extra_percentile(record: RunRecord) -> int | None:
+    """The -f CSV's extra percentile column: --percentile when it is none of PA_PERCENTILES (perf_analyzer
+    reads it as an integer)."""
+    pct = record.spec.percentile
+    if pct is None or int(pct) in PA_PERCENTILES:
+        return None
+    return int(pct)
+
+
+def _percentile_us(level: LevelResult, pct: int) -> float:
+    """The level's client latency at `pct`, from its histogram (0 where it kept none)."""
+    from hdrh.histogram import HdrHistogram
+
+    summary = level.latency("service")
+    if not summary.histogram:
+        return 0.0
+    return float(HdrHistogram.decode(summary.histogram.encode()).get_value_at_percentile(pct))
+
+
 MIX_TOTAL = "total"  # the Model column's name for a mixed level's whole-mix row
 
 
@@ -157,6 +182,13 @@ def write_csv(record: RunRecord, path: Path) -> Path:
             rows.append([share.model, *_pa_row(share.result)])
             levels.append(share.result)
     columns = [first, *PA_COLUMNS[1:]]
+    extra = _extra_percentile(record)
+    if extra is not None:  # pN among the percentile columns, in order
+        below = [p for p in PA_PERCENTILES if p < extra]
+        at = columns.index(f"p{below[-1]} latency") + 1 if below else columns.index("p50 latency")
+        columns.insert(at, f"p{extra} latency")
+        for row, level in zip(rows, levels):
+            row.insert(at + (1 if mixed else 0), round(_percentile_us(level, extra)))
     if any(level.streaming is not None for level in record.levels):
         # perf_analyzer adds this column for decoupled models: responses per second
         columns.insert(2, "Response Throughput")

@@ -116,6 +116,9 @@ class TuneRecord:
     # the importances' range over the resamples (10% and 90%); empty in records before the spread was kept
     importance_low: dict[str, float] = field(default_factory=dict)
     importance_high: dict[str, float] = field(default_factory=dict)
+    # what the importances were computed over: "" / "the trials" (the completed trials), or "the predictions
+    # of N configs" (the predicted search's calibrated predictions of the whole space, tuner/_importance)
+    importance_over: str = ""
     status: Literal["ok", "failed", "interrupted"] = "ok"
     error: str | None = None
     # A traffic mix tuned jointly: its models (model is the first) and weights (each model's budget

@@ -238,8 +238,8 @@ def importance_figure(tune: TuneRecord) -> BarFigure | None:
 
 
 def importance_table(tune: TuneRecord) -> Table:
-    """Parameter importances as a table, largest first (the median over resamples of the trials, with
-    their 10-90% range where the record keeps it)."""
+    """Parameter importances as a table, largest first (the median over resamples of the trials, or of a
+    predicted search's predictions of the whole space, with their 10-90% range where the record keeps it)."""
     items = sorted(tune.importances.items(), key=lambda kv: kv[1], reverse=True)
     if not tune.importance_low:
         return Table(
@@ -247,8 +247,8 @@ def importance_table(tune: TuneRecord) -> Table:
         )
     rows = tuple((k, v, tune.importance_low.get(k, v), tune.importance_high.get(k, v)) for k, v in items)
     columns = ("parameter", "importance (median)", "low (10%)", "high (90%)")
-    return Table(key="importances", title="Parameter importances over resamples of the trials", columns=columns,
-                 rows=rows)  # fmt: skip
+    title = f"Parameter importances over resamples of {tune.importance_over or 'the trials'}"
+    return Table(key="importances", title=title, columns=columns, rows=rows)
 
 
 def confirmed_cell(t: TrialRecord) -> str:

@@ -14,6 +14,13 @@ reading's resolution (MATTERS_FACTOR) is said to matter, whatever its importance
 at 0.00 of a knob whose best fp16 config reads 1.7x the best fp32 one is the method's blind spot, not
 a finding.
 
+Where the predicted search ran, the importance is computed over the calibrated predictions of the
+whole space instead (predicted_importances): every config the simulator scored is a point, its
+predicted rate its figure, so the ranking rests on the calibrated model of every config rather than
+on the few trials measured. Its spread: the same resamples, each also moving every prediction by the
+calibration's stated error (a lognormal factor, Calibration.stated_error_rel): what the predictions
+could have said within their own error.
+
 Library warnings (optuna's, above) are logged, never printed: the CLI prints only its lines.
 """
 
@@ -30,7 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial, TrialState
+from optuna.distributions import CategoricalDistribution
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState, create_trial
 
 from perfkit import objectives
 from perfkit.records import TrialRecord, TuneRecord
@@ -49,6 +58,10 @@ MATTERS_FACTOR = 1.2
 # A value's best figure counts where at least this many trials took it: a value seen once is one
 # config's reading (every trial of a range knob takes its own value, and the best of one is not a knob's doing).
 MIN_PER_VALUE = 2
+# The predictions' importance: a space larger than this is sampled (a fixed seed) to keep each resample to a
+# few hundred ms; an error under this floor is read as this one (no model predicts a rate closer).
+MAX_PREDICTED_POINTS = 1500
+MIN_PREDICTION_ERROR_REL = 0.05
 SHOWN_ZERO = 0.005  # what prints as 0.00
 SAID_FROM = 4  # complete trials from which the summary says why no importance is shown (as it showed one before)
 
@@ -109,6 +122,11 @@ def importances(study: optuna.Study, objective: str, *, resamples: int = RESAMPL
             drawn = [complete[rng.randrange(len(complete))] for _ in complete]
             if imp := _one(drawn, study.directions, objective):
                 runs.append(imp)
+    return _summarize(runs)
+
+
+def _summarize(runs: Sequence[dict[str, float]]) -> Importances:
+    """The resamples' importances as each knob's median and SPREAD_QUANTILES range, largest first."""
     names = sorted({k for r in runs for k in r})
     if not names:
         return NONE
@@ -118,6 +136,54 @@ def importances(study: optuna.Study, objective: str, *, resamples: int = RESAMPL
     lo, hi = SPREAD_QUANTILES
     low = {k: _quantile(per[k], lo) for k in order}
     return Importances({k: median[k] for k in order}, low, {k: _quantile(per[k], hi) for k in order})
+
+
+def _choice(v: Any) -> Any:
+    """A knob's value as optuna's categorical choices take it (None, bool, int, float, str)."""
+    return v if v is None or isinstance(v, (bool, int, float, str)) else repr(v)
+
+
+def predicted_importances(points: Sequence[tuple[dict[str, Any], float]], error_rel: float, *,
+                          resamples: int = RESAMPLES, seed: int = 0) -> Importances:  # fmt: skip
+    """The importances over the predictions of the whole space: `points` are (a config's params, its
+    predicted rate); each resample draws the points with replacement and moves each rate by a lognormal
+    factor of sigma `error_rel` (MIN_PREDICTION_ERROR_REL at the least). NONE under MIN_TRIALS points."""
+    pts = [({k: _choice(v) for k, v in p.items()}, float(r)) for p, r in points if r > 0 and math.isfinite(r)]
+    if len(pts) < MIN_TRIALS:
+        return NONE
+    rng = random.Random(seed)
+    if len(pts) > MAX_PREDICTED_POINTS:
+        pts = rng.sample(pts, MAX_PREDICTED_POINTS)
+    values: dict[str, set[Any]] = {}
+    for p, _ in pts:
+        for k, v in p.items():
+            values.setdefault(k, set()).add(v)
+    fixed = {k for k, vs in values.items() if len(vs) < 2}  # a knob the space holds at one value says nothing
+    pts = [({k: v for k, v in p.items() if k not in fixed}, r) for p, r in pts]
+    dists = {k: CategoricalDistribution(sorted(vs, key=repr)) for k, vs in values.items() if k not in fixed}
+    sigma = max(error_rel, MIN_PREDICTION_ERROR_REL)
+    runs: list[dict[str, float]] = []
+    with library_warnings_logged():
+        for _ in range(resamples):
+            drawn = [pts[rng.randrange(len(pts))] for _ in pts]
+            trials = [create_trial(params=p, distributions={k: dists[k] for k in p},
+                                   value=r * math.exp(rng.gauss(0.0, sigma))) for p, r in drawn]  # fmt: skip
+            if imp := _one(trials, [StudyDirection.MAXIMIZE], "throughput"):
+                runs.append(imp)
+    return _summarize(runs)
+
+
+def tune_importances(study: optuna.Study, objective: str, predictions: Sequence[tuple[dict[str, Any], float]],
+                     error_rel: float | None) -> tuple[Importances, str]:  # fmt: skip
+    """The record's importances and what they were computed over: over the predictions of the whole space
+    where the predicted search scored one (`predictions`, with its calibration's stated error), else over
+    the study's completed trials; ("" where none is shown)."""
+    if predictions and error_rel is not None:
+        got = predicted_importances(predictions, error_rel)
+        if got.median:
+            return got, f"the predictions of {len(predictions)} configs"
+    got = importances(study, objective)
+    return got, "the trials" if got.median else ""
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:
@@ -166,5 +232,6 @@ def summary_line(rec: TuneRecord) -> str | None:
             text = f"{k} matters ({shown[k]:.2f}x between its values' best; the importance misses it)"
         parts.append(text)
     lo, hi = SPREAD_QUANTILES
-    how = f" (median [{lo:.0%}-{hi:.0%}] over {RESAMPLES} resamples of the trials)" if rec.importance_low else ""
+    over = rec.importance_over or "the trials"
+    how = f" (median [{lo:.0%}-{hi:.0%}] over {RESAMPLES} resamples of {over})" if rec.importance_low else ""
     return f"importance{how}: " + ", ".join(parts)

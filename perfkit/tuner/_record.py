@@ -18,8 +18,8 @@ from perfkit.tuner import _outputs, _study, _trial_state
 from perfkit.tuner._claim_stats import describe
 from perfkit.tuner._confirm import confirmations
 from perfkit.tuner._events import Summary, fmt_params
-from perfkit.tuner._importance import importances
 from perfkit.tuner._importance import summary_line as importance_line
+from perfkit.tuner._importance import tune_importances
 from perfkit.tuner._trial import TrialRunner
 
 
@@ -28,7 +28,9 @@ def build_record(
 ) -> TuneRecord:
     """The TuneRecord of the search so far."""
     frozen = _outputs.study_trials(study)
-    imp = importances(study, t.s.objective)
+    cal = t.search.calibration  # the predicted search's: importances over its predictions of the whole space
+    imp, over = tune_importances(study, t.s.objective, t.search.space_predictions(),
+                                 cal.stated_error_rel if cal is not None else None)  # fmt: skip
     confirmed = confirmations(study)
     trials = tuple(
         dataclasses.replace(r, confirmation=confirmed.get(r.number))
@@ -54,6 +56,7 @@ def build_record(
         importances=imp.median,
         importance_low=imp.low,
         importance_high=imp.high,
+        importance_over=over,
         status=status,
         error=error,
         calibration=t.search.calibration,

@@ -6,7 +6,7 @@ kind that runs and why live on the Search, and no setting is rewritten."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from perfkit.tuner._search._kind import ON_RAY, SearchChoice, choose_search
@@ -78,6 +78,10 @@ class Search(Protocol):
     @property
     def steer(self) -> bool:
         """Whether a pipeline's trial may queue its bottleneck step's neighbour."""
+        ...
+
+    def space_predictions(self) -> Sequence[tuple[dict[str, Any], float]]:
+        """Every point of the space the search predicted, with its predicted rate (empty: none predicted)."""
         ...
 
     def seed(self, t: TrialRunner, study: optuna.Study) -> None:

@@ -4,7 +4,7 @@ search starts where similar trials point, and nothing caps a confirmation."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,6 +41,9 @@ class MeasuredSearch:
     @property
     def steer(self) -> bool:
         return True
+
+    def space_predictions(self) -> Sequence[tuple[dict[str, Any], float]]:
+        return ()
 
     def seed(self, t: TrialRunner, study: optuna.Study) -> None:
         """A new study (your config alone queued) under the default sampler: the subject's own

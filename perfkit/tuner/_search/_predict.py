@@ -98,6 +98,9 @@ class Predictor:
     # short-level reading.
     capped: dict[int, float] = field(default_factory=dict)
     measured_before: set[Any] = field(default_factory=set)  # configs a resumed study measured (not queued again)
+    # Every point of the space scored, with its predicted rate (a config not simulated at its ceiling, an upper
+    # bound below the best kept): what the record's importances are computed over (tuner/_importance).
+    space: list[tuple[dict[str, Any], float]] = field(default_factory=list)
 
     def queue(self, study: optuna.Study, top: list[tuple[dict[str, Any], float]]) -> None:
         """Queue the best predicted config now, the others (predict_space chose them) while worth it."""
@@ -319,6 +322,7 @@ class Predictor:
         simulated = sum(1 for r in results if not r.bounded)
         results = alike_at_path_ceiling(self.calibration, results)
         by_cfg = {r.config: r for r in results}
+        self.space = [(dict(p), by_cfg[c].rate_rps) for p, c in zip(points, cfgs) if c in by_cfg]
         self.predicted = {r.config: r.rate_rps for r in results if not r.bounded and r.rate_rps > 0}
         # Your config is measured anyway: simulated even where its bound is below the best, its
         # prediction starts its rate search and checks the model at a second point.

@@ -6,7 +6,7 @@ calls cannot be told goes on with the measured search from its calibration, whic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from perfkit.records import Calibration, TuneRecord
@@ -55,6 +55,11 @@ class PredictedSearch:
         """Whether a pipeline's trial may queue its bottleneck's neighbour: not while the
         predictions pick the trials (the next best predicted would wait behind it)."""
         return self.predictor.steer if self.predictor is not None else True
+
+    def space_predictions(self) -> Sequence[tuple[dict[str, Any], float]]:
+        """The space as the predictions scored it (Predictor.space; empty before the seed, or for a
+        predictor that scores no single model's space)."""
+        return tuple(self.predictor.space) if self.predictor is not None else ()
 
     def seed(self, t: TrialRunner, study: optuna.Study) -> None:
         """Calibrate, predict the space and queue the best predicted. Raises as the calibration does."""

@@ -161,8 +161,8 @@ def test_trace_options_set_the_servers_trace_settings(
     server: LocalServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """As perf_analyzer 2.60 did against this server: `--trace-rate 7 --trace-count 5 --log-frequency 3` left
-    trace_rate "7", trace_count "5", log_frequency "3" set and measured; over gRPC the same (perfkit sets them
-    over HTTP: --admin-url, else the gRPC port - 1); `--trace-level TIMESTAMPS` on a server started without a
+    trace_rate "7", trace_count "5", log_frequency "3" set and measured; over gRPC the same, through Triton's
+    gRPC trace API at -u (as 2.60's client backend does); `--trace-level TIMESTAMPS` on a server started without a
     trace file, and `--trace-rate abc`, exited 99 with the server's refusal ("trace file name is not given",
     "Unable to parse 'trace_rate', got: abc") and measured nothing."""
     monkeypatch.chdir(tmp_path)
@@ -172,6 +172,7 @@ def test_trace_options_set_the_servers_trace_settings(
     assert main(["-u", server.endpoints.http_url, *run, *trace]) in (0, 2)
     got = _trace_settings(server)
     assert (got["trace_rate"], got["trace_count"], got["log_frequency"]) == ("7", "5", "3")
+    # the trace settings go through gRPC's trace API at -u; --admin-url is where perfkit reads model statistics
     grpc = ["-u", server.endpoints.grpc_url or "", "-i", "grpc", "--admin-url", server.endpoints.http_url]
     assert main([*grpc, *run, "--trace-rate", "9"]) in (0, 2)
     assert _trace_settings(server)["trace_rate"] == "9"
@@ -218,3 +219,20 @@ def test_csv_header_is_perf_analyzer_260s(
     lines = (tmp_path / "o.csv").read_text().splitlines()
     assert lines[0] == header
     assert len(lines) == 2 and len(lines[1].split(",")) == len(header.split(","))
+
+
+@pytest.mark.usefixtures("tritonserver")
+def test_over_grpc_the_trace_settings_go_through_grpcs_trace_api(server: LocalServer) -> None:
+    """-i grpc: the settings reach the server over gRPC alone (no HTTP address given), and a refusal comes
+    back in the server's words, as 2.60's client backend (UpdateTraceSettings of its gRPC client)."""
+    from perfkit.cli._pa_verify import PaTraceSettings
+    from perfkit.cli.pa import apply_trace_settings
+    from perfkit.errors import ServerError
+
+    at = ["-u", server.endpoints.grpc_url or "", "-i", "grpc"]
+    apply_trace_settings(PaTraceSettings((("trace_rate", "11"), ("log_frequency", "4"))), at)
+    got = _trace_settings(server)
+    assert (got["trace_rate"], got["log_frequency"]) == ("11", "4")
+    with pytest.raises(ServerError, match="trace file name is not given"):
+        apply_trace_settings(PaTraceSettings((("trace_level", "TIMESTAMPS"),)), at)
+    assert _trace_settings(server)["trace_rate"] == "11"

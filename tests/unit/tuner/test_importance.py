@@ -111,3 +111,46 @@ def test_under_the_minimum_the_summary_says_why_and_what_the_trials_show():
     # a record from before the spread was kept still prints its figures
     old = summary_line(_rec(TRIALS, importances={"precision": 0.6, "max_queue_delay_us": 0.4}))
     assert old == "importance: precision 0.60, max_queue_delay_us 0.40", old
+
+
+def _space(noise: float = 0.0, seed: int = 0) -> list[tuple[dict, float]]:
+    """A predicted space (72 configs): the rate is set by instance_count and max_batch_size; precision
+    changes nothing; the original's model name is one value throughout."""
+    rng = random.Random(seed)
+    out = []
+    for count in (1, 2, 3, 4):
+        for mbs in (1, 2, 4, 8, 16, 32):
+            for precision in ("fp32", "fp16", "int8"):
+                rate = 100.0 * count * (1 + mbs / 8) * (1 + rng.uniform(-noise, noise))
+                out.append(({"instance_count": count, "max_batch_size": mbs, "precision": precision, "m": "x"}, rate))
+    return out
+
+
+def test_the_predicted_search_ranks_knobs_over_its_predictions_of_the_whole_space():
+    got = _importance.predicted_importances(_space(), 0.08, resamples=10)
+    assert set(got.median) == {"instance_count", "max_batch_size", "precision"}  # "m" holds one value: left out
+    assert got.median["precision"] < min(got.median["instance_count"], got.median["max_batch_size"]), got
+    assert got.median["precision"] < 0.1, got
+    for k, v in got.median.items():
+        assert 0.0 <= got.low[k] <= v <= got.high[k] <= 1.0, (k, got)
+    # the spread is the predictions' own error: a larger stated error moves the ranking's range
+    wide = _importance.predicted_importances(_space(), 0.6, resamples=10)
+    assert sum(wide.high[k] - wide.low[k] for k in wide.median) > sum(got.high[k] - got.low[k] for k in got.median)
+    assert _importance.predicted_importances(_space()[: MIN_TRIALS - 1], 0.08) == _importance.NONE
+
+
+def test_the_record_takes_the_predictions_where_the_predicted_search_scored_a_space():
+    study = _study(MIN_TRIALS - 5)  # fewer trials than the trials' importance needs
+    imp, over = _importance.tune_importances(study, "throughput", _space(), 0.08)
+    assert over == "the predictions of 72 configs" and imp.median and "precision" in imp.median
+    # the measured search (no predictions), or a predictor with no calibration: the trials', here too few
+    assert _importance.tune_importances(study, "throughput", (), None) == (_importance.NONE, "")
+    assert _importance.tune_importances(study, "throughput", _space(), None) == (_importance.NONE, "")
+    imp, over = _importance.tune_importances(_study(MIN_TRIALS), "throughput", (), None)
+    assert over == "the trials" and imp.median
+    rec = _rec(TRIALS, importances=imp.median, importance_low=imp.low, importance_high=imp.high,
+               importance_over="the predictions of 72 configs")  # fmt: skip
+    line = summary_line(rec)
+    assert line is not None and line.startswith(
+        "importance (median [10%-90%] over 30 resamples of the predictions of 72 configs): "
+    ), line

@@ -81,6 +81,18 @@ def grid_points(runner: Any, *, limit: int) -> list[dict[str, Any]]:
     return out
 
 
+SHORT = {"max_batch_size": "mbs", "dynamic_batching": "db", "instance_count": "inst", "max_queue_delay_us": "delay_us",
+         "precision": "prec", "preferred_batch_sizes": "pref", "instance_kind": "kind"}  # fmt: skip
+
+
 def label(params: Mapping[str, Any]) -> str:
-    """A point's name in the tables: its knobs, sorted."""
-    return " ".join(f"{k}={v}" for k, v in sorted(params.items()))
+    """A point's name in the tables: its knobs, sorted (a model's own prefix kept in a joint space);
+    with dynamic batching off no max_batch_size (batch-1 requests without a batcher never use it)."""
+    off = {k.rpartition(".")[0] for k, v in params.items() if k.rpartition(".")[2] == "dynamic_batching" and not v}
+    parts = []
+    for k, v in sorted(params.items()):
+        model, _, knob = k.rpartition(".")
+        if knob == "max_batch_size" and model in off:
+            continue
+        parts.append(f"{model + '.' if model else ''}{SHORT.get(knob, knob)}={v}")
+    return " ".join(parts)

@@ -19,13 +19,18 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._anchor import perf_analyzer
-from benchmarks._pa_rate import MIN_RPS, PA_THREADS, RECHECKS, _limit_memory, wait_idle, window_ms
+from benchmarks._pa_rate import MIN_RPS, PA_THREADS, RECHECKS, WINDOW_REQUESTS, _limit_memory, wait_idle
 from benchmarks._quality_figures import sustainable
 from perfkit.server import Server
 
 Measure = Callable[[float], tuple[float, float]]
 # A mix's levels report the worst model's p99 as a share of its own budget, scaled to this "budget".
 SHARE_BUDGET = 100.0
+
+
+def window_ms(rate: float, seconds: float, requests: int = WINDOW_REQUESTS) -> int:
+    """One of a level's 3 windows: a third of `seconds`, longer where that holds under `requests`."""
+    return int(math.ceil(max(seconds * 1000 / 3, requests * 1000 / max(rate, 1e-3))))
 
 
 def _cmd(server: Server, model: str, window: int, extra: list[str]) -> list[str]:
@@ -51,7 +56,8 @@ def _run_all(cmds: list[list[str]], timeout_s: float) -> list[str]:
     """The commands at once (a mix's models loaded together); each one's output, '' where it hung."""
     _, env = perf_analyzer()
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, **env}, preexec_fn=_limit_memory) for c in cmds]  # fmt: skip
+                              env={**os.environ, **env}, preexec_fn=_limit_memory)  # noqa: PLW1509 (an rlimit, as _pa_rate's)
+             for c in cmds]  # fmt: skip
     outs = []
     for p in procs:
         try:
@@ -63,7 +69,8 @@ def _run_all(cmds: list[list[str]], timeout_s: float) -> list[str]:
     return outs
 
 
-def mix_measure(server: Server, weights: Mapping[str, int], budgets_ms: Mapping[str, float], seconds: float) -> Measure:
+def mix_measure(server: Server, weights: Mapping[str, int], budgets_ms: Mapping[str, float], seconds: float,
+                requests: int = WINDOW_REQUESTS) -> Measure:  # fmt: skip
     """A total rate split by the mix's weights, one perf_analyzer per model at once: (the models'
     throughput summed, the worst model's p99 / its own budget x SHARE_BUDGET)."""
     total = sum(weights.values())
@@ -72,7 +79,7 @@ def mix_measure(server: Server, weights: Mapping[str, int], budgets_ms: Mapping[
         for m in weights:
             wait_idle(server, m)
         rates = {m: rate * w / total for m, w in weights.items()}
-        window = max(window_ms(r, seconds) for r in rates.values())
+        window = max(window_ms(r, seconds, requests) for r in rates.values())
         cmds = [_cmd(server, m, window, _rate_args(r)) for m, r in rates.items()]
         figs = [_figures(o) for o in _run_all(cmds, 3 * window / 1000 * 6 + 30)]
         tput = sum(t for t, _ in figs)
@@ -84,14 +91,16 @@ def mix_measure(server: Server, weights: Mapping[str, int], budgets_ms: Mapping[
     return measure
 
 
-def stream_measure(server: Server, model: str, seconds: float, responses: int) -> Measure:
+def stream_measure(
+    server: Server, model: str, seconds: float, responses: int, requests: int = WINDOW_REQUESTS
+) -> Measure:
     """A Poisson rate of streams over gRPC: (streams completed/s, TTFT p99 ms from the profile export:
     each request's first response timestamp against its send time)."""
 
     def measure(rate: float) -> tuple[float, float]:
         wait_idle(server, model)
         export = Path(tempfile.mkdtemp()) / "pa.json"
-        window = window_ms(rate, seconds)
+        window = window_ms(rate, seconds, requests)
         cmd = _cmd(server, model, window, [*_rate_args(rate), "--streaming", "--profile-export-file", str(export)])
         (out,) = _run_all([cmd], 3 * window / 1000 * 6 + 30)
         tput, _ = _figures(out)
@@ -109,12 +118,12 @@ def stream_measure(server: Server, model: str, seconds: float, responses: int) -
     return measure
 
 
-def rate_measure(server: Server, model: str, seconds: float) -> Measure:
+def rate_measure(server: Server, model: str, seconds: float, requests: int = WINDOW_REQUESTS) -> Measure:
     """One model (or an ensemble) at a Poisson rate: (throughput, p99 ms)."""
 
     def measure(rate: float) -> tuple[float, float]:
         wait_idle(server, model)
-        window = window_ms(rate, seconds)
+        window = window_ms(rate, seconds, requests)
         (out,) = _run_all([_cmd(server, model, window, _rate_args(rate))], 3 * window / 1000 * 6 + 30)
         t, p = _figures(out)
         print(f"    {rate:8.1f}/s -> {t:8.1f}/s p99 {p:6.1f} ms", flush=True)

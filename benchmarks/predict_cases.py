@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import _case_levels as levels  # noqa: E402
 from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
 from benchmarks._case_grid import Capture, applicable, grid_points, label  # noqa: E402
-from benchmarks._pa_rate import GRID_FACTOR, REMEASURE_FACTOR  # noqa: E402
+from benchmarks._pa_rate import GRID_FACTOR, REMEASURE_FACTOR, WINDOW_REQUESTS  # noqa: E402
 from benchmarks._quality_figures import goals_met, grid_best, prediction_errors, search_figures  # noqa: E402
 from benchmarks.predict_quality import ONNX_WIDTHS  # noqa: E402
 from perfkit.cli import main as perfkit_main  # noqa: E402
@@ -56,6 +56,9 @@ from perfkit.server import LocalLaunch, launch_local  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MIX_WEIGHTS = {"batcher": 3, "hungry": 1}
 MIX_BUDGETS_MS = {"batcher": 150.0, "hungry": 250.0}
+MAX_CONCURRENCY = 16  # the closed case's --max-concurrency
+STREAM_RESPONSES = 4  # stream_held's responses a request (fixtures/models/stream_held)
+QUICK_WINDOW_REQUESTS = 40  # --quick: a grid window's requests at least (benchmarks/_pa_rate.py's 100 otherwise)
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ CASES = {
         Case("hungry", "model", ("hungry",), "hungry", "rate", 150.0,
              ("-m", "hungry", "--latency-budget", "150ms", "--max-batch-sizes", "8,64", "--queue-delays-us", "4000",
               "--instance-counts", "1,2", "--precisions", "fp32,fp16", *COMMON),
-             ("--max-batch-sizes", "64", "--instance-counts", "1,2")),
+             ("--max-batch-sizes", "64", "--instance-counts", "2")),
         Case("stages", "pipeline", ("stages", "stage_decode", "stage_infer", "stage_post"), "stages", "rate", 100.0,
              ("-m", "stages", "--latency-budget", "100ms", "--max-batch-sizes", "8", "--queue-delays-us", "2000",
               "--instance-counts", "1", "--precisions", "fp32,fp16", *COMMON), ()),
@@ -126,17 +129,19 @@ def prepare(case: Case, repo: Path) -> None:
         cfg.write_text(cfg.read_text() + 'parameters: { key: "precision" value: { string_value: "fp32" } }\n')
 
 
-def figure(case: Case, server: Any, start: float, seconds: float, factor: float, max_c: int = 16) -> dict:
-    """perf_analyzer's figure of the config now loaded, as the case's load measures it."""
+def figure(case: Case, server: Any, start: float, seconds: float, factor: float, requests: int) -> dict:
+    """perf_analyzer's figure of the config now loaded, as the case's load measures it (windows of
+    `requests` at least)."""
     if case.load == "closed":
-        return levels.closed_loop(server, case.target, case.budget_ms, max_c, seconds)
+        return levels.closed_loop(server, case.target, case.budget_ms, MAX_CONCURRENCY, seconds)
     if case.load == "mix":
-        m = levels.mix_measure(server, MIX_WEIGHTS, MIX_BUDGETS_MS, seconds)
+        m = levels.mix_measure(server, MIX_WEIGHTS, MIX_BUDGETS_MS, seconds, requests)
         return levels.sustainable_rps(m, start, levels.SHARE_BUDGET, factor)
     if case.load == "stream":
-        return levels.sustainable_rps(levels.stream_measure(server, case.target, seconds, 4), start, case.budget_ms,
-                                      factor)  # fmt: skip
-    return levels.sustainable_rps(levels.rate_measure(server, case.target, seconds), start, case.budget_ms, factor)
+        m = levels.stream_measure(server, case.target, seconds, STREAM_RESPONSES, requests)
+        return levels.sustainable_rps(m, start, case.budget_ms, factor)
+    m = levels.rate_measure(server, case.target, seconds, requests)
+    return levels.sustainable_rps(m, start, case.budget_ms, factor)
 
 
 def run_case(case: Case, args: argparse.Namespace, out: dict[str, Any], save: Any) -> None:
@@ -159,8 +164,8 @@ def run_case(case: Case, args: argparse.Namespace, out: dict[str, Any], save: An
         out["searches"] = {"auto": {**search, "refused": f"perfkit tune exited {code} with no record"}}
         save()
         return
-    search.update(search=rec.search, why=rec.search_reason,
-                  trials=sum(1 for t in rec.trials if "reload_s" in t.metrics and "duplicate_of" not in t.metrics))  # fmt: skip
+    measured = [t for t in rec.trials if "reload_s" in t.metrics and "duplicate_of" not in t.metrics]
+    search.update(search=rec.search, why=rec.search_reason, trials=len(measured))
     best = rec.best()
     if best is not None:  # the claim: the confirmed figure (the search's where no confirmation ran)
         search.update(pick=label(applicable(cap.runner, best.params)), pick_params=best.params,
@@ -180,7 +185,11 @@ def run_case(case: Case, args: argparse.Namespace, out: dict[str, Any], save: An
             k = label(p)
             subject.serve(server, subject.candidate(p, is_original=False, number=-1).text)
             print(f"  {k} (predicted {predicted.get(k, 0):.0f}/s)", flush=True)
-            r = figure(case, server, predicted.get(k) or args.start_rps, args.level_s, GRID_FACTOR)
+            if k in out["grid"]:  # the same config under another name (batching off: max_batch_size unused)
+                continue
+            r = figure(
+                case, server, predicted.get(k) or args.start_rps, args.level_s, GRID_FACTOR, args.window_requests
+            )
             out["grid"][k], out["grid_levels"][k] = r["rps"], r["levels"]
             save()
         out["grid_wall_s"] = time.monotonic() - t0
@@ -188,7 +197,7 @@ def run_case(case: Case, args: argparse.Namespace, out: dict[str, Any], save: An
             print(f"[{case.name}] re-measuring the pick ({search['pick']}, claim {search['claim_rps'] or 0:.0f}/s)")
             subject.serve(server, subject.candidate(best.params, is_original=False, number=-1).text)
             again = figure(case, server, search["claim_rps"] or args.start_rps, args.remeasure_level_s,
-                           REMEASURE_FACTOR)  # fmt: skip
+                           REMEASURE_FACTOR, args.window_requests)  # fmt: skip
             search.update(remeasured_rps=again["rps"], remeasure_levels=again["levels"])
         subject.restore(server)
     shutil.rmtree(work, ignore_errors=True)
@@ -216,13 +225,14 @@ def markdown(cases: list[dict[str, Any]]) -> str:
     for c in cases:
         s, f = c.get("searches", {}).get("auto", {}), figures(c)
         e = f["errors"]
-        err = (f"{e['median_abs']:.0%}, {e['worst']:+.0%} ({e['n']})" if e["n"] else "–")
+        err = f"{e['median_abs']:.0%}, {e['worst']:+.0%} ({e['n']})" if e["n"] else "–"
         rows.append(f"| {c['case']} | {s.get('search', '–')} ({s.get('why') or s.get('refused', '')}) |"
                     f" {f.get('pick') or '–'} | {_r(f.get('pick_vs_grid_best'))} | {_r(f.get('claim_vs_remeasured'))} |"
                     f" {s.get('trials', '–')} | {s.get('wall_s', 0):.0f} | {err} |")  # fmt: skip
     for c in cases:
+        loads = f"load average {c.get('load_avg_start')} -> {c.get('load_avg_end')}"
         rows += ["", f"**{c['case']}** ({c.get('load')}; grid {len(c.get('grid', {}))} configs in"
-                 f" {c.get('grid_wall_s', 0):.0f} s; load average {c.get('load_avg_start')} -> {c.get('load_avg_end')})",
+                 f" {c.get('grid_wall_s', 0):.0f} s; {loads})",
                  "", "| config | perf_analyzer | predicted | error |", "|---|---|---|---|"]  # fmt: skip
         for k, got in c.get("grid", {}).items():
             want = c.get("predicted", {}).get(k)
@@ -250,6 +260,7 @@ def main() -> int:
     ap.add_argument("--table", type=Path, help="print the table of a saved JSON and exit")
     add_version_flag(ap)
     args = ap.parse_args()
+    args.window_requests = QUICK_WINDOW_REQUESTS if args.quick else WINDOW_REQUESTS
     if args.table:
         print(markdown(json.loads(args.table.read_text())["cases"]))
         return 0
@@ -258,6 +269,7 @@ def main() -> int:
         raise SystemExit(f"--cases: {', '.join(unknown)} unknown; choose from {', '.join(CASES)}")
     if args.quick:
         args.level_s, args.remeasure_level_s = min(args.level_s, 2.0), min(args.remeasure_level_s, 6.0)
+        args.trials, args.max_time_s = min(args.trials, 10), min(args.max_time_s, 300.0)
     version = use_version(args.pa_version)
     perf_analyzer()
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H%MZ")

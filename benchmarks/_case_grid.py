@@ -12,9 +12,8 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from perfkit.tuner import _trial
-from perfkit.tuner._search import _predicted
-from perfkit.tuner._search._predict_points import dimension_values
+from perfkit.tuner import parts
+from perfkit.tuner.parts import dimension_values
 
 
 class Capture:
@@ -26,7 +25,7 @@ class Capture:
         self._saved: tuple[Any, Any] | None = None
 
     def __enter__(self) -> Capture:
-        init, seed = _trial.TrialRunner.__init__, _predicted.PredictedSearch.seed
+        init, seed = parts.TrialRunner.__init__, parts.PredictedSearch.seed
         self._saved = (init, seed)
         cap = self
 
@@ -40,13 +39,13 @@ class Capture:
             finally:
                 cap.predictor = search.predictor
 
-        _trial.TrialRunner.__init__ = runner_init  # type: ignore[method-assign]  # restored in __exit__
-        _predicted.PredictedSearch.seed = search_seed  # type: ignore[method-assign]  # restored in __exit__
+        parts.TrialRunner.__init__ = runner_init  # type: ignore[method-assign]  # restored in __exit__
+        parts.PredictedSearch.seed = search_seed  # type: ignore[method-assign]  # restored in __exit__
         return self
 
     def __exit__(self, *exc: object) -> None:
         assert self._saved is not None
-        _trial.TrialRunner.__init__, _predicted.PredictedSearch.seed = self._saved  # type: ignore[method-assign]
+        parts.TrialRunner.__init__, parts.PredictedSearch.seed = self._saved  # type: ignore[method-assign]
 
     def predicted_for(self, params: Mapping[str, Any]) -> float | None:
         """The predictor's rate for a point (None where it did not predict, or scored it below the best)."""

@@ -165,7 +165,8 @@ def run_case(case: Case, args: argparse.Namespace, out: dict[str, Any], save: An
         save()
         return
     measured = [t for t in rec.trials if "reload_s" in t.metrics and "duplicate_of" not in t.metrics]
-    search.update(search=rec.search, why=rec.search_reason, trials=len(measured))
+    fell_back = bool(getattr(cap.predictor, "fell_back", False))  # a prediction off its tolerance: measured on
+    search.update(search=rec.search, why=rec.search_reason, trials=len(measured), fell_back=fell_back)
     best = rec.best()
     if best is not None:  # the claim: the confirmed figure (the search's where no confirmation ran)
         search.update(pick=label(applicable(cap.runner, best.params)), pick_params=best.params,
@@ -213,7 +214,7 @@ def figures(doc_case: dict[str, Any]) -> dict[str, Any]:
     grid = doc_case.get("grid", {})
     s = doc_case.get("searches", {}).get("auto", {})
     fig = search_figures(s, grid, doc_case.get("goal", "model"))
-    fig["predicted"] = s.get("search") == "predict"
+    fig["predicted"] = s.get("search") == "predict" and not s.get("fell_back")
     fig["errors"] = prediction_errors(doc_case.get("predicted", {}), grid)
     fig["grid_best"] = grid_best(grid)
     return fig
@@ -226,7 +227,8 @@ def markdown(cases: list[dict[str, Any]]) -> str:
         s, f = c.get("searches", {}).get("auto", {}), figures(c)
         e = f["errors"]
         err = f"{e['median_abs']:.0%}, {e['worst']:+.0%} ({e['n']})" if e["n"] else "–"
-        rows.append(f"| {c['case']} | {s.get('search', '–')} ({s.get('why') or s.get('refused', '')}) |"
+        ran = f"{s.get('search', '–')}{', fell back to measuring' if s.get('fell_back') else ''}"
+        rows.append(f"| {c['case']} | {ran} ({s.get('why') or s.get('refused', '')}) |"
                     f" {f.get('pick') or '–'} | {_r(f.get('pick_vs_grid_best'))} | {_r(f.get('claim_vs_remeasured'))} |"
                     f" {s.get('trials', '–')} | {s.get('wall_s', 0):.0f} | {err} |")  # fmt: skip
     for c in cases:

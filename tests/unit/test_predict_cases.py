@@ -48,6 +48,8 @@ def test_the_figures_of_a_saved_case_judge_the_pick_the_claim_and_whether_it_pre
     measured = {**case, "searches": {"auto": {**case["searches"]["auto"], "search": "measure", "pick": "b"}}}
     g = figures(measured)
     assert not g["predicted"] and g["pick_vs_grid_best"] == 0.5 and not g["goals"]["pick"]
+    fell = {**case, "searches": {"auto": {**case["searches"]["auto"], "fell_back": True}}}
+    assert not figures(fell)["predicted"] and "predict, fell back to measuring" in markdown([fell])
     table = markdown([case, measured])
     assert "| hungry | predict" in table and "| hungry | measure" in table and "| a | 400 | 440 | +10% |" in table
 

@@ -14,6 +14,7 @@ from perfkit.tuner._search._measured import MeasuredSearch
 from perfkit.tuner._search._model_calibrate import Calibrated
 from perfkit.tuner._search._pipeline_calibrate import PipelineCalibrated
 from perfkit.tuner._search._predict import PREDICTED_ATTR, SIM_REQUESTS
+from perfkit.tuner._search._predict_points import dimension_values
 from perfkit.tuner._search._predicted import PredictedSearch, predicted_search
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ __all__ = [
     "PipelineCalibrated",
     "PREDICTED_ATTR",
     "SIM_REQUESTS",
+    "dimension_values",
 ]
 
 

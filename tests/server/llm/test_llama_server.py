@@ -31,8 +31,8 @@ def _profile(server: LlamaServer, gemma: Path, out: Path, *args: str) -> tuple[i
 
 
 def _gemma_chat_prompt_tokens(gemma: Path) -> set[int]:
-    """What llama.cpp should count for each prompt perfkit sends as a chat: Gemma's chat template (the one in
-    the GGUF, tokenizer.chat_template) rendered around it, BOS included."""
+    """What llama.cpp should count for each prompt perfkit sends as a chat: Gemma's chat template
+    (tests.support.llama_server.GEMMA_CHAT_TEMPLATE, the server's) rendered around it, BOS included."""
     spec = OpenAISpec(endpoint_type="chat", tokenizer=str(gemma), input_tokens_mean=INPUT_TOKENS)
     bodies, lengths = openai_bodies(spec, "gemma", True, SEED)
     assert set(lengths) == {INPUT_TOKENS}

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jinja2
+
 from perfkit.cli import main
 from perfkit.loadgen import openai_bodies
 from perfkit.loadgen._prompts import load_tokenizer
 from perfkit.records import OpenAISpec, RunRecord
-from tests.support.llama_server import LlamaServer
+from tests.support.llama_server import GEMMA_CHAT_TEMPLATE, LlamaServer
 
 INPUT_TOKENS, OUTPUT_TOKENS, SEED = 48, 12, 7
 
@@ -37,9 +39,11 @@ def _gemma_chat_prompt_tokens(gemma: Path) -> set[int]:
     bodies, lengths = openai_bodies(spec, "gemma", True, SEED)
     assert set(lengths) == {INPUT_TOKENS}
     tok = load_tokenizer(str(gemma))
+    template = jinja2.Template(GEMMA_CHAT_TEMPLATE)
     counts = set()
     for body in bodies:
-        text = f"<start_of_turn>user\n{body['messages'][0]['content']}<end_of_turn>\n<start_of_turn>model\n"
+        # the template's BOS left out, as llama.cpp drops it; the tokenizer's own BOS (add_bos_token) counted
+        text = template.render(bos_token="", messages=body["messages"], add_generation_prompt=True)
         counts.add(len(tok.encode(text, add_special_tokens=True).ids))
     return counts
 

@@ -52,10 +52,10 @@ def _value(f: BinaryIO, vtype: int, keep: bool) -> Any:
             return list(struct.unpack(f"<{count}{fmt[1]}", data)) if keep else None
         values = [_value(f, etype, keep) for _ in range(count)]
         return values if keep else None
-    fmt = _SCALARS.get(vtype)
-    if fmt is None:
+    scalar = _SCALARS.get(vtype)
+    if scalar is None:
         raise ValueError(f"unknown GGUF value type {vtype}")
-    return struct.unpack(fmt, _read(f, struct.calcsize(fmt)))[0]
+    return struct.unpack(scalar, _read(f, struct.calcsize(scalar)))[0]
 
 
 def read_gguf_metadata(path: str) -> dict[str, Any]:
@@ -122,10 +122,9 @@ def load_gguf_tokenizer(path: str) -> Any:
         scores = meta.get("tokenizer.ggml.scores") or [0.0] * len(tokens)
         merges = _spm_merges(tokens, scores, types)
         tok = Tokenizer(models.BPE(vocab, merges, unk_token=unk, byte_fallback=True, fuse_unk=True))
-        steps = [normalizers.Replace(" ", "▁")]
-        if meta.get("tokenizer.ggml.add_space_prefix", True):
-            steps.insert(0, normalizers.Prepend("▁"))
-        tok.normalizer = normalizers.Sequence(steps)
+        spaces = normalizers.Replace(" ", "▁")
+        prefix = meta.get("tokenizer.ggml.add_space_prefix", True)
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), spaces] if prefix else [spaces])
         tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
     elif kind == "gpt2":
         pairs = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges") or [] if " " in m]

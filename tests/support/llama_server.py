@@ -63,7 +63,8 @@ class LlamaServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        """host:port, as `-u` takes it."""
+        return f"127.0.0.1:{self.port}"
 
 
 def _healthy(port: int) -> bool:

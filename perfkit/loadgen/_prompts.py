@@ -1,7 +1,8 @@
 """Synthetic prompts of an exact length under a model's tokenizer, and the OpenAI request bodies that carry them.
 
 The tokenizer is a local Hugging Face one (`tokenizer.json`, read by the `tokenizers` library's
-`Tokenizer.from_file`, which never downloads) or the one inside a GGUF model file (`_gguf_tokenizer`). A prompt of N tokens is built from words of the
+`Tokenizer.from_file`, which never downloads) or the one inside a GGUF model file (`_gguf_tokenizer`).
+A prompt of N tokens is built from words of the
 tokenizer's own vocabulary, then encoded again and trimmed or extended until it encodes to exactly
 N tokens (without the special tokens the tokenizer adds: a server's chat template or BOS adds its
 own, which the level's usage check shows). Lengths are drawn per prompt from a normal

@@ -40,9 +40,9 @@ def openai_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         click.option(
             "--tokenizer",
             default=None,
-            metavar="DIR",
-            help="OpenAI: a local Hugging Face tokenizer folder (tokenizer.json): prompts have exactly the asked"
-            " length under it. Never downloaded.",
+            metavar="DIR|FILE.gguf",
+            help="OpenAI: a local Hugging Face tokenizer folder (tokenizer.json) or a GGUF model file (its own"
+            " tokenizer): prompts have exactly the asked length under it. Never downloaded.",
         ),
         click.option(
             "--synthetic-input-tokens-mean",

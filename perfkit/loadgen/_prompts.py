@@ -1,7 +1,8 @@
 """Synthetic prompts of an exact length under a model's tokenizer, and the OpenAI request bodies that carry them.
 
 The tokenizer is a local Hugging Face one (`tokenizer.json`, read by the `tokenizers` library's
-`Tokenizer.from_file`, which never downloads). A prompt of N tokens is built from words of the
+`Tokenizer.from_file`, which never downloads) or the one inside a GGUF model file (`_gguf_tokenizer`).
+A prompt of N tokens is built from words of the
 tokenizer's own vocabulary, then encoded again and trimmed or extended until it encodes to exactly
 N tokens (without the special tokens the tokenizer adds: a server's chat template or BOS adds its
 own, which the level's usage check shows). Lengths are drawn per prompt from a normal
@@ -24,9 +25,14 @@ _MAX_WORDS = 2000  # enough words for varied prompts; a large vocabulary is not 
 
 
 def load_tokenizer(path: str) -> Any:
-    """The tokenizer of a local folder holding tokenizer.json (or the file itself); raises UsageError
-    naming the path when it is missing or unreadable, or when the `tokenizers` library is absent."""
+    """The tokenizer of a local folder holding tokenizer.json (or the file itself), or the one inside a GGUF
+    model file (a path ending .gguf); raises UsageError naming the path when it is missing or unreadable,
+    or when the `tokenizers` library is absent."""
     p = Path(path)
+    if p.suffix.lower() == ".gguf":
+        from perfkit.loadgen._gguf_tokenizer import load_gguf_tokenizer
+
+        return load_gguf_tokenizer(path)
     file = p / "tokenizer.json" if p.is_dir() else p
     if not file.is_file():
         raise UsageError(

@@ -106,6 +106,12 @@ _OPTIONS = [
         "--precisions",
         help="Precisions, e.g. fp32,fp16 (default: per backend; TensorRT: the engines of --trt-engines).",
     ),
+    click.option(
+        "--intra-op-threads", help="A backend's intra-op thread counts, e.g. 1,2 (default: t x instances <= cores)."
+    ),
+    click.option(
+        "--inter-op-threads", help="Inter-op thread counts, e.g. 1,2 (ONNX Runtime parallel mode; same default)."
+    ),
     click.option("--trt-engines", help="TensorRT engine per precision, e.g. fp32=model.plan,fp16=model_fp16.plan."),
     click.option(
         "--composing-models",

@@ -155,6 +155,8 @@ class TuneSpace:
     precision_parameter: str = "precision"
     max_batch_size_limit: int | None = None
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
+    intra_op_threads: tuple[int, ...] | None = None  # a backend's intra-op thread counts (_knob_backend)
+    inter_op_threads: tuple[int, ...] | None = None
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
@@ -169,6 +171,8 @@ class TuneSpace:
         "precision_parameter",
         "max_batch_size_limit",
         "trt_engines",
+        "intra_op_threads",
+        "inter_op_threads",
     )
 
     @classmethod
@@ -224,6 +228,12 @@ class TuneSpace:
             kw["max_batch_size_limit"] = limit[0]
         if data.get("trt_engines"):
             kw["trt_engines"] = parse_trt_engines(data["trt_engines"], source=source)
+        for key in ("intra_op_threads", "inter_op_threads"):
+            if key in data:
+                threads = _int_tuple(data[key], key, source)
+                if 0 in threads:
+                    raise InputError(f"{source}: {key} must be >= 1 (0 is the backend's default: leave it unset)")
+                kw[key] = threads
         return cls(**kw)
 
 

@@ -59,7 +59,8 @@ def test_onnxruntime_knobs_apply_and_read_back(tmp_path: Path):
     cfg, rs = _space(ORT, tmp_path, cpu_cores=2)
     assert rs.dimension("ort_execution_mode").choices == ("sequential", "parallel")
     assert rs.dimension("ort_graph_level").choices == ("all", "basic")
-    params = {"intra_op_threads": 2, "inter_op_threads": 1, "ort_execution_mode": "parallel", "ort_graph_level": "basic"}
+    params = {"intra_op_threads": 2, "inter_op_threads": 1}
+    params |= {"ort_execution_mode": "parallel", "ort_graph_level": "basic"}
     out = apply_params(cfg, params, rs)
     assert out.parameters["intra_op_thread_count"].string_value == "2"
     assert out.parameters["inter_op_thread_count"].string_value == "1"

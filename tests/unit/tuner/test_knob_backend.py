@@ -119,9 +119,7 @@ def test_tensorrt_graphs_and_events_need_a_gpu(tmp_path: Path):
     assert extract_params(out, backend="tensorrt")["cuda_graphs"] == "pow2"
     on = apply_params(out, {"cuda_graphs": "on"}, rs)
     assert on.optimization.cuda.graphs and not on.optimization.cuda.graph_spec  # the backend's own sizes
-    assert format_config(apply_params(cfg, {"cuda_graphs": "off", "busy_wait_events": False}, rs)) == format_config(
-        cfg
-    )
+    assert format_config(apply_params(cfg, {"cuda_graphs": "off", "busy_wait_events": False}, rs)) == format_config(cfg)
 
 
 def test_pinned_memory_only_for_gpu_instances(tmp_path: Path):

@@ -242,8 +242,14 @@ def resolve(
     dims: list[Dimension] = []
     unmeasurable: list[Dimension] = []
     reasons: dict[str, str] = {}
+    fixed = dict(space.fixed)
+    unknown = sorted(set(fixed) - set(KNOB_BY_NAME))
+    if unknown:
+        raise InputError(f"--fix {', '.join(unknown)}: no such knob", hint=f"knobs: {', '.join(KNOB_BY_NAME)}")
     for knob in KNOBS:
         dim, why = knob.resolve(ctx)
+        if knob.name in fixed:
+            dim, why = _fixed(knob.name, fixed[knob.name], dim, why, orig)
         reasons[knob.name] = why
         if dim is None:
             continue
@@ -271,6 +277,34 @@ def resolve(
         validation=ctx_check,
     )
     return rs
+
+
+def _fixed(
+    name: str, text: str, dim: Dimension | None, why: str, orig: Mapping[str, Any]
+) -> tuple[Dimension | None, str]:
+    """A knob held at one value (--fix), as the value its dimension would take, with the original's
+    kept beside it (trial 0 is the original). A knob that does not apply stays unsearched."""
+    if dim is None:
+        return None, why
+    sample = dim.low if dim.is_range else dim.choices[0]
+    value: Any
+    try:
+        if isinstance(sample, bool):
+            if text.lower() not in ("true", "false", "on", "off", "1", "0"):
+                raise ValueError(text)
+            value = text.lower() in ("true", "on", "1")
+        elif isinstance(sample, (int, float)):
+            value = type(sample)(float(text)) if isinstance(sample, float) or "." not in text else float(text)
+        else:
+            value = text
+    except ValueError:
+        raise InputError(f"--fix {name}={text}: not a value of {name}", hint=f"its values: {dim.describe()}") from None
+    if not dim.is_range and not isinstance(sample, (int, float)) and value not in dim.choices:
+        raise InputError(f"--fix {name}={text}: not a value of {name}", hint=f"its values: {dim.describe()}")
+    choices = tuple(dict.fromkeys((orig[name], value))) if name in orig else (value,)
+    return Dimension(name, choices, when_dynamic_batching=dim.when_dynamic_batching, when_gpu_kind=dim.when_gpu_kind), (
+        f"fixed at {value} (--fix)" + (f"; the original's {orig[name]} kept for trial 0" if len(choices) > 1 else "")
+    )
 
 
 def validation_context(space: ResolvedSpace) -> Context:

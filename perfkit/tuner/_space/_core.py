@@ -127,6 +127,19 @@ def parse_trt_engines(value: Any, *, source: str = "--trt-engines") -> tuple[tup
     return tuple(out.items())
 
 
+def parse_fixed(value: Any, *, source: str = "--fix") -> tuple[tuple[str, str], ...]:
+    """'knob=value,knob=value' (or a TOML table) as (knob, value text) pairs; raises InputError.
+    The knob names are checked against the registry when the space resolves."""
+    items = [f"{k}={v}" for k, v in value.items()] if isinstance(value, Mapping) else str(value).split(",")
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in items if i.strip()):
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip() or not text.strip():
+            raise InputError(f"{source}: {item!r} is not KNOB=VALUE", hint="e.g. sequence_strategy=oldest")
+        out[name.strip()] = text.strip()
+    return tuple(out.items())
+
+
 def _tri_state(value: Any, key: str, source: str) -> tuple[bool, ...] | None:
     if isinstance(value, bool):
         return (value,)
@@ -157,6 +170,8 @@ class TuneSpace:
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
     intra_op_threads: tuple[int, ...] | None = None  # a backend's intra-op thread counts (_knob_backend)
     inter_op_threads: tuple[int, ...] | None = None
+    # knob -> the one value candidates have (--fix sequence_strategy=oldest): any knob, as text
+    fixed: tuple[tuple[str, str], ...] = ()
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
@@ -173,6 +188,7 @@ class TuneSpace:
         "trt_engines",
         "intra_op_threads",
         "inter_op_threads",
+        "fix",
     )
 
     @classmethod
@@ -228,6 +244,8 @@ class TuneSpace:
             kw["max_batch_size_limit"] = limit[0]
         if data.get("trt_engines"):
             kw["trt_engines"] = parse_trt_engines(data["trt_engines"], source=source)
+        if data.get("fix"):
+            kw["fixed"] = parse_fixed(data["fix"], source=f"{source} fix")
         for key in ("intra_op_threads", "inter_op_threads"):
             if key in data:
                 threads = _int_tuple(data[key], key, source)

@@ -47,6 +47,7 @@ from perfkit.tuner._space._core import (
     parse_delay_range,
     parse_trt_engines,
 )
+from perfkit.tuner._space._fixed import fixed_dimension as _fixed
 from perfkit.tuner._space._knobs import ABSENT, KNOB_BY_NAME, KNOBS, Ctx, ExtractInfo, pow2_sizes, pref_label
 from perfkit.tuner._space._model import KIND_CPU, Machine, ModelFacts, backend_of, model_facts
 from perfkit.tuner._validate import Context, check_candidate, validate
@@ -277,34 +278,6 @@ def resolve(
         validation=ctx_check,
     )
     return rs
-
-
-def _fixed(
-    name: str, text: str, dim: Dimension | None, why: str, orig: Mapping[str, Any]
-) -> tuple[Dimension | None, str]:
-    """A knob held at one value (--fix), as the value its dimension would take, with the original's
-    kept beside it (trial 0 is the original). A knob that does not apply stays unsearched."""
-    if dim is None:
-        return None, why
-    sample = dim.low if dim.is_range else dim.choices[0]
-    value: Any
-    try:
-        if isinstance(sample, bool):
-            if text.lower() not in ("true", "false", "on", "off", "1", "0"):
-                raise ValueError(text)
-            value = text.lower() in ("true", "on", "1")
-        elif isinstance(sample, (int, float)):
-            value = type(sample)(float(text)) if isinstance(sample, float) or "." not in text else float(text)
-        else:
-            value = text
-    except ValueError:
-        raise InputError(f"--fix {name}={text}: not a value of {name}", hint=f"its values: {dim.describe()}") from None
-    if not dim.is_range and not isinstance(sample, (int, float)) and value not in dim.choices:
-        raise InputError(f"--fix {name}={text}: not a value of {name}", hint=f"its values: {dim.describe()}")
-    choices = tuple(dict.fromkeys((orig[name], value))) if name in orig else (value,)
-    return Dimension(name, choices, when_dynamic_batching=dim.when_dynamic_batching, when_gpu_kind=dim.when_gpu_kind), (
-        f"fixed at {value} (--fix)" + (f"; the original's {orig[name]} kept for trial 0" if len(choices) > 1 else "")
-    )
 
 
 def validation_context(space: ResolvedSpace) -> Context:

@@ -144,3 +144,47 @@ def test_thread_counts_from_a_sweep_table_must_be_positive():
     assert TuneSpace.from_mapping({"intra_op_threads": "2,1"}).intra_op_threads == (1, 2)
     with pytest.raises(InputError, match="intra_op_threads must be >= 1"):
         TuneSpace.from_mapping({"intra_op_threads": [0, 1]})
+
+
+SEQ = Path(__file__).resolve().parents[3] / "fixtures" / "models"
+
+
+def _fixture(name: str, space: TuneSpace | None = None):
+    from perfkit.server.modelconfig import read_config
+
+    cfg = read_config(SEQ / name / "config.pbtxt")
+    return cfg, resolve(space or TuneSpace(), cfg, SEQ / name, latency_budget_us=20_000, cpu_cores=2)
+
+
+def test_direct_minimum_slot_utilization_is_searched_written_and_validated():
+    cfg, rs = _fixture("accumulator")
+    assert rs.dimension("minimum_slot_utilization").choices == (0.0, 0.5, 1.0)
+    assert rs.original_params["minimum_slot_utilization"] == 0.0
+    half = apply_params(cfg, {"minimum_slot_utilization": 0.5, "sequence_max_queue_delay_us": 800}, rs)
+    assert half.sequence_batching.direct.minimum_slot_utilization == 0.5
+    assert extract_params(half, backend="python")["minimum_slot_utilization"] == 0.5
+    # under oldest-first the value has nowhere to go: the candidate stays oldest's
+    oldest = apply_params(cfg, {"sequence_strategy": "oldest", "minimum_slot_utilization": 0.5}, rs)
+    assert oldest.sequence_batching.HasField("oldest") and "minimum_slot_utilization" not in extract_params(
+        oldest, backend="python"
+    )
+    from perfkit.errors import CandidateRejectedError
+
+    with pytest.raises(CandidateRejectedError, match="slot utilization"):
+        apply_params(cfg, {"minimum_slot_utilization": 1.5}, rs)
+
+
+def test_fix_holds_a_knob_at_one_value_beside_the_original():
+    space = TuneSpace.from_mapping({"fix": "sequence_strategy=oldest,max_candidate_sequences=8,max_batch_size=4"})
+    assert dict(space.fixed) == {"sequence_strategy": "oldest", "max_candidate_sequences": "8", "max_batch_size": "4"}
+    _, rs = _fixture("accumulator", space)
+    assert rs.dimension("sequence_strategy").choices == ("direct", "oldest")  # the original's kept for trial 0
+    assert rs.dimension("max_candidate_sequences").choices == (8,)
+    assert rs.dimension("max_batch_size") is None  # 4 is the original's: nothing left to search
+    assert "fixed at 8 (--fix)" in rs.reasons["max_candidate_sequences"]
+    with pytest.raises(InputError, match="--fix no_such_knob: no such knob"):
+        _fixture("accumulator", TuneSpace.from_mapping({"fix": "no_such_knob=1"}))
+    with pytest.raises(InputError, match="not a value of sequence_strategy"):
+        _fixture("accumulator", TuneSpace.from_mapping({"fix": "sequence_strategy=newest"}))
+    with pytest.raises(InputError, match="is not KNOB=VALUE"):
+        TuneSpace.from_mapping({"fix": "sequence_strategy"})

@@ -112,3 +112,32 @@ def test_tune_measures_each_thread_value_and_keeps_the_one_it_measured_best(tmp_
     assert best_cfg.parameters["intra_op_threads"].string_value == str(best.params["intra_op_threads"])
     df = pd.read_csv(out / "trials.csv")
     assert "intra_op_threads" in df.columns and set(df["intra_op_threads"].dropna()) == {1, 2}
+
+
+@pytest.mark.slow
+def test_predicted_tune_calibrates_a_curve_per_thread_value_and_says_it_measured_them(tmp_path: Path):
+    _onnx_ready()
+    repo = tmp_path / "models"
+    add_onnx_model(repo, widths=WIDE)
+    out = tmp_path / "out"
+    # --search auto on an open-loop tune of one model: predicted, the thread values calibrated
+    args = [sys.executable, "-m", "perfkit", "tune", "-m", "onnx_mlp", "--model-repository", str(repo),
+            "-o", str(out), "--trials", "2", "--latency-budget", "200ms", "--measurement-interval", "400",
+            "--max-batch-sizes", "32", "--dynamic-batching", "--preferred-batch-sizes", "none",
+            "--instance-counts", "1", "--precisions", "fp32", "--intra-op-threads", "1,2",
+            "--confirm", "0"]  # fmt: skip
+    done = subprocess.run(
+        args, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "--search auto: predicting" in done.stdout, done.stdout
+    assert "intra_op_threads: measured, not simulated" in done.stdout, done.stdout
+    rec = from_dict(TuneRecord, json.loads((out / "tune.json").read_text()))
+    cal = rec.calibration
+    assert cal is not None and cal.value == "intra_op_threads=1", done.stdout
+    assert [c.value for c in cal.values] == ["intra_op_threads=2"], done.stdout
+    assert cal.values[0].points, cal.values[0]  # measured on the server at 2 threads
+    best = rec.best()
+    assert best is not None and best.params.get("intra_op_threads") in (1, 2)
+    best_cfg = read_config(out / "best" / "config.pbtxt")
+    assert best_cfg.parameters["intra_op_threads"].string_value == str(best.params["intra_op_threads"])

@@ -23,8 +23,10 @@ def fixed_dimension(
             if text.lower() not in ("true", "false", "on", "off", "1", "0"):
                 raise ValueError(text)
             value = text.lower() in ("true", "on", "1")
-        elif isinstance(sample, (int, float)):
-            value = type(sample)(float(text)) if isinstance(sample, float) or "." not in text else float(text)
+        elif isinstance(sample, float):
+            value = float(text)
+        elif isinstance(sample, int):
+            value = int(text)
         else:
             value = text
     except ValueError:

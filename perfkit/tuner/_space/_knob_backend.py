@@ -78,7 +78,7 @@ def _fewest_instances(ctx: Ctx) -> int:
 
 
 def _asked_threads(ctx: Ctx, knob: str) -> tuple[int, ...] | None:
-    return getattr(ctx.space, knob, None)
+    return ctx.space.intra_op_threads if knob == P_INTRA else ctx.space.inter_op_threads
 
 
 def _parallel(cfg: ModelConfig) -> bool:
@@ -103,7 +103,8 @@ def _resolve_threads(knob: str, ctx: Ctx) -> tuple[Dimension | None, str]:
     n = _fewest_instances(ctx)
     asked = _asked_threads(ctx, knob)
     base = asked or thread_values(ctx.machine.cpu_cores, n)
-    choices = tuple(sorted(set(base) | {ctx.orig[knob]} if knob in ctx.orig else set(base)))
+    values = set(base) | ({ctx.orig[knob]} if knob in ctx.orig else set())
+    choices = tuple(sorted(values))
     why = (
         f"parameters {{ key: {key!r} }}: "
         + ("the counts asked for" if asked else f"t * {n} instance(s) <= {ctx.machine.cpu_cores} cores")

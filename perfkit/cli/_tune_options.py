@@ -106,6 +106,17 @@ _OPTIONS = [
         "--precisions",
         help="Precisions, e.g. fp32,fp16 (default: per backend; TensorRT: the engines of --trt-engines).",
     ),
+    click.option(
+        "--intra-op-threads", help="A backend's intra-op thread counts, e.g. 1,2 (default: t x instances <= cores)."
+    ),
+    click.option(
+        "--inter-op-threads", help="Inter-op thread counts, e.g. 1,2 (ONNX Runtime parallel mode; same default)."
+    ),
+    click.option(
+        "--fix",
+        help="Hold knobs at one value, e.g. sequence_strategy=oldest,max_candidate_sequences=8"
+        " (the original's value is still trial 0; --dry-run lists the knobs).",
+    ),
     click.option("--trt-engines", help="TensorRT engine per precision, e.g. fp32=model.plan,fp16=model_fp16.plan."),
     click.option(
         "--parameter",

@@ -3,9 +3,9 @@ measured search elsewhere, with the reason said. The predicted search models one
 closed loop or a trace, ranked by the objective, a resumed study by what is left; a decoupled model's
 streams under open-loop arrivals), an ensemble, a BLS model or a traffic mix under open-loop arrivals
 ranked by its rate, held to a latency percentile, over the knobs the batcher simulator tells apart
-(tuner/_search/_predict_points.py SIMULATED) and, for one model, the precision and instance kind it
-calibrates a curve for at each value (PER_VALUE); anything else is searched by measurement, as it
-always was. --search predict and --search measure are taken as given."""
+(tuner/_search/_predict_points.py SIMULATED) and, for one model, the precision, instance kind and
+backend threads and graphs it calibrates a curve for at each value (PER_VALUE); anything else is
+searched by measurement, as it always was. --search predict and --search measure are taken as given."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from perfkit.tuner._pipeline import SEP
 from perfkit.tuner._search._predict_points import PER_VALUE, SIMULATED
 from perfkit.tuner._search._stream_kind import stream_unpredictable
 from perfkit.tuner._settings import TuneSettings
+from perfkit.tuner._space._knob_backend import MEASURED_PER_VALUE
 from perfkit.tuner._subject import SubjectKind
 
 _NAMES = {"ensemble": "ensemble", "bls": "BLS model", "mix": "traffic mix"}
@@ -32,11 +33,20 @@ class SearchChoice(TuneEvent):
     kind: Literal["measure", "predict"]
     why_measured: str | None = None
     predict_anyway: bool = False  # --search predict would run here (at the original's other knobs)
+    measured_per_value: tuple[str, ...] = ()  # a backend's threads and graphs: a curve measured at each value
 
     def line(self) -> str:
         """The line the tuner prints for auto's choice."""
         if self.kind == "predict":
-            return "  --search auto: predicting (calibrate on the server, predict the space, measure the best)"
+            per_value = ""
+            if self.measured_per_value:
+                per_value = (
+                    f"; {', '.join(self.measured_per_value)}: measured, not simulated (a service curve calibrated"
+                    " at each value: what a backend's threads or graphs buy is the model's and the machine's)"
+                )
+            return (
+                f"  --search auto: predicting (calibrate on the server, predict the space, measure the best){per_value}"
+            )
         hint = " (--search predict predicts anyway)" if self.predict_anyway else ""
         return f"  --search auto: measuring every trial: {self.why_measured}{hint}"
 
@@ -61,7 +71,9 @@ def choose_search(
     if why is not None:
         return SearchChoice("measure", why)
     why = _should_measure(s, subject=subject, knobs=knobs)
-    return SearchChoice("measure", why, predict_anyway=True) if why is not None else SearchChoice("predict")
+    if why is not None:
+        return SearchChoice("measure", why, predict_anyway=True)
+    return SearchChoice("predict", measured_per_value=tuple(k for k in knobs if k in MEASURED_PER_VALUE))
 
 
 def _cannot_predict(
@@ -87,8 +99,8 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
     """What the predicted search would run without answering as asked (it predicts the knobs the
     simulator tells apart at the original's other values, ranks one model's configs by the
     objective, tuner/_search/_predict_rank.py, an ensemble's by the rate, seeds its own study).
-    One model's precision and instance kind are calibrated per value (PER_VALUE); a pipeline's
-    steps' and a mix's models' are not yet."""
+    One model's precision, instance kind and a backend's threads and graphs are calibrated per
+    value (PER_VALUE); a pipeline's steps' and a mix's models' are not yet."""
     if s.objective == "goodput":
         return "--objective goodput counts streamed requests meeting its SLOs, which the prediction does not simulate"
     if s.objective != "throughput" and subject != "model":
@@ -103,6 +115,11 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
         return "--trials 1 measures your config alone"
     modelled = set(SIMULATED) | (set(PER_VALUE) if subject == "model" else set())
     unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - modelled)
+    if unmodelled and subject != "model" and set(unmodelled) <= set(PER_VALUE):
+        return (
+            f"the space searches {', '.join(unmodelled)}, whose curves are measured at each value for one model"
+            f" only: the {_NAMES[subject]}'s models are not calibrated per value yet"
+        )
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"
     return None

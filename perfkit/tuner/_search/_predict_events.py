@@ -8,6 +8,7 @@ from typing import Any
 
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_KIND, P_MBS, P_PREC, P_PREF
+from perfkit.tuner._space._knob_backend import MEASURED_PER_VALUE
 
 
 @dataclass(frozen=True)
@@ -39,5 +40,5 @@ class Note(TuneEvent):
 
 def label(params: Mapping[str, Any]) -> str:
     """A point's knobs the prediction tells apart, for the search's lines."""
-    told = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT, P_PREC, P_KIND)
+    told = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT, P_PREC, P_KIND, *MEASURED_PER_VALUE)
     return " ".join(f"{k}={v}" for k, v in params.items() if k in told)

@@ -9,6 +9,7 @@ from typing import Any
 
 from perfkit import predict
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_KIND, P_MBS, P_PREC, P_PREF, Dimension, pow2_sizes
+from perfkit.tuner._space._knob_backend import MEASURED_PER_VALUE
 from perfkit.tuner._space._knob_batching import pref_sizes
 from perfkit.tuner._trial import TrialRunner
 
@@ -16,7 +17,8 @@ from perfkit.tuner._trial import TrialRunner
 def space_points(t: TrialRunner) -> list[dict[str, Any]]:
     """Every point of the space the simulator can tell apart: max_batch_size at powers of two,
     the queue delay at 0 and log-spaced values, every preferred-size choice and instance count,
-    at every value of the knobs calibrated per value (PER_VALUE: precision, instance kind); other
+    at every value of the knobs calibrated per value (PER_VALUE: precision, instance kind, a
+    backend's threads and graphs); other
     dimensions stay at the original's values."""
     base = t.original_fixed_params()
     crossed = (*SIMULATED, *PER_VALUE)
@@ -38,8 +40,10 @@ def space_points(t: TrialRunner) -> list[dict[str, Any]]:
 SIMULATED = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT)  # the knobs the simulator tells apart
 # The knobs that change the execution itself: one model's calibration measures a service curve at
 # each of their values the space holds (tuner/_search/_value_calibrate.py), and each point is
-# simulated with its value's curve (BatcherConfig.variant).
-PER_VALUE = (P_PREC, P_KIND)
+# simulated with its value's curve (BatcherConfig.variant). A backend's own threads and graphs
+# (tuner/_space/_knob_backend.py) are among them: how much of an execution they speed up is the
+# graph's and the machine's, which no rule predicts, so their curves are measured, never simulated.
+PER_VALUE = (P_PREC, P_KIND, *MEASURED_PER_VALUE)
 
 
 def value_label(t: TrialRunner, params: Mapping[str, Any]) -> str:

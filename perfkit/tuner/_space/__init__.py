@@ -47,6 +47,7 @@ from perfkit.tuner._space._core import (
     parse_delay_range,
     parse_trt_engines,
 )
+from perfkit.tuner._space._fixed import fixed_dimension as _fixed
 from perfkit.tuner._space._knobs import ABSENT, KNOB_BY_NAME, KNOBS, Ctx, ExtractInfo, pow2_sizes, pref_label
 from perfkit.tuner._space._model import KIND_CPU, Machine, ModelFacts, backend_of, model_facts
 from perfkit.tuner._validate import Context, check_candidate, validate
@@ -253,8 +254,14 @@ def resolve(
     dims: list[Dimension] = []
     unmeasurable: list[Dimension] = []
     reasons: dict[str, str] = {}
+    fixed = dict(space.fixed)
+    unknown = sorted(set(fixed) - set(KNOB_BY_NAME))
+    if unknown:
+        raise InputError(f"--fix {', '.join(unknown)}: no such knob", hint=f"knobs: {', '.join(KNOB_BY_NAME)}")
     for knob in KNOBS:
         dim, why = knob.resolve(ctx)
+        if knob.name in fixed:
+            dim, why = _fixed(knob.name, fixed[knob.name], dim, why, orig)
         reasons[knob.name] = why
         if dim is None:
             continue

@@ -128,6 +128,19 @@ def parse_trt_engines(value: Any, *, source: str = "--trt-engines") -> tuple[tup
     return tuple(out.items())
 
 
+def parse_fixed(value: Any, *, source: str = "--fix") -> tuple[tuple[str, str], ...]:
+    """'knob=value,knob=value' (or a TOML table) as (knob, value text) pairs; raises InputError.
+    The knob names are checked against the registry when the space resolves."""
+    items = [f"{k}={v}" for k, v in value.items()] if isinstance(value, Mapping) else str(value).split(",")
+    out: dict[str, str] = {}
+    for item in (i.strip() for i in items if i.strip()):
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip() or not text.strip():
+            raise InputError(f"{source}: {item!r} is not KNOB=VALUE", hint="e.g. sequence_strategy=oldest")
+        out[name.strip()] = text.strip()
+    return tuple(out.items())
+
+
 def _tri_state(value: Any, key: str, source: str) -> tuple[bool, ...] | None:
     if isinstance(value, bool):
         return (value,)
@@ -157,6 +170,10 @@ class TuneSpace:
     max_batch_size_limit: int | None = None
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
     parameters: tuple[tuple[str, tuple[str, ...]], ...] = ()  # config.pbtxt parameters: (key, values)
+    intra_op_threads: tuple[int, ...] | None = None  # a backend's intra-op thread counts (_knob_backend)
+    inter_op_threads: tuple[int, ...] | None = None
+    # knob -> the one value candidates have (--fix sequence_strategy=oldest): any knob, as text
+    fixed: tuple[tuple[str, str], ...] = ()
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
@@ -172,6 +189,9 @@ class TuneSpace:
         "max_batch_size_limit",
         "trt_engines",
         "parameters",
+        "intra_op_threads",
+        "inter_op_threads",
+        "fix",
     )
 
     @classmethod
@@ -229,6 +249,14 @@ class TuneSpace:
             kw["trt_engines"] = parse_trt_engines(data["trt_engines"], source=source)
         if data.get("parameters"):
             kw["parameters"] = parse_parameter_lists(data["parameters"], source=f"{source} parameters")
+        if data.get("fix"):
+            kw["fixed"] = parse_fixed(data["fix"], source=f"{source} fix")
+        for key in ("intra_op_threads", "inter_op_threads"):
+            if key in data:
+                threads = _int_tuple(data[key], key, source)
+                if 0 in threads:
+                    raise InputError(f"{source}: {key} must be >= 1 (0 is the backend's default: leave it unset)")
+                kw[key] = threads
         return cls(**kw)
 
 

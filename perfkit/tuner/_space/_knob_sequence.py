@@ -1,7 +1,7 @@
 """Sequence batcher knobs: the strategy (direct or oldest), how long an idle sequence keeps its
-slot, the strategy's queue delay, and oldest-first's candidate sequences and preferred batch
-sizes. A sequence model gets these instead of dynamic batching: model_config.proto holds one
-scheduler per model (the `scheduling_choice` oneof), so a candidate never has both.
+slot, the strategy's queue delay, direct's minimum slot utilization, and oldest-first's candidate
+sequences and preferred batch sizes. A sequence model gets these instead of dynamic batching:
+model_config.proto holds one scheduler per model (the `scheduling_choice` oneof), so a candidate never has both.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ SEQUENCE_IDLE_CHOICES_US = (1_000_000, 5_000_000, 30_000_000)
 # Oldest-first max_candidate_sequences searched (0 means max_batch_size: triton-inference-server/core
 # src/sequence_batch_scheduler/sequence_batch_scheduler.cc, seq_slot_cnt_).
 CANDIDATE_CHOICES = (1, 4, 16, 64)
+P_SEQ_MIN_UTIL = "minimum_slot_utilization"
+# Direct's minimum_slot_utilization searched: 0 (the default: a batch runs as soon as one slot is
+# ready), half, or every slot ready before the queue delay ends (model_config.proto
+# StrategyDirect; read in core src/sequence_batch_scheduler/sequence_batch_scheduler.cc DirectSequenceBatch).
+MIN_UTIL_CHOICES = (0.0, 0.5, 1.0)
 
 
 def _strategy_name(cfg: ModelConfig) -> str | None:
@@ -135,6 +140,33 @@ def _apply_seq_delay(cfg: ModelConfig, value: Any, space: Any) -> None:
     strategy.max_queue_delay_microseconds = int(value)
 
 
+# -- direct: minimum slot utilization -------------------------------------------------------------
+def _resolve_min_util(ctx: Ctx) -> tuple[Dimension | None, str]:
+    if "direct" not in _strategies(ctx):
+        return None, "not searched: no direct sequence batcher"
+    if ctx.mbs <= 1:
+        return None, "not searched: max_batch_size 1 or 0 (one slot: nothing to wait for)"
+    orig = float(ctx.cfg.sequence_batching.direct.minimum_slot_utilization)
+    choices = tuple(sorted(set(MIN_UTIL_CHOICES) | {orig}))
+    why = (
+        "direct minimum_slot_utilization: the share of slots ready that runs a batch before the queue delay"
+        " ends (applies to direct only, and only with a queue delay)"
+    )
+    return Dimension(P_SEQ_MIN_UTIL, choices), why
+
+
+def _extract_min_util(cfg: ModelConfig, info: ExtractInfo) -> Any:
+    if _strategy_name(cfg) != "direct":
+        return ABSENT
+    return float(cfg.sequence_batching.direct.minimum_slot_utilization)
+
+
+def _apply_min_util(cfg: ModelConfig, value: Any, space: Any) -> None:
+    if _strategy_name(cfg) != "direct" or (not value and not cfg.sequence_batching.HasField("direct")):
+        return
+    cfg.sequence_batching.direct.minimum_slot_utilization = float(value)
+
+
 # -- oldest-first: candidate sequences and preferred batch sizes ----------------------------------
 def _resolve_seq_candidates(ctx: Ctx) -> tuple[Dimension | None, str]:
     if "oldest" not in _strategies(ctx):
@@ -192,6 +224,14 @@ KNOBS: tuple[Knob, ...] = (
         _resolve_seq_delay,
         _extract_seq_delay,
         _apply_seq_delay,
+        ("sequence-batcher-kept", "sequence-direct-slot-utilization"),
+        SEQUENCE_MEASURABLE,
+    ),
+    Knob(
+        P_SEQ_MIN_UTIL,
+        _resolve_min_util,
+        _extract_min_util,
+        _apply_min_util,
         ("sequence-batcher-kept", "sequence-direct-slot-utilization"),
         SEQUENCE_MEASURABLE,
     ),

@@ -6,6 +6,7 @@ and the validator rules that guard it. A new knob is one Knob in one of these mo
 from __future__ import annotations
 
 from perfkit.tuner._space import (
+    _knob_backend,
     _knob_batching,
     _knob_instances,
     _knob_parameters,
@@ -22,6 +23,7 @@ KNOBS: tuple[Knob, ...] = (
     *_knob_precision.KNOBS,
     *_knob_sequence.KNOBS,
     *_knob_parameters.KNOBS,
+    *_knob_backend.KNOBS,
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
 

@@ -66,7 +66,8 @@ def test_tune_finds_what_batching_buys_in_real_arithmetic(tmp_path: Path):
             "-o", str(out), "--sampler", "grid", "--trials", "5", "--latency-budget", "100ms",
             "--load", "concurrency", "--max-concurrency", "64", "--measurement-interval", "300",
             "--max-batch-sizes", "32", "--queue-delays-us", "500:500", "--preferred-batch-sizes", "none",
-            "--instance-counts", "1,2", "--precisions", "fp32", "--confirm", "0"]  # fmt: skip
+            "--instance-counts", "1,2", "--precisions", "fp32", "--intra-op-threads", "1",
+            "--confirm", "0"]  # fmt: skip
     done = subprocess.run(
         args, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=420
     )

@@ -150,12 +150,28 @@ def test_spaces_candidates_and_validation_on_every_config(tmp_path: Path):
                     if d.name in back and not d.is_range and back[d.name] not in d.choices:
                         problems.append(f"{r.where}: {d.name} recorded as {back[d.name]!r}, not among {d.choices}")
                 # Fields the tuner does not own are untouched.
-                for field in ("input", "output", "name", "backend", "platform", "parameters", "model_warmup"):
-                    if field == "parameters" and rs.precision_via == "parameter":
-                        continue
+                for field in ("input", "output", "name", "backend", "platform", "model_warmup"):
                     assert getattr(cand, field) == getattr(cfg, field), (r.where, field)
+                # parameters: only the keys the searched knobs write (precision, a backend's threads and mode)
+                owned = _owned_parameters(rs, cfg)
+                assert {k: v for k, v in cand.parameters.items() if k not in owned} == {
+                    k: v for k, v in cfg.parameters.items() if k not in owned
+                }, (r.where, "parameters")
     assert tried > 5_000
     assert not problems, "\n".join(problems[:15])
+
+
+def _owned_parameters(rs, cfg) -> set[str]:
+    """The parameters keys the space's knobs write for this model."""
+    from perfkit.tuner._space._knob_backend import P_INTER, P_INTRA, P_ORT_MODE, thread_key
+
+    owned = {rs.precision_parameter} if rs.precision_via == "parameter" else set()
+    for knob in (P_INTRA, P_INTER):
+        if rs.dimension(knob) is not None and (key := thread_key(cfg, rs.backend, knob)):
+            owned.add(key)
+    if rs.dimension(P_ORT_MODE) is not None:
+        owned.add("execution_mode")
+    return owned
 
 
 # Triton's messages (qa/L0_model_config expected files) for configs it refuses, checked here

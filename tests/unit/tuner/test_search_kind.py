@@ -198,3 +198,16 @@ def test_one_models_precision_and_instance_kind_are_predicted_calibrated_per_val
     assert mixed.kind == "measure" and mixed.why_measured == (
         "the space searches max_sequence_idle_us, which the prediction does not model"
     )
+
+
+def test_backend_threads_are_predicted_for_one_model_and_said_to_be_measured_per_value():
+    one = _choose(knobs=[*BATCHING, "intra_op_threads", "ort_graph_level"])
+    assert one.kind == "predict"
+    assert one.measured_per_value == ("intra_op_threads", "ort_graph_level")
+    assert "intra_op_threads, ort_graph_level: measured, not simulated" in one.line()
+    assert "measured, not simulated" not in _choose().line()
+    # an ensemble's steps are not calibrated per value: measured, and the line says precisely why
+    steps = _choose(subject="ensemble", knobs=["pre.instance_count", "infer.intra_op_threads"])
+    assert steps.kind == "measure"
+    assert "intra_op_threads, whose curves are measured at each value for one model only" in steps.line()
+    assert "the ensemble's models are not calibrated per value yet" in steps.line()

@@ -62,6 +62,7 @@ _OPTIONS = [
     ),
     _setting("latency_budget"),
     _setting("percentile"),
+    _setting("max_error_rate"),
     _setting("trials"),
     _setting("max_time"),
     click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Default: runs/tune-<model>-<timestamp>."),

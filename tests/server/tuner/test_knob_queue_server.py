@@ -4,11 +4,13 @@ rejections, with Triton's own message), where the unbounded one rejects nothing 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from perfkit import measure
+from perfkit.cli._request_parameters import with_admission
 from perfkit.records import LoadLevel, ProfileSpec, RunRecord
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import format_config, parse_config
@@ -73,3 +75,27 @@ def test_a_bounded_queue_rejects_under_overload_and_the_rejections_are_counted(t
     assert ulv.rejected_count == 0
     # The unbounded queue holds what the bounded one refused: its admitted requests wait longer.
     assert ulv.latency().p99_us > lv.latency().p99_us
+
+
+@pytest.mark.usefixtures("tritonserver")
+def test_a_request_timeout_reaches_the_queue_and_its_expiry_is_a_counted_rejection(tmp_path: Path):
+    repo = copy_models(tmp_path, ["queue"])
+    path = repo / "queue" / "config.pbtxt"
+    # A long default timeout the request's own may shorten (allow_timeout_override), expired ones rejected.
+    path.write_text(
+        _batched(path.read_text()).replace(
+            "dynamic_batching { }",
+            "dynamic_batching { default_queue_policy { timeout_action: REJECT"
+            " default_timeout_microseconds: 10000000 allow_timeout_override: true } }",
+        )
+    )
+    # Eight requests in flight on a 10 ms server: each waits ~70 ms in the queue, past a 15 ms timeout.
+    spec = dataclasses.replace(OVERLOAD, levels=(LoadLevel("concurrency", 8),))
+    with launch_local(LocalLaunch(repo, models=("queue",))) as server:
+        plain = measure.profile(server, spec).levels[0]
+        timed = measure.profile(
+            server, dataclasses.replace(spec, request_parameters=with_admission((), None, 15_000))
+        ).levels[0]
+    assert plain.error_count == 0  # the default timeout (10 s) expires none
+    assert timed.rejected_count > 0 and timed.rejected_count == timed.error_count, timed.errors
+    assert "Request timeout expired" in timed.note, timed.note

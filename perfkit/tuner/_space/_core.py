@@ -5,6 +5,7 @@ parameter (Dimension), what applies to one model (ResolvedSpace), and the parame
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,6 +14,7 @@ from perfkit.errors import InputError
 from perfkit.tuner._validate import Context
 
 PREFERRED_CHOICES = ("none", "max", "pow2")
+_QUEUE_TIMEOUT = re.compile(r"none|(reject|delay):[1-9]\d*")  # the queue_timeout knob's labels
 # Triton batches up to max_batch_size when no preferred size is set: "none" and "max" behave
 # alike (and the server reports [max_batch_size] for "none"), so only one is searched by default.
 DEFAULT_PREFERRED = ("none", "pow2")
@@ -155,6 +157,8 @@ class TuneSpace:
     precision_parameter: str = "precision"
     max_batch_size_limit: int | None = None
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
+    max_queue_sizes: tuple[int, ...] | None = None  # the queue policy's bound (0: unbounded)
+    queue_timeouts: tuple[str, ...] | None = None  # none, reject:US or delay:US
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
@@ -169,6 +173,8 @@ class TuneSpace:
         "precision_parameter",
         "max_batch_size_limit",
         "trt_engines",
+        "max_queue_sizes",
+        "queue_timeouts",
     )
 
     @classmethod
@@ -224,6 +230,17 @@ class TuneSpace:
             kw["max_batch_size_limit"] = limit[0]
         if data.get("trt_engines"):
             kw["trt_engines"] = parse_trt_engines(data["trt_engines"], source=source)
+        if "max_queue_sizes" in data:
+            kw["max_queue_sizes"] = _int_tuple(data["max_queue_sizes"], "max_queue_sizes", source)
+        if "queue_timeouts" in data:
+            timeouts = _str_tuple(data["queue_timeouts"], "queue_timeouts", source)
+            bad = [t for t in timeouts if not _QUEUE_TIMEOUT.fullmatch(t)]
+            if bad:
+                raise InputError(
+                    f"{source}: queue_timeouts {bad} unknown",
+                    hint="give none, reject:MICROSECONDS or delay:MICROSECONDS",
+                )
+            kw["queue_timeouts"] = timeouts
         return cls(**kw)
 
 

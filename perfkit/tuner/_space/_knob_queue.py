@@ -75,11 +75,15 @@ def _resolve_size(ctx: Ctx) -> tuple[Dimension | None, str]:
         return None, why_not
     unit = _batch_unit(ctx)
     sizes = (0, *(d * unit for d in QUEUE_DEPTHS_BATCHES))
-    choices = with_values(sizes, ctx.orig.get(P_QUEUE_SIZE, 0))
     why = (
         f"0 (unbounded) or {', '.join(map(str, QUEUE_DEPTHS_BATCHES))} batches of {unit} requests queued"
         " (a full queue rejects the next request: each depth holds a budget for a range of batch times)"
     )
+    if ctx.space.max_queue_sizes is not None:
+        sizes, why = ctx.space.max_queue_sizes, "the values asked for (and the model's own)"
+    choices = with_values(tuple(sizes), ctx.orig.get(P_QUEUE_SIZE, 0))
+    if len(choices) < 2:
+        return None, f"only {choices[0]}: " + why
     return Dimension(P_QUEUE_SIZE, tuple(sorted(choices)), when_dynamic_batching=True), why
 
 
@@ -140,12 +144,16 @@ def _resolve_timeout(ctx: Ctx) -> tuple[Dimension | None, str]:
     budget_us = ctx.latency_budget_us
     timeouts = [timeout_label(ACTIONS[a], max(1, math.floor(budget_us * share))) for a, share in TIMEOUT_SHARES]
     labels = ["none", *timeouts]
-    choices = with_values(tuple(labels), ctx.orig.get(P_QUEUE_TIMEOUT, "none"))
     why = (
         "none, or REJECT at a quarter or half of the latency budget, or DELAY at half (a request leaving the"
         " queue then still has its batch's execution to fit in the budget); allow_timeout_override kept"
         " (a trial's requests carry no timeout of their own)"
     )
+    if ctx.space.queue_timeouts is not None:
+        labels, why = list(ctx.space.queue_timeouts), "the values asked for (and the model's own)"
+    choices = with_values(tuple(labels), ctx.orig.get(P_QUEUE_TIMEOUT, "none"))
+    if len(choices) < 2:
+        return None, f"only {choices[0]}: " + why
     return Dimension(P_QUEUE_TIMEOUT, choices, when_dynamic_batching=True), why
 
 

@@ -3,6 +3,7 @@ applied to a config and read back) and the error budget (a level's rejections wi
 
 from __future__ import annotations
 
+from dataclasses import replace as dataclasses_replace
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,18 @@ def test_max_error_rate_setting_parses_shares_and_percentages_and_refuses_a_whol
     assert TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 2}).budget.max_error_rate == 0.0
     with pytest.raises(UsageError, match="--max-error-rate"):
         TuneSettings.from_mapping("m", {"latency_budget": "20ms", "trials": 2}, flags={"max_error_rate": "1"})
+
+
+def test_the_values_asked_for_bound_the_queue_knobs_and_a_bad_label_names_the_key():
+    from perfkit.errors import InputError
+
+    space = TuneSpace.from_mapping({"max_queue_sizes": "0,5", "queue_timeouts": "none,reject:40000"})
+    cfg = read_config(FIXTURES / "batcher" / "config.pbtxt")
+    rs = resolve(
+        dataclasses_replace(space, dynamic_batching=(True,)), cfg, FIXTURES / "batcher",
+        latency_budget_us=BUDGET_US, max_error_rate=0.05,
+    )  # fmt: skip
+    assert rs.dimension("max_queue_size").choices == (0, 5)
+    assert rs.dimension("queue_timeout").choices == ("none", "reject:40000")
+    with pytest.raises(InputError, match="queue_timeouts"):
+        TuneSpace.from_mapping({"queue_timeouts": "reject:soon"})

@@ -27,6 +27,12 @@ each from triton-inference-server/core:
    exceeded: `best`; the delay exceeded, D = 0 or min(Q, B) >= max(P): min(Q, B); otherwise wait
    for the oldest request's delay or the next arrival.
 
+Not followed: the batcher's wake-ups. On the server an instance's end notifies the batcher before
+the instance counts itself a waiting consumer again (src/payload.cc Payload::Execute's callback,
+src/rate_limiter.cc RateLimiter::DequeuePayload), so under a policy a queued request can wait for
+the next arrival or the batcher's 500 ms poll (BatcherThread's default_wait_microseconds); an
+arrival refused by a full queue wakes nothing. This loop hands an idle instance its batch at once:
+it is the queueing model (M/D/1/K), not that stall (benchmarks/results/admission-2026-12-02.md).
 Priorities (priority_levels) are not followed: every request is at the default level. The loop is
 plain Python over one arrival list (a few microseconds a request): it predicts a config or checks
 a closed form, not a whole space. What it adds to Triton's rules is _sim's: the execution time

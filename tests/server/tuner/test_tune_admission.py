@@ -1,7 +1,14 @@
-"""A tune with an error budget on the admission fixture (10 ms a request, one at a time: an M/D/1
-queue unbounded, M/D/1/K bounded): under Poisson load past the knee the bounded queue holds the
-budget at a stated rejection rate and carries more successful requests than the unbounded one,
-whose queue grows past the budget first; the tune picks it."""
+"""A tune with an error budget on the admission fixture (10 ms a request, one at a time): the queue
+policy is searched, every rejection of a bounded queue is counted in its trial's levels, a level
+counts only within the error budget, and the pick is the trial serving the most successful
+requests within both budgets.
+
+Which config wins is the server's answer, not the test's: on the bundled Triton a queue policy turns
+the batcher's prefetching off and the batcher then waits for an arrival (or its 500 ms poll) before
+it hands an idle instance the next queued request (triton-inference-server/core
+src/dynamic_batch_scheduler.cc, BatcherThread's default_wait_microseconds and
+WaitForPayloadSlotAvailable), which can cost a bounded queue more than it saves
+(benchmarks/results/admission-2026-12-02.md)."""
 
 from __future__ import annotations
 
@@ -12,20 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from perfkit.records import TuneRecord
+from perfkit.records import Budget, RunRecord, TuneRecord
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
 
 BUDGET_MS = 80.0
 MAX_ERROR_RATE = 0.05
-# Five queued and one executing: an admitted request waits at most five services (~55 ms with the
-# backend's own cost), within the budget at any rate; M/D/1/6 rejects at most 5% up to about 0.9 of
-# the fixture's capacity. Unbounded, M/D/1's p99 passes 80 ms near 0.65 of it.
-BOUND = 5
+BOUND = 5  # five queued and one executing: M/D/1/6 by the queueing model
 
 
 @pytest.mark.quiet
-def test_tune_with_an_error_budget_picks_a_bounded_queue_that_holds_the_budget(model_repo: Path, tmp_path: Path):
+def test_tune_with_an_error_budget_counts_rejections_and_picks_within_both_budgets(model_repo: Path, tmp_path: Path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "perfkit", "tune", "-m", "admission", "--model-repository", str(model_repo),
            "-o", str(out), "--latency-budget", f"{BUDGET_MS:g}ms", "--max-error-rate", f"{MAX_ERROR_RATE:g}",
@@ -35,21 +39,26 @@ def test_tune_with_an_error_budget_picks_a_bounded_queue_that_holds_the_budget(m
            "--confirm", "0"]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "search max_queue_size {0, 5}" in proc.stdout, proc.stdout
     # The original config is put back as it was.
     assert "default_queue_policy" not in (model_repo / "admission" / "config.pbtxt").read_text()
     rec = TuneRecord.load(out / "tune.json")
     assert rec.budget.max_error_rate == pytest.approx(MAX_ERROR_RATE)
-    measured = {t.params.get("max_queue_size"): t for t in rec.trials if t.throughput_infer_per_s}
-    assert set(measured) == {0, BOUND}, [t.params for t in rec.trials]
-    bounded, unbounded = measured[BOUND], measured[0]
+    trials = {t.number: t for t in rec.trials}
+    bounded = [t for t in rec.trials if t.params.get("max_queue_size") == BOUND]
+    assert len(bounded) == 1 and bounded[0].state == "complete", proc.stdout
+    budget = Budget(BUDGET_MS, max_error_rate=MAX_ERROR_RATE)
+    run = RunRecord.load(out / "runs" / f"trial-{bounded[0].number:03d}.json")
+    # Its load search went past what the queue admits: the server's rejections are counted, as rejections.
+    rejecting = [lv for lv in run.levels if lv.rejected_count]
+    assert rejecting, [lv.errors for lv in run.levels]
+    assert all(lv.rejected_count == lv.error_count for lv in rejecting)
+    # A level past the error budget never counts, however fast its admitted requests were.
+    assert not any(budget.within(lv) for lv in run.levels if lv.rejection_rate > MAX_ERROR_RATE)
+    # The pick serves the most successful requests of the trials within both budgets.
     best = rec.best
-    assert best is not None and best.params.get("max_queue_size") == BOUND, proc.stdout
-    # The pick holds the budget and says what it gave up for it: rejections within the error budget.
+    assert best is not None
+    feasible = [t for t in trials.values() if t.feasible and t.throughput_infer_per_s]
+    assert best.throughput_infer_per_s == max(t.throughput_infer_per_s or 0.0 for t in feasible)
     assert best.latency_us is not None and best.latency_us <= BUDGET_MS * 1e3
-    rejected = bounded.metrics.get("rejection_rate", 0.0)
-    assert 0 < rejected <= MAX_ERROR_RATE, bounded.metrics
-    assert "% rejected" in proc.stdout
-    # Its sustainable rate counts successes only and beats the unbounded queue's, which fails the budget
-    # at the bounded one's load.
-    assert bounded.throughput_infer_per_s > unbounded.throughput_infer_per_s
-    assert unbounded.load is None or unbounded.load.value < bounded.load.value
+    assert best.metrics.get("rejection_rate", 0.0) <= MAX_ERROR_RATE

@@ -29,6 +29,7 @@ BOUND = 5  # five queued and one executing: M/D/1/6 by the queueing model
 
 
 @pytest.mark.quiet
+@pytest.mark.timeout(1200)  # three trials' load searches, one on a stalling batcher, on a shared machine
 def test_tune_with_an_error_budget_counts_rejections_and_picks_within_both_budgets(model_repo: Path, tmp_path: Path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "perfkit", "tune", "-m", "admission", "--model-repository", str(model_repo),
@@ -36,8 +37,8 @@ def test_tune_with_an_error_budget_counts_rejections_and_picks_within_both_budge
            "--max-queue-sizes", f"0,{BOUND}", "--queue-timeouts", "none", "--instance-counts", "1",
            "--max-batch-sizes", "1", "--dynamic-batching", "--queue-delays-us", "0", "--preferred-batch-sizes",
            "none", "--search", "measure", "--sampler", "grid", "--trials", "3", "--measurement-interval", "1000",
-           "--confirm", "0"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=900)
+           "--confirm", "0", "--max-time", "12m"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=1100)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "search max_queue_size {0, 5}" in proc.stdout, proc.stdout
     # The original config is put back as it was.

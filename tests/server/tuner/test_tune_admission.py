@@ -38,7 +38,8 @@ def test_tune_with_an_error_budget_counts_rejections_and_picks_within_both_budge
            "--max-batch-sizes", "1", "--dynamic-batching", "--queue-delays-us", "0", "--preferred-batch-sizes",
            "none", "--search", "measure", "--sampler", "grid", "--trials", "3", "--measurement-interval", "1000",
            "--confirm", "0", "--max-time", "12m"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=1100)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1100)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "search max_queue_size {0, 5}" in proc.stdout, proc.stdout
     # The original config is put back as it was.

@@ -60,7 +60,7 @@ def test_tune_with_an_error_budget_counts_rejections_and_picks_within_both_budge
         if lv.rejection_rate > MAX_ERROR_RATE:
             assert not budget.within(lv)
     # The pick serves the most successful requests of the trials within both budgets.
-    best = rec.best
+    best = rec.best()
     assert best is not None
     feasible = [t for t in rec.trials if t.feasible and t.throughput_infer_per_s]
     assert best.throughput_infer_per_s == max(t.throughput_infer_per_s or 0.0 for t in feasible)

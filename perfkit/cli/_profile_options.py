@@ -16,7 +16,12 @@ from perfkit.cli._metrics_options import metrics_options
 from perfkit.cli._openai_options import openai_options, openai_spec_fields
 from perfkit.cli._pa_compat import input_data_sources, pa_options, pa_spec_fields
 from perfkit.cli._pa_tls import tls_options
-from perfkit.cli._request_parameters import read_request_parameters, request_parameter_option
+from perfkit.cli._request_parameters import (
+    admission_options,
+    read_request_parameters,
+    request_parameter_option,
+    with_admission,
+)
 from perfkit.cli._server_options import server_options
 from perfkit.cli._streaming_options import streaming_options, streaming_spec_fields
 from perfkit.errors import UsageError
@@ -160,7 +165,9 @@ def build_spec(
         **streaming_spec_fields(kw),
         **openai_spec_fields(kw),
         **pa_spec_fields(kw),
-        request_parameters=read_request_parameters(kw["request_parameters"]),
+        request_parameters=with_admission(
+            read_request_parameters(kw["request_parameters"]), kw["request_priority"], kw["request_timeout_us"]
+        ),
         tls=tls,
     )
 
@@ -329,6 +336,7 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     openai_options(),
     pa_options(),
     request_parameter_option(),
+    *admission_options(),
     tls_options(),
     server_options(),
 ]

@@ -62,6 +62,7 @@ _OPTIONS = [
     ),
     _setting("latency_budget"),
     _setting("percentile"),
+    _setting("max_error_rate"),
     _setting("trials"),
     _setting("max_time"),
     click.option("-o", "--output-dir", type=click.Path(path_type=Path), help="Default: runs/tune-<model>-<timestamp>."),
@@ -97,6 +98,16 @@ _OPTIONS = [
     ),
     click.option("--queue-delays-us", help="max_queue_delay_microseconds range LOW:HIGH (log scale), e.g. 100:10000."),
     click.option("--preferred-batch-sizes", help="Choices among none,max,pow2 (default: none,pow2)."),
+    click.option(
+        "--max-queue-sizes",
+        help="Queue policy bounds, e.g. 0,8,16 (0: unbounded; default: 0 and 1, 2, 4, 8 batches; needs"
+        " --max-error-rate above 0).",
+    ),
+    click.option(
+        "--queue-timeouts",
+        help="Queue timeouts, e.g. none,reject:5000,delay:10000 (default: none, REJECT at a quarter and a half"
+        " of the budget, DELAY at half; needs --max-error-rate above 0).",
+    ),
     click.option(
         "--instance-counts",
         help="Instance counts, e.g. 1,2,3 (default: up to the CPU cores, at least 4, or 4 per GPU for GPU instances).",

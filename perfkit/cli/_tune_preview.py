@@ -64,7 +64,7 @@ def dry_run(
         )
     the_preview = preview(
         space, repository, model, latency_budget_us=budget.latency_budget_us, gpus=gpus, budget_metric=budget.metric,
-        served_text=served_text,
+        served_text=served_text, max_error_rate=budget.max_error_rate,
     )  # fmt: skip
     for line in describe(the_preview):
         click.echo(line)

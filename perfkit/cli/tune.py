@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,15 @@ from perfkit.cli._tune_options import SETTINGS_FLAGS, SPACE_FLAGS, tune_options
 from perfkit.cli._tune_preview import dry_run as preview_dry_run
 from perfkit.cli._tune_preview import parse_composing, planned_gpus
 from perfkit.errors import InputError, UsageError
-from perfkit.tuner import SETTINGS_KEYS, RayPlacement, TuneSettings, TuneSpace, parse_budget, run_tune
+from perfkit.tuner import (
+    SETTINGS_KEYS,
+    RayPlacement,
+    TuneSettings,
+    TuneSpace,
+    parse_budget,
+    parse_max_error_rate,
+    run_tune,
+)
 
 
 def _read_tune_table(path: Path) -> dict[str, Any]:
@@ -98,6 +107,8 @@ def command(  # noqa: PLR0917
         {**table, **{k: v for k, v in space_flags.items() if v is not None}}, source=source, ignore=SETTINGS_KEYS
     )
     budget, mix = parse_budget(models, flags.pop("latency_budget"), mix_text)
+    rate = parse_max_error_rate({**table, **{k: v for k, v in flags.items() if v is not None}}, "--max-error-rate")
+    budget = dataclasses.replace(budget, max_error_rate=rate)  # the dry run plans the queue knobs by it
     if mix:
         for given, flag in ((dry_run, "--dry-run"), (ray_address, "--ray"), (composing_models, "--composing-models"),
                             (flags["load"] == "trace", "--load trace")):  # fmt: skip

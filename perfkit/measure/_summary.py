@@ -64,6 +64,11 @@ def summary_table(record: RunRecord) -> str:
             )
         if lv.errors:
             lines.append(f"  {lv.load.label}: errors {lv.errors} {lv.note}")
+        if lv.rejected_count:
+            lines.append(
+                f"  {lv.load.label}: {lv.rejected_count} requests ({lv.rejection_rate * 100:.1f}%) rejected by the"
+                " server (its queue policy: full queue or queue timeout); throughput counts successes only"
+            )
         lines.extend(_fleet_lines(lv))
         if lv.reconnects:
             lines.append(f"  {lv.load.label}: {lv.reconnects} connection(s) died and were replaced during the level")

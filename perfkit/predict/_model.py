@@ -90,8 +90,20 @@ class BatcherConfig:
     max_queue_delay_us: float = 0.0
     instances: int = 1
     variant: str = ""
+    # The dynamic batcher's default queue policy (admission control, perfkit.predict._simqueue):
+    # requests queued at most (0: no bound), the queue timeout (0: none) and its action.
+    max_queue_size: int = 0
+    queue_timeout_us: float = 0.0
+    timeout_action: str = "reject"  # or "delay"
 
     def __post_init__(self) -> None:
+        if self.max_queue_size < 0 or self.queue_timeout_us < 0:
+            raise UsageError(
+                f"max_queue_size={self.max_queue_size}, queue_timeout_us={self.queue_timeout_us}: must be >= 0",
+                hint="give 0 for no bound / no timeout",
+            )
+        if self.timeout_action not in ("reject", "delay"):
+            raise UsageError(f"timeout_action={self.timeout_action!r} unknown", hint="give reject or delay")
         if self.instances < 1:
             raise UsageError(f"instances={self.instances}: must be at least 1", hint="give 1 or more")
         if self.max_queue_delay_us < 0:
@@ -102,6 +114,12 @@ class BatcherConfig:
                 f" ({self.max_batch_size})",
                 hint="drop the sizes past max_batch_size",
             )
+
+    @property
+    def queue_policy(self) -> bool:
+        """Whether the dynamic batcher runs a queue policy (a bound or a timeout): it then forms a
+        batch only for an idle instance (perfkit.predict._simqueue, rule 1)."""
+        return self.dynamic_batching and (self.max_queue_size > 0 or self.queue_timeout_us > 0)
 
     @property
     def batching(self) -> bool:
@@ -152,6 +170,9 @@ class Prediction:
     offered_rps: float
     mean_batch: float
     requests: int
+    # the share of the kept requests the queue policy rejected (a full queue, a timeout under
+    # REJECT); the latencies and rates above are the served requests'
+    rejected_fraction: float = 0.0
 
     def percentile_us(self, percentile: float) -> float:
         """The latency at one of the percentiles kept (50, 90, 95, 99)."""

@@ -310,6 +310,11 @@ def simulate_within(
     overhead_s = service.overhead_us / 1e6
     sizes: list[int] | np.ndarray
     ends: list[float] | np.ndarray
+    if cfg.queue_policy:
+        # imported here: _simqueue builds on this module's arrivals, request path and batch plan
+        from perfkit.predict._simqueue import simulate_policy
+
+        return simulate_policy(cfg, service, load, contention, requests=requests, seed=seed, unit=unit)
     if load.kind == "concurrency":
         closed = _run_closed(load.concurrency, requests, cfg, service, contention,
                              _give_up(requests, budget_us, percentile, overhead_s))  # fmt: skip

@@ -170,6 +170,10 @@ class Budget:
     percentile: float = 99.0
     metric: str = "latency"  # one of BUDGET_METRICS
     per_model_ms: tuple[tuple[str, float], ...] = ()
+    # The error budget: the share of a level's requests the server may reject (a full queue, a
+    # queue timeout; LevelCounts.rejected_count) with the level still counted. 0: any error fails
+    # the level. Other failures always fail it. A record saved before it read as 0, its rule then.
+    max_error_rate: float = 0.0
 
     @property
     def latency_budget_us(self) -> float:
@@ -192,13 +196,20 @@ class Budget:
         """The statistic this budget holds, at a level (see level_budget_us)."""
         return level_budget_us(level, self.percentile, self.metric, self.mix_scale)
 
+    def errors_within(self, level: LevelResult) -> bool:
+        """Whether a level's failures fit the error budget: none but the server's rejections, and
+        those at most max_error_rate of its requests (with 0, no error at all)."""
+        rejected = level.rejected_count if self.max_error_rate > 0 else 0
+        return level.error_count == rejected and level.rejection_rate <= self.max_error_rate
+
     def within(self, level: LevelResult) -> bool:
-        """Whether a level counts as within this budget, the one rule every verdict applies: no
-        errors, its statistic (level_us: the percentile of the budget's metric, coordinated-omission
-        corrected for open loop) at most the budget, and for an open-loop level nothing dropped,
-        sends on schedule and no growing backlog (open_loop_shortfall)."""
+        """Whether a level counts as within this budget, the one rule every verdict applies: its
+        errors within the error budget (errors_within), its statistic (level_us: the percentile of
+        the budget's metric, coordinated-omission corrected for open loop) at most the budget, and
+        for an open-loop level nothing dropped, sends on schedule and no growing backlog
+        (open_loop_shortfall)."""
         return (
-            level.error_count == 0
+            self.errors_within(level)
             and open_loop_shortfall(level) is None
             and self.level_us(level) <= self.latency_budget_us
         )

@@ -7,6 +7,7 @@ from typing import Literal
 
 from perfkit.records._load import LatencyKind, LoadLevel
 from perfkit.records._openai import WorkloadCheck
+from perfkit.records._samples import REJECTED_STATUS_NAMES
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,22 @@ class LevelCounts:
     late_count: int
     dropped_count: int
     send_lateness_p99_us: float | None
+
+    @property
+    def rejected_count(self) -> int:
+        """Requests the server refused to run (UNAVAILABLE: a full queue, a queue timeout under
+        REJECT), counted among error_count (see REJECTED_STATUS_NAMES)."""
+        return sum(n for name, n in self.errors.items() if name in REJECTED_STATUS_NAMES)
+
+    @property
+    def error_rate(self) -> float:
+        """Failed requests over the requests of the period (0 when none was sent)."""
+        return self.error_count / self.request_count if self.request_count else 0.0
+
+    @property
+    def rejection_rate(self) -> float:
+        """Rejected requests (rejected_count) over the requests of the period."""
+        return self.rejected_count / self.request_count if self.request_count else 0.0
 
 
 @dataclass(frozen=True)

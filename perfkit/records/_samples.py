@@ -26,6 +26,15 @@ _CLIENT_STATUS_NAMES = {
 }
 
 
+# Triton answers a request it will not run (a full queue: "Exceeds maximum queue size" in
+# triton-inference-server/core src/scheduler_utils.cc PriorityQueue::PolicyQueue::Enqueue; a queue
+# timeout under timeout_action REJECT: "Request timeout expired" in src/dynamic_batch_scheduler.cc)
+# with Status::Code::UNAVAILABLE, which the HTTP endpoint sends as 503 (server src/http_server.cc
+# HttpCodeFromError: EVHTP_RES_SERVUNAVAIL) and the gRPC endpoint as status 14 (UNAVAILABLE). Those
+# outcomes are admission control's rejections, counted apart from other failures.
+REJECTED_STATUS_NAMES = frozenset({"http_503", "grpc_14"})
+
+
 def status_name(code: int) -> str:
     """Human name of an outcome code: 'http_503', 'grpc_14', 'dropped'..."""
     if code in _CLIENT_STATUS_NAMES:

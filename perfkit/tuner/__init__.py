@@ -19,7 +19,14 @@ from perfkit.tuner._pipeline_preview import describe_pipeline, preview_pipeline,
 from perfkit.tuner._preview import describe, preview, write_candidates
 from perfkit.tuner._route import ConfigRoute, FileRoute
 from perfkit.tuner._run import tune
-from perfkit.tuner._settings import SETTINGS_KEYS, TUNE_SETTINGS, TuneResult, TuneSettings, parse_budget
+from perfkit.tuner._settings import (
+    SETTINGS_KEYS,
+    TUNE_SETTINGS,
+    TuneResult,
+    TuneSettings,
+    parse_budget,
+    parse_max_error_rate,
+)
 from perfkit.tuner._space import TuneSpace, apply_params, grid_points, resolve
 from perfkit.tuner._verdict import judge_trial
 
@@ -36,6 +43,7 @@ __all__ = [
     "TUNE_SETTINGS",
     "Budget",
     "parse_budget",
+    "parse_max_error_rate",
     "parse_max_output_diff",
     "ConfigRoute",
     "FileRoute",

@@ -140,6 +140,9 @@ class TrialMeasured(TuneEvent):
     output_tokens_per_s: float | None = None  # streamed (decoupled) models
     load_label: str | None = None  # an open-loop load ('120 req/s poisson'); None: concurrency
     cut: str = ""  # why the load search ended early (TrialVerdict.search_cut): the figure is then at least this
+    # the share of requests the server rejected at that load (a bounded queue, a queue timeout): what
+    # the figure gave up for its tail, within --max-error-rate; 0 where it rejected none
+    rejection_rate: float = 0.0
 
     def line(self) -> str:
         load = f"concurrency {self.concurrency}" if self.concurrency is not None else "lowest load"
@@ -150,9 +153,11 @@ class TrialMeasured(TuneEvent):
             status += f", at least ({self.cut})" if self.feasible else f" ({self.cut})"
         stat = budget_label(self.budget_metric, self.percentile)
         tokens = f" ({self.output_tokens_per_s:.1f} tokens/s)" if self.output_tokens_per_s is not None else ""
+        rejected = f", {self.rejection_rate * 100:.1f}% rejected" if self.rejection_rate else ""
         return (
-            f"  {self.throughput_infer_per_s:.1f} infer/s{tokens} at {load}, {stat} {self.latency_ms:.2f} ms: "
-            f"{status} (reload {self.reload_s:.1f} s, measure {self.measure_s:.1f} s, {self.levels_measured} levels)"
+            f"  {self.throughput_infer_per_s:.1f} infer/s{tokens} at {load}, {stat} {self.latency_ms:.2f} ms"
+            f"{rejected}: {status} (reload {self.reload_s:.1f} s, measure {self.measure_s:.1f} s,"
+            f" {self.levels_measured} levels)"
         )
 
 

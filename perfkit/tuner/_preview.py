@@ -105,6 +105,7 @@ def preview(
     seed: int = 0,
     budget_metric: str = "latency",
     served_text: str | None = None,
+    max_error_rate: float = 0.0,
 ) -> Preview:
     """Resolve the space of model in model_repository for a server with `gpus` GPUs and list the
     candidates (validated, deduplicated). model_repository None: plan from `served_text`, the config
@@ -130,7 +131,14 @@ def preview(
             raise explain_unknown_field(err) from None
         original_text = config_path.read_bytes().decode("utf-8")
     rs = resolve(
-        space, original, model_dir, latency_budget_us=latency_budget_us, gpus=gpus, cpu_cores=cpu_cores, refuse=False
+        space,
+        original,
+        model_dir,
+        latency_budget_us=latency_budget_us,
+        gpus=gpus,
+        cpu_cores=cpu_cores,
+        refuse=False,
+        max_error_rate=max_error_rate,
     )
     check_budget_metric(budget_metric, model, is_decoupled(original, rs.backend))
     if rs.refused:

@@ -142,7 +142,7 @@ def trial_load_fields(settings: Any, decls: Sequence[Setting]) -> dict[str, Any]
     return out
 
 
-# The budget's two settings: parsed by parse_budget and TuneSettings.from_mapping, not fields of
+# The budget's settings: parsed by parse_budget and TuneSettings.from_mapping, not fields of
 # TuneSettings (the percentile's default is Budget's).
 _BUDGET_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Budget)}
 BUDGET_SETTINGS = (
@@ -162,5 +162,15 @@ BUDGET_SETTINGS = (
         field="percentile",
         default=_BUDGET_DEFAULTS["percentile"],
         help="Percentile held to the budget.",
+    ),
+    Setting(
+        key="max_error_rate",
+        flags=("--max-error-rate",),
+        kind=FLOAT,
+        field="max_error_rate",
+        default=_BUDGET_DEFAULTS["max_error_rate"],
+        help="Error budget: the share of requests the server may reject (a bounded queue, a queue timeout),"
+        " e.g. 0.05 or 5%, with the load still counted; its throughput counts successes only. Above 0, the"
+        " queue policy (max_queue_size, queue timeouts) is searched.",
     ),
 )

@@ -39,6 +39,7 @@ from perfkit.tuner._setting_decl import (
     trial_load_field,
     trial_load_fields,
 )
+from perfkit.units import parse_percent
 
 # The defaults of the settings that feed the trial's load settings as they are: TrialLoadSettings'
 # own, so each is written once (on the record the trials are measured with).
@@ -65,6 +66,14 @@ def parse_budget(
 
 CONFIRM_MIN_WINDOWS = 5  # windows of a confirmation run at the least (ConfirmSettings.min_windows)
 CONFIRM_EXTRA_REPEATS = 2  # more runs at a load read within the budget but not its bound (ConfirmSettings)
+
+
+def parse_max_error_rate(data: Mapping[str, Any], named: str, default: float = 0.0) -> float:
+    """The error budget a [tune] table or the flags give (max_error_rate: 0.05 or '5%'), else the
+    default. Raises UsageError naming the flag or key."""
+    if data.get("max_error_rate") is None:
+        return default
+    return parse_percent(str(data["max_error_rate"]), what=named)
 
 
 @dataclass(frozen=True)
@@ -260,6 +269,11 @@ class TuneSettings:
         check_percentile(self.budget.percentile)
         if self.budget.latency_budget_ms <= 0:
             raise UsageError("--latency-budget must be positive")
+        if not 0 <= self.budget.max_error_rate < 1:
+            raise UsageError(
+                f"--max-error-rate {self.budget.max_error_rate:g}: give a share of requests from 0 up to (not) 1",
+                hint="e.g. --max-error-rate 0.05 (or 5%)",
+            )
         if self.budget.metric not in BUDGET_METRICS:
             raise UsageError(
                 f"--latency-budget metric {self.budget.metric!r} unknown", hint="use ttft:300ms, itl:20ms or 20ms"
@@ -314,7 +328,8 @@ class TuneSettings:
             percentile = float(data.get("percentile", parsed.percentile))
         except (TypeError, ValueError):
             raise InputError(f"{source}: percentile = {data['percentile']!r} is not a number") from None
-        kw["budget"] = dataclasses.replace(parsed, percentile=percentile)
+        max_error_rate = parse_max_error_rate(data, named("max_error_rate"), parsed.max_error_rate)
+        kw["budget"] = dataclasses.replace(parsed, percentile=percentile, max_error_rate=max_error_rate)
         for decl in FIELD_SETTINGS:
             values = given if decl.flag_only else data
             if decl.key is not None and decl.key in values:

@@ -65,6 +65,7 @@ class ModelSubject:
             folder,
             latency_budget_us=budget.latency_budget_us,
             gpu_available=gpu_available(),
+            max_error_rate=budget.max_error_rate,
         )
 
     @property

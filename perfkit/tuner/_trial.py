@@ -281,7 +281,7 @@ class TrialRunner:
         b = self.s.budget
         self.emit(TrialMeasured(trial.number, tput, conc, b.percentile, lat / 1e3, feasible, reload_s, measure_s,
                                 verdict.levels_measured, b.metric, verdict.metrics.get("output_tokens_per_s"),
-                                label, verdict.search_cut))  # fmt: skip
+                                label, verdict.search_cut, verdict.metrics.get("rejection_rate", 0.0)))  # fmt: skip
 
     def _load_history(self, study: optuna.Study) -> list[tuple[dict[str, Any], float]]:
         mode = self.trial_load.level(1).mode

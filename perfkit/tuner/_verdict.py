@@ -80,7 +80,7 @@ def judge_trial(
         if ok and (best is None or level.throughput_infer_per_s > best.throughput_infer_per_s):
             best = level
     first = levels[0] if levels else None
-    lowest_over = first is None or first.error_count > 0 or budget.level_us(first) > budget_us
+    lowest_over = first is None or not budget.errors_within(first) or budget.level_us(first) > budget_us
     mem = [s.memory_used_bytes for lv in levels for s in lv.metrics if s.memory_used_bytes is not None]
     metrics: dict[str, float] = {"levels_measured": float(len(levels))}
     if best is not None:
@@ -93,6 +93,11 @@ def judge_trial(
                 "stable": 1.0 if best.stable else 0.0,
             }
         )
+        if best.error_count:
+            # What the level gave up for its tail: requests the server rejected (a bounded queue,
+            # a queue timeout) within --max-error-rate; its throughput counts successes only.
+            metrics["error_rate"] = best.error_rate
+            metrics["rejection_rate"] = best.rejection_rate
         if best.precision.latency_rel is not None:  # its latency percentile's ~95% half-width, relative
             metrics["latency_rel"] = best.precision.latency_rel
         st = best.streaming

@@ -193,12 +193,14 @@ def resolve(
     gpus: int | None = None,
     cpu_cores: int | None = None,
     refuse: bool = True,
+    max_error_rate: float = 0.0,
 ) -> ResolvedSpace:
     """The dimensions that apply to this model (defaults filled in, original values added).
 
     gpus: the GPUs the server will have (default: 1 if gpu_available else 0); when given, the
     model's own config is checked against them too. refuse=False (for --dry-run) returns the
     space of a model that cannot be tuned, with the reason in `refused`, instead of raising.
+    max_error_rate: the error budget (above 0 the queue policy is searched).
     Raises ConfigError for what cannot be tuned (ensemble, decoupled, sequence batcher, a config
     Triton would reject), UsageError for flags that contradict the model.
     """
@@ -219,7 +221,7 @@ def resolve(
         engine_files=engines,
         parameter_keys=parameter_keys,
     )
-    ctx = Ctx(space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines)
+    ctx = Ctx(space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines, max_error_rate=max_error_rate)
     if cfg.model_transaction_policy.decoupled:
         # A decoupled model keeps the usual space: Triton core schedules it with the dynamic
         # batcher like any other (triton-inference-server/server docs/user_guide/decoupled_models.md

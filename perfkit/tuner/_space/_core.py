@@ -5,6 +5,7 @@ parameter (Dimension), what applies to one model (ResolvedSpace), and the parame
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from perfkit.tuner._space._parameter_lists import parse_parameter_lists
 from perfkit.tuner._validate import Context
 
 PREFERRED_CHOICES = ("none", "max", "pow2")
+_QUEUE_TIMEOUT = re.compile(r"none|(reject|delay):[1-9]\d*")  # the queue_timeout knob's labels
 # Triton batches up to max_batch_size when no preferred size is set: "none" and "max" behave
 # alike (and the server reports [max_batch_size] for "none"), so only one is searched by default.
 DEFAULT_PREFERRED = ("none", "pow2")
@@ -174,6 +176,8 @@ class TuneSpace:
     inter_op_threads: tuple[int, ...] | None = None
     # knob -> the one value candidates have (--fix sequence_strategy=oldest): any knob, as text
     fixed: tuple[tuple[str, str], ...] = ()
+    max_queue_sizes: tuple[int, ...] | None = None  # the queue policy's bound (0: unbounded)
+    queue_timeouts: tuple[str, ...] | None = None  # none, reject:US or delay:US
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
@@ -192,6 +196,8 @@ class TuneSpace:
         "intra_op_threads",
         "inter_op_threads",
         "fix",
+        "max_queue_sizes",
+        "queue_timeouts",
     )
 
     @classmethod
@@ -257,6 +263,17 @@ class TuneSpace:
                 if 0 in threads:
                     raise InputError(f"{source}: {key} must be >= 1 (0 is the backend's default: leave it unset)")
                 kw[key] = threads
+        if "max_queue_sizes" in data:
+            kw["max_queue_sizes"] = _int_tuple(data["max_queue_sizes"], "max_queue_sizes", source)
+        if "queue_timeouts" in data:
+            timeouts = _str_tuple(data["queue_timeouts"], "queue_timeouts", source)
+            bad = [t for t in timeouts if not _QUEUE_TIMEOUT.fullmatch(t)]
+            if bad:
+                raise InputError(
+                    f"{source}: queue_timeouts {bad} unknown",
+                    hint="give none, reject:MICROSECONDS or delay:MICROSECONDS",
+                )
+            kw["queue_timeouts"] = timeouts
         return cls(**kw)
 
 

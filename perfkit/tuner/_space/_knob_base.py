@@ -41,6 +41,9 @@ class Ctx:
     kinds: tuple[str, ...] = ()  # instance kinds candidates may have (resolved first)
     db_choices: tuple[bool, ...] = ()
     precision_via: str = ""
+    # the error budget (Budget.max_error_rate): above 0 a candidate may reject requests, so the
+    # queue policy is searched
+    max_error_rate: float = 0.0
 
     @property
     def name(self) -> str:

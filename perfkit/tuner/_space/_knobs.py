@@ -11,6 +11,7 @@ from perfkit.tuner._space import (
     _knob_instances,
     _knob_parameters,
     _knob_precision,
+    _knob_queue,
     _knob_sequence,
 )
 from perfkit.tuner._space._knob_base import ABSENT, Ctx, ExtractInfo, Knob, pow2_sizes
@@ -24,6 +25,7 @@ KNOBS: tuple[Knob, ...] = (
     *_knob_sequence.KNOBS,
     *_knob_parameters.KNOBS,
     *_knob_backend.KNOBS,
+    *_knob_queue.KNOBS,  # after instances: a queue's depth counts the original's batch on every instance
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
 

@@ -55,6 +55,7 @@ def test_every_fixture_model_answers_a_real_inference(triton):
     assert ready == {
         "accumulator",
         "accumulator_oldest",
+        "admission",
         "batcher",
         "bls_stages",
         "hungry",

@@ -22,6 +22,7 @@ from perfkit.tuner._find_load import TrialLoadSettings
 SAMPLE = {
     "latency_budget": '"20ms"',
     "percentile": "95",
+    "max_error_rate": '"5%"',
     "trials": "4",
     "max_time": '"10m"',
     "objective": '"per-instance"',
@@ -104,6 +105,7 @@ def test_every_declared_key_is_one_the_sweep_parser_takes(tmp_path: Path) -> Non
     s = TuneSettings.from_mapping("batcher", table)
     assert (s.measurement_interval_ms, s.confirm_repeats, s.confirm_time_s, s.max_time_s) == (400.0, 2, 8.0, 600.0)
     assert (s.max_gpu_memory_bytes, s.budget.percentile, s.protocol, s.search) == (8 * 2**30, 95.0, "grpc", "measure")
+    assert s.budget.max_error_rate == 0.05
     # the flag-only settings are no [tune] keys: the table refuses them as unknown
     for key in (s.key for s in TUNE_SETTINGS if s.flag_only):
         path.write_text(SWEEP + f'\n[tune]\nlatency_budget = "20ms"\n{key} = 1\n')

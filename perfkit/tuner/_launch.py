@@ -4,12 +4,14 @@ to print arrives through two callbacks (progress lines, and notes for stderr).""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfkit.errors import MeasurementError, UsageError
 from perfkit.server.launch import ServerOptions, open_server
+from perfkit.server.rate_limit import require_rate_limiter
 from perfkit.tuner._events import OnEvent
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._route_api import ApiRoute
@@ -86,10 +88,17 @@ def run_tune(
         return _on_ray(opts, settings, space, ray, say, note)
     elif ray.workers is not None:
         raise UsageError("--tune-workers places workers on a Ray cluster: give --ray ADDRESS|auto too")
+    if settings.mix and opts.mode != "remote" and opts.rate_limit == "off":
+        # the mix's candidates may claim the device through the rate limiter (its knob): on from
+        # the start, as a server's --rate-limit is fixed at launch; a config without a
+        # rate_limiter block claims nothing and runs as with the limiter off
+        opts = dataclasses.replace(opts, rate_limit="execution_count")
     note(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", False)
     with open_server(opts) as server:
         if opts.mode != "remote":
             note(f" ready at {server.endpoints.http_url}", True)
+        elif settings.mix:
+            require_rate_limiter(server, settings.mix[0][0])
         if via == "api":
             note("perfkit: candidates applied through the server's API (config overrides); no file is written", True)
         result = tune(server, settings, space, model_repository=repository, composing=composing,

@@ -155,6 +155,9 @@ class TuneSpace:
     precision_parameter: str = "precision"
     max_batch_size_limit: int | None = None
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
+    # The other models served with this one on the same server (a traffic mix, set by the mix
+    # subject, not a user key): what the rate limiter knob arbitrates between.
+    shared_with: tuple[str, ...] = ()
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.

@@ -15,8 +15,8 @@ import re
 import secrets
 import tempfile
 import threading
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import docker
@@ -119,9 +119,7 @@ def allow_client_shm_args(opts: ServerOptions, server_version: str | None) -> li
     return [ALLOW_CLIENT_SHM_FLAG] if knows_allow_client_shm(server_version=server_version, image=opts.image) else []
 
 
-def _command(
-    models: tuple[str, ...] | None, consent: list[str] | None = None, extra: Sequence[str] = ()
-) -> list[str]:
+def _command(models: tuple[str, ...] | None, consent: list[str] | None = None, extra: Sequence[str] = ()) -> list[str]:
     http, grpc, metrics = CONTAINER_PORTS
     cmd = [
         "tritonserver",

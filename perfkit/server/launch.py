@@ -83,4 +83,3 @@ def open_server(opts: ServerOptions) -> Server:
             extra_args=tuple(rate_limit_args(opts)),
         )
     )
-

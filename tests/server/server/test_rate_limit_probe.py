@@ -14,7 +14,9 @@ from tests.conftest import copy_models
 
 
 @pytest.mark.parametrize("flags", [(), ("--rate-limit=execution_count",)], ids=["off", "execution_count"])
-def test_probe_tells_the_mode_and_leaves_the_model_served(tmp_path: Path, tritonserver: Path, flags: tuple[str, ...]) -> None:
+def test_probe_tells_the_mode_and_leaves_the_model_served(
+    tmp_path: Path, tritonserver: Path, flags: tuple[str, ...]
+) -> None:
     repo = copy_models(tmp_path, ["identity"])
     with launch_local(LocalLaunch(repo, models=("identity",), extra_args=flags)) as server:
         before = server.model_config("identity")

@@ -54,7 +54,7 @@ def _own_block(group: Any) -> bool:
 def _extract(cfg: ModelConfig, info: ExtractInfo) -> Any:
     groups = list(cfg.instance_group)
     if not any(g.HasField("rate_limiter") for g in groups):
-        return OFF
+        return ABSENT  # no block: nothing to record (the knob's 0 writes none)
     if all(g.HasField("rate_limiter") and _own_block(g) for g in groups):
         return max(int(groups[0].rate_limiter.priority), 1)
     return ABSENT  # the user's own resources: not this knob's to read

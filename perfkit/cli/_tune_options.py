@@ -106,6 +106,11 @@ _OPTIONS = [
         "--precisions",
         help="Precisions, e.g. fp32,fp16 (default: per backend; TensorRT: the engines of --trt-engines).",
     ),
+    click.option(
+        "--rate-limit-priorities",
+        help="Traffic mix: rate limiter priorities of each model's claim on the shared device, e.g. 0,1,4"
+        " (0: no claim; default 0,1,2,4; the server runs with --rate-limit execution_count).",
+    ),
     click.option("--trt-engines", help="TensorRT engine per precision, e.g. fp32=model.plan,fp16=model_fp16.plan."),
     click.option(
         "--composing-models",

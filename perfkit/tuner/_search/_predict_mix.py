@@ -38,6 +38,19 @@ RATED_WITH_PRIORITIES = 4
 FULL_PRODUCT = 16  # a joint space this small is simulated whole (~3 s a point); larger, PER_STEP_BEST a model
 
 
+def priority_combos(choices: Mapping[str, tuple[int, ...]]) -> list[dict[str, int]]:
+    """Every combination of the models' rate limiter priorities that behaves differently: the
+    limiter compares exec_count x priority (RateLimiter::ModelInstanceContext::ScaledPriority), so
+    combinations alike but for a common factor of the claiming models' priorities are one (2:4 is
+    1:2); 0 (no claim) is kept as it is. Models without choices are left out."""
+    names = [m for m, c in choices.items() if c]
+    combos: dict[tuple[float, ...], dict[str, int]] = {}
+    for combo in itertools.product(*(choices[m] for m in names)):
+        least = min((p for p in combo if p > 0), default=1)
+        combos.setdefault(tuple(p / least for p in combo), dict(zip(names, combo, strict=True)))
+    return list(combos.values())
+
+
 @dataclass
 class MixPredictor(Predictor):
     """The predicted search over a mix's joint space."""
@@ -138,15 +151,10 @@ class MixPredictor(Predictor):
                    for s in subject.pipeline.steps}  # fmt: skip
         if not any(choices.values()):
             return joint
-        names = [m for m, c in choices.items() if c]
-        combos: dict[tuple[float, ...], dict[str, int]] = {}
-        for combo in itertools.product(*(choices[m] for m in names)):
-            least = min((p for p in combo if p > 0), default=1)
-            combos.setdefault(tuple(p / least for p in combo), dict(zip(names, combo, strict=True)))
         ranked = sorted(joint, key=lambda q: -self.rate(q))[:RATED_WITH_PRIORITIES]
         out = list(joint)
         for q in ranked:
-            for pri in combos.values():
+            for pri in priority_combos(choices):
                 out.append({**q, **_pipeline.join({m: {P_RATE_LIMIT: p} for m, p in pri.items()})})
         return out
 

@@ -155,6 +155,7 @@ class TuneSpace:
     precision_parameter: str = "precision"
     max_batch_size_limit: int | None = None
     trt_engines: tuple[tuple[str, str], ...] = ()  # (precision, engine file) the user declares
+    rate_limit_priorities: tuple[int, ...] | None = None  # 0: no rate limiter claim
     # The other models served with this one on the same server (a traffic mix, set by the mix
     # subject, not a user key): what the rate limiter knob arbitrates between.
     shared_with: tuple[str, ...] = ()
@@ -172,6 +173,7 @@ class TuneSpace:
         "precision_parameter",
         "max_batch_size_limit",
         "trt_engines",
+        "rate_limit_priorities",
     )
 
     @classmethod
@@ -225,6 +227,8 @@ class TuneSpace:
                     f"{source}: max_batch_size_limit = {data['max_batch_size_limit']!r} must be one integer >= 1"
                 )
             kw["max_batch_size_limit"] = limit[0]
+        if "rate_limit_priorities" in data:
+            kw["rate_limit_priorities"] = _int_tuple(data["rate_limit_priorities"], "rate_limit_priorities", source)
         if data.get("trt_engines"):
             kw["trt_engines"] = parse_trt_engines(data["trt_engines"], source=source)
         return cls(**kw)

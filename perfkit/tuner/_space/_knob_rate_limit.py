@@ -76,7 +76,16 @@ def _resolve(ctx: Ctx) -> tuple[Dimension | None, str]:
         f"priority of its claim on the device it shares with {others} (0: no claim; rate limiter"
         " resources and priority, the server run with --rate-limit execution_count)"
     )
-    return Dimension(P_RATE_LIMIT, with_values(PRIORITY_CHOICES, ctx.orig.get(P_RATE_LIMIT, OFF))), why
+    if ctx.space.rate_limit_priorities is not None:
+        choices, why = ctx.space.rate_limit_priorities, "the priorities asked for (0: no claim)"
+    else:
+        choices = PRIORITY_CHOICES
+    # searched: the original's point holds its value too (0 where it has no block), so trial 0 is a point of the space
+    ctx.orig.setdefault(P_RATE_LIMIT, OFF)
+    values = with_values(tuple(choices), ctx.orig[P_RATE_LIMIT])
+    if len(values) < 2:
+        return None, f"only {values[0]}: {why}"
+    return Dimension(P_RATE_LIMIT, values), why
 
 
 def _apply(cfg: ModelConfig, value: Any, space: Any) -> None:

@@ -88,3 +88,13 @@ def test_priority_moves_the_tail_between_models_in_a_mix() -> None:
 
     a_first, b_first = figs(1, 4), figs(4, 1)
     assert a_first["A"] < b_first["A"] and b_first["B"] < a_first["B"]
+
+
+def test_priority_combinations_alike_but_for_a_factor_are_one() -> None:
+    from perfkit.tuner._search._predict_mix import priority_combos
+
+    combos = priority_combos({"A": (0, 1, 2, 4), "B": (0, 1, 2, 4), "C": ()})
+    pairs = {(c["A"], c["B"]) for c in combos}
+    assert len(combos) == len(pairs) and all(set(c) == {"A", "B"} for c in combos)
+    # 2:2 and 4:4 are 1:1; 2:4 is 1:2; 4:2 is 2:1; a lone claim is one whatever its priority
+    assert pairs == {(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (1, 4), (2, 1), (4, 1)}

@@ -26,7 +26,7 @@ def _cfg(extra: str = "") -> ModelConfig:
 
 def test_searched_only_between_models_served_together() -> None:
     alone = resolve(TuneSpace(), _cfg(), HUNGRY, latency_budget_us=1e5, gpus=0)
-    assert alone.dimension(P_RATE_LIMIT) is None
+    assert alone.dimension(P_RATE_LIMIT) is None and P_RATE_LIMIT not in alone.original_params
     assert "--mix" in alone.reasons[P_RATE_LIMIT]
     mixed = resolve(TuneSpace(shared_with=("batcher",)), _cfg(), HUNGRY, latency_budget_us=1e5, gpus=0)
     dim = mixed.dimension(P_RATE_LIMIT)
@@ -38,7 +38,7 @@ def test_searched_only_between_models_served_together() -> None:
 
 def test_writes_one_global_claim_with_the_priority_and_reads_it_back() -> None:
     rs = resolve(TuneSpace(shared_with=("batcher",)), _cfg(), HUNGRY, latency_budget_us=1e5, gpus=0)
-    assert P_RATE_LIMIT not in rs.original_params  # no block: nothing recorded
+    assert rs.original_params[P_RATE_LIMIT] == 0  # searched: the original's point is at 0 (no block)
     cfg = apply_params(_cfg(), {P_RATE_LIMIT: 4, "instance_count": 2}, rs)
     rl = cfg.instance_group[0].rate_limiter
     assert rl.priority == 4

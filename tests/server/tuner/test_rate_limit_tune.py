@@ -27,8 +27,8 @@ BUDGETS_MS = {"urgent": 60.0, "bulk": 2000.0}
 # open loop (the rate a budget holds at is what the priority moves).
 MIX = ["-m", "urgent", "-m", "bulk", "--mix", "urgent:1,bulk:3",
        "--latency-budget", "urgent:60ms,bulk:2000ms", "--max-batch-sizes", "8", "--instance-counts", "3",
-       "--no-dynamic-batching", "--rate-limit-priorities", "0,1,4", "--sampler", "grid", "--trials", "9", "--percentile", "95",
-       "--load", "rate", "--measurement-interval", "1000", "--confirm", "0"]  # fmt: skip
+       "--no-dynamic-batching", "--rate-limit-priorities", "0,1,4", "--sampler", "grid", "--trials", "9",
+       "--percentile", "95", "--load", "rate", "--measurement-interval", "1000", "--confirm", "0"]  # fmt: skip
 
 
 def _favours_urgent(params: dict[str, int]) -> bool:

@@ -128,6 +128,11 @@ _OPTIONS = [
         help="Hold knobs at one value, e.g. sequence_strategy=oldest,max_candidate_sequences=8"
         " (the original's value is still trial 0; --dry-run lists the knobs).",
     ),
+    click.option(
+        "--rate-limit-priorities",
+        help="Traffic mix: rate limiter priorities of each model's claim on the shared device, e.g. 0,1,4"
+        " (0: no claim; default 0,1,2,4; the server runs with --rate-limit execution_count).",
+    ),
     click.option("--trt-engines", help="TensorRT engine per precision, e.g. fp32=model.plan,fp16=model_fp16.plan."),
     click.option(
         "--parameter",

@@ -8,7 +8,8 @@ share of the arrivals is its weight over the weights' sum. Each model's executio
 instance-own part first, then its `device_fraction` on its device, one execution at a time first
 come first served across every model on that device (Contention's rule, with the device shared by
 the models too): a model's executions stretch while another model holds the device. Models on
-devices of their own (`device` differs) share only the request path. The requests
+devices of their own (`device` differs) share only the request path. Members that claim the device
+through Triton's rate limiter (`rate_limit_priority`) run as _mix_limiter's rules allocate them. The requests
 pass one request path on their way to the batchers (ServiceModel.host_us of each request's model,
 one request at a time).
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfkit.errors import UsageError
+from perfkit.predict._mix_limiter import DeviceLimiter, run_limited
 from perfkit.predict._model import BatcherConfig, Contention, ServiceModel
 from perfkit.predict._rate import ceiling_rps
 from perfkit.predict._reference import _ARRIVAL, _END, _TIMER, Reference
@@ -49,6 +51,9 @@ class MixMember:
     device_fraction: float
     budget_us: float
     device: int = 0
+    # Triton's rate limiter (_mix_limiter): the priority of the member's instances' claim of one
+    # unit of the device resource every claiming member shares (0: no claim, no rate_limiter block)
+    rate_limit_priority: int = 0
 
     def __post_init__(self) -> None:
         if self.weight <= 0 or not 0.0 <= self.device_fraction <= 1.0 or self.budget_us <= 0:
@@ -96,6 +101,8 @@ class _Member(Reference):
         table = _service_table(m.service, big)
         super().__init__(arr, big, pref, delay, m.config.instances, table, m.device_fraction, (math.inf, 0, 0))
         self.starts: list[float] = []
+        self.priority = m.rate_limit_priority
+        self.claim = 1 if m.rate_limit_priority > 0 else 0
 
     @property  # type: ignore[override]  # Reference keeps its device time in a plain attribute: here the mix's cell
     def dev(self) -> float:
@@ -149,7 +156,10 @@ def simulate_mix(
     served = _request_path(due, host)
     cells: dict[int, list[float]] = {m.device: [0.0] for m in members}
     runs = [_Member(served[which == k].tolist(), m, cells[m.device]) for k, m in enumerate(members)]
-    _run_together(runs)
+    if any(r.claim for r in runs):
+        run_limited(runs, DeviceLimiter(runs))
+    else:
+        _run_together(runs)
     skip_t = due[int(len(due) * WARMUP_FRACTION)]
     out = []
     for k, (m, r) in enumerate(zip(members, runs, strict=True)):

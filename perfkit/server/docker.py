@@ -15,6 +15,7 @@ import re
 import secrets
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from perfkit.server._client_shm import ALLOW_CLIENT_SHM_FLAG, knows_allow_client
 from perfkit.server._ports import check_port_free, free_ports
 from perfkit.server.base import Endpoints, Server
 from perfkit.server.local import DEFAULT_SERVER_ENV
+from perfkit.server.rate_limit import rate_limit_args
 
 if TYPE_CHECKING:
     from perfkit.server.launch import ServerOptions
@@ -117,7 +119,7 @@ def allow_client_shm_args(opts: ServerOptions, server_version: str | None) -> li
     return [ALLOW_CLIENT_SHM_FLAG] if knows_allow_client_shm(server_version=server_version, image=opts.image) else []
 
 
-def _command(models: tuple[str, ...] | None, consent: list[str] | None = None) -> list[str]:
+def _command(models: tuple[str, ...] | None, consent: list[str] | None = None, extra: Sequence[str] = ()) -> list[str]:
     http, grpc, metrics = CONTAINER_PORTS
     cmd = [
         "tritonserver",
@@ -128,7 +130,8 @@ def _command(models: tuple[str, ...] | None, consent: list[str] | None = None) -
         f"--metrics-port={metrics}",
         "--strict-readiness=true",
     ]
-    return cmd + [f"--load-model={m}" for m in (models if models is not None else ("*",))] + (consent or [])
+    loads = [f"--load-model={m}" for m in (models if models is not None else ("*",))]
+    return cmd + loads + (consent or []) + list(extra)
 
 
 def _connect(opts: ServerOptions) -> Any:
@@ -337,7 +340,7 @@ def launch_docker(opts: ServerOptions) -> DockerServer:
         try:
             container = client.containers.create(
                 opts.image,
-                command=_command(opts.models, consent),
+                command=_command(opts.models, consent, rate_limit_args(opts)),
                 name=name,
                 labels=LABEL,
                 environment=env,

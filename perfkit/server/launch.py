@@ -11,6 +11,7 @@ from perfkit.errors import UsageError
 from perfkit.records import TlsSpec
 from perfkit.server.base import Server
 from perfkit.server.local import LocalLaunch, launch_local
+from perfkit.server.rate_limit import rate_limit_args
 from perfkit.server.remote import attach_remote
 
 LaunchMode = Literal["local", "docker", "remote"]
@@ -33,6 +34,11 @@ class ServerOptions:
     log_path: Path | None = None
     # clients will use shared memory: a launched server that knows --allow-client-shm is started with it
     client_shm: bool = False
+    # Triton's --rate-limit mode for a launched server ("off", its default, or "execution_count":
+    # instances' rate_limiter resources and priorities apply), and its --rate-limit-resource
+    # values (NAME:COUNT[:DEVICE]); a reached server's own are checked (server/rate_limit.py)
+    rate_limit: str = "off"
+    rate_limit_resources: tuple[str, ...] = ()
     # local
     tritonserver: Path | None = None
     backend_directory: Path | None = None
@@ -74,5 +80,6 @@ def open_server(opts: ServerOptions) -> Server:
             env=dict(opts.env),
             log_path=opts.log_path,
             client_shm=opts.client_shm,
+            extra_args=tuple(rate_limit_args(opts)),
         )
     )

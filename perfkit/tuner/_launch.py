@@ -4,12 +4,14 @@ to print arrives through two callbacks (progress lines, and notes for stderr).""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from perfkit.errors import MeasurementError, UsageError
 from perfkit.server.launch import ServerOptions, open_server
+from perfkit.server.rate_limit import rate_limiter_on, require_rate_limiter
 from perfkit.tuner._events import OnEvent
 from perfkit.tuner._pipeline import is_pipeline
 from perfkit.tuner._route_api import ApiRoute
@@ -86,10 +88,23 @@ def run_tune(
         return _on_ray(opts, settings, space, ray, say, note)
     elif ray.workers is not None:
         raise UsageError("--tune-workers places workers on a Ray cluster: give --ray ADDRESS|auto too")
+    if settings.mix and opts.mode != "remote" and opts.rate_limit == "off":
+        # the mix's candidates may claim the device through the rate limiter (its knob): on from
+        # the start, as a server's --rate-limit is fixed at launch; a config without a
+        # rate_limiter block claims nothing and runs as with the limiter off
+        opts = dataclasses.replace(opts, rate_limit="execution_count")
     note(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", False)
     with open_server(opts) as server:
         if opts.mode != "remote":
             note(f" ready at {server.endpoints.http_url}", True)
+        elif settings.mix and space.rate_limit_priorities != (0,):
+            if space.rate_limit_priorities is not None:  # asked for: a server that would ignore it is refused
+                require_rate_limiter(server, settings.mix[0][0])
+            elif not rate_limiter_on(server, settings.mix[0][0]):
+                # searched by default only: the mix is tuned without it, as the server would run it
+                note("perfkit: the server runs with --rate-limit off: the rate limiter's priorities are not"
+                     " searched (restart it with --rate-limit execution_count to search them)", True)  # fmt: skip
+                space = dataclasses.replace(space, rate_limit_priorities=(0,))
         if via == "api":
             note("perfkit: candidates applied through the server's API (config overrides); no file is written", True)
         result = tune(server, settings, space, model_repository=repository, composing=composing,

@@ -13,6 +13,7 @@ latency, which is why they are searched jointly.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,8 +52,9 @@ def build_mix(
     notes: list[str] = []
     for name in models:
         path, text, cfg = _pipeline._read(repository, name, "-m")
+        mine = dataclasses.replace(space, shared_with=tuple(m for m in models if m != name))
         rs = resolve(
-            space, cfg, path.parent, latency_budget_us=budgets_ms[name] * 1e3, gpus=gpus,
+            mine, cfg, path.parent, latency_budget_us=budgets_ms[name] * 1e3, gpus=gpus,
             gpu_available=gpu_available, refuse=False,
         )  # fmt: skip
         fixed = rs.refused

@@ -19,6 +19,7 @@ from perfkit.tuner._search._predict_points import PER_VALUE, SIMULATED
 from perfkit.tuner._search._stream_kind import stream_unpredictable
 from perfkit.tuner._settings import TuneSettings
 from perfkit.tuner._space._knob_backend import MEASURED_PER_VALUE
+from perfkit.tuner._space._knob_rate_limit import P_RATE_LIMIT
 from perfkit.tuner._subject import SubjectKind
 
 _NAMES = {"ensemble": "ensemble", "bls": "BLS model", "mix": "traffic mix"}
@@ -114,6 +115,8 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
     if s.trials == 1:
         return "--trials 1 measures your config alone"
     modelled = set(SIMULATED) | (set(PER_VALUE) if subject == "model" else set())
+    if subject == "mix":
+        modelled.add(P_RATE_LIMIT)  # the mix's simulator runs Triton's rate limiter (predict/_mix_limiter.py)
     unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - modelled)
     if unmodelled and subject != "model" and set(unmodelled) <= set(PER_VALUE):
         return (

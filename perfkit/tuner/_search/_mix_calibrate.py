@@ -34,6 +34,7 @@ from perfkit.records import Calibration, LoadLevel
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._search._model_calibrate import Calibrated, _level, _spec, calibrate, check_predictable
 from perfkit.tuner._search._predict_points import batcher_from
+from perfkit.tuner._space._knob_rate_limit import P_RATE_LIMIT
 from perfkit.tuner._subject_mix import MixSubject
 from perfkit.tuner._trial import TrialRunner
 from perfkit.tuner._trial_load import trial_load_of
@@ -114,8 +115,15 @@ def members(t: TrialRunner, cal: Calibration, params: dict[str, dict[str, Any]])
         cfg = batcher_from(s.space.original_params, params.get(s.model, {}))
         budget_us = subject.member_budget(s.model).latency_budget_us
         out.append(predict.MixMember(s.model, cfg, predict.service_model(cals[s.model]),
-                                     float(subject.weights[s.model]), 0.0, budget_us))  # fmt: skip
+                                     float(subject.weights[s.model]), 0.0, budget_us,
+                                     rate_limit_priority=rate_priority(s.space.original_params,
+                                                                       params.get(s.model, {}))))  # fmt: skip
     return placed(cal, out)
+
+
+def rate_priority(original: dict[str, Any], params: dict[str, Any]) -> int:
+    """The priority of a model's rate limiter claim at a point (0: none), over its original's."""
+    return int(params.get(P_RATE_LIMIT, original.get(P_RATE_LIMIT, 0)))
 
 
 def calibrate_mix(t: TrialRunner) -> tuple[Calibration, MixCalibrated]:

@@ -24,14 +24,31 @@ from perfkit import predict
 from perfkit.errors import MeasurementError
 from perfkit.records import Calibration
 from perfkit.tuner import _pipeline
-from perfkit.tuner._search._mix_calibrate import calibrate_mix, members, mix_of, placed
+from perfkit.tuner._search._mix_calibrate import calibrate_mix, members, mix_of, placed, rate_priority
 from perfkit.tuner._search._predict import TOP_MEASURED, Predictor
 from perfkit.tuner._search._predict_events import Note, Predicted
 from perfkit.tuner._search._predict_pipeline import _by_rate, _distinct, _label_joint, _points
 from perfkit.tuner._search._predict_points import batcher_from
+from perfkit.tuner._space._knob_rate_limit import P_RATE_LIMIT
 
 ALONE_REQUESTS = 3_000  # each model alone at its share, to choose the few configs combined
+# The best joint points at the original's rate limiter priorities that are rated again at every
+# combination of the models' priorities (the rate limiter knob, tuner/_space/_knob_rate_limit.py)
+RATED_WITH_PRIORITIES = 4
 FULL_PRODUCT = 16  # a joint space this small is simulated whole (~3 s a point); larger, PER_STEP_BEST a model
+
+
+def priority_combos(choices: Mapping[str, tuple[int, ...]]) -> list[dict[str, int]]:
+    """Every combination of the models' rate limiter priorities that behaves differently: the
+    limiter compares exec_count x priority (RateLimiter::ModelInstanceContext::ScaledPriority), so
+    combinations alike but for a common factor of the claiming models' priorities are one (2:4 is
+    1:2); 0 (no claim) is kept as it is. Models without choices are left out."""
+    names = [m for m, c in choices.items() if c]
+    combos: dict[tuple[float, ...], dict[str, int]] = {}
+    for combo in itertools.product(*(choices[m] for m in names)):
+        least = min((p for p in combo if p > 0), default=1)
+        combos.setdefault(tuple(p / least for p in combo), dict(zip(names, combo, strict=True)))
+    return list(combos.values())
 
 
 @dataclass
@@ -39,18 +56,26 @@ class MixPredictor(Predictor):
     """The predicted search over a mix's joint space."""
 
     cals: dict[str, Calibration] = field(default_factory=dict)
+    rated: dict[Any, float] = field(default_factory=dict)  # key(params) -> predicted total rate, once each
 
     def key(self, params: Mapping[str, Any]) -> Any:
         per = _pipeline.split(params)
-        return tuple(batcher_from(s.space.original_params, per.get(s.model, {})) for s in mix_of(self.t).pipeline.steps)
+        return tuple(
+            (batcher_from(s.space.original_params, per.get(s.model, {})),
+             rate_priority(s.space.original_params, per.get(s.model, {})))
+            for s in mix_of(self.t).pipeline.steps
+        )  # fmt: skip
 
     def rate(self, params: Mapping[str, Any]) -> float:
         """The predicted total rate of a joint point (its params over the original's)."""
-        per = _pipeline.split({**self.t.original_fixed_params(), **params})
-        assert self.calibration is not None  # rated after the calibration only
-        figs = members(self.t, self.calibration, per)
-        return predict.mix_rate(figs, percentile=self.t.s.budget.percentile,
-                                arrival=self.t.trial_load.distribution).rate_rps  # fmt: skip
+        key = self.key({**self.t.original_fixed_params(), **params})
+        if key not in self.rated:
+            per = _pipeline.split({**self.t.original_fixed_params(), **params})
+            assert self.calibration is not None  # rated after the calibration only
+            figs = members(self.t, self.calibration, per)
+            self.rated[key] = predict.mix_rate(figs, percentile=self.t.s.budget.percentile,
+                                               arrival=self.t.trial_load.distribution).rate_rps  # fmt: skip
+        return self.rated[key]
 
     def seed(self, study: optuna.Study) -> None:
         try:
@@ -114,7 +139,24 @@ class MixPredictor(Predictor):
             _pipeline.join({m: {**base.get(m, {}), **q} for m, q in zip(per, combo, strict=True) if q})
             for combo in itertools.product(*per.values())
         ]
-        return joint, scored
+        return self.with_priorities(joint), scored
+
+    def with_priorities(self, joint: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The rate limiter's priorities over the joint points: the RATED_WITH_PRIORITIES best at
+        the original's priorities, each at every distinct combination of the models' priorities
+        (the scaled priority is a ratio, so 2:4 is 1:2's); the joint as it was where no model's
+        priority is searched."""
+        subject = mix_of(self.t)
+        choices = {s.model: (d.choices if (d := s.space.dimension(P_RATE_LIMIT)) is not None and s.searched else ())
+                   for s in subject.pipeline.steps}  # fmt: skip
+        if not any(choices.values()):
+            return joint
+        ranked = sorted(joint, key=lambda q: -self.rate(q))[:RATED_WITH_PRIORITIES]
+        out = list(joint)
+        for q in ranked:
+            for pri in priority_combos(choices):
+                out.append({**q, **_pipeline.join({m: {P_RATE_LIMIT: p} for m, p in pri.items()})})
+        return out
 
     def label(self, params: Mapping[str, Any]) -> str:
         return _label_joint(params)

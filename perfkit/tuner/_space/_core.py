@@ -178,6 +178,10 @@ class TuneSpace:
     fixed: tuple[tuple[str, str], ...] = ()
     max_queue_sizes: tuple[int, ...] | None = None  # the queue policy's bound (0: unbounded)
     queue_timeouts: tuple[str, ...] | None = None  # none, reject:US or delay:US
+    rate_limit_priorities: tuple[int, ...] | None = None  # 0: no rate limiter claim
+    # The other models served with this one on the same server (a traffic mix, set by the mix
+    # subject, not a user key): what the rate limiter knob arbitrates between.
+    shared_with: tuple[str, ...] = ()
 
     # The keys of a [tune] table's space, and the names of `perfkit tune`'s space flags' parameters
     # (cli/_tune_options.py reads this list): a knob users may bound adds its key here once.
@@ -198,6 +202,7 @@ class TuneSpace:
         "fix",
         "max_queue_sizes",
         "queue_timeouts",
+        "rate_limit_priorities",
     )
 
     @classmethod
@@ -251,6 +256,8 @@ class TuneSpace:
                     f"{source}: max_batch_size_limit = {data['max_batch_size_limit']!r} must be one integer >= 1"
                 )
             kw["max_batch_size_limit"] = limit[0]
+        if "rate_limit_priorities" in data:
+            kw["rate_limit_priorities"] = _int_tuple(data["rate_limit_priorities"], "rate_limit_priorities", source)
         if data.get("trt_engines"):
             kw["trt_engines"] = parse_trt_engines(data["trt_engines"], source=source)
         if data.get("parameters"):

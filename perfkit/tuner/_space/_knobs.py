@@ -12,6 +12,7 @@ from perfkit.tuner._space import (
     _knob_parameters,
     _knob_precision,
     _knob_queue,
+    _knob_rate_limit,
     _knob_sequence,
 )
 from perfkit.tuner._space._knob_base import ABSENT, Ctx, ExtractInfo, Knob, pow2_sizes
@@ -26,6 +27,7 @@ KNOBS: tuple[Knob, ...] = (
     *_knob_parameters.KNOBS,
     *_knob_backend.KNOBS,
     *_knob_queue.KNOBS,  # after instances: a queue's depth counts the original's batch on every instance
+    *_knob_rate_limit.KNOBS,
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
 

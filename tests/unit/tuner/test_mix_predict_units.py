@@ -29,9 +29,13 @@ def test_each_model_of_a_mix_stands_alone_with_its_own_budget_and_the_mix_knobs(
         and dict(hungry.paths) == {"hungry": subject.paths["hungry"]}
     )
     assert subject.member_budget("hungry") == Budget(120.0, 95.0)  # its own, at the mix's percentile
-    # the knobs it is calibrated over are the mix's for that model
+    # the knobs it is calibrated over are the mix's for that model, but for the rate limiter's
+    # priority, which arbitrates between the models and does nothing to one alone
     step = subject.pipeline.step("hungry")
-    assert [d.name for d in hungry.space.dimensions] == [d.name for d in step.space.dimensions]
+    between = [d.name for d in step.space.dimensions if d.name == "rate_limit_priority"]
+    assert between == ["rate_limit_priority"]
+    alone = [d.name for d in step.space.dimensions if d.name not in between]
+    assert [d.name for d in hungry.space.dimensions] == alone
 
 
 def test_the_calibrations_line_names_each_model_how_far_it_stretched_together_and_where_it_runs():

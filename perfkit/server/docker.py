@@ -25,6 +25,7 @@ import docker.utils
 import requests
 
 from perfkit.errors import InputError, PortInUseError, ServerError, ServerStartError, UsageError
+from perfkit.server._cache import cache_args
 from perfkit.server._client_shm import ALLOW_CLIENT_SHM_FLAG, knows_allow_client_shm
 from perfkit.server._ports import check_port_free, free_ports
 from perfkit.server.base import Endpoints, Server
@@ -337,7 +338,7 @@ def launch_docker(opts: ServerOptions) -> DockerServer:
         try:
             container = client.containers.create(
                 opts.image,
-                command=_command(opts.models, consent),
+                command=_command(opts.models, consent) + cache_args(opts.response_cache),
                 name=name,
                 labels=LABEL,
                 environment=env,

@@ -9,6 +9,7 @@ from typing import Literal
 
 from perfkit.errors import UsageError
 from perfkit.records import TlsSpec
+from perfkit.server._cache import cache_args
 from perfkit.server.base import Server
 from perfkit.server.local import LocalLaunch, launch_local
 from perfkit.server.remote import attach_remote
@@ -33,6 +34,8 @@ class ServerOptions:
     log_path: Path | None = None
     # clients will use shared memory: a launched server that knows --allow-client-shm is started with it
     client_shm: bool = False
+    # start the server with a local response cache (server/_cache.py): a search of the response_cache knob
+    response_cache: bool = False
     # local
     tritonserver: Path | None = None
     backend_directory: Path | None = None
@@ -74,5 +77,6 @@ def open_server(opts: ServerOptions) -> Server:
             env=dict(opts.env),
             log_path=opts.log_path,
             client_shm=opts.client_shm,
+            extra_args=tuple(cache_args(opts.response_cache)),
         )
     )

@@ -4,6 +4,7 @@ to print arrives through two callbacks (progress lines, and notes for stderr).""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,10 @@ def run_tune(
     elif ray.workers is not None:
         raise UsageError("--tune-workers places workers on a Ray cluster: give --ray ADDRESS|auto too")
     note(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", False)
+    if opts.mode != "remote" and settings.repeat_fraction > 0:
+        # stated repeats search the response cache (tuner/_space/_knob_cache.py): Triton uses it
+        # only on a server started with one
+        opts = dataclasses.replace(opts, response_cache=True)
     with open_server(opts) as server:
         if opts.mode != "remote":
             note(f" ready at {server.endpoints.http_url}", True)

@@ -186,6 +186,7 @@ def resolve(
     gpus: int | None = None,
     cpu_cores: int | None = None,
     refuse: bool = True,
+    repeat_fraction: float = 0.0,
 ) -> ResolvedSpace:
     """The dimensions that apply to this model (defaults filled in, original values added).
 
@@ -207,7 +208,9 @@ def resolve(
     orig = extract_params(
         cfg, backend=facts.backend, precision_parameter=space.precision_parameter, engine_files=engines
     )
-    ctx = Ctx(space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines)
+    ctx = Ctx(
+        space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines, repeat_fraction=repeat_fraction
+    )
     if cfg.model_transaction_policy.decoupled:
         # A decoupled model keeps the usual space: Triton core schedules it with the dynamic
         # batcher like any other (triton-inference-server/server docs/user_guide/decoupled_models.md

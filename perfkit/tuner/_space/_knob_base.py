@@ -41,6 +41,8 @@ class Ctx:
     kinds: tuple[str, ...] = ()  # instance kinds candidates may have (resolved first)
     db_choices: tuple[bool, ...] = ()
     precision_via: str = ""
+    # The workload's stated repeat rate (TuneSettings.repeat_fraction): what the response cache can hit
+    repeat_fraction: float = 0.0
 
     @property
     def name(self) -> str:

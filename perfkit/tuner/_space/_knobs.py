@@ -5,7 +5,7 @@ and the validator rules that guard it. A new knob is one Knob in one of these mo
 
 from __future__ import annotations
 
-from perfkit.tuner._space import _knob_batching, _knob_instances, _knob_precision, _knob_sequence
+from perfkit.tuner._space import _knob_batching, _knob_cache, _knob_instances, _knob_precision, _knob_sequence
 from perfkit.tuner._space._knob_base import ABSENT, Ctx, ExtractInfo, Knob, pow2_sizes
 from perfkit.tuner._space._knob_batching import pref_label, pref_sizes
 
@@ -15,6 +15,7 @@ KNOBS: tuple[Knob, ...] = (
     *_knob_instances.KNOBS,
     *_knob_precision.KNOBS,
     *_knob_sequence.KNOBS,
+    *_knob_cache.KNOBS,
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
 

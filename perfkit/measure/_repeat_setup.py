@@ -85,6 +85,7 @@ def _distinct_inputs(io: ModelIO, spec: ProfileSpec, count: int, seed: int) -> l
     columns = []
     for t in template:
         size = (count, *t.shape)
+        values: np.ndarray
         if t.datatype == "BOOL":
             values = rng.integers(0, 2, size=size).astype(np.bool_)
         elif t.datatype in ("FP16", "FP32", "FP64", "BF16"):

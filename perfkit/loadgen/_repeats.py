@@ -4,8 +4,8 @@ Triton's response cache answers a request whose inputs (and model) hash like an 
 without running the model (triton-inference-server/server docs/user_guide/response_cache.md), so
 its worth depends on how often inputs repeat. `--repeat-fraction F` sends a sequence of requests
 in which exactly round(F * n) of every n repeat an earlier request's inputs, spread evenly, each
-picking one of the distinct inputs sent before it (seeded). `count_repeats` counts the same
-figure for requests read from a file (perf_analyzer's --input-data).
+picking one of the distinct inputs sent before it (seeded; not one of the latest few hundred).
+`count_repeats` counts the same figure for requests read from a file (perf_analyzer's --input-data).
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ from perfkit.loadgen._requests import NP_DTYPES, Tensor
 # How many requests one pass of a generated sequence holds: past it the load starts the sequence
 # again and every request repeats one already sent (the record says how many a pass holds).
 REPEAT_SEQUENCE_REQUESTS = 40_000
+# A repeat picks among the inputs sent before the latest this many (while older ones exist): a
+# repeat of a request still in flight would miss, Triton inserting a response only as it is sent
+# (core src/dynamic_batch_scheduler.cc DelegateResponse), so the hits would fall with the backlog.
+REPEAT_MIN_AGE = 256
 
 
 def check_fraction(fraction: float) -> None:
@@ -42,12 +46,13 @@ def repeat_order(requests: int, fraction: float, seed: int = 0) -> list[int]:
     Request i repeats an earlier input exactly when floor((i + 1) * F) > floor(i * F): the first
     n requests then hold floor(n * F) repeats for every n, so any stretch of the sequence is at
     the stated fraction within one request. A repeat sends one of the inputs sent before it,
-    uniformly (seeded)."""
+    uniformly (seeded), leaving out the REPEAT_MIN_AGE latest while older ones exist."""
     check_fraction(fraction)
     i = np.arange(requests, dtype=np.float64)
     repeat = np.floor((i + 1) * fraction) > np.floor(i * fraction)
     distinct_so_far = np.cumsum(~repeat)  # distinct inputs sent up to and including request i
-    picks = np.floor(np.random.default_rng(seed).random(requests) * distinct_so_far).astype(np.int64)
+    eligible = np.maximum(distinct_so_far - REPEAT_MIN_AGE, 1)
+    picks = np.floor(np.random.default_rng(seed).random(requests) * eligible).astype(np.int64)
     return np.where(repeat, picks, distinct_so_far - 1).astype(int).tolist()
 
 

@@ -229,7 +229,8 @@ class TuneSettings:
     )
     burst_on_ms: float | None = setting(
         None, key="burst_on_ms", flags=("--burst-on-ms",), kind=FLOAT, unit="ms", trial_load="burst_on_ms",
-        default_text=f"{DEFAULT_BURST_ON_MS:g} ms", help="With --arrival onoff: how long each burst sends.",
+        flag_only=True, default_text=f"{DEFAULT_BURST_ON_MS:g} ms",
+        help="With --arrival onoff: how long each burst sends.",
     )  # fmt: skip
     repeat_fraction: float = setting(
         _TRIAL["repeat_fraction"], key="repeat_fraction", flags=("--repeat-fraction",), kind=FLOAT,
@@ -239,7 +240,8 @@ class TuneSettings:
     )  # fmt: skip
     burst_off_ms: float | None = setting(
         None, key="burst_off_ms", flags=("--burst-off-ms",), kind=FLOAT, unit="ms", trial_load="burst_off_ms",
-        default_text=f"{DEFAULT_BURST_OFF_MS:g} ms", help="With --arrival onoff: the quiet gap after each burst.",
+        flag_only=True, default_text=f"{DEFAULT_BURST_OFF_MS:g} ms",
+        help="With --arrival onoff: the quiet gap after each burst.",
     )  # fmt: skip
     max_rate_rps: float = setting(
         _TRIAL["max_rate_rps"],

@@ -23,7 +23,7 @@ from typing import Any
 
 from perfkit.server.modelconfig import ModelConfig
 from perfkit.tuner._space._core import Dimension
-from perfkit.tuner._space._knob_base import Ctx, ExtractInfo, Knob
+from perfkit.tuner._space._knob_base import ABSENT, Ctx, ExtractInfo, Knob
 
 P_CACHE = "response_cache"
 
@@ -42,11 +42,12 @@ def _resolve(ctx: Ctx) -> tuple[Dimension | None, str]:
         f"response_cache {{ enable }}: {ctx.repeat_fraction:.0%} of requests repeat an earlier one's inputs, and a"
         " hit is answered before the queue, without running the model"
     )
+    ctx.orig.setdefault(P_CACHE, False)  # no response_cache field: off, the original's value (trial 0)
     return Dimension(P_CACHE, (False, True)), why
 
 
 def _extract(cfg: ModelConfig, info: ExtractInfo) -> Any:
-    return bool(cfg.response_cache.enable) if cfg.HasField("response_cache") else False
+    return bool(cfg.response_cache.enable) if cfg.HasField("response_cache") else ABSENT
 
 
 def _apply(cfg: ModelConfig, value: Any, space: Any) -> None:

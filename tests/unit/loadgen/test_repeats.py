@@ -9,7 +9,7 @@ import pytest
 
 from perfkit.errors import UsageError
 from perfkit.loadgen import ModelIO, Tensor
-from perfkit.loadgen._repeats import count_repeats, distinct_needed, repeat_order, write_input_data
+from perfkit.loadgen._repeats import REPEAT_MIN_AGE, count_repeats, distinct_needed, repeat_order, write_input_data
 from perfkit.measure._repeat_setup import check_repeat_spec, repeat_workload
 from perfkit.records import LoadLevel, ProfileSpec
 
@@ -38,6 +38,9 @@ def test_a_repeat_only_sends_an_input_already_sent_and_new_inputs_come_in_order(
         assert k <= high + 1  # never an input not yet sent, except the next new one
         high = max(high, k)
     assert order[0] == 0
+    for i, k in enumerate(order):  # a repeat is of an input sent long enough before (answered, cached)
+        if k < max(order[:i], default=-1) + 1 and i > 2 * REPEAT_MIN_AGE + 2:
+            assert k < max(order[:i]) + 1 - REPEAT_MIN_AGE
     assert repeat_order(2000, 0.5, seed=1) == order  # seeded
     assert repeat_order(2000, 0.5, seed=2) != order
 

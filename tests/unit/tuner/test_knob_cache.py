@@ -47,7 +47,9 @@ def test_decoupled_and_sequence_models_are_not_searched(model: str, why: str) ->
 
 def test_apply_then_extract_gives_the_value_back_and_off_clears_the_field() -> None:
     cfg, rs = _resolve("cacheable", 0.5)
-    assert extract_params(cfg, backend="python")[P_CACHE] is False
+    assert P_CACHE not in extract_params(cfg, backend="python")  # the config has no response_cache
+    assert rs.original_params[P_CACHE] is False  # searched: the original's value is off (trial 0)
+    assert P_CACHE not in _resolve("cacheable", 0.0)[1].original_params  # not searched: not a parameter
     on = apply_params(cfg, {P_CACHE: True}, rs)
     assert on.response_cache.enable is True
     assert extract_params(on, backend="python")[P_CACHE] is True

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfkit.errors import InputError
+from perfkit.errors import InputError, UsageError
 from perfkit.records import LoadLevel
 
 NS_PER_S = 1_000_000_000
@@ -40,6 +40,38 @@ def poisson_due_ns(rate_rps: float, *, seed: int, worker: int = 0, workers: int 
         for gap in gaps.tolist():
             t += gap
             yield int(t)
+
+
+def onoff_due_ns(rate_rps: float, on_ms: float, off_ms: float, *, worker: int = 0, workers: int = 1) -> Iterator[int]:
+    """Due times of on/off bursts: evenly spaced sends while on, none while off, repeating.
+
+    `rate_rps` is the mean rate over a whole cycle, so a level's value means the same as a
+    constant level's: while on, requests go out at rate * (on + off) / on. Request i is due
+    at its place in "on time" (i / on_rate) mapped onto the cycle: the number of whole on
+    windows before it times the cycle, plus its offset in its window.
+    """
+    if rate_rps <= 0:
+        raise ValueError("rate must be positive")
+    if on_ms <= 0 or off_ms < 0:
+        raise ValueError("bursts need on_ms > 0 and off_ms >= 0")
+    on_ns = on_ms * 1e6
+    cycle_ns = on_ns + off_ms * 1e6
+    on_period_ns = NS_PER_S * on_ns / (rate_rps * cycle_ns)
+    for i in itertools.count(worker, workers):
+        on_time_ns = i * on_period_ns
+        cycles, offset_ns = divmod(on_time_ns, on_ns)
+        yield int(cycles * cycle_ns + offset_ns)
+
+
+def check_bursts(distribution: str, on_ms: float | None, off_ms: float | None, *, flag: str) -> None:
+    """--burst-on-ms/--burst-off-ms go with onoff arrivals only, on > 0 and off >= 0; raises UsageError."""
+    given = [n for n, v in (("--burst-on-ms", on_ms), ("--burst-off-ms", off_ms)) if v is not None]
+    if given and distribution != "onoff":
+        raise UsageError(f"{given[0]}: only with {flag} onoff (bursts of sends, then none)")
+    if on_ms is not None and on_ms <= 0:
+        raise UsageError(f"--burst-on-ms {on_ms:g}: a burst must last more than 0 ms")
+    if off_ms is not None and off_ms < 0:
+        raise UsageError(f"--burst-off-ms {off_ms:g}: the gap between bursts cannot be negative")
 
 
 def intervals_due_ns(intervals_ns: Sequence[int], *, worker: int = 0, workers: int = 1) -> Iterator[int]:
@@ -81,6 +113,9 @@ def due_times(
     if level.mode == "request_rate":
         if level.distribution == "poisson":
             return poisson_due_ns(level.value, seed=seed, worker=worker, workers=workers)
+        if level.distribution == "onoff":
+            on_ms, off_ms = level.bursts_ms
+            return onoff_due_ns(level.value, on_ms, off_ms, worker=worker, workers=workers)
         return constant_due_ns(level.value, worker=worker, workers=workers)
     if level.mode == "custom_intervals":
         return intervals_due_ns(intervals_ns, worker=worker, workers=workers)

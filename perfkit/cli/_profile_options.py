@@ -25,7 +25,8 @@ from perfkit.cli._request_parameters import (
 from perfkit.cli._server_options import server_options
 from perfkit.cli._streaming_options import streaming_options, streaming_spec_fields
 from perfkit.errors import UsageError
-from perfkit.records import LoadLevel, ProfileSpec, TlsSpec, spec_defaults
+from perfkit.records import DEFAULT_BURST_OFF_MS, DEFAULT_BURST_ON_MS, LoadLevel, ProfileSpec, TlsSpec, spec_defaults
+from perfkit.schedule import check_bursts
 
 _D = spec_defaults()
 F = TypeVar("F", bound=Callable[..., Any])
@@ -66,15 +67,25 @@ def _shapes(items: tuple[str, ...]) -> dict[str, tuple[int, ...]]:
 
 
 def build_levels(
-    concurrency_range: str | None, request_rate_range: str | None, distribution: str, request_intervals: Path | None
+    concurrency_range: str | None,
+    request_rate_range: str | None,
+    distribution: str,
+    request_intervals: Path | None,
+    *,
+    burst_on_ms: float | None = None,
+    burst_off_ms: float | None = None,
 ) -> tuple[LoadLevel, ...]:
     """Load levels from perf_analyzer's range flags; raises UsageError."""
     given = sum(x is not None for x in (concurrency_range, request_rate_range, request_intervals))
     if given > 1:
         raise UsageError("give only one of --concurrency-range, --request-rate-range, --request-intervals")
+    check_bursts(distribution, burst_on_ms, burst_off_ms, flag="--request-distribution")
+    if distribution == "onoff" and not request_rate_range:
+        raise UsageError("--request-distribution onoff: needs --request-rate-range (the mean rate of the bursts)")
     if request_rate_range:
         rates = _range(request_rate_range, integer=False, flag="--request-rate-range")
-        return tuple(LoadLevel("request_rate", r, distribution) for r in rates)  # type: ignore[arg-type]  # distribution comes from click.Choice(constant, poisson)
+        dist: Any = distribution  # from click.Choice(constant, poisson, onoff): a records.Distribution
+        return tuple(LoadLevel("request_rate", r, dist, burst_on_ms, burst_off_ms) for r in rates)
     if request_intervals:
         return (LoadLevel("custom_intervals", 0.0),)
     values = _range(concurrency_range or "1", integer=True, flag="--concurrency-range")
@@ -135,12 +146,18 @@ def build_spec(
         model_version=kw["model_version"],
         protocol=kw["protocol"],
         levels=build_levels(
-            kw["concurrency_range"], kw["request_rate_range"], kw["request_distribution"], kw["request_intervals"]
+            kw["concurrency_range"],
+            kw["request_rate_range"],
+            kw["request_distribution"],
+            kw["request_intervals"],
+            burst_on_ms=kw["burst_on_ms"],
+            burst_off_ms=kw["burst_off_ms"],
         ),
         batch_size=kw["batch_size"],
         input_data=input_data_sources(kw["input_data"]) or _D["input_data"],
         shapes=_shapes(kw["shapes"]),
         string_length=kw["string_length"],
+        repeat_fraction=kw["repeat_fraction"],
         shared_memory=kw["shared_memory"],
         output_shared_memory_size=kw["output_shared_memory_size"],
         measurement_interval_ms=kw["measurement_interval"],
@@ -212,13 +229,39 @@ _OPTIONS: list[Callable[[Any], Any]] = [
     click.option("-b", "--batch-size", type=int, default=_D["batch_size"], show_default=True),
     click.option("--concurrency-range", default=None, help="start[:end[:step]] requests in flight (closed loop)."),
     click.option("--request-rate-range", default=None, help="start[:end[:step]] requests/s (open loop)."),
-    click.option("--request-distribution", type=click.Choice(["constant", "poisson"]), default="constant"),
+    click.option(
+        "--request-distribution",
+        type=click.Choice(["constant", "poisson", "onoff"]),
+        default="constant",
+        help="Arrivals of --request-rate-range: constant, poisson, or onoff (bursts: evenly spaced sends for"
+        " --burst-on-ms, none for --burst-off-ms, the rate being the mean over the cycle).",
+    ),
+    click.option(
+        "--burst-on-ms",
+        type=float,
+        default=None,
+        help=f"With onoff: how long each burst sends (default {DEFAULT_BURST_ON_MS:g}).",
+    ),
+    click.option(
+        "--burst-off-ms",
+        type=float,
+        default=None,
+        help=f"With onoff: the quiet gap after each burst (default {DEFAULT_BURST_OFF_MS:g}).",
+    ),
     click.option("--request-intervals", type=click.Path(path_type=Path), help="File of gaps in us, one per line."),
     click.option(
         "--input-data",
         multiple=True,
         help=f"zero, random (default: {_D['input_data']}), a JSON data file or a directory (one file per input);"
         " repeat it to append the streams of several, as perf_analyzer does.",
+    ),
+    click.option(
+        "--repeat-fraction",
+        type=float,
+        default=_D["repeat_fraction"],
+        show_default=True,
+        help="Of generated random inputs, the fraction of requests that repeat an earlier request's inputs (what"
+        " Triton's response cache can hit); the record states the fraction sent. 0: one input sent every time.",
     ),
     click.option("--shape", "shapes", multiple=True, help="NAME:D1,D2 for inputs with variable dims (repeatable)."),
     click.option(

@@ -132,6 +132,8 @@ def run_profile(
     """
     if opts.mode != "remote":
         click.echo(f"perfkit: starting {opts.mode} Triton server on {opts.model_repository} ...", err=True)
+        if spec.repeat_fraction > 0:  # stated repeats: a model enabling response_cache finds a cache
+            opts = dataclasses.replace(opts, response_cache=True)
     with open_server(opts) as server:
         try:
             if fleet is None:

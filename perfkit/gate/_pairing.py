@@ -19,7 +19,10 @@ LevelKey = tuple[str, float, str, int]
 
 def level_key(level: LevelResult) -> LevelKey:
     """What makes two levels the same level: load mode and value, arrival distribution, batch size."""
-    distribution = level.load.distribution or ("constant" if level.load.mode == "request_rate" else "")
+    distribution: str = level.load.distribution or ("constant" if level.load.mode == "request_rate" else "")
+    if distribution == "onoff":
+        on_ms, off_ms = level.load.bursts_ms
+        distribution = f"onoff {on_ms:g}/{off_ms:g} ms"
     return (level.load.mode, float(level.load.value), distribution, level.batch_size)
 
 

@@ -12,7 +12,7 @@ import socket
 from typing import Any
 
 from perfkit import __version__
-from perfkit.records import LevelResult, Machine, ModelInfo, ProfileSpec, RunRecord, ServerInfo
+from perfkit.records import LevelResult, Machine, ModelInfo, ProfileSpec, RepeatStats, RunRecord, ServerInfo
 from perfkit.server.base import Server
 
 
@@ -104,6 +104,7 @@ def make_record(
     status: str = "ok",
     error: str | None = None,
     created_utc: str | None = None,
+    repeats: RepeatStats | None = None,
 ) -> RunRecord:
     """Assemble the run record (the unit of truth) from what was measured so far."""
     return RunRecord(
@@ -122,4 +123,5 @@ def make_record(
         levels=tuple(levels),
         status=status,  # type: ignore[arg-type]  # profile() passes only ok, failed or interrupted
         error=error,
+        repeats=repeats,
     )

@@ -23,6 +23,7 @@ from perfkit.loadgen import (
     http_payload,
     read_sources,
 )
+from perfkit.measure._cache_check import check_cache_served
 from perfkit.measure._context import make_record, server_info
 from perfkit.measure._events import Progress
 from perfkit.measure._export import write_export
@@ -31,6 +32,7 @@ from perfkit.measure._loop import MeasureOne, run_levels
 from perfkit.measure._metrics import MetricsSampler
 from perfkit.measure._mix import check_mix, mix_engine_config, synthetic_step
 from perfkit.measure._periodic import measure_periodic
+from perfkit.measure._repeat_setup import check_repeat_spec, repeat_workload
 from perfkit.measure._replay import replay_profile
 from perfkit.measure._server_stats import composing_models
 from perfkit.measure._shm import SharedMemory
@@ -153,7 +155,11 @@ def profile(
             server, spec, io, config, host, port, command=command, on_progress=on_progress, record_path=record_path,
             kind=kind,
         )  # fmt: skip
+    check_repeat_spec(spec)
+    if spec.repeat_fraction and is_sequence_model(kind):  # server docs/user_guide/response_cache.md: not supported
+        raise UsageError(f"--repeat-fraction with sequence model {spec.model!r}: Triton's response cache skips it")
     plain_steps, file_requests = _steps(io, spec)
+    plain_steps, order, repeats = repeat_workload(io, spec, plain_steps, file_requests)
     if any(r.expected for r in file_requests):
         validate_outputs(server, io, file_requests, source=spec.input_data, sequence=is_sequence_model(kind))
     steps = streamed_steps(io, spec, plain_steps)
@@ -174,12 +180,13 @@ def profile(
             status=status,
             error=error,
             created_utc=created,
+            repeats=repeats,
         )
         if record_path is not None:
             rec.save(record_path)
         return rec
 
-    measurer = _measurer(server, spec, io, kind, steps, intervals, stats_models, on_progress)
+    measurer = _measurer(server, spec, io, kind, steps, intervals, stats_models, on_progress, order, config)
     return run_levels(spec, measurer, record, on_progress)
 
 
@@ -193,6 +200,8 @@ def _measurer(
     intervals: tuple[int, ...],
     stats_models: list[str],
     on_progress: Progress | None,
+    order: list[int] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Iterator[MeasureOne]:
     """One load generator (and the metrics sampler, the shared-memory regions) open while levels are measured."""
     experiments: list[dict[str, Any]] = []  # --profile-export-file
@@ -202,7 +211,9 @@ def _measurer(
         metrics.start()
     try:
         host, port = _engine_target(server, spec.protocol)
-        with _payloads(server, io, spec, steps) as payloads:
+        with _payloads(server, io, spec, steps) as distinct:
+            # --repeat-fraction: each distinct input encoded once, sent in the sequence's order
+            payloads = distinct if order is None else tuple(distinct[k] for k in order)
             cfg: EngineConfig | StreamConfig = EngineConfig(
                 spec.protocol, host, port, payloads, intervals, seed=spec.seed, max_outstanding=spec.max_outstanding,
                 compression=spec.grpc_compression if spec.protocol == "grpc" else "", tls=spec.tls,
@@ -226,6 +237,8 @@ def _measurer(
                         outcome = measure_periodic(server, gen, spec, stats_models, metrics)
                     else:
                         outcome = measure_level(server, gen, spec, level, stats_models, metrics, on_progress)
+                    if spec.repeat_fraction > 0:  # a stated repeat rate measured on a server with no cache
+                        check_cache_served(config or {}, outcome.result.server, server.endpoints.http_url)
                     if outcome.export is not None and spec.profile_export_file:
                         experiments.append(outcome.export)
                         write_export(Path(spec.profile_export_file), experiments, f"perfkit {__version__}")

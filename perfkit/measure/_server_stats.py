@@ -8,7 +8,7 @@ from typing import Any
 
 from perfkit.records import ServerStats
 
-_PHASES = ("queue", "compute_input", "compute_infer", "compute_output", "success", "fail")
+_PHASES = ("queue", "compute_input", "compute_infer", "compute_output", "success", "fail", "cache_hit", "cache_miss")
 
 
 def _flatten(stats: dict[str, Any], model: str) -> dict[str, Any]:
@@ -104,6 +104,10 @@ def delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], m
             batch_sizes=dict(sorted(batches.items(), key=lambda kv: int(kv[0]))),
             failures=a["fail"][0] - b["fail"][0],
             composing=composing,
+            cache_hit_count=a["cache_hit"][0] - b["cache_hit"][0],
+            cache_hit_avg_us=_avg_us(b["cache_hit"], a["cache_hit"], a["cache_hit"][0] - b["cache_hit"][0]),
+            cache_miss_count=a["cache_miss"][0] - b["cache_miss"][0],
+            cache_miss_avg_us=_avg_us(b["cache_miss"], a["cache_miss"], a["cache_miss"][0] - b["cache_miss"][0]),
         )
 
     composing = tuple(one(name) for name in before if name != model)

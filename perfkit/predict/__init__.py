@@ -9,6 +9,7 @@ first simulation only.
 """
 
 from perfkit.predict._bls import BLS_REQUESTS
+from perfkit.predict._cache import ResponseCache, lookup_us_from
 from perfkit.predict._calibrate import (
     batch_points,
     calibration,
@@ -42,9 +43,14 @@ from perfkit.predict._pipeline import (
 )
 from perfkit.predict._rate import RateResult, ceiling_rps, score_space, sustainable_rate, trace_unit
 from perfkit.predict._sim import simulate, unit_arrivals
+from perfkit.predict._sim_cache import simulate_cached
 from perfkit.predict._stream import StreamModel, StreamPrediction, end_to_end_budget_us, simulate_stream, stream_service
 
 __all__ = [
+    # the response cache: its hits answered before the queue (predict/_cache.py)
+    "ResponseCache",
+    "lookup_us_from",
+    "simulate_cached",
     # the model of a server: a config, its service time and contention, a load
     "BatcherConfig",
     "Contention",

@@ -301,7 +301,7 @@ def simulate_within(
     budget_us: its percentile would be past the budget.
     loop: which open-loop event loop runs, both giving the same batches: "compiled" (numba's, see
     _simloop) or "reference" (in Python, the rules one call a batch, ~50x slower). Raises
-    UsageError for an unknown loop."""
+    UsageError for an unknown loop. With the response cache on: predict/_sim_cache.py."""
     if loop not in LOOPS:
         raise UsageError(f"simulator loop {loop!r} unknown", hint=f"use one of {', '.join(LOOPS)}")
     contention = contention or Contention()
@@ -342,7 +342,15 @@ def simulate_within(
             return None
         sizes, ends = run
     batch = np.asarray(sizes, dtype=np.int64)
-    done = np.repeat(np.asarray(ends), batch)
+    return prediction_of(due, np.repeat(np.asarray(ends), batch), batch, service)
+
+
+def prediction_of(
+    due: np.ndarray, done: np.ndarray, batch: np.ndarray, service: ServiceModel, exec_s: np.ndarray | None = None
+) -> Prediction:
+    """The figures of a run: each request's due time and answer (s), the batches' sizes; `exec_s`,
+    each request's execution (s, default: its batch's)."""
+    overhead_s = service.overhead_us / 1e6
     latency = done - due + overhead_s
     skip = int(len(latency) * WARMUP_FRACTION)
     kept = latency[skip:]
@@ -352,7 +360,9 @@ def simulate_within(
     first, last = float(done[skip:].min()), float(done[skip:].max())
     span = last - first if last > first else 1e-9
     offered = (count - 1) / (due[-1] - due[skip]) if due[-1] > due[skip] else math.inf
-    exec_s = np.repeat(_service_array(service, int(batch.max()))[batch], batch)[skip:]
+    if exec_s is None:
+        exec_s = np.repeat(_service_array(service, int(batch.max()))[batch], batch)
+    exec_s = exec_s[skip:]
     return Prediction(
         p50_us=float(p50) * 1e6,
         p90_us=float(p90) * 1e6,

@@ -53,11 +53,14 @@ from perfkit.records._level import (
     WorkerShare,
 )
 from perfkit.records._load import (
+    DEFAULT_BURST_OFF_MS,
+    DEFAULT_BURST_ON_MS,
     DEFAULT_GATE_THRESHOLDS,
     DEFAULT_MIN_WINDOWS,
     DEFAULT_TAIL_PERCENTILES,
     PERCENTILE_OF_METRIC,
     PERCENTILES,
+    Distribution,
     LatencyKind,
     LoadLevel,
     LoadMode,
@@ -76,7 +79,7 @@ from perfkit.records._openai import (
     OpenAISpec,
     WorkloadCheck,
 )
-from perfkit.records._run import RUN_SCHEMA, RUN_SCHEMA_VERSION, RunRecord
+from perfkit.records._run import RUN_SCHEMA, RUN_SCHEMA_VERSION, RepeatStats, RunRecord
 from perfkit.records._samples import (
     GRPC_STATUS_BASE,
     STATUS_CONNECTION_CLOSED,
@@ -143,6 +146,9 @@ __all__ = [
     "FirstResponseHistogram",
     "DEFAULT_GATE_THRESHOLDS",
     "DEFAULT_MIN_WINDOWS",
+    "DEFAULT_BURST_ON_MS",
+    "DEFAULT_BURST_OFF_MS",
+    "Distribution",
     "DEFAULT_TAIL_PERCENTILES",
     "GRPC_STATUS_BASE",
     "PERCENTILES",
@@ -171,6 +177,7 @@ __all__ = [
     "ModelInfo",
     "Precision",
     "ProfileSpec",
+    "RepeatStats",
     "RunRecord",
     "Samples",
     "ServerInfo",

@@ -81,6 +81,12 @@ class ServerStats:
     batch_sizes: dict[str, int] = field(default_factory=dict)  # batch size formed -> executions
     failures: int = 0
     composing: tuple[ServerStats, ...] = ()
+    # The response cache (inference_stats cache_hit / cache_miss): requests answered from it, and the
+    # lookups that missed (their time is the lookup plus the insert); zero where the cache is off.
+    cache_hit_count: int = 0
+    cache_hit_avg_us: float = 0.0
+    cache_miss_count: int = 0
+    cache_miss_avg_us: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ from perfkit.records._openai import OpenAISpec
 
 LoadMode = Literal["concurrency", "request_rate", "custom_intervals", "trace"]
 LatencyKind = Literal["service", "corrected"]
+Distribution = Literal["constant", "poisson", "onoff"]
+# On/off arrivals' windows when none are given: 4 bursts a second, on a quarter of the time.
+DEFAULT_BURST_ON_MS = 62.5
+DEFAULT_BURST_OFF_MS = 187.5
 PERCENTILES = (50.0, 90.0, 95.0, 99.0, 99.9)
 PERCENTILE_OF_METRIC = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
 
@@ -25,16 +29,32 @@ DEFAULT_TAIL_PERCENTILES = tuple(
 
 @dataclass(frozen=True)
 class LoadLevel:
-    """One load level: concurrency N, or a request rate (constant/poisson), or an intervals file."""
+    """One load level: concurrency N, or a request rate (constant/poisson/onoff), or an intervals file.
+
+    "onoff": bursts of burst_on_ms with evenly spaced sends, then burst_off_ms of none; `value`
+    is the mean rate over the cycle (perfkit/schedule.py's onoff_due_ns).
+    """
 
     mode: LoadMode
     value: float  # concurrency (integral) or target rate in requests/s
-    distribution: Literal["constant", "poisson"] | None = None
+    distribution: Distribution | None = None
+    burst_on_ms: float | None = None  # onoff only (None: DEFAULT_BURST_ON_MS)
+    burst_off_ms: float | None = None  # onoff only (None: DEFAULT_BURST_OFF_MS)
+
+    @property
+    def bursts_ms(self) -> tuple[float, float]:
+        """(on, off) window lengths of an onoff level, defaults filled in."""
+        on = DEFAULT_BURST_ON_MS if self.burst_on_ms is None else self.burst_on_ms
+        off = DEFAULT_BURST_OFF_MS if self.burst_off_ms is None else self.burst_off_ms
+        return on, off
 
     @property
     def label(self) -> str:
         if self.mode == "concurrency":
             return f"concurrency {int(self.value)}"
+        if self.mode == "request_rate" and self.distribution == "onoff":
+            on, off = self.bursts_ms
+            return f"{self.value:g} req/s onoff ({on:g} ms on, {off:g} ms off)"
         if self.mode == "request_rate":
             return f"{self.value:g} req/s {self.distribution or 'constant'}"
         if self.mode == "trace":
@@ -80,6 +100,9 @@ class ProfileSpec:
     input_data: str = "random"  # "random", "zero", a perf_analyzer JSON file or directory (several: os.pathsep)
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     string_length: int = 128
+    # Of generated (random) inputs, the fraction of requests that repeat an earlier request's inputs
+    # (loadgen/_repeats.py): the workload a response cache is for. 0: every request alike (one input).
+    repeat_fraction: float = 0.0
     shared_memory: Literal["none", "system", "cuda"] = "none"
     output_shared_memory_size: int = 102400
     measurement_interval_ms: float = 1000.0  # window length

@@ -19,6 +19,22 @@ RUN_SCHEMA_VERSION = 2  # 2: typed machine, server, model and spec; model.served
 
 
 @dataclass(frozen=True)
+class RepeatStats:
+    """How often the run's requests repeat an earlier request's inputs (what a response cache can hit).
+
+    Counted over one pass of the sequence of requests the load cycles through (`requests` long,
+    `distinct_inputs` of them distinct): past a pass the sequence starts again and every request
+    repeats one already sent. `source`: "generated" (--repeat-fraction) or the input file.
+    """
+
+    fraction_sent: float
+    distinct_inputs: int
+    requests: int
+    source: str
+    fraction_asked: float | None = None  # --repeat-fraction; None for a file's own repeats
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One profile run: spec, what was served, where, and what was measured."""
 
@@ -34,6 +50,7 @@ class RunRecord:
     error: str | None = None
     # Distributed runs only: Ray address, nodes, workers and their clock offsets, the fleet's URLs.
     distributed: dict[str, Any] = field(default_factory=dict)
+    repeats: RepeatStats | None = None  # requests repeating earlier inputs (--repeat-fraction, a file's)
     schema: str = RUN_SCHEMA
     schema_version: int = RUN_SCHEMA_VERSION
 

@@ -26,6 +26,7 @@ import docker.utils
 import requests
 
 from perfkit.errors import InputError, PortInUseError, ServerError, ServerStartError, UsageError
+from perfkit.server._cache import cache_args
 from perfkit.server._client_shm import ALLOW_CLIENT_SHM_FLAG, knows_allow_client_shm
 from perfkit.server._ports import check_port_free, free_ports
 from perfkit.server.base import Endpoints, Server
@@ -340,7 +341,7 @@ def launch_docker(opts: ServerOptions) -> DockerServer:
         try:
             container = client.containers.create(
                 opts.image,
-                command=_command(opts.models, consent, rate_limit_args(opts)),
+                command=_command(opts.models, consent, [*rate_limit_args(opts), *cache_args(opts.response_cache)]),
                 name=name,
                 labels=LABEL,
                 environment=env,

@@ -9,6 +9,7 @@ from typing import Literal
 
 from perfkit.errors import UsageError
 from perfkit.records import TlsSpec
+from perfkit.server._cache import cache_args
 from perfkit.server.base import Server
 from perfkit.server.local import LocalLaunch, launch_local
 from perfkit.server.rate_limit import rate_limit_args
@@ -39,6 +40,8 @@ class ServerOptions:
     # values (NAME:COUNT[:DEVICE]); a reached server's own are checked (server/rate_limit.py)
     rate_limit: str = "off"
     rate_limit_resources: tuple[str, ...] = ()
+    # start the server with a local response cache (server/_cache.py): a search of the response_cache knob
+    response_cache: bool = False
     # local
     tritonserver: Path | None = None
     backend_directory: Path | None = None
@@ -80,6 +83,6 @@ def open_server(opts: ServerOptions) -> Server:
             env=dict(opts.env),
             log_path=opts.log_path,
             client_shm=opts.client_shm,
-            extra_args=tuple(rate_limit_args(opts)),
+            extra_args=(*rate_limit_args(opts), *cache_args(opts.response_cache)),
         )
     )

@@ -245,6 +245,7 @@ def _command(
     ports: Sequence[int],
     repo: Path,
     consent: Sequence[str] = (),
+    cache_dir: Path | None = None,
 ) -> list[str]:
     http_port, grpc_port, metrics_port = ports
     cmd = [
@@ -264,6 +265,9 @@ def _command(
     ]
     if backend_dir is not None:
         cmd.append(f"--backend-directory={backend_dir}")
+    if cache_dir is not None and any(a.startswith("--cache-config") for a in spec.extra_args):
+        # the wheel's response-cache implementations (Triton looks in /opt/tritonserver/caches by default)
+        cmd.append(f"--cache-directory={cache_dir}")
     models = spec.models if spec.models is not None else ("*",)
     cmd += [f"--load-model={m}" for m in models]
     cmd += list(consent)
@@ -292,6 +296,7 @@ def launch_local(spec: LocalLaunch) -> LocalServer:
     if bundled is not None:
         check_stub_numpy(np.__version__)
     backend_dir = spec.backend_directory or (_bundled_backends(bundled) if bundled is not None else None)
+    cache_dir = bundled / "caches" if bundled is not None and (bundled / "caches").is_dir() else None
     env = _build_env(spec, binary, bundled)
     consent = allow_client_shm_args(spec, binary, env)
     chosen = (spec.http_port, spec.grpc_port, spec.metrics_port)
@@ -312,7 +317,7 @@ def launch_local(spec: LocalLaunch) -> LocalServer:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
-                _command(binary, spec, backend_dir, ports, repo, consent),
+                _command(binary, spec, backend_dir, ports, repo, consent, cache_dir),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -70,6 +70,9 @@ class TrialLoadSettings:
     # sustainable rate).
     load_mode: str = "concurrency"
     distribution: str = "poisson"
+    burst_on_ms: float | None = None  # distribution "onoff": records.LoadLevel's
+    repeat_fraction: float = 0.0  # ProfileSpec.repeat_fraction: requests repeating an earlier one's inputs
+    burst_off_ms: float | None = None
     max_rate_rps: float = 20000.0
     goodput_slo_ms: dict[str, float] = field(default_factory=dict)  # streamed requests' SLOs (goodput)
     # load_mode "trace": a JSONL trace replayed faster or slower; a level's value is its mean rate
@@ -109,8 +112,10 @@ class TrialLoadSettings:
         if self.load_mode == "trace":
             return LoadLevel("trace", float(value))
         if self.open_loop:
-            dist: Any = self.distribution
-            return LoadLevel("request_rate", float(value), dist)
+            dist: Any = self.distribution  # "poisson", "constant" or "onoff", TuneSettings.arrival's choices
+            if dist != "onoff":
+                return LoadLevel("request_rate", float(value), dist)
+            return LoadLevel("request_rate", float(value), dist, self.burst_on_ms, self.burst_off_ms)
         return LoadLevel("concurrency", float(int(value)))
 
     @property
@@ -150,6 +155,7 @@ class TrialLoadSettings:
             trace=self.trace if trace else None,
             trace_speed=speed,
             mix=self.mix,
+            repeat_fraction=self.repeat_fraction,
         )
 
 

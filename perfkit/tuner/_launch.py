@@ -94,6 +94,10 @@ def run_tune(
         # rate_limiter block claims nothing and runs as with the limiter off
         opts = dataclasses.replace(opts, rate_limit="execution_count")
     note(f"perfkit: starting {opts.mode} Triton server ..." if opts.mode != "remote" else "", False)
+    if opts.mode != "remote" and settings.repeat_fraction > 0:
+        # stated repeats search the response cache (tuner/_space/_knob_cache.py): Triton uses it
+        # only on a server started with one
+        opts = dataclasses.replace(opts, response_cache=True)
     with open_server(opts) as server:
         if opts.mode != "remote":
             note(f" ready at {server.endpoints.http_url}", True)

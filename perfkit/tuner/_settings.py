@@ -15,6 +15,8 @@ from perfkit.errors import InputError, UsageError
 from perfkit.objectives import ObjectiveName
 from perfkit.records import (
     BUDGET_METRICS,
+    DEFAULT_BURST_OFF_MS,
+    DEFAULT_BURST_ON_MS,
     Budget,
     TrialRecord,
     TuneRecord,
@@ -22,6 +24,7 @@ from perfkit.records import (
     parse_latency_budget,
     parse_mix_budgets,
 )
+from perfkit.schedule import check_bursts
 from perfkit.tuner._accuracy import OutputTolerance
 from perfkit.tuner._find_load import TrialLoadSettings
 from perfkit.tuner._setting_decl import (
@@ -223,15 +226,32 @@ class TuneSettings:
         flag_only=True,
         help="With --load trace: a JSONL trace (perfkit profile --trace's format); sessions are kept.",
     )
-    arrival: Literal["poisson", "constant"] = setting(
+    arrival: Literal["poisson", "constant", "onoff"] = setting(
         _TRIAL["distribution"],
         key="arrival",
         flags=("--arrival",),
-        choices=("poisson", "constant"),
+        choices=("poisson", "constant", "onoff"),
         checked_choices=True,
         trial_load="distribution",
-        help="With --load rate.",
+        help="With --load rate. onoff: bursts (--burst-on-ms of evenly spaced sends, --burst-off-ms of none), the"
+        " rate the mean over the cycle; searched by measurement.",
     )
+    burst_on_ms: float | None = setting(
+        None, key="burst_on_ms", flags=("--burst-on-ms",), kind=FLOAT, unit="ms", trial_load="burst_on_ms",
+        flag_only=True, default_text=f"{DEFAULT_BURST_ON_MS:g} ms",
+        help="With --arrival onoff: how long each burst sends.",
+    )  # fmt: skip
+    repeat_fraction: float = setting(
+        _TRIAL["repeat_fraction"], key="repeat_fraction", flags=("--repeat-fraction",), kind=FLOAT,
+        trial_load="repeat_fraction",
+        help="The fraction of requests that repeat an earlier request's inputs (perfkit profile --repeat-fraction):"
+        " a stated repeat rate is what searches the response cache (0: one input sent every time, not searched).",
+    )  # fmt: skip
+    burst_off_ms: float | None = setting(
+        None, key="burst_off_ms", flags=("--burst-off-ms",), kind=FLOAT, unit="ms", trial_load="burst_off_ms",
+        flag_only=True, default_text=f"{DEFAULT_BURST_OFF_MS:g} ms",
+        help="With --arrival onoff: the quiet gap after each burst.",
+    )  # fmt: skip
     max_rate_rps: float = setting(
         _TRIAL["max_rate_rps"],
         key="max_rate",
@@ -267,6 +287,7 @@ class TuneSettings:
         for decl in FIELD_SETTINGS:
             decl.check(getattr(self, decl.field))
         check_percentile(self.budget.percentile)
+        check_bursts(self.arrival, self.burst_on_ms, self.burst_off_ms, flag="--arrival")
         if self.budget.latency_budget_ms <= 0:
             raise UsageError("--latency-budget must be positive")
         if not 0 <= self.budget.max_error_rate < 1:

@@ -172,10 +172,12 @@ def open_subject(
                 hint="give the folder the server reads, or tune each model on its own",
             )
         return ModelSubject(settings.model, space, None, budget=settings.budget, route=route,
-                            served_text=served_text)  # fmt: skip
+                            served_text=served_text, repeat_fraction=settings.repeat_fraction)  # fmt: skip
     model_folder(repository, settings.model)
     if settings.mix:
         return mix_subject(settings, space, repository, route=route)
     if composing or is_pipeline(repository, settings.model):
         return pipeline_subject(settings, space, repository, composing=composing, route=route)
-    return ModelSubject(settings.model, space, repository, budget=settings.budget, route=route)
+    return ModelSubject(
+        settings.model, space, repository, budget=settings.budget, route=route, repeat_fraction=settings.repeat_fraction
+    )

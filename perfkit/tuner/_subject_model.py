@@ -36,6 +36,7 @@ class ModelSubject:
         budget: Budget,
         route: ConfigRoute,
         served_text: str | None = None,
+        repeat_fraction: float = 0.0,
     ) -> None:
         """repository None: the original is `served_text` (the served config as config.pbtxt text;
         config_path then names no file). Raises InputError when the model is not in the repository,
@@ -66,6 +67,7 @@ class ModelSubject:
             latency_budget_us=budget.latency_budget_us,
             gpu_available=gpu_available(),
             max_error_rate=budget.max_error_rate,
+            repeat_fraction=repeat_fraction,
         )
 
     @property

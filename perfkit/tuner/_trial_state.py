@@ -70,7 +70,8 @@ def read(trial: Trial) -> TrialState:
     ua: Mapping[str, Any] = trial.user_attrs
     kw: dict[str, Any] = {k: v for k, v in ua.items() if k in _NAMES and v is not None}
     load = ua.get("load")
-    kw["load"] = LoadLevel(load["mode"], float(load["value"]), load.get("distribution")) if load else None
+    bursts = (load.get("burst_on_ms"), load.get("burst_off_ms")) if load else (None, None)
+    kw["load"] = LoadLevel(load["mode"], float(load["value"]), load.get("distribution"), *bursts) if load else None
     kw["params"] = dict(ua.get("params") or {})
     kw["constraints"] = dict(ua.get(A_CONSTRAINTS) or {})
     kw["metrics"] = dict(ua.get("metrics") or {})
@@ -84,7 +85,13 @@ def store(trial: optuna.Trial, **values: Any) -> None:
         if name not in _NAMES:
             raise TypeError(f"TrialState has no field {name!r}")
         if isinstance(value, LoadLevel):
-            value = {"mode": value.mode, "value": value.value, "distribution": value.distribution}
+            value = {
+                "mode": value.mode,
+                "value": value.value,
+                "distribution": value.distribution,
+                "burst_on_ms": value.burst_on_ms,
+                "burst_off_ms": value.burst_off_ms,
+            }
         trial.set_user_attr(name, value)
 
 

@@ -91,6 +91,8 @@ def _cannot_predict(
         return (
             "a decoupled model's closed-loop clients wait on streams of responses, which the prediction does not model"
         )
+    if open_loop and s.arrival == "onoff":  # the simulators scale unit-rate arrivals; a burst's ms do not scale
+        return "on/off bursts are searched by measurement (the prediction simulates poisson and constant arrivals)"
     if s.budget.metric != "latency" and not streaming:  # a decoupled model's streams: tuner/_search/_predict_stream.py
         return f"a {s.budget.metric.upper()} budget is not simulated (end-to-end latency is)"
     return None

@@ -194,6 +194,7 @@ def resolve(
     cpu_cores: int | None = None,
     refuse: bool = True,
     max_error_rate: float = 0.0,
+    repeat_fraction: float = 0.0,
 ) -> ResolvedSpace:
     """The dimensions that apply to this model (defaults filled in, original values added).
 
@@ -221,7 +222,17 @@ def resolve(
         engine_files=engines,
         parameter_keys=parameter_keys,
     )
-    ctx = Ctx(space, cfg, facts, machine, latency_budget_us, orig, engine_files=engines, max_error_rate=max_error_rate)
+    ctx = Ctx(
+        space,
+        cfg,
+        facts,
+        machine,
+        latency_budget_us,
+        orig,
+        engine_files=engines,
+        max_error_rate=max_error_rate,
+        repeat_fraction=repeat_fraction,
+    )
     if cfg.model_transaction_policy.decoupled:
         # A decoupled model keeps the usual space: Triton core schedules it with the dynamic
         # batcher like any other (triton-inference-server/server docs/user_guide/decoupled_models.md

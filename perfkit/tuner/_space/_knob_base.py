@@ -44,6 +44,8 @@ class Ctx:
     # the error budget (Budget.max_error_rate): above 0 a candidate may reject requests, so the
     # queue policy is searched
     max_error_rate: float = 0.0
+    # The workload's stated repeat rate (TuneSettings.repeat_fraction): what the response cache can hit
+    repeat_fraction: float = 0.0
 
     @property
     def name(self) -> str:

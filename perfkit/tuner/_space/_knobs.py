@@ -8,6 +8,7 @@ from __future__ import annotations
 from perfkit.tuner._space import (
     _knob_backend,
     _knob_batching,
+    _knob_cache,
     _knob_instances,
     _knob_parameters,
     _knob_precision,
@@ -28,6 +29,7 @@ KNOBS: tuple[Knob, ...] = (
     *_knob_backend.KNOBS,
     *_knob_queue.KNOBS,  # after instances: a queue's depth counts the original's batch on every instance
     *_knob_rate_limit.KNOBS,
+    *_knob_cache.KNOBS,
 )
 KNOB_BY_NAME = {k.name: k for k in KNOBS}
 

@@ -37,6 +37,7 @@ SAMPLE = {
     "max_output_diff": '"1e-3"',
     "load": '"concurrency"',
     "arrival": '"constant"',
+    "repeat_fraction": "0.5",
     "confirm": "2",
     "confirm_time": '"8s"',
 }
@@ -124,7 +125,7 @@ def test_the_parsers_errors_stay_as_they_were() -> None:
         TuneSettings(model="m", budget=Budget(20), trials=0)
     with pytest.raises(UsageError, match="^--sampler 'tpe': choose auto, grid or random$"):
         TuneSettings.from_mapping("m", {"latency_budget": "20ms", "sampler": "tpe"})
-    with pytest.raises(UsageError, match="^--arrival 'burst': choose poisson or constant$"):
+    with pytest.raises(UsageError, match="^--arrival 'burst': choose poisson, constant or onoff$"):
         TuneSettings(model="m", budget=Budget(20), arrival="burst")  # type: ignore[arg-type]  # the check under test
     with pytest.raises(UsageError, match="--confirm-time"):
         TuneSettings.from_mapping("m", {"latency_budget": "20ms"}, flags={"confirm_time": "soon"})

@@ -42,7 +42,7 @@ def test_a_saved_record_holds_one_budget_object_and_reads_back_equal(tmp_path: P
     data = json.loads(path.read_text())
     assert data["schema_version"] == 2
     assert data["budget"] == {"latency_budget_ms": 60.0, "percentile": 99.9, "metric": "latency",
-                              "per_model_ms": [["a", 60.0], ["b", 120.0]]}  # fmt: skip
+                              "per_model_ms": [["a", 60.0], ["b", 120.0]], "max_error_rate": 0.0}  # fmt: skip
     assert not {"latency_budget_ms", "percentile", "budget_metric", "mix_budgets_ms"} & set(data)
     assert TuneRecord.load(path).budget == budget
 

@@ -58,6 +58,7 @@ def test_every_fixture_model_answers_a_real_inference(triton):
         "admission",
         "batcher",
         "bls_stages",
+        "cacheable",
         "hungry",
         "identity",
         "image",
@@ -82,6 +83,8 @@ def test_every_fixture_model_answers_a_real_inference(triton):
     # stages: decode (x/2 + 1/2) -> infer (2x + 1/2) -> post (x + 1/2); bls_stages calls the first two itself.
     np.testing.assert_allclose(_infer_http(url, "stages", "INPUT0", x, "OUTPUT0"), x + 2, rtol=1e-6)
     np.testing.assert_allclose(_infer_http(url, "bls_stages", "INPUT0", x, "OUTPUT0"), x + 1.5, rtol=1e-6)
+    c = np.arange(16, dtype=np.float32)
+    np.testing.assert_array_equal(_infer_http(url, "cacheable", "INPUT0", c, "OUTPUT0"), 2 * c)
     v = np.ones((3, 4), dtype=np.float32)
     np.testing.assert_array_equal(_infer_http(url, "vardims", "INPUT0", v, "OUTPUT0"), 2 * v)
     s = np.array([[b"triton"], [b"perf"]], dtype=object)

@@ -39,9 +39,10 @@ def test_a_stated_50_percent_repeat_rate_turns_the_cache_on_at_about_twice_the_r
     assert best is not None and best.params["response_cache"] is True
     off = by_cache[False].throughput_infer_per_s or 0.0
     on = by_cache[True].throughput_infer_per_s or 0.0
-    # One instance at 10 ms: ~100 req/s within budget without the cache; half the requests answered
-    # from it leave the instance the other half, so about twice that with it.
-    assert 1.5 <= on / off <= 2.6, (on, off)
+    # One instance at 10 ms: at most 100 req/s without the cache (less within a p99 budget, which
+    # holds the instance below its knee); half the requests answered from the cache leave the instance
+    # the other half, so well above the rate without it and never past twice the instance's capacity.
+    assert on / off >= 1.5 and on <= 2 * 100 * 1.1, (on, off)
     # The cache-on trial's runs: the repeats sent as stated, the cache hit on about half.
     run = RunRecord.load(out / "runs" / f"trial-{by_cache[True].number:03d}.json")
     assert run.repeats is not None and run.repeats.fraction_sent == pytest.approx(0.5, abs=1e-3)

@@ -18,13 +18,13 @@ the same request count, alternately. Against the server's log of the same run's 
 
 The server runs on its own CPU (--server-cpus, default 0) and the tools on the rest, so a tool's
 own cost does not slow the server it measures. AIPerf lives in its own virtual environment:
-    python3 -m venv /work/wt/h6-aiperf && /work/wt/h6-aiperf/bin/pip install aiperf==0.13.0
+    python3 -m venv ../aiperf-venv && ../aiperf-venv/bin/pip install aiperf==0.13.0
 and reads the fixture's Hugging Face tokenizer folder (tests/support/tokenizer; offline, nothing is
 fetched). AIPerf is given --use-server-token-count: by default it counts output tokens by tokenizing
 the streamed text, which under this tokenizer is more tokens than the server sent chunks (its ITL
 and tokens/s then describe other tokens than the server's). Results: --out PREFIX writes PREFIX.json and PREFIX.md.
 
-Run: .venv/bin/python benchmarks/aiperf_compare.py --aiperf /work/wt/h6-aiperf/bin/aiperf \
+Run: .venv/bin/python benchmarks/aiperf_compare.py --aiperf ../aiperf-venv/bin/aiperf \
          --out benchmarks/results/aiperf_compare-2026-12-02
 """
 
@@ -170,6 +170,14 @@ def aiperf_figures(artifacts: Path) -> dict[str, float]:
     }  # fmt: skip
 
 
+def _shown(cmd: list[str]) -> list[str]:
+    """The command as the results record it: the repository's paths relative to it, AIPerf by name
+    (the paths of the machine that ran it say nothing of the run)."""
+    root = f"{ROOT}/"
+    return ["python" if a == sys.executable else "aiperf" if a.endswith("/aiperf") else a.replace(root, "")
+            for a in cmd]  # fmt: skip
+
+
 def run_tool(cmd: list[str], server: OpenAIServer, n: int) -> dict[str, Any]:
     """Run one tool to its end; its tree's CPU over the whole run and the steady window, and the server's
     log of its requests."""
@@ -214,7 +222,7 @@ def machine_load() -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--aiperf", default=os.environ.get("AIPERF", "/work/wt/h6-aiperf/bin/aiperf"))
+    ap.add_argument("--aiperf", default=os.environ.get("AIPERF", "aiperf"))  # AIPerf's own venv: $AIPERF or PATH
     ap.add_argument("--requests", type=int, default=120, help="requests per tool and load")
     ap.add_argument("--rate", type=float, default=10.0, help="the Poisson rate (requests/s)")
     ap.add_argument("--rounds", type=int, default=1)
@@ -248,8 +256,8 @@ def main() -> None:
                             cmd = aiperf_cmd(args.aiperf, server.url, load, args.requests, out)
                         got = run_tool(cmd, server, args.requests)
                         figs = perfkit_figures(out.with_suffix(".json")) if tool == "perfkit" else aiperf_figures(out)
-                        row = {"tool": tool, "load": f"{load[0]} {load[1]:g}", "round": r, "command": cmd, **got,
-                               "figures": figs}  # fmt: skip
+                        row = {"tool": tool, "load": f"{load[0]} {load[1]:g}", "round": r,
+                               "command": _shown(cmd), **got, "figures": figs}  # fmt: skip
                         rows.append(row)
                         t = got["truth"]
                         print(

@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import _case_levels as levels  # noqa: E402
 from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
 from benchmarks._case_grid import Capture, applicable, grid_points, label  # noqa: E402
+from benchmarks._loadgen import DEFAULT_MIN_DURATION_S, second_judge  # noqa: E402
 from benchmarks._pa_rate import GRID_FACTOR, REMEASURE_FACTOR, WINDOW_REQUESTS  # noqa: E402
 from benchmarks._quality_figures import goals_met, grid_best, prediction_errors, search_figures  # noqa: E402
 from benchmarks.predict_quality import ONNX_WIDTHS  # noqa: E402
@@ -200,6 +201,18 @@ def run_case(case: Case, args: argparse.Namespace, out: dict[str, Any], save: An
             again = figure(case, server, search["claim_rps"] or args.start_rps, args.remeasure_level_s,
                            REMEASURE_FACTOR, args.window_requests)  # fmt: skip
             search.update(remeasured_rps=again["rps"], remeasure_levels=again["levels"])
+            claim = search["claim_rps"] or 0.0
+            if args.loadgen_s > 0 and claim and case.load == "rate":
+                # the second judge on the same config: perf_analyzer holds the claim when its sustainable rate
+                # is within 10% of it (search_figures' goal); LoadGen runs its Server scenario at the claim
+                search["judges"] = second_judge(server.endpoints.grpc_url or "", case.target, claim, case.budget_ms,
+                                                again["rps"] >= 0.9 * claim, min_duration_s=args.loadgen_s)  # fmt: skip
+            elif args.loadgen_s > 0:
+                # LoadGen's Server scenario is Poisson arrivals to one model: a closed loop, a mix or a stream's
+                # budget is no claim it can judge
+                search["judges"] = {"says": f"LoadGen not run: a {case.load} load is not its Server scenario"}
+            if search.get("judges"):
+                print(f"[{case.name}] {search['judges']['says']}", flush=True)
         subject.restore(server)
     shutil.rmtree(work, ignore_errors=True)
     out["load_avg_end"] = _load()
@@ -231,6 +244,11 @@ def markdown(cases: list[dict[str, Any]]) -> str:
         rows.append(f"| {c['case']} | {ran} ({s.get('why') or s.get('refused', '')}) |"
                     f" {f.get('pick') or '–'} | {_r(f.get('pick_vs_grid_best'))} | {_r(f.get('claim_vs_remeasured'))} |"
                     f" {s.get('trials', '–')} | {s.get('wall_s', 0):.0f} | {err} |")  # fmt: skip
+    judged = [(c["case"], c["searches"]["auto"]["judges"]["says"]) for c in cases
+              if c.get("searches", {}).get("auto", {}).get("judges")]  # fmt: skip
+    if judged:  # the second judge's verdict beside perf_analyzer's (benchmarks/_loadgen.py)
+        rows += ["", "Claims judged by perf_analyzer and MLPerf LoadGen (Server scenario at the claim):", ""]
+        rows += [f"- {name}: {says}" for name, says in judged]
     for c in cases:
         loads = f"load average {c.get('load_avg_start')} -> {c.get('load_avg_end')}"
         rows += ["", f"**{c['case']}** ({c.get('load')}; grid {len(c.get('grid', {}))} configs in"
@@ -257,6 +275,12 @@ def main() -> int:
     ap.add_argument("--remeasure-level-s", type=float, default=15.0, help="seconds of a level re-measuring a claim")
     ap.add_argument("--start-rps", type=float, default=50.0, help="a grid config's first rate where none is predicted")
     ap.add_argument("--max-grid", type=int, default=24, help="at most this many grid configs a case")
+    ap.add_argument(
+        "--loadgen-s",
+        type=float,
+        default=DEFAULT_MIN_DURATION_S,
+        help="seconds of MLPerf LoadGen's Server scenario on each claim (0: not run)",
+    )
     ap.add_argument("--suffix", default="", help="appended to the results' file name")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--table", type=Path, help="print the table of a saved JSON and exit")

@@ -70,3 +70,13 @@ def test_a_mix_level_holds_only_where_every_model_holds_its_own_budget(monkeypat
     assert share == pytest.approx(260 / 250 * _case_levels.SHARE_BUDGET)  # hungry over its own 250 ms
     _, share = measure(400.0)
     assert share == pytest.approx(140 / 150 * _case_levels.SHARE_BUDGET)  # the worst share: batcher's 140 of 150
+
+
+def test_the_second_judges_verdict_is_listed_beside_the_table_only_for_cases_it_judged() -> None:
+    auto = {"search": "predict", "why": "", "pick": "a", "claim_rps": 390.0, "remeasured_rps": 400.0}
+    says = "claim 390 req/s: LoadGen VALID at 351 req/s"
+    judged = {"case": "batcher", "goal": "model", "load": "rate", "grid": {"a": 400.0}, "predicted": {"a": 440.0},
+              "searches": {"auto": {**auto, "judges": {"says": says}}}}  # fmt: skip
+    plain = {**judged, "case": "hungry", "searches": {"auto": auto}}
+    assert "- batcher: claim 390 req/s: LoadGen VALID at 351 req/s" in markdown([judged, plain])
+    assert "- hungry:" not in markdown([judged, plain]) and "MLPerf LoadGen" not in markdown([plain])

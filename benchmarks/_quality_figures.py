@@ -203,6 +203,13 @@ def _pct(x: float | None) -> str:
     return "–" if x is None else f"{x:+.0%}"
 
 
+def judges_lines(judged: Sequence[tuple[str, str]]) -> list[str]:
+    """The second judge's verdict on each claim beside perf_analyzer's (benchmarks/_loadgen.py), as
+    markdown lines: (what was judged, its `says` line) each."""
+    head = ["Claims judged by perf_analyzer and MLPerf LoadGen (Server scenario at the claim):", ""]
+    return head + [f"- {label}: {says}" for label, says in judged]
+
+
 def markdown(subjects: Sequence[Mapping[str, Any]]) -> str:
     """The summary table (one row per subject and search run) and, per subject, the grid with each
     config's measured and predicted rate."""
@@ -248,10 +255,8 @@ def markdown(subjects: Sequence[Mapping[str, Any]]) -> str:
     lines.append("")
     judged = [(s["subject"], n, r["judges"]) for s in subjects for n, r in s.get("searches", {}).items()
               if isinstance(r, Mapping) and r.get("judges")]  # fmt: skip
-    if judged:  # the second judge's verdict on each claim beside perf_analyzer's (benchmarks/_loadgen.py)
-        lines.append("Claims judged by perf_analyzer and MLPerf LoadGen (Server scenario at the claim):")
-        lines.append("")
-        lines.extend(f"- {subj}, `--search {name}`: {j['says']}" for subj, name, j in judged)
+    if judged:
+        lines.extend(judges_lines([(f"{subj}, `--search {name}`", j["says"]) for subj, name, j in judged]))
         lines.append("")
     for s in subjects:
         grid = s.get("grid", {})

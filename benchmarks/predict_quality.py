@@ -67,7 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._anchor import add_version_flag, perf_analyzer, use_version  # noqa: E402
 from benchmarks._cpus import parse_cpus, pin_apart  # noqa: E402
-from benchmarks._loadgen import DEFAULT_MIN_DURATION_S, second_judge  # noqa: E402
+from benchmarks._loadgen import CLAIM_TOLERANCE, DEFAULT_MIN_DURATION_S, second_judge  # noqa: E402
 from benchmarks._pa_rate import REMEASURE_FACTOR, WINDOW_REQUESTS, pa_sustainable  # noqa: E402
 from benchmarks._quality_figures import goals_met, grid_best, markdown, prediction_errors, search_figures  # noqa: E402
 from perfkit import predict  # noqa: E402
@@ -314,7 +314,7 @@ def run_search(server: Server, repo: Path, work: Path, sub: Subject, search: str
     if args.loadgen_s > 0 and claim:
         # the second judge, on the same config: perf_analyzer holds the claim when its sustainable rate is
         # within 10% of it (search_figures' goal); LoadGen runs its Server scenario at the claim
-        pa_held = again["rps"] >= 0.9 * claim
+        pa_held = again["rps"] >= (1 - CLAIM_TOLERANCE) * claim
         run["judges"] = second_judge(server.endpoints.grpc_url or "", model, claim, sub.budget_ms, pa_held,
                                      min_duration_s=args.loadgen_s)  # fmt: skip
         print(f"  {run['judges']['says']}", flush=True)

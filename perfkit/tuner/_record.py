@@ -83,6 +83,17 @@ def _server_info(t: TrialRunner) -> dict[str, Any]:
     return info
 
 
+def _unconfirmed_why(rec: TuneRecord) -> str:
+    """Why the recommendation stands on its search's one reading: a figure no re-measurement held is
+    told as such, so that it is not read as a claim."""
+    if any(r.confirmation is not None and not r.confirmation.held for r in rec.trials):
+        return (
+            "not confirmed: --max-time ended the confirmations before it and every config confirmed was demoted;"
+            " the search's one reading, no interval"
+        )
+    return "not confirmed (no confirmation ran before the tune ended): the search's one reading, no interval"
+
+
 def summary(rec: TuneRecord, out_dir: Path) -> Summary:
     """The closing lines: counts, the best trial against the original, front, importances."""
     lines: list[str] = []
@@ -134,7 +145,7 @@ def summary(rec: TuneRecord, out_dir: Path) -> Summary:
             where = f" at {best.load.label}" if best.load is not None else ""
             lines.append(
                 f"best: trial {best.number} {fmt_params(best.params)}: {claimed:.1f} infer/s{tokens}{where}, "
-                f"{stat} {(best.latency_us or 0) / 1e3:.2f} ms{gain} (not confirmed)"
+                f"{stat} {(best.latency_us or 0) / 1e3:.2f} ms{gain} ({_unconfirmed_why(rec)})"
             )
         demoted = [r.number for r in rec.trials if r.confirmation is not None and not r.confirmation.held]
         if demoted:

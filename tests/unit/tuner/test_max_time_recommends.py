@@ -117,6 +117,22 @@ def test_the_summary_and_the_report_say_keep_your_config_with_its_unconfirmed_fi
     assert sentence.startswith("Keep your config: no confirmation held.") and "300" in sentence, sentence
 
 
+def test_an_unconfirmed_recommendation_is_told_as_the_searchs_one_reading_saying_why(tmp_path: Path):
+    trials = (_trial(0, 300.0, FAILED, original=True), _trial(1, 900.0, FAILED), _trial(2, 500.0, None))
+    rec = TuneRecord("0", "now", (), Machine.from_mapping({}), {}, "m", Budget(20.0, 99.0), "throughput", "", None,
+                     None, trials)  # fmt: skip
+    rec = dataclasses.replace(rec, best_trial=rec.best().number)  # type: ignore[union-attr]  # not None: trial 2 is feasible and stands
+    text = "\n".join(summary(rec, tmp_path).lines)
+    assert "best: trial 2 " in text and "500.0 infer/s" in text, text
+    assert "--max-time ended the confirmations before it and every config confirmed was demoted" in text, text
+    assert "the search's one reading, no interval" in text, text
+    # no confirmation ran at all: told as such, not as a demotion
+    alone = dataclasses.replace(rec, trials=(_trial(2, 500.0, None),), best_trial=2)
+    line = next(x for x in summary(alone, tmp_path).lines if x.startswith("best:"))
+    told = "(not confirmed (no confirmation ran before the tune ended): the search's one reading, no interval)"
+    assert line.endswith(told), line
+
+
 def test_planning_from_a_tune_whose_original_failed_its_confirmation_is_refused_naming_why():
     from perfkit.capacity._plan import evidence_from_tune
     from perfkit.errors import InputError

@@ -20,7 +20,6 @@ of a few thousand requests); the compiled loop (_simloop) runs one model and is 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,10 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfkit.errors import UsageError
-from perfkit.predict._mix_limiter import DeviceLimiter, run_limited
+from perfkit.predict._mix_limiter import DeviceLimiter, FreeInstances, run_mix
 from perfkit.predict._model import BatcherConfig, Contention, ServiceModel
 from perfkit.predict._rate import ceiling_rps
-from perfkit.predict._reference import _ARRIVAL, _END, _TIMER, Reference
+from perfkit.predict._reference import Reference
 from perfkit.predict._sim import WARMUP_FRACTION, _batch_plan, _service_table, unit_arrivals
 
 MIX_REQUESTS = 4_000  # requests of one simulated mix, every model's together
@@ -156,10 +155,7 @@ def simulate_mix(
     served = _request_path(due, host)
     cells: dict[int, list[float]] = {m.device: [0.0] for m in members}
     runs = [_Member(served[which == k].tolist(), m, cells[m.device]) for k, m in enumerate(members)]
-    if any(r.claim for r in runs):
-        run_limited(runs, DeviceLimiter(runs))
-    else:
-        _run_together(runs)
+    run_mix(runs, DeviceLimiter(runs) if any(r.claim for r in runs) else FreeInstances(runs))
     skip_t = due[int(len(due) * WARMUP_FRACTION)]
     out = []
     for k, (m, r) in enumerate(zip(members, runs, strict=True)):
@@ -184,47 +180,6 @@ def simulate_mix(
             )
         )  # fmt: skip
     return tuple(out)
-
-
-def _run_together(runs: Sequence[_Member]) -> None:
-    """Reference.run's loop over every model at once: one heap of events (instances ending, then
-    arrivals, then timers at one time), each event handled by its model's batcher and instances."""
-    events: list[tuple[float, int, int, int]] = []
-    timer_at = [math.inf] * len(runs)
-    for j, r in enumerate(runs):
-        if r.n:
-            heapq.heappush(events, (r.arr[0], _ARRIVAL, j, 0))
-    while events:
-        t, kind, j, key = heapq.heappop(events)
-        r = runs[j]
-        if kind == _END:
-            if r.busy_until[key] != t:
-                continue
-            r.busy_until[key] = None
-            wake = True
-        elif kind == _ARRIVAL:
-            r.arrived += 1
-            if r.arrived < r.n:
-                heapq.heappush(events, (r.arr[r.arrived], _ARRIVAL, j, r.arrived))
-            wake = r.wake_on_arrival()
-        else:
-            if t != r.timer:
-                continue
-            wake = True
-        busy_before = list(r.busy_until)
-        while True:
-            wake = r.feed(t) or wake
-            if not wake:
-                break
-            wake = r.batcher_step(t)
-        for i, end in enumerate(r.busy_until):
-            if end is not None and end != busy_before[i]:
-                heapq.heappush(events, (end, _END, j, i))
-        if r.timer != timer_at[j] and r.timer < math.inf:
-            heapq.heappush(events, (r.timer, _TIMER, j, 0))
-        timer_at[j] = r.timer
-    if any(r.done < r.n for r in runs):
-        raise AssertionError("the mix's event loop ran out of events before every request ran")
 
 
 def mix_ceiling_rps(members: Sequence[MixMember]) -> float:

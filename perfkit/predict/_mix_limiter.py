@@ -1,6 +1,7 @@
-"""Triton's rate limiter between the models of a simulated mix (the server run with
-`--rate-limit execution_count`): an instance executes only once the resources it claims are free,
-and among the instances ready to run the one of least scaled priority goes first.
+"""The event loop of a simulated mix (run_mix), its instances allocated freely or by Triton's rate
+limiter between the models (the server run with `--rate-limit execution_count`): under the limiter
+an instance executes only once the resources it claims are free, and among the instances ready to
+run the one of least scaled priority goes first.
 
 The rules, from triton-inference-server/core src/rate_limiter.cc:
 1. An instance with a payload to run and nothing running is staged (RateLimiter::ModelContext::
@@ -47,8 +48,47 @@ class LimitedRun(Protocol):
     claim: int
 
     def take(self, i: int, t: float) -> None: ...
+    def feed(self, t: float) -> bool: ...
     def batcher_step(self, t: float) -> bool: ...
     def wake_on_arrival(self) -> bool: ...
+
+
+class Allocation(Protocol):
+    """How a mix's idle instances take the payloads their batchers formed (run_mix): each as its
+    own model's batcher forms them (FreeInstances), or as Triton's rate limiter allocates them
+    across the models (DeviceLimiter)."""
+
+    def reach(self, j: int) -> Sequence[int]:
+        """The models whose instances an event of model j can set running."""
+        ...
+
+    def allocate(self, t: float, models: Sequence[int]) -> set[int]:
+        """Payloads taken at t, `models`' pending ones offered; the models whose instances took one."""
+        ...
+
+    def release(self, j: int, i: int) -> None:
+        """Model j's instance i ended its execution."""
+        ...
+
+
+class FreeInstances:
+    """No rate limiter: an idle instance takes its own model's next payload at once (Reference.feed)."""
+
+    def __init__(self, runs: Sequence[LimitedRun]) -> None:
+        self.runs = runs
+
+    def reach(self, j: int) -> Sequence[int]:
+        return (j,)  # each model's instances take its own payloads alone
+
+    def allocate(self, t: float, models: Sequence[int]) -> set[int]:
+        took = set()
+        for k in models:
+            if self.runs[k].feed(t):
+                took.add(k)
+        return took
+
+    def release(self, j: int, i: int) -> None:
+        pass  # nothing is held beyond the instance itself
 
 
 class DeviceLimiter:
@@ -79,8 +119,14 @@ class DeviceLimiter:
                 self.staged.add((j, i))
                 want -= 1
 
-    def allocate(self, t: float) -> set[int]:
-        """Rules 2-3: the top allocated while its claim fits; the models whose instances took."""
+    def reach(self, j: int) -> Sequence[int]:
+        return range(len(self.runs))  # one heap and one resource across every model
+
+    def allocate(self, t: float, models: Sequence[int]) -> set[int]:
+        """Rule 1 for `models`, then rules 2-3: the top allocated while its claim fits; the models
+        whose instances took (any model's: the heap is shared)."""
+        for k in models:
+            self.stage(k)  # a release leaves its model's pending payloads to stage again
         took: set[int] = set()
         while self.heap:
             _, _, j, i = self.heap[0]
@@ -104,10 +150,11 @@ class DeviceLimiter:
         self.free += self.held.pop((j, i), 0)
 
 
-def run_limited(runs: Sequence[LimitedRun], limiter: DeviceLimiter) -> None:
-    """_mix._run_together's loop with the instances allocated by the limiter: at each event, every
-    model's batcher runs until it waits, each new payload staging its model's instances, and the
-    limiter allocating; a model whose instance took is woken (Payload::Callback) until none is."""
+def run_mix(runs: Sequence[LimitedRun], allocation: Allocation) -> None:
+    """Reference.run's loop over every model of a mix at once: one heap of events (instances
+    ending, then arrivals, then timers at one time); at each event the instances take what
+    `allocation` gives them, and every model woken (its instance took a payload: Payload::Callback,
+    or its event's own) runs its batcher until it waits, each new payload allocated again."""
     events: list[tuple[float, int, int, int]] = []
     timer_at = [math.inf] * len(runs)
     for j, r in enumerate(runs):
@@ -121,7 +168,7 @@ def run_limited(runs: Sequence[LimitedRun], limiter: DeviceLimiter) -> None:
             if r.busy_until[key] != t:
                 continue
             r.busy_until[key] = None
-            limiter.release(j, key)
+            allocation.release(j, key)
             woken.add(j)
         elif kind == _ARRIVAL:
             r.arrived += 1
@@ -133,23 +180,26 @@ def run_limited(runs: Sequence[LimitedRun], limiter: DeviceLimiter) -> None:
             if t != r.timer:
                 continue
             woken.add(j)
-        busy_before = [list(x.busy_until) for x in runs]
-        for k in range(len(runs)):
-            limiter.stage(k)  # a release leaves its model's pending payloads to stage again
-        woken |= limiter.allocate(t)
+        reach = allocation.reach(j)
+        busy_before = {k: list(runs[k].busy_until) for k in reach}
+        woken |= allocation.allocate(t, reach)
         while woken:
-            k = min(woken)
+            k = woken.pop() if len(woken) == 1 else min(woken)
             woken.discard(k)
-            wake = True
-            while True:  # Reference.run's inner loop, its feed the limiter's
-                limiter.stage(k)
-                took = limiter.allocate(t)
-                woken |= took - {k}
-                wake = k in took or wake
+            # Reference.run's inner loop, its feed the allocation's. Its first feed is left out: the
+            # last thing done was an allocation (the one above, or the end of the last model's
+            # loop) and nothing has changed since, so it would take nothing.
+            while True:
+                wake = runs[k].batcher_step(t)
+                took = allocation.allocate(t, (k,))
+                if took:
+                    wake = wake or k in took
+                    woken.update(took)
+                    woken.discard(k)
                 if not wake:
                     break
-                wake = runs[k].batcher_step(t)
-        for k, x in enumerate(runs):
+        for k in reach:
+            x = runs[k]
             for i, end in enumerate(x.busy_until):
                 if end is not None and end != busy_before[k][i]:
                     heapq.heappush(events, (end, _END, k, i))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from perfkit.predict import BatcherConfig, MixMember, ServiceModel, simulate_mix
-from perfkit.predict._mix import _Member, _run_together
-from perfkit.predict._mix_limiter import DeviceLimiter, run_limited
+from perfkit.predict._mix import _Member
+from perfkit.predict._mix_limiter import DeviceLimiter, FreeInstances, run_mix
 
 MS = 1e-3
 
@@ -25,7 +25,7 @@ def _run(a: MixMember, b: MixMember, n: tuple[int, int], total: int | None = Non
     """A's n[0] and B's n[1] requests all arriving at 0 (A's queued first), run under the limiter."""
     cell = [0.0]
     ra, rb = _Member([0.0] * n[0], a, cell), _Member([0.0] * n[1], b, cell)
-    run_limited([ra, rb], DeviceLimiter([ra, rb], total))
+    run_mix([ra, rb], DeviceLimiter([ra, rb], total))
     return ra, rb
 
 
@@ -73,7 +73,7 @@ def test_the_limiter_serializes_what_the_device_otherwise_interleaves() -> None:
     with claims one whole execution runs at a time, so the pair takes twice as long per request."""
     cell = [0.0]
     free = [_Member([0.0] * 4, _member(x, 0, 0.5), cell) for x in ("A", "B")]
-    _run_together(free)
+    run_mix(free, FreeInstances(free))
     ra, rb = _run(_member("A", 1, 0.5), _member("B", 1, 0.5), (4, 4))
     assert max(free[0].ends + free[1].ends) == pytest.approx(4.5 * MS)
     assert max(ra.ends + rb.ends) == pytest.approx(8 * MS)

@@ -75,9 +75,10 @@ class Calibration:
 
     def curve(self, value: str) -> Calibration | None:
         """The calibration of the configs at `value` (BatcherConfig.variant): this one where it
-        has no per-value curves, or `value` is its own or ''; the value's own; None for a value it
-        holds no curve for (it failed to load, say)."""
-        if not self.values or value in ("", self.value):
+        was measured at no value of its own (one curve for every config; a record saved before),
+        or `value` is its own or ''; the value's own; None for a value it holds no curve for (it
+        failed to load, say: measured at one value, every other one refused, it holds none)."""
+        if not (self.value or self.values) or value in ("", self.value):
             return self
         return next((c for c in self.values if c.value == value), None)
 

@@ -120,10 +120,10 @@ class PipelinePredictor(Predictor):
 
     def models_at(self, model: str, variant: str) -> StepModels | None:
         """A step's service model and contention at a value of its PER_VALUE knobs: its curve's
-        (the only one where it was calibrated at one value); None where its calibration holds no
-        curve for that value (the server refused it)."""
+        (Calibration.curve); None where its calibration holds no curve for that value (the server
+        refused it)."""
         cal = self.step_cals.get(model)
-        if cal is None or not cal.values:
+        if cal is None:
             return self.models[model]
         if (model, variant) not in self.by_value:
             self.by_value[(model, variant)] = curve_models(cal, variant)

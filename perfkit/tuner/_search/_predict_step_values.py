@@ -32,8 +32,8 @@ def value_points(s: _pipeline.Step, cal: Calibration, points: Sequence[Mapping[s
     """Each of a step's `points` at each value of its PER_VALUE knobs that its calibration `cal`
     holds a curve for (the space's values, space_values, less those the server refused), a knob
     that does not apply at a point (precision on a KIND_CPU instance) left out of it; `points` as
-    they are where the calibration holds one curve (no other value calibrated)."""
-    if not cal.values:
+    they are where the calibration holds one curve for every config (measured at no value)."""
+    if not cal.value:
         return [dict(p) for p in points]
     combos = [c for c in space_values(s.space, s.space.applies) if cal.curve(label_of(c)) is not None]
     dims = {d.name: d for d in s.space.dimensions}

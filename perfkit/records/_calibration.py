@@ -43,7 +43,9 @@ class Calibration:
     config), and `values` holds one calibration per other value of the space (each with its own
     points, line and contention; the overhead and the request path's as measured here). A value's
     `factor`, where positive, says its curve is this one's times that factor, confirmed at the
-    points it holds (tuner/_search/_value_calibrate.py). Records saved before carry neither."""
+    points it holds (tuner/_search/_value_calibrate.py). A pipeline's step whose space searches
+    such a knob holds its values the same way, in its own calibration under `steps`. Records saved
+    before carry neither."""
 
     model: str
     points: tuple[CalibrationPoint, ...]

@@ -43,7 +43,9 @@ class Calibration:
     config), and `values` holds one calibration per other value of the space (each with its own
     points, line and contention; the overhead and the request path's as measured here). A value's
     `factor`, where positive, says its curve is this one's times that factor, confirmed at the
-    points it holds (tuner/_search/_value_calibrate.py). Records saved before carry neither."""
+    points it holds (tuner/_search/_value_calibrate.py). A pipeline's step whose space searches
+    such a knob holds its values the same way, in its own calibration under `steps`. Records saved
+    before carry neither."""
 
     model: str
     points: tuple[CalibrationPoint, ...]
@@ -75,9 +77,10 @@ class Calibration:
 
     def curve(self, value: str) -> Calibration | None:
         """The calibration of the configs at `value` (BatcherConfig.variant): this one where it
-        has no per-value curves, or `value` is its own or ''; the value's own; None for a value it
-        holds no curve for (it failed to load, say)."""
-        if not self.values or value in ("", self.value):
+        was measured at no value of its own (one curve for every config; a record saved before),
+        or `value` is its own or ''; the value's own; None for a value it holds no curve for (it
+        failed to load, say: measured at one value, every other one refused, it holds none)."""
+        if not (self.value or self.values) or value in ("", self.value):
             return self
         return next((c for c in self.values if c.value == value), None)
 

@@ -3,9 +3,10 @@ measured search elsewhere, with the reason said. The predicted search models one
 closed loop or a trace, ranked by the objective, a resumed study by what is left; a decoupled model's
 streams under open-loop arrivals), an ensemble, a BLS model or a traffic mix under open-loop arrivals
 ranked by its rate, held to a latency percentile, over the knobs the batcher simulator tells apart
-(tuner/_search/_predict_points.py SIMULATED) and, for one model, the precision, instance kind and
-backend threads and graphs it calibrates a curve for at each value (PER_VALUE); anything else is
-searched by measurement, as it always was. --search predict and --search measure are taken as given."""
+(tuner/_search/_predict_points.py SIMULATED) and, for one model and an ensemble's steps, the
+precision, instance kind and backend threads and graphs it calibrates a curve for at each value
+(PER_VALUE); anything else is searched by measurement, as it always was. --search predict and
+--search measure are taken as given."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ from perfkit.tuner._space._knob_rate_limit import P_RATE_LIMIT
 from perfkit.tuner._subject import SubjectKind
 
 _NAMES = {"ensemble": "ensemble", "bls": "BLS model", "mix": "traffic mix"}
+# The subjects whose calibration measures a curve at each value of the PER_VALUE knobs: one model
+# (tuner/_search/_value_calibrate.py) and an ensemble's steps (tuner/_search/_pipeline_calibrate.py)
+PER_VALUE_SUBJECTS = ("model", "ensemble")
 # --ray: each worker would calibrate and queue its own predictions into the one study they share
 ON_RAY = "a study shared by several workers is searched by measurement"
 
@@ -74,7 +78,9 @@ def choose_search(
     why = _should_measure(s, subject=subject, knobs=knobs)
     if why is not None:
         return SearchChoice("measure", why, predict_anyway=True)
-    return SearchChoice("predict", measured_per_value=tuple(k for k in knobs if k in MEASURED_PER_VALUE))
+    return SearchChoice(
+        "predict", measured_per_value=tuple(k for k in knobs if k.rpartition(SEP)[2] in MEASURED_PER_VALUE)
+    )
 
 
 def _cannot_predict(
@@ -102,8 +108,9 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
     """What the predicted search would run without answering as asked (it predicts the knobs the
     simulator tells apart at the original's other values, ranks one model's configs by the
     objective, tuner/_search/_predict_rank.py, an ensemble's by the rate, seeds its own study).
-    One model's precision, instance kind and a backend's threads and graphs are calibrated per
-    value (PER_VALUE); a pipeline's steps' and a mix's models' are not yet."""
+    One model's and an ensemble's steps' precision, instance kind and a backend's threads and
+    graphs are calibrated per value (PER_VALUE); a BLS model's called models' and a mix's models'
+    are not yet."""
     if s.objective == "goodput":
         return "--objective goodput counts streamed requests meeting its SLOs, which the prediction does not simulate"
     if s.objective != "throughput" and subject != "model":
@@ -116,14 +123,14 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
         return f"a resumed study of a {_NAMES[subject]} goes on as it was searched"
     if s.trials == 1:
         return "--trials 1 measures your config alone"
-    modelled = set(SIMULATED) | (set(PER_VALUE) if subject == "model" else set())
+    modelled = set(SIMULATED) | (set(PER_VALUE) if subject in PER_VALUE_SUBJECTS else set())
     if subject == "mix":
         modelled.add(P_RATE_LIMIT)  # the mix's simulator runs Triton's rate limiter (predict/_mix_limiter.py)
     unmodelled = sorted({k.rpartition(SEP)[2] for k in knobs} - modelled)
-    if unmodelled and subject != "model" and set(unmodelled) <= set(PER_VALUE):
+    if unmodelled and subject not in PER_VALUE_SUBJECTS and set(unmodelled) <= set(PER_VALUE):
         return (
             f"the space searches {', '.join(unmodelled)}, whose curves are measured at each value for one model"
-            f" only: the {_NAMES[subject]}'s models are not calibrated per value yet"
+            f" or an ensemble's steps only: the {_NAMES[subject]}'s models are not calibrated per value yet"
         )
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"

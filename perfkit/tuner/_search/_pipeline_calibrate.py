@@ -23,7 +23,7 @@ from typing import Any
 
 from perfkit import predict
 from perfkit.errors import PerfkitError
-from perfkit.records import Calibration, CalibrationPoint
+from perfkit.records import Calibration, CalibrationPoint, LevelResult
 from perfkit.tuner import _pipeline
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._search._model_calibrate import (
@@ -34,6 +34,7 @@ from perfkit.tuner._search._model_calibrate import (
     check_predictable,
 )
 from perfkit.tuner._search._predict_points import dimension_values
+from perfkit.tuner._search._value_calibrate import ValueLevels, calibrate_values, space_values, value_phrase
 from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_MBS, P_PREF, pow2_sizes
 from perfkit.tuner._subject_pipeline import step_rows
 from perfkit.tuner._trial import TrialRunner
@@ -54,10 +55,12 @@ class PipelineCalibrated(TuneEvent):
         for s in c.steps:
             sizes = ", ".join(f"{p.batch_size}:{p.service_us / 1e3:.2f}ms" for p in s.points)
             shared = f", shared fraction {s.shared_fraction:.2f}" if s.instance_counts else ""
+            at = f" at {s.value}" if s.values else ""
             rows.append(
-                f"  {s.model}: {s.fixed_us / 1e3:.2f} ms + {s.per_item_us / 1e3:.3f} ms per item (fit error"
+                f"  {s.model}{at}: {s.fixed_us / 1e3:.2f} ms + {s.per_item_us / 1e3:.3f} ms per item (fit error"
                 f" {s.fit_rms_rel:.1%} rms, {s.fit_max_rel:.1%} worst; batch:ms {sizes}){shared}"
             )
+            rows += [f"    {v.value}: {value_phrase(v)}" for v in s.values]
         return (
             f"calibrated {len(c.steps)} steps in {c.duration_s:.0f} s ({self.levels} levels), overhead outside the"
             f" steps {c.overhead_us / 1e3:.2f} ms:\n" + "\n".join(rows)
@@ -143,15 +146,49 @@ def step_calibration(model: str, points: Any, contention: Contended) -> Calibrat
     )
 
 
+def step_values(
+    t: TrialRunner, step: _pipeline.Step, first: Calibration, point: dict[str, Any], top: int, counts: list[int]
+) -> tuple[Calibration, int]:
+    """A step's calibration (`first`, at the original's values) with a curve at each other value
+    of the PER_VALUE knobs its space holds (calibrate_values, its knobs "<step>.<knob>" at
+    `point`): its batch sizes up to `top` formed as the first value's were, by closed-loop clients
+    of the ensemble (the steps before it hand it their batches whole), its saturated rates at
+    `counts` (its two instance counts, none where its contention was not measured) on the step
+    alone, as step_contention reads them; and the levels run. Unchanged where the space holds one
+    value. Must run inside `calibrating`. Raises what measuring raises."""
+    combos = space_values(step.space, step.space.applies)
+    if len(combos) < 2:
+        return first, 0
+    m = step.model
+    ran: list[int] = []
+
+    def closed(n: int) -> LevelResult:
+        ran.append(n)
+        return _level(t, _spec(t, n))
+
+    def saturate(n: int) -> LevelResult:
+        ran.append(n)
+        return _level(t, dataclasses.replace(_spec(t, n), model=m))
+
+    cal = calibrate_values(
+        t, first, batch=point, sizes=[1, *pow2_sizes(top)] if top > 1 else [1], counts=counts,
+        levels=ValueLevels(closed, saturate, m, prefix=f"{m}{SEP}"),
+        clients_per_instance=CONTENTION_CLIENTS_PER_INSTANCE, combos=combos,
+    )  # fmt: skip
+    return cal, len(ran)
+
+
 def whole_calibration(model: str, steps: list[Calibration], overhead_us: float, started: float) -> Calibration:
-    """A pipeline's calibration: its steps', the overhead outside them, the fit's worst step."""
+    """A pipeline's calibration: its steps', the overhead outside them, the fit's worst step (over
+    every value's curve of a step calibrated per value)."""
+    curves = [c for s in steps for c in s.curves()]
     return Calibration(
         model=model,
         points=(),
         fixed_us=0.0,
         per_item_us=0.0,
-        fit_rms_rel=max(s.fit_rms_rel for s in steps),
-        fit_max_rel=max(s.fit_max_rel for s in steps),
+        fit_rms_rel=max(c.fit_rms_rel for c in curves),
+        fit_max_rel=max(c.fit_max_rel for c in curves),
         overhead_us=overhead_us,
         duration_s=time.monotonic() - started,
         steps=tuple(steps),
@@ -164,7 +201,8 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
     closed-loop clients (up to the largest max_batch_size) load the ensemble; each step's
     execution time per batch size read from its own per-batch-size statistics; the overhead
     outside every step from one client; a step's saturated rates at its two smallest instance
-    counts measured on the step itself. Every step's config is put back after. Raises UsageError
+    counts measured on the step itself; then each step at each other precision / instance kind
+    of its space (step_values). Every step's config is put back after. Raises UsageError
     for a load the prediction does not model, MeasurementError when a step executed nothing, and
     what measuring raises."""
     check_predictable(t.trial_load)
@@ -176,7 +214,7 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
     top = max(tops.values(), default=0)
     names = [s.model for s in p.steps]
     levels = 0
-    contention: Contended = {}
+    steps: list[Calibration] = []
     with calibrating(t):
         t.put_candidate(subject.candidate(point, is_original=False, number=-1).text)
         before = {m: t.server.model_stats(m) for m in names}
@@ -187,13 +225,16 @@ def calibrate_pipeline(t: TrialRunner) -> Calibration:
         levels = 1 + (len(pow2_sizes(top)) if top > 1 else 0)
         contention, more = step_contention(t, point, counted)
         levels += more
+        for m in names:
+            loaded = contention.get(m, ([], [], ()))[2]
+            points = predict.merge_points(predict.batch_points(before[m], after[m], m), loaded)
+            cal = step_calibration(m, points, contention)
+            if p.step(m).searched:  # each other precision / instance kind of its space, the rest at `point`
+                cal, more = step_values(t, p.step(m), cal, point, tops.get(m, 0), counted.get(m, []))
+                levels += more
+            steps.append(cal)
     inside = sum(q + c for _, q, c, _ in step_rows(light, names))
     overhead = max(0.0, light.service.mean_us - inside) if inside > 0 else 0.0
-    steps = []
-    for m in names:
-        loaded = contention.get(m, ([], [], ()))[2]
-        points = predict.merge_points(predict.batch_points(before[m], after[m], m), loaded)
-        steps.append(step_calibration(m, points, contention))
     cal = whole_calibration(p.model, steps, overhead, started)
     t.emit(PipelineCalibrated(cal, levels))
     return cal

@@ -4,7 +4,9 @@ step (the slowest step given the most) combined and predicted end to end with th
 simulator (perfkit.predict, steps fed by the departures of the steps they read from), the best
 predicted sets measured first; each checked trial names the bottleneck step with its predicted
 and measured time in step, and is checked by its rate alone (no latency check: the steps'
-figures are shown one by one instead). The calibration: tuner/_search/_pipeline_calibrate.py. A
+figures are shown one by one instead). A step calibrated at each precision / instance kind of its
+space has its points crossed with them, each simulated with its value's curve
+(tuner/_search/_predict_step_values.py). The calibration: tuner/_search/_pipeline_calibrate.py. A
 BLS model and the models it calls: tuner/_search/_predict_bls.py (the same search, its calls read
 from the statistics and simulated one after another).
 """
@@ -12,6 +14,7 @@ from the statistics and simulated one after another).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import time
 from collections.abc import Mapping, Sequence
@@ -28,83 +31,21 @@ from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._search._pipeline_calibrate import calibrate_pipeline
 from perfkit.tuner._search._predict import TOP_MEASURED, Predictor
 from perfkit.tuner._search._predict_events import Note, Predicted, label
-from perfkit.tuner._search._predict_points import SIMULATED, batcher_from, dimension_values
+from perfkit.tuner._search._predict_points import SIMULATED, dimension_values
+from perfkit.tuner._search._predict_step_checks import StepCheck, StepsChecked
+from perfkit.tuner._search._predict_step_values import (
+    StepModels,
+    curve_models,
+    fastest_one_us,
+    score_alone,
+    step_config,
+    value_points,
+)
 from perfkit.tuner._space import P_DB
 
 SEP = _pipeline.SEP
 PER_STEP_BEST = 3  # configs of the slowest step combined with the others'
 PER_STEP_OTHERS = 2  # configs of every other step
-
-
-@dataclass(frozen=True)
-class StepCheck:
-    """One step of a measured trial: the simulator's figures at the rate measured, and what
-    Triton's per-model statistics reported for the step during the trial (None: not reported)."""
-
-    predicted: predict.StepFigures
-    queue_us: float | None
-    compute_us: float | None
-    batch: float | None
-
-    def cells(self) -> str:
-        f = self.predicted
-        out = f"{f.name} compute {_ms(f.mean_exec_us)} / {_ms(self.compute_us)}"
-        if self.compute_us is not None:
-            out += f" ({_off(f.mean_exec_us, self.compute_us)})"
-        batch = "-" if self.batch is None else f"{self.batch:.1f}"
-        return out + f", batch {f.mean_batch:.1f} / {batch}, queue {_ms(f.mean_wait_us)} / {_ms(self.queue_us)}"
-
-
-@dataclass(frozen=True)
-class StepsChecked(TuneEvent):
-    """A measured trial's steps next to the pipeline simulator's at the rate measured, the
-    bottleneck named: the step with the least predicted ceiling (the one the rate leans on), and
-    whether Triton's breakdown (most queue + compute time) points at the same step."""
-
-    number: int
-    rate_rps: float
-    steps: tuple[StepCheck, ...]
-
-    @property
-    def bottleneck(self) -> StepCheck:
-        return min(self.steps, key=lambda c: c.predicted.ceiling_rps)
-
-    def measured_bottleneck(self) -> str | None:
-        seen = [c for c in self.steps if c.queue_us is not None and c.compute_us is not None]
-        if not seen:
-            return None
-        return max(seen, key=lambda c: (c.queue_us or 0.0) + (c.compute_us or 0.0)).predicted.name
-
-    def bottleneck_line(self) -> str:
-        c = self.bottleneck
-        f = c.predicted
-        meas = self.measured_bottleneck()
-        agree = (
-            "Triton's breakdown reports no step" if meas is None
-            else "Triton's breakdown puts the most time there too" if meas == f.name
-            else f"Triton's breakdown puts the most time in {meas}"
-        )  # fmt: skip
-        off = f" ({_off(f.mean_exec_us, c.compute_us)})" if c.compute_us is not None else ""
-        return (
-            f"{f.name} (predicted capacity {f.ceiling_rps:.0f} req/s): compute {f.mean_exec_us / 1e3:.2f} ms"
-            f" predicted, {_ms(c.compute_us)} measured{off}; queue {f.mean_wait_us / 1e3:.2f} ms predicted,"
-            f" {_ms(c.queue_us)} measured; {agree}"
-        )
-
-    def line(self) -> str:
-        return (
-            f"  trial {self.number} steps at {self.rate_rps:.0f} req/s, predicted / measured: "
-            + "; ".join(c.cells() for c in self.steps)
-            + f"\n  bottleneck: {self.bottleneck_line()}"
-        )
-
-
-def _ms(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1e3:.2f} ms"
-
-
-def _off(want: float, got: float) -> str:
-    return f"{got / want - 1:+.0%}" if want > 0 else "n/a"
 
 
 def _points(s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -152,7 +93,9 @@ class PipelinePredictor(Predictor):
     """The predicted search over a pipeline's joint space."""
 
     order: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
-    models: dict[str, tuple[predict.ServiceModel, predict.Contention]] = field(default_factory=dict)
+    models: dict[str, StepModels] = field(default_factory=dict)  # each step's at its first value
+    step_cals: dict[str, Calibration] = field(default_factory=dict)  # each step's, its values' curves in it
+    by_value: dict[tuple[str, str], StepModels | None] = field(default_factory=dict)  # (step, value): its curve's
     steps_seen: dict[int, StepsChecked] = field(default_factory=dict)
     # A BLS pipeline's calls per request of each model after the first (None: an ensemble)
     fanout: tuple[int, ...] | None = None
@@ -170,16 +113,35 @@ class PipelinePredictor(Predictor):
         return step_order(self.pipeline)
 
     def step_points(self, s: _pipeline.Step, base: Mapping[str, Any]) -> list[dict[str, Any]]:
-        """Every point of one step's space the simulator tells apart (its own knob names)."""
-        return _points(s, base)
+        """Every point of one step's space the simulator tells apart (its own knob names), at each
+        value of its precision / instance kind calibrated (none the server refused)."""
+        cal = self.step_cals.get(s.model)
+        return value_points(s, cal, _points(s, base)) if cal is not None else _points(s, base)
+
+    def models_at(self, model: str, variant: str) -> StepModels | None:
+        """A step's service model and contention at a value of its PER_VALUE knobs: its curve's
+        (Calibration.curve); None where its calibration holds no curve for that value (the server
+        refused it)."""
+        cal = self.step_cals.get(model)
+        if cal is None:
+            return self.models[model]
+        if (model, variant) not in self.by_value:
+            self.by_value[(model, variant)] = curve_models(cal, variant)
+        return self.by_value[(model, variant)]
+
+    def one_us(self, model: str) -> float:
+        """A step's execution of one request at its fastest calibrated value."""
+        cal = self.step_cals.get(model)
+        return fastest_one_us(cal) if cal is not None else self.models[model][0].service_us(1)
 
     def scored_alone(self, s: _pipeline.Step) -> bool:
         """Whether a step's configs are scored alone before the joint product (else all of them go in)."""
         return s.searched
 
     def rest_us(self, model: str) -> float:
-        """What a request spends at least outside `model`'s step: every other step's execution of one."""
-        return sum(self.models[m][0].service_us(1) for m, _ in self.order if m != model)
+        """What a request spends at least outside `model`'s step: every other step's execution of
+        one, at its fastest value."""
+        return sum(self.one_us(m) for m, _ in self.order if m != model)
 
     def calls_of(self, model: str) -> int:
         """A step's executions of one per pipeline request (at least 1)."""
@@ -200,17 +162,25 @@ class PipelinePredictor(Predictor):
         return tuple(self.configs(params))
 
     def configs(self, params: Mapping[str, Any]) -> list[predict.BatcherConfig]:
-        """Each step's batcher config at a joint point, in step order (held steps as they are)."""
+        """Each step's batcher config at a joint point, in step order (held steps as they are),
+        named by the value of its precision / instance kind (step_config)."""
         per = _pipeline.split(params)
         p = self.pipeline
-        return [batcher_from(p.step(m).space.original_params, per.get(m, {})) for m, _ in self.order]
+        return [step_config(p.step(m), per.get(m, {})) for m, _ in self.order]
+
+    def predictable(self, configs: Sequence[predict.BatcherConfig]) -> bool:
+        """Whether every step's config runs at a value its calibration holds a curve for."""
+        return all(self.models_at(m, c.variant) is not None for (m, _), c in zip(self.order, configs, strict=True))
 
     def steps(self, configs: Sequence[predict.BatcherConfig]) -> list[predict.PipelineStep]:
+        """The simulator's steps of a set of configs, each with its value's curve (predictable ones only)."""
         index = {m: i for i, (m, _) in enumerate(self.order)}
-        return [
-            predict.PipelineStep(m, cfg, *self.models[m], after=tuple(index[r] for r in reads))
-            for (m, reads), cfg in zip(self.order, configs, strict=True)
-        ]
+        out = []
+        for (m, reads), cfg in zip(self.order, configs, strict=True):
+            models = self.models_at(m, cfg.variant)
+            assert models is not None  # the configs of values not calibrated are never predicted
+            out.append(predict.PipelineStep(m, cfg, *models, after=tuple(index[r] for r in reads)))
+        return out
 
     def seed(self, study: optuna.Study) -> None:
         try:
@@ -224,6 +194,7 @@ class PipelinePredictor(Predictor):
         self.steer = False  # the predictions pick the trials while they hold (see Predictor.stop)
         self.order = self.step_order()
         self.models = {c.model: (predict.service_model(c), predict.contention(c)) for c in cal.steps}
+        self.step_cals = {c.model: c for c in cal.steps}
         started = time.perf_counter()
         budget_us = self.t.s.budget.latency_budget_us
         base = _pipeline.split(self.t.original_fixed_params())
@@ -239,18 +210,16 @@ class PipelinePredictor(Predictor):
             if not self.scored_alone(s):
                 picks[s.model] = points
                 continue
-            svc, cont = self.models[s.model]
             rest = self.rest_us(s.model) + cal.overhead_us
-            cfgs = [batcher_from(s.space.original_params, q) for q in points]
+            cfgs = [step_config(s, q) for q in points]
             alone_us = max(budget_us - rest, 0.1 * budget_us) / self.calls_of(s.model)
-            results = predict.score_space(
-                cfgs, svc, alone_us, percentile=self.t.s.budget.percentile,
-                contention=cont, requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST,
-                arrival=self.t.trial_load.distribution,
+            results = score_alone(
+                cfgs, functools.partial(self.models_at, s.model), alone_us, percentile=self.t.s.budget.percentile,
+                requests=_SIM_STEP_REQUESTS, keep=PER_STEP_BEST, arrival=self.t.trial_load.distribution,
             )  # fmt: skip
             scored += len(cfgs)
             by_cfg = {r.config: r for r in results}
-            pairs = sorted(zip(points, [by_cfg[c] for c in cfgs], strict=True), key=_by_rate)
+            pairs = sorted(((q, by_cfg[c]) for q, c in zip(points, cfgs, strict=True) if c in by_cfg), key=_by_rate)
             picks[s.model] = _distinct(pairs)
             calls = self.calls_of(s.model)
             best_alone[s.model] = max((r.rate_rps / calls for r in results if not r.bounded), default=0.0)
@@ -319,11 +288,11 @@ class PipelinePredictor(Predictor):
         lean on ran faster than calibrated, and a config that step bounds would be passed over."""
         taken_up = rate_rps * factor
         scale = self.execution_scale()
-        if self.calibration is None or not any(v < 1.0 for v in scale.values()):
+        configs = self.configs({**self.t.original_fixed_params(), **params})
+        if self.calibration is None or not any(v < 1.0 for v in scale.values()) or not self.predictable(configs):
             return taken_up, ""
         steps = [
-            dataclasses.replace(s, service=s.service.stretched(scale.get(s.name, 1.0)))
-            for s in self.steps(self.configs({**self.t.original_fixed_params(), **params}))
+            dataclasses.replace(s, service=s.service.stretched(scale.get(s.name, 1.0))) for s in self.steps(configs)
         ]
         again = predict.pipeline_rate(steps, self.t.s.budget.latency_budget_us,
                                       percentile=self.t.s.budget.percentile, overhead_us=self.calibration.overhead_us,
@@ -349,12 +318,11 @@ class PipelinePredictor(Predictor):
         return None
 
     def checked_trial(self, number: int, st: _trial_state.TrialState, measured_rps: float | None) -> None:
-        if measured_rps is None or not self.models:
+        configs = self.configs({**self.t.original_fixed_params(), **st.params})
+        if measured_rps is None or not self.models or not self.predictable(configs):
             return
-        params = {**self.t.original_fixed_params(), **st.params}
         overhead_us = self.calibration.overhead_us if self.calibration else 0.0
-        pred = predict.simulate_pipeline(self.steps(self.configs(params)), measured_rps, overhead_us=overhead_us,
-                                         **self.sim)  # fmt: skip
+        pred = predict.simulate_pipeline(self.steps(configs), measured_rps, overhead_us=overhead_us, **self.sim)
         checks = []
         for f in pred.steps:
             q, c, b = (st.metrics.get(f"{f.name}.{k}") for k in ("queue_us", "compute_us", "batch"))
@@ -372,7 +340,8 @@ def _by_rate(pair: tuple[dict[str, Any], predict.RateResult]) -> float:
 
 
 def _distinct(ranked: Sequence[tuple[dict[str, Any], predict.RateResult]]) -> list[dict[str, Any]]:
-    """The best PER_STEP_BEST points that differ in batch size or instances (or by more than 1%)."""
+    """The best PER_STEP_BEST points that differ in batch size, instances or the value of their
+    precision / instance kind (or by more than 1%)."""
     out: list[tuple[dict[str, Any], predict.RateResult]] = []
     for q, r in ranked:
         if len(out) >= PER_STEP_BEST or r.bounded or r.rate_rps <= 0:
@@ -381,6 +350,7 @@ def _distinct(ranked: Sequence[tuple[dict[str, Any], predict.RateResult]]) -> li
         if not any(
             o.config.max_batch_size == c.max_batch_size
             and o.config.instances == c.instances
+            and o.config.variant == c.variant
             and abs(o.rate_rps - r.rate_rps) <= 0.01 * r.rate_rps
             for _, o in out
         ):

@@ -8,7 +8,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfkit import predict
-from perfkit.tuner._space import P_COUNT, P_DB, P_DELAY, P_KIND, P_MBS, P_PREC, P_PREF, Dimension, pow2_sizes
+from perfkit.tuner._space import (
+    P_COUNT,
+    P_DB,
+    P_DELAY,
+    P_KIND,
+    P_MBS,
+    P_PREC,
+    P_PREF,
+    Dimension,
+    ResolvedSpace,
+    pow2_sizes,
+)
 from perfkit.tuner._space._knob_backend import MEASURED_PER_VALUE
 from perfkit.tuner._space._knob_batching import pref_sizes
 from perfkit.tuner._trial import TrialRunner
@@ -46,12 +57,13 @@ SIMULATED = (P_MBS, P_DB, P_DELAY, P_PREF, P_COUNT)  # the knobs the simulator t
 PER_VALUE = (P_PREC, P_KIND, *MEASURED_PER_VALUE)
 
 
-def value_label(t: TrialRunner, params: Mapping[str, Any]) -> str:
-    """The values of the PER_VALUE knobs the space searches a point is at, over the original's
+def value_label(space: ResolvedSpace, params: Mapping[str, Any]) -> str:
+    """The values of the PER_VALUE knobs `space` searches a point is at, over the original's
     ("precision=fp16 instance_kind=gpu"; '' where the space searches none): the calibration's
-    name for the curve the point runs (records Calibration.value)."""
-    at = {**t.space.original_params, **params}
-    return label_of({d.name: at.get(d.name) for d in t.space.dimensions if d.name in PER_VALUE})
+    name for the curve the point runs (records Calibration.value). One model's space, or an
+    ensemble's step's (`params` in its own knob names)."""
+    at = {**space.original_params, **params}
+    return label_of({d.name: at.get(d.name) for d in space.dimensions if d.name in PER_VALUE})
 
 
 def label_of(values: Mapping[str, Any]) -> str:
@@ -76,7 +88,7 @@ def batcher_config(t: TrialRunner, params: Mapping[str, Any]) -> predict.Batcher
     """The simulator's view of a point: its batching and instance parameters over the original's,
     and the value of the knobs calibrated per value it runs at (value_label)."""
     cfg = batcher_from(t.space.original_params, params)
-    variant = value_label(t, params)
+    variant = value_label(t.space, params)
     return dataclasses.replace(cfg, variant=variant) if variant else cfg
 
 

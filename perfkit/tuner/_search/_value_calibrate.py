@@ -1,5 +1,7 @@
 """One model's calibration at each value of the knobs that change the execution itself
-(precision, instance kind: tuner/_search/_predict_points.py PER_VALUE), for the predicted search.
+(precision, instance kind: tuner/_search/_predict_points.py PER_VALUE), for the predicted search;
+an ensemble's step's the same way, its levels run through the ensemble
+(tuner/_search/_pipeline_calibrate.py).
 
 The model's calibration (tuner/_search/_model_calibrate.py) measures its service curve at the
 original's value. Each other value the space holds is then put on the server through the same
@@ -34,7 +36,7 @@ from perfkit.errors import CandidateNotAppliedError, ModelLoadError
 from perfkit.records import Calibration, CalibrationPoint, LevelResult
 from perfkit.tuner._events import TuneEvent
 from perfkit.tuner._search._predict_points import PER_VALUE, label_of
-from perfkit.tuner._space import P_COUNT, P_DB
+from perfkit.tuner._space import P_COUNT, P_DB, Dimension, ResolvedSpace
 from perfkit.tuner._trial import TrialRunner
 
 # The two ends' ratios to the first value's agreeing within this, the value's curve is the first's
@@ -59,19 +61,21 @@ class ValueFigures:
     saturated_rps: tuple[float, ...] = ()
 
 
-def space_values(t: TrialRunner) -> list[dict[str, Any]]:
-    """Each distinct combination of the PER_VALUE knobs' values the space holds, the original's
-    first (none where the space searches none of them)."""
-    dims = [d for d in t.space.dimensions if d.name in PER_VALUE and not d.is_range]
+def space_values(space: ResolvedSpace, applies: Callable[[Dimension, Mapping[str, Any]], bool]) -> list[dict[str, Any]]:
+    """Each distinct combination of the PER_VALUE knobs' values `space` holds (one model's space,
+    or an ensemble's step's: its own knob names), the original's first (none where the space
+    searches none of them); `applies` says whether a dimension applies at a point (the subject's,
+    or the step's space's own)."""
+    dims = [d for d in space.dimensions if d.name in PER_VALUE and not d.is_range]
     if not dims:
         return []
-    orig = t.space.original_params
+    orig = space.original_params
     first = {d.name: orig.get(d.name) for d in dims}
     out = [first]
     for vals in itertools.product(*(d.choices for d in dims)):
         combo = dict(zip([d.name for d in dims], vals, strict=True))
         # a knob that does not apply at the others' values (precision on a KIND_CPU instance) stays the original's
-        combo = {d.name: combo[d.name] if t.subject.applies(d, {**orig, **combo}) else first[d.name] for d in dims}
+        combo = {d.name: combo[d.name] if applies(d, {**orig, **combo}) else first[d.name] for d in dims}
         if combo not in out:
             out.append(combo)
     return out
@@ -147,8 +151,8 @@ class ValueLevels:
     """How calibrate_values measures: `closed(n)`, one calibration level of n closed-loop clients
     through what the calibration loads (its batch sizes formed); `saturate(n)`, n clients on the
     model alone (its saturated rate at an instance count); `model`, whose per-batch-size statistics
-    are read; `prefix`, the model's knob names in the subject's params ('' for one model; an
-    ensemble's step's "<step>." would reuse this for its steps)."""
+    are read; `prefix`, the model's knob names in the subject's params ('' for one model, "<step>."
+    for an ensemble's step: tuner/_search/_pipeline_calibrate.py)."""
 
     closed: Callable[[int], LevelResult]
     saturate: Callable[[int], LevelResult]
@@ -175,7 +179,7 @@ def calibrate_values(
     (unbatched, `clients_per_instance` clients each, as the first value's were), by `levels`.
     Unchanged where there is no other value. Must run where the caller puts the original back
     (the calibration's route guard). Raises what measuring raises."""
-    combos = list(space_values(t) if combos is None else combos)
+    combos = list(space_values(t.space, t.subject.applies) if combos is None else combos)
     if len(combos) < 2:
         return first
     curves = []
@@ -186,7 +190,8 @@ def calibrate_values(
         try:
             figures = _measure_value(t, first, cfg, sizes, counts, levels, clients_per_instance)
         except (ModelLoadError, CandidateNotAppliedError) as err:
-            t.emit(ValueSkipped(label, str(err).splitlines()[0] if str(err) else type(err).__name__))
+            why = str(err).splitlines()[0] if str(err) else type(err).__name__
+            t.emit(ValueSkipped(label, why, step=levels.model if levels.prefix else ""))
             continue
         curves.append(value_curve(first, label, figures, duration_s=time.monotonic() - started))
     return dataclasses.replace(first, value=label_of(combos[0]), values=tuple(curves))
@@ -227,14 +232,17 @@ def _measure_value(
 
 @dataclass(frozen=True)
 class ValueSkipped(TuneEvent):
-    """A value the server would not load: its configs are not predicted."""
+    """A value the server would not load: its configs are not predicted (`step`: the ensemble's
+    step it was measured on; '' for one model)."""
 
     value: str
     why: str
+    step: str = ""
 
     def line(self) -> str:
+        at = f"{self.step} at " if self.step else ""
         return (
-            f"calibration: {self.value} not calibrated (the server refused it: {self.why}): its configs are"
+            f"calibration: {at}{self.value} not calibrated (the server refused it: {self.why}): its configs are"
             " not predicted"
         )
 

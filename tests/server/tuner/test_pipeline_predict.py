@@ -4,7 +4,9 @@ predicted set is measured and confirmed, each checked trial names the bottleneck
 predicted and measured time in step, and the measured best is within the test's stated tolerance
 of its prediction; a BLS pipeline's calls are read from the server's statistics and predicted
 (the known best picked), and one whose calls vary request by request says so and is searched by
-measurement."""
+measurement; and with precision on the heavy step, that step is calibrated at each precision
+(fp16 a factor of fp32's curve) and the pick runs it at the precision its known service model
+says is faster."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from perfkit.records import TuneRecord
+from perfkit.server.modelconfig import read_config
 from tests.conftest import CHEAP_CONFIRM, copy_models
 
 pytestmark = [pytest.mark.usefixtures("tritonserver"), pytest.mark.slow]
@@ -35,9 +38,9 @@ SPACE = ["--max-batch-sizes", "8", "--instance-counts", "1", "--queue-delays-us"
          *CHEAP_CONFIRM]  # fmt: skip
 
 
-def _tune(repo: Path, out: Path, model: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def _tune(repo: Path, out: Path, model: str, *extra: str, search: str = "predict") -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "perfkit", "tune", "-m", model, "--model-repository", str(repo), "-o", str(out),
-           "--search", "predict", *extra]  # fmt: skip
+           "--search", search, *extra]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=900)
 
 
@@ -95,6 +98,78 @@ def test_predicted_ensemble_tune_calibrates_each_step_and_names_the_bottleneck(t
     with open(out / "trials.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert "predicted_rps" in rows[0] and all(rows[0][f"{m}.compute_us"] for m in STEPS)
+
+
+# stage_infer made the heavy step of the private copy. As shipped, stage_decode and stage_infer are
+# equally batch-hungry on separate emulated devices: fp16 on stage_infer alone would leave
+# stage_decode as slow as before, the ensemble's rate unchanged, and no precision better than the
+# other. Five times stage_decode's costs make stage_infer the bottleneck at fp32 and still at fp16
+# (half its device part), so fp16 raises the ensemble's rate by its factor, while every rate stays
+# well under what the server's own CPU caps the ensemble at on this machine.
+HEAVY_INFER = {"fixed_ms": "30.0", "per_item_ms": "1.0"}
+# How far the calibrated fp16 factor may stand from the fixture's: the python backend's own time
+# per execution runs outside the precision's factor and grows under other workers' load.
+FACTOR_SPREAD = 0.15
+
+
+def _param_ms(cfg_path: Path, key: str) -> float:
+    return float(read_config(cfg_path).parameters[key].string_value)
+
+
+def _fp16_factor(cfg_path: Path, n: int) -> float:
+    """stage_infer's fp16 execution of a batch of n over its fp32 one, by its model.py: host_ms a
+    request, then the device part (fixed_ms + per_item_ms n) times 0.5 at fp16."""
+    host = _param_ms(cfg_path, "host_ms") * n
+    device = _param_ms(cfg_path, "fixed_ms") + _param_ms(cfg_path, "per_item_ms") * n
+    return (host + 0.5 * device) / (host + device)
+
+
+# quiet: the pick is the confirmed best, read beside other workers' load (as the BLS test's below).
+@pytest.mark.quiet
+def test_predicted_ensemble_tune_across_two_precisions_on_a_step_calibrates_each_and_picks_the_faster(
+    tmp_path: Path,
+):
+    repo = copy_models(tmp_path, ["stages", *STEPS])
+    cfg_path = repo / "stage_infer" / "config.pbtxt"
+    text = cfg_path.read_text()
+    for key, value in HEAVY_INFER.items():
+        text, n = re.subn(rf'(key: "{key}" value: {{ string_value: )"[\d.]+"', rf'\g<1>"{value}"', text)
+        assert n == 1, key
+    # Precision on stage_infer alone: its own parameter, searched at the default fp32 and fp16
+    # (--precisions would give every step of the ensemble, all python models, the knob).
+    cfg_path.write_text(text + 'parameters: { key: "precision" value: { string_value: "fp32" } }\n')
+    out = tmp_path / "out"
+    proc = _tune(repo, out, "stages", "--trials", "4", *SPACE, search="auto")
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 0, text
+    assert "--search auto: predicting" in proc.stdout, text
+    rec = TuneRecord.load(out / "tune.json")
+    cal = rec.calibration
+    assert cal is not None and [s.model for s in cal.steps] == list(STEPS), text
+    decode, infer, post = cal.steps
+    assert not decode.values and not post.values, cal.steps  # no precision searched on them
+    assert infer.value == "precision=fp32" and [c.value for c in infer.values] == ["precision=fp16"], infer
+    fp16 = infer.values[0]
+    # One calibration line per value under stage_infer's: the factor where the two ends agreed on one
+    # ratio (the fixture's fp16 halves the whole device part), else fp16's own line.
+    line = r"^  stage_infer at precision=fp32: .*\n    precision=fp16: (x(\d\.\d\d) the first curve|execution)"
+    said = re.search(line, proc.stdout, flags=re.M)
+    assert said is not None, text
+    top = max(p.batch_size for p in infer.points)
+    if fp16.factor > 0:
+        assert said.group(2) == f"{fp16.factor:.2f}", text
+        got = fp16.factor
+    else:
+        got = (fp16.fixed_us + fp16.per_item_us * top) / (infer.fixed_us + infer.per_item_us * top)
+    want = (_fp16_factor(cfg_path, 1) + _fp16_factor(cfg_path, top)) / 2
+    assert abs(got / want - 1) <= FACTOR_SPREAD, (got, want, text)
+    # The best predicted and the pick run stage_infer at fp16, the bottleneck at half its time.
+    predicted = [t for t in rec.trials if "predicted_rps" in t.metrics and t.feasible]
+    assert predicted, text
+    best_predicted = max(predicted, key=lambda t: t.metrics["predicted_rps"])
+    assert best_predicted.params.get("stage_infer.precision") == "fp16", best_predicted.params
+    best = rec.best()
+    assert best is not None and best.params.get("stage_infer.precision") == "fp16", text
 
 
 BLS_SPACE = ["--composing-models", "stage_decode,stage_infer", "--no-dynamic-batching", "--max-batch-sizes", "8",

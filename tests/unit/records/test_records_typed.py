@@ -119,6 +119,9 @@ def test_a_calibration_per_value_round_trips_and_one_saved_before_loads_with_one
     cal = dataclasses.replace(first, values=(fp16,))
     again = TuneRecord.load(dataclasses.replace(tune, calibration=cal).save(tmp_path / "tune.json"))
     assert again.calibration == cal and again.calibration.curve("precision=fp16") == fp16
+    # measured at fp32, every other value refused by the server: no curve for them (not predicted)
+    refused = dataclasses.replace(first, values=())
+    assert refused.curve("precision=fp16") is None and refused.curve("precision=fp32") is refused
     # saved before the per-value fields: no value, no values; its one curve serves every config
     data = json.loads((tmp_path / "tune.json").read_text())
     for key in ("value", "values", "factor"):

@@ -15,7 +15,7 @@ from perfkit.predict import Contention, ServiceModel, StepFigures
 from perfkit.records import Budget
 from perfkit.tuner import _pipeline
 from perfkit.tuner._search._predict_bls import BlsPredictor
-from perfkit.tuner._search._predict_pipeline import StepCheck, StepsChecked
+from perfkit.tuner._search._predict_step_checks import StepCheck, StepsChecked
 from perfkit.tuner._space import TuneSpace
 from tests.conftest import copy_models
 

@@ -13,13 +13,8 @@ import pytest
 from perfkit.predict import BatcherConfig, Contention, ServiceModel, StepFigures
 from perfkit.records import Budget, Calibration, CalibrationPoint, TuneRecord, from_dict, to_dict
 from perfkit.tuner import _pipeline
-from perfkit.tuner._search._predict_pipeline import (
-    PipelinePredictor,
-    StepCheck,
-    StepsChecked,
-    _points,
-    step_order,
-)
+from perfkit.tuner._search._predict_pipeline import PipelinePredictor, _points, step_order
+from perfkit.tuner._search._predict_step_checks import StepCheck, StepsChecked
 from perfkit.tuner._space import TuneSpace
 from tests.conftest import copy_models
 

@@ -118,9 +118,9 @@ def test_one_models_objectives_and_a_resumed_study_are_predicted(change):
 def test_a_space_that_searches_a_knob_the_simulator_does_not_model_is_measured_naming_it():
     model = _choose(knobs=[*BATCHING, "sequence_strategy"])
     assert model.kind == "measure" and "sequence_strategy" in (model.why_measured or "")
-    step = _choose(subject="ensemble", knobs=["pre.max_batch_size", "infer.instance_kind", "infer.precision"])
+    step = _choose(subject="ensemble", knobs=["pre.max_batch_size", "infer.sequence_strategy", "infer.precision"])
     assert step.kind == "measure"
-    assert "instance_kind, precision" in (step.why_measured or "")  # the knob, not the step's name
+    assert step.why_measured == "the space searches sequence_strategy, which the prediction does not model"  # the knob
 
 
 @pytest.mark.parametrize("given", ["measure", "predict"])
@@ -206,8 +206,27 @@ def test_backend_threads_are_predicted_for_one_model_and_said_to_be_measured_per
     assert one.measured_per_value == ("intra_op_threads", "ort_graph_level")
     assert "intra_op_threads, ort_graph_level: measured, not simulated" in one.line()
     assert "measured, not simulated" not in _choose().line()
-    # an ensemble's steps are not calibrated per value: measured, and the line says precisely why
+    # an ensemble's steps are calibrated per value too: predicted, the step's knob said to be measured
     steps = _choose(subject="ensemble", knobs=["pre.instance_count", "infer.intra_op_threads"])
-    assert steps.kind == "measure"
-    assert "intra_op_threads, whose curves are measured at each value for one model only" in steps.line()
-    assert "the ensemble's models are not calibrated per value yet" in steps.line()
+    assert (steps.kind, steps.measured_per_value) == ("predict", ("infer.intra_op_threads",))
+    assert "infer.intra_op_threads: measured, not simulated" in steps.line()
+    # a BLS model's called models are not: measured, and the line says precisely why
+    called = _choose(subject="bls", knobs=["bls.instance_count", "infer.intra_op_threads"])
+    assert called.kind == "measure"
+    assert "intra_op_threads, whose curves are measured at each value for one model or an ensemble's steps only" in (
+        called.line()
+    )
+    assert "the BLS model's models are not calibrated per value yet" in called.line()
+
+
+@pytest.mark.parametrize("knobs", [["infer.precision"], ["infer.precision", "infer.instance_kind"]])
+def test_an_ensemble_whose_steps_search_precision_or_instance_kind_is_predicted_calibrated_per_value(knobs):
+    # each step is calibrated at each value through the ensemble (tuner/_search/_pipeline_calibrate.py)
+    c = _choose(subject="ensemble", knobs=[*(f"{step}.{k}" for step in ("pre", "infer") for k in BATCHING), *knobs])
+    assert (c.kind, c.why_measured) == ("predict", None)
+    assert c.line().lstrip().startswith("--search auto: predicting") and "measured, not simulated" not in c.line()
+    # a BLS model's and a mix's models are not yet: measured, said why, --search predict forces it
+    for subject, name in (("bls", "BLS model"), ("mix", "traffic mix")):
+        other = _choose(subject=subject, knobs=["a.instance_count", *knobs])
+        assert other.kind == "measure" and other.predict_anyway, other.line()
+        assert f"the {name}'s models are not calibrated per value yet" in (other.why_measured or "")

@@ -86,9 +86,11 @@ CASES = {
              ("-m", "hungry", "--latency-budget", "150ms", "--max-batch-sizes", "8,64", "--queue-delays-us", "4000",
               "--instance-counts", "1,2", "--precisions", "fp32,fp16", *COMMON),
              ("--max-batch-sizes", "64", "--instance-counts", "2")),
+        # no --precisions: given, it puts the knob on every python step; without it, precision is
+        # searched (fp32, fp16) where a step's config holds the parameter: stage_infer's (prepare)
         Case("stages", "pipeline", ("stages", "stage_decode", "stage_infer", "stage_post"), "stages", "rate", 100.0,
              ("-m", "stages", "--latency-budget", "100ms", "--max-batch-sizes", "8", "--queue-delays-us", "2000",
-              "--instance-counts", "1", "--precisions", "fp32,fp16", *COMMON), ()),
+              "--instance-counts", "1", *COMMON), ()),
         Case("mix", "pipeline", ("batcher", "hungry"), "batcher", "mix", 0.0,
              ("-m", "batcher", "-m", "hungry", "--mix", "batcher:3,hungry:1",
               "--latency-budget", "batcher:150ms,hungry:250ms", "--max-batch-sizes", "8", "--instance-counts", "1",

@@ -31,6 +31,7 @@ from perfkit.tuner._search._pipeline_calibrate import (
     calibrating,
     step_calibration,
     step_contention,
+    step_values,
     whole_calibration,
 )
 from perfkit.tuner._search._predict_points import dimension_values
@@ -61,7 +62,8 @@ def calibrate_bls(t: TrialRunner) -> tuple[Calibration, BlsCalls]:
     loaded by BLS_CLIENTS closed-loop clients: the calls and the BLS model's own time read from
     each level's statistics, the overhead outside it at one client; then each called model
     whose space batches loaded on its own at its largest max_batch_size with a wide queue delay
-    by 1, 2, 4, ... clients, and its saturated rates at its two smallest instance counts. The
+    by 1, 2, 4, ... clients, and its saturated rates at its two smallest instance counts; then
+    each called model at each other precision / instance kind of its space, on its own. The
     BLS model's own time is its one-request calibration point (the simulator runs it once a
     request). Every config is put back after. Raises CallsUntold where the calls cannot be
     simulated (after putting the configs back), UsageError for a load the prediction does not
@@ -110,13 +112,17 @@ def calibrate_bls(t: TrialRunner) -> tuple[Calibration, BlsCalls]:
             formed[m] = predict.batch_points(first, t.server.model_stats(m), m)
         contention, more = step_contention(t, point, counted)
         runs += more
-    assert light is not None
-    requests = light.server.request_count if light.server is not None else 1
-    steps = [predict.calibration(bls, (CalibrationPoint(1, max(1, requests), max(calls.own_us, 1.0)),))]
-    for m in called:
-        loaded = contention.get(m, ([], [], ()))[2]
-        points = predict.merge_points(predict.batch_points(before[m], after[m], m), formed.get(m, ()), loaded)
-        steps.append(step_calibration(m, points, contention))
+        assert light is not None
+        requests = light.server.request_count if light.server is not None else 1
+        steps = [predict.calibration(bls, (CalibrationPoint(1, max(1, requests), max(calls.own_us, 1.0)),))]
+        for m in called:
+            loaded = contention.get(m, ([], [], ()))[2]
+            points = predict.merge_points(predict.batch_points(before[m], after[m], m), formed.get(m, ()), loaded)
+            cal = step_calibration(m, points, contention)
+            if p.step(m).searched:  # each other precision / instance kind of its space, loaded on the model itself
+                cal, more = step_values(t, p.step(m), cal, point, tops.get(m, 0), counted.get(m, []), on_step=True)
+                runs += more
+            steps.append(cal)
     cal = whole_calibration(p.model, steps, _overhead_us(light), started)
     t.emit(BlsCalibrated(cal, calls, runs))
     return cal, calls

@@ -3,7 +3,7 @@ measured search elsewhere, with the reason said. The predicted search models one
 closed loop or a trace, ranked by the objective, a resumed study by what is left; a decoupled model's
 streams under open-loop arrivals), an ensemble, a BLS model or a traffic mix under open-loop arrivals
 ranked by its rate, held to a latency percentile, over the knobs the batcher simulator tells apart
-(tuner/_search/_predict_points.py SIMULATED) and, for one model and an ensemble's steps, the
+(tuner/_search/_predict_points.py SIMULATED) and, for one model and a pipeline's steps, the
 precision, instance kind and backend threads and graphs it calibrates a curve for at each value
 (PER_VALUE); anything else is searched by measurement, as it always was. --search predict and
 --search measure are taken as given."""
@@ -25,8 +25,9 @@ from perfkit.tuner._subject import SubjectKind
 
 _NAMES = {"ensemble": "ensemble", "bls": "BLS model", "mix": "traffic mix"}
 # The subjects whose calibration measures a curve at each value of the PER_VALUE knobs: one model
-# (tuner/_search/_value_calibrate.py) and an ensemble's steps (tuner/_search/_pipeline_calibrate.py)
-PER_VALUE_SUBJECTS = ("model", "ensemble")
+# (tuner/_search/_value_calibrate.py), an ensemble's steps (tuner/_search/_pipeline_calibrate.py)
+# and the models a BLS model calls (tuner/_search/_bls_calibrate.py)
+PER_VALUE_SUBJECTS = ("model", "ensemble", "bls")
 # --ray: each worker would calibrate and queue its own predictions into the one study they share
 ON_RAY = "a study shared by several workers is searched by measurement"
 
@@ -108,9 +109,9 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
     """What the predicted search would run without answering as asked (it predicts the knobs the
     simulator tells apart at the original's other values, ranks one model's configs by the
     objective, tuner/_search/_predict_rank.py, an ensemble's by the rate, seeds its own study).
-    One model's and an ensemble's steps' precision, instance kind and a backend's threads and
-    graphs are calibrated per value (PER_VALUE); a BLS model's called models' and a mix's models'
-    are not yet."""
+    One model's, an ensemble's steps' and a BLS model's called models' precision, instance kind
+    and a backend's threads and graphs are calibrated per value (PER_VALUE); a mix's models' are
+    not yet."""
     if s.objective == "goodput":
         return "--objective goodput counts streamed requests meeting its SLOs, which the prediction does not simulate"
     if s.objective != "throughput" and subject != "model":
@@ -130,7 +131,7 @@ def _should_measure(s: TuneSettings, *, subject: SubjectKind, knobs: Sequence[st
     if unmodelled and subject not in PER_VALUE_SUBJECTS and set(unmodelled) <= set(PER_VALUE):
         return (
             f"the space searches {', '.join(unmodelled)}, whose curves are measured at each value for one model"
-            f" or an ensemble's steps only: the {_NAMES[subject]}'s models are not calibrated per value yet"
+            f" or a pipeline's steps only: the {_NAMES[subject]}'s models are not calibrated per value yet"
         )
     if unmodelled:
         return f"the space searches {', '.join(unmodelled)}, which the prediction does not model"

@@ -147,12 +147,20 @@ def step_calibration(model: str, points: Any, contention: Contended) -> Calibrat
 
 
 def step_values(
-    t: TrialRunner, step: _pipeline.Step, first: Calibration, point: dict[str, Any], top: int, counts: list[int]
+    t: TrialRunner,
+    step: _pipeline.Step,
+    first: Calibration,
+    point: dict[str, Any],
+    top: int,
+    counts: list[int],
+    *,
+    on_step: bool = False,
 ) -> tuple[Calibration, int]:
     """A step's calibration (`first`, at the original's values) with a curve at each other value
     of the PER_VALUE knobs its space holds (calibrate_values, its knobs "<step>.<knob>" at
     `point`): its batch sizes up to `top` formed as the first value's were, by closed-loop clients
-    of the ensemble (the steps before it hand it their batches whole), its saturated rates at
+    of the ensemble (the steps before it hand it their batches whole), or with `on_step` of the
+    step itself (a model a BLS model calls, which sees one call at a time from it), its saturated rates at
     `counts` (its two instance counts, none where its contention was not measured) on the step
     alone, as step_contention reads them; and the levels run. Unchanged where the space holds one
     value. Must run inside `calibrating`. Raises what measuring raises."""
@@ -164,7 +172,8 @@ def step_values(
 
     def closed(n: int) -> LevelResult:
         ran.append(n)
-        return _level(t, _spec(t, n))
+        spec = _spec(t, n)
+        return _level(t, dataclasses.replace(spec, model=m) if on_step else spec)
 
     def saturate(n: int) -> LevelResult:
         ran.append(n)

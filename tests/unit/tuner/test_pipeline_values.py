@@ -9,6 +9,7 @@ bottleneck)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -211,3 +212,17 @@ def test_a_steps_value_not_calibrated_is_not_predicted(tmp_path):
     assert {q.get("precision") for q in ps.step_points(infer, {"precision": "fp32"})} == {"fp32"}
     assert ps.predictable(ps.configs(_joint("fp32"))) and not ps.predictable(ps.configs(_joint("fp16")))
     assert ps.models_at("stage_infer", "precision=fp16") is None
+
+
+def test_a_step_calibrated_on_its_own_forms_its_values_batches_with_clients_of_the_step(tmp_path, monkeypatch):
+    # A model a BLS model calls sees one call at a time from each BLS instance, so its values' batch
+    # sizes are formed by clients of the model itself (_bls_calibrate.py passes on_step=True): the
+    # same step_values, its closed levels on the step, the factor read from the step's own statistics.
+    from perfkit.tuner._search import _pipeline_calibrate
+
+    on_step = functools.partial(_pipeline_calibrate.step_values, on_step=True)
+    monkeypatch.setattr(_pipeline_calibrate, "step_values", on_step)
+    cal, measure, _ = _tune(tmp_path)
+    assert [(m, n) for m, at_fp16, n in measure.levels if at_fp16] == [("stage_infer", 1), ("stage_infer", TOP)]
+    fp16 = cal.steps[1].values[0]
+    assert fp16.value == "precision=fp16" and fp16.factor == pytest.approx(FP16, rel=0.01)

@@ -210,23 +210,27 @@ def test_backend_threads_are_predicted_for_one_model_and_said_to_be_measured_per
     steps = _choose(subject="ensemble", knobs=["pre.instance_count", "infer.intra_op_threads"])
     assert (steps.kind, steps.measured_per_value) == ("predict", ("infer.intra_op_threads",))
     assert "infer.intra_op_threads: measured, not simulated" in steps.line()
-    # a BLS model's called models are not: measured, and the line says precisely why
+    # a BLS model's called models are too (each on its own); a mix's models are not: measured, said precisely why
     called = _choose(subject="bls", knobs=["bls.instance_count", "infer.intra_op_threads"])
-    assert called.kind == "measure"
-    assert "intra_op_threads, whose curves are measured at each value for one model or an ensemble's steps only" in (
-        called.line()
+    assert (called.kind, called.measured_per_value) == ("predict", ("infer.intra_op_threads",))
+    mixed = _choose(subject="mix", knobs=["a.instance_count", "a.intra_op_threads"])
+    assert mixed.kind == "measure"
+    assert "intra_op_threads, whose curves are measured at each value for one model or a pipeline's steps only" in (
+        mixed.line()
     )
-    assert "the BLS model's models are not calibrated per value yet" in called.line()
+    assert "the traffic mix's models are not calibrated per value yet" in mixed.line()
 
 
 @pytest.mark.parametrize("knobs", [["infer.precision"], ["infer.precision", "infer.instance_kind"]])
-def test_an_ensemble_whose_steps_search_precision_or_instance_kind_is_predicted_calibrated_per_value(knobs):
-    # each step is calibrated at each value through the ensemble (tuner/_search/_pipeline_calibrate.py)
-    c = _choose(subject="ensemble", knobs=[*(f"{step}.{k}" for step in ("pre", "infer") for k in BATCHING), *knobs])
-    assert (c.kind, c.why_measured) == ("predict", None)
-    assert c.line().lstrip().startswith("--search auto: predicting") and "measured, not simulated" not in c.line()
-    # a BLS model's and a mix's models are not yet: measured, said why, --search predict forces it
-    for subject, name in (("bls", "BLS model"), ("mix", "traffic mix")):
-        other = _choose(subject=subject, knobs=["a.instance_count", *knobs])
-        assert other.kind == "measure" and other.predict_anyway, other.line()
-        assert f"the {name}'s models are not calibrated per value yet" in (other.why_measured or "")
+def test_a_pipeline_whose_steps_search_precision_or_instance_kind_is_predicted_calibrated_per_value(knobs):
+    # each step calibrated at each value: through the ensemble, or a BLS model's called model on its
+    # own (tuner/_search/_pipeline_calibrate.py, _bls_calibrate.py)
+    for subject in ("ensemble", "bls"):
+        steps = [f"{step}.{k}" for step in ("pre", "infer") for k in BATCHING]
+        c = _choose(subject=subject, knobs=[*steps, *knobs])
+        assert (c.kind, c.why_measured) == ("predict", None), subject
+        assert c.line().lstrip().startswith("--search auto: predicting") and "measured, not simulated" not in c.line()
+    # a mix's models are not yet: measured, said why, --search predict forces it
+    other = _choose(subject="mix", knobs=["a.instance_count", *knobs])
+    assert other.kind == "measure" and other.predict_anyway, other.line()
+    assert "the traffic mix's models are not calibrated per value yet" in (other.why_measured or "")

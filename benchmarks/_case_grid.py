@@ -2,9 +2,10 @@
 subject builds and names it, and each point's prediction as the tune's own predictor made it.
 
 Capture watches one `perfkit tune` run in this process for its TrialRunner (the subject and the
-space searched) and, where the predicted search ran, its Predictor (what it predicted for each
-point): wrapping their constructors for the run's duration only, and putting them back after. A
-benchmark's instrument: the tune itself runs unchanged."""
+space searched: the tune's own, not those a mix's calibration makes for each of its models) and,
+where the predicted search ran, its Predictor (what it predicted for each point): wrapping their
+constructors for the run's duration only, and putting them back after. A benchmark's instrument:
+the tune itself runs unchanged."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from perfkit.tuner.parts import dimension_values
 
 
 class Capture:
-    """The last TrialRunner and Predictor a tune in this process made (None where none was)."""
+    """The first TrialRunner (the tune's own) and the last Predictor a tune in this process made
+    (None where none was)."""
 
     def __init__(self) -> None:
         self.runner: Any = None
@@ -31,7 +33,9 @@ class Capture:
 
         def runner_init(runner: Any, *a: Any, **kw: Any) -> None:
             init(runner, *a, **kw)
-            cap.runner = runner
+            # the tune's own runner is the first: a mix's calibration makes one more per model after it
+            if cap.runner is None:
+                cap.runner = runner
 
         def search_seed(search: Any, *a: Any, **kw: Any) -> None:
             try:

@@ -91,10 +91,12 @@ CASES = {
         Case("stages", "pipeline", ("stages", "stage_decode", "stage_infer", "stage_post"), "stages", "rate", 100.0,
              ("-m", "stages", "--latency-budget", "100ms", "--max-batch-sizes", "8", "--queue-delays-us", "2000",
               "--instance-counts", "1", *COMMON), ()),
+        # --rate-limit-priorities 0: the rate limiter is a lever of its own, its priorities would
+        # multiply the grid, and the grid's server runs without --rate-limit
         Case("mix", "pipeline", ("batcher", "hungry"), "batcher", "mix", 0.0,
              ("-m", "batcher", "-m", "hungry", "--mix", "batcher:3,hungry:1",
               "--latency-budget", "batcher:150ms,hungry:250ms", "--max-batch-sizes", "8", "--instance-counts", "1",
-              "--queue-delays-us", "2000", "--precisions", "fp32", *COMMON), ()),
+              "--queue-delays-us", "2000", "--precisions", "fp32", "--rate-limit-priorities", "0", *COMMON), ()),
         Case("closed", "model", ("queue",), "queue", "closed", 100.0,
              ("-m", "queue", "--load", "concurrency", "--max-concurrency", "16", "--instance-counts", "1,2,3",
               "--latency-budget", "100ms", *COMMON), ("--instance-counts", "1,2")),

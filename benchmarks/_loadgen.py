@@ -307,4 +307,7 @@ def second_judge(grpc_url: str, model: str, claim_rps: float, budget_ms: float, 
             f" -- the judges DISAGREE: perf_analyzer says {'held' if pa_held else 'not held'}, "
             f"LoadGen {v.result}{' with failed requests' if v.errors else ''}"
         )
-    return {"loadgen": dataclasses.asdict(v), "pa_held": pa_held, "agree": agree, "says": says}
+    figures = dataclasses.asdict(v)
+    if log_dir is None:  # a temporary folder, gone after the run: the results name no machine's path
+        figures["log_dir"] = "$TMPDIR/perfkit-loadgen"
+    return {"loadgen": figures, "pa_held": pa_held, "agree": agree, "says": says}

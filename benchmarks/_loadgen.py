@@ -308,6 +308,6 @@ def second_judge(grpc_url: str, model: str, claim_rps: float, budget_ms: float, 
             f"LoadGen {v.result}{' with failed requests' if v.errors else ''}"
         )
     figures = dataclasses.asdict(v)
-    if log_dir is None:  # a temporary folder, gone after the run: the results name no machine's path
-        figures["log_dir"] = "$TMPDIR/perfkit-loadgen"
+    if Path(figures["log_dir"]).is_relative_to(tempfile.gettempdir()):
+        figures["log_dir"] = "$TMPDIR/perfkit-loadgen"  # a temporary folder: the results name no machine's path
     return {"loadgen": figures, "pa_held": pa_held, "agree": agree, "says": says}

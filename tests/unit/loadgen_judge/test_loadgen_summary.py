@@ -71,3 +71,14 @@ def test_the_two_verdicts_side_by_side_and_a_disagreement_said(
     assert ("DISAGREE" in got["says"]) is (agree is False), got["says"]
     assert ("LoadGen VALID" if lg_valid else "LoadGen INVALID") in got["says"]
     assert second_judge("x", "m", 0.0, 100.0, True)["loadgen"] is None  # no claim: LoadGen not run
+
+
+def test_a_temporary_log_folder_is_recorded_without_the_machines_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    tmp = str(Path(tempfile.gettempdir()) / "perfkit-loadgen-x1y2")  # as tempfile.mkdtemp names one
+    kept = "/srv/loadgen-logs"
+    for where, recorded in ((tmp, "$TMPDIR/perfkit-loadgen"), (kept, kept)):
+        verdict = dataclasses.replace(_verdict(True, 180.0), log_dir=where)
+        monkeypatch.setattr(_loadgen, "loadgen_check", lambda *a, v=verdict, **kw: v)
+        assert second_judge("x", "m", 200.0, 100.0, True)["loadgen"]["log_dir"] == recorded

@@ -67,8 +67,9 @@ class BlsPredictor(PipelinePredictor):
         return max(1, self.fanout[called.index(model)])
 
     def rest_us(self, model: str) -> float:
-        """The BLS model's own time and every other model's execution of one, times its calls."""
-        return sum(self.models[m][0].service_us(1) * self.calls_of(m) for m, _ in self.order if m != model)
+        """The BLS model's own time and every other model's execution of one (at its fastest
+        calibrated value), times its calls."""
+        return sum(self.one_us(m) * self.calls_of(m) for m, _ in self.order if m != model)
 
     def execution_scale(self) -> dict[str, float]:
         """The called models' (the BLS model's measured execution holds its calls)."""

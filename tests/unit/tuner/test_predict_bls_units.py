@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from perfkit.predict import Contention, ServiceModel, StepFigures
-from perfkit.records import Budget
+from perfkit.records import Budget, Calibration, CalibrationPoint
 from perfkit.tuner import _pipeline
 from perfkit.tuner._search._predict_bls import BlsPredictor
 from perfkit.tuner._search._predict_step_checks import StepCheck, StepsChecked
@@ -58,6 +58,12 @@ def test_each_called_model_counts_its_calls_per_request(tmp_path: Path):
     assert ps.rest_us("stage_decode") == pytest.approx(1_000.0 + 2 * 6_200.0)
     assert ps.rest_us("stage_infer") == pytest.approx(1_000.0 + 6_200.0)
     assert ps.sim == {"fanout": (1, 2), "requests": 2_000}
+    # stage_infer calibrated at fp32 and fp16 (half): outside stage_decode, its calls at the faster
+    points = tuple(CalibrationPoint(n, 100, 6_000.0 + 200.0 * n) for n in (1, 8))
+    half = Calibration("stage_infer", points, 3_000.0, 100.0, 0.0, 0.0, value="precision=fp16", factor=0.5)
+    ps.step_cals = {"stage_infer": Calibration("stage_infer", points, 6_000.0, 200.0, 0.0, 0.0,
+                                               value="precision=fp32", values=(half,))}  # fmt: skip
+    assert ps.rest_us("stage_decode") == pytest.approx(1_000.0 + 2 * 3_100.0)
 
 
 def test_the_bls_models_measured_execution_is_not_read_as_its_own_time(tmp_path: Path):

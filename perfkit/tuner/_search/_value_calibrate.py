@@ -1,7 +1,7 @@
 """One model's calibration at each value of the knobs that change the execution itself
 (precision, instance kind: tuner/_search/_predict_points.py PER_VALUE), for the predicted search;
-an ensemble's step's the same way, its levels run through the ensemble
-(tuner/_search/_pipeline_calibrate.py).
+an ensemble's step's the same way, its levels run through the ensemble, and a BLS model's called
+model's, its levels run on the model itself (tuner/_search/_pipeline_calibrate.py step_values).
 
 The model's calibration (tuner/_search/_model_calibrate.py) measures its service curve at the
 original's value. Each other value the space holds is then put on the server through the same

@@ -154,11 +154,18 @@ def get(name: str) -> Objective:
 
 
 def pareto_front(trials: Sequence[TrialT]) -> list[TrialT]:
-    """Feasible complete trials no other dominates on throughput (up) and latency (down), by throughput."""
+    """Feasible complete trials no other dominates on throughput (up) and latency (down), by throughput.
+    A repeat of a config already measured (metrics' duplicate_of: answered from that trial) is left
+    out: it ties its original on both figures, so neither dominates, and the front would list one
+    config twice."""
     ok = [
         t
         for t in trials
-        if t.state == "complete" and t.feasible and t.throughput_infer_per_s is not None and t.latency_us is not None
+        if t.state == "complete"
+        and t.feasible
+        and t.throughput_infer_per_s is not None
+        and t.latency_us is not None
+        and "duplicate_of" not in t.metrics
     ]
 
     def dominates(a: RankedTrial, b: RankedTrial) -> bool:

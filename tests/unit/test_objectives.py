@@ -62,6 +62,13 @@ def test_pareto_front_keeps_only_undominated_trials():
     assert objectives.get("throughput").study_values(300.0, 3000.0, {}) == [300.0]
 
 
+def test_pareto_front_lists_a_repeated_config_once():
+    first = _trial(0, 300.0, 3000.0)
+    repeat = _trial(4, 300.0, 3000.0, duplicate_of=0.0)  # answered from trial 0, not measured again
+    other = _trial(1, 100.0, 1000.0)
+    assert objectives.pareto_front([first, other, repeat]) == [other, first]
+
+
 def test_unknown_objective_is_refused_with_the_choices():
     with pytest.raises(InputError, match="'fastest' is not one of throughput, pareto"):
         objectives.get("fastest")

@@ -28,7 +28,7 @@ from perfkit.errors import (
 from perfkit.records import M_LOWER_BOUND, ProfileSpec, RunRecord
 from perfkit.server.base import Server
 from perfkit.server.modelconfig import parse_config
-from perfkit.tuner import _accuracy, _output_check, _study, _trial_state
+from perfkit.tuner import _accuracy, _exhausted, _output_check, _study, _trial_state
 from perfkit.tuner._events import (
     AccuracyNote,
     OnEvent,
@@ -94,6 +94,8 @@ class TrialRunner:
         self.out_of_time = False  # a trial's load search reached the search's deadline (--max-time)
         self.done_here = 0
         self.dup_streak = 0
+        self._space_configs: frozenset[str] | None = None  # listed once the sampler repeats a config
+        self._space_listed = False
         self.sampler: optuna.samplers.BaseSampler | None = None
         self.probe: _accuracy.Probe | None = None
         self.reference: dict[str, Any] | None = None
@@ -382,6 +384,10 @@ class TrialRunner:
             return f"{self.s.trials} trials done"
         if isinstance(self.sampler, optuna.samplers.GridSampler) and self.sampler.is_exhausted(study):
             return "every point of the grid measured"
+        if not self._space_listed and self.dup_streak > 0:  # a space can be exhausted only once a repeat is drawn
+            self._space_configs, self._space_listed = _exhausted.space_configs(self.subject), True
+        if self._space_configs is not None and _exhausted.exhausted(study, self._space_configs):
+            return f"every config of the space measured ({len(self._space_configs)})"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated or rejected configs in a row: the search space looks exhausted"
         deadline = self.search_deadline(study)

@@ -322,7 +322,7 @@ def _confirm_candidate(
     t.emit(ConfirmStarted(ft.number, fmt_params(st.params), load.label, cs.repeats, again=again))
     try:
         t.put_candidate(st.config_pbtxt)  # the runner's own way: one config, or every step of a pipeline
-        conf = then(confirm_one(t, ft.number, load, cs, **confirm_kw))
+        conf = then(confirm_one(t, ft.number, load, cs, predicted_rps=st.predicted_rps, **confirm_kw))
     except (ModelLoadError, CandidateNotAppliedError, MeasurementError) as err:
         conf = then(Confirmation(False, load, 0, 0.0, 0.0, 0.0, math.inf, math.inf, note=err.one_line()))
     study.set_user_attr(f"{ATTR_PREFIX}{ft.number}", _jsonable(to_dict(conf)))

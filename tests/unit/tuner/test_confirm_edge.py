@@ -199,3 +199,20 @@ def test_one_run_within_the_budget_that_rules_its_rate_out_by_its_bound_alone_st
     c = confirm_one(t, 1, t.trial_load.level(875.0), CS)  # type: ignore[arg-type]  # a stand-in with the runner's fields
     assert measured == [875.0] + [838.0] * 3, measured
     assert c.held and c.load.value == 838.0 and "half a step down" in c.note
+
+
+def test_a_predicted_rate_below_the_steps_is_confirmed_before_the_candidate_is_demoted(tmp_path: Path):
+    """stream_held at 3 instances (TTFT p99 <= 50 ms, here scaled to 150): the search's short level
+    held 118 req/s, the simulator predicted 91; 7.5 s runs read over the budget at 118, 108 and 99.
+    The steps end there; the predicted rate is confirmed last, and holds."""
+    t, measured = _runner(tmp_path, lambda rate: 160.0 if rate > 95 else 130.0)
+    c = confirm_one(t, 1, t.trial_load.level(118.0), CS, predicted_rps=91.3)  # type: ignore[arg-type]  # a stand-in
+    assert measured == [118.0, 108.0, 99.0] + [91.3] * 3, measured
+    assert c.held and c.load.value == 91.3 and "its predicted rate" in c.note
+    assert c.searched_load is not None and c.searched_load.value == 118.0
+
+    # Without a prediction (a measured search), or with one the steps reached, the candidate is demoted there
+    for predicted in (None, 97.0):
+        t, measured = _runner(tmp_path / str(predicted), lambda rate: 160.0 if rate > 95 else 130.0)
+        c = confirm_one(t, 1, t.trial_load.level(118.0), CS, predicted_rps=predicted)  # type: ignore[arg-type]  # as above
+        assert not c.held and measured == [118.0, 108.0, 99.0], measured

@@ -104,13 +104,17 @@ def stream_measure(
         cmd = _cmd(server, model, window, [*_rate_args(rate), "--streaming", "--profile-export-file", str(export)])
         (out,) = _run_all([cmd], 3 * window / 1000 * 6 + 30)
         tput, _ = _figures(out)
-        ttft = []
+        ttft, answered = [], 0
         if export.exists():
             for exp in json.loads(export.read_text()).get("experiments", []):
                 for req in exp.get("requests", []):
+                    answered += len(req.get("response_timestamps", []))
                     times = list(req.get("response_timestamps", []))[:responses]
                     if times:
                         ttft.append(times[0] - req["timestamp"])
+        # perf_analyzer's throughput of a decoupled model counts responses; a stream is one request,
+        # and the tune's rate is in streams: scaled by the export's requests per response
+        tput = tput * len(ttft) / answered if answered else 0.0
         p99 = float(np.percentile(ttft, 99)) / 1e6 if ttft else math.inf
         print(f"    {rate:8.1f}/s -> {tput:8.1f}/s TTFT p99 {p99:6.1f} ms", flush=True)
         return tput, p99

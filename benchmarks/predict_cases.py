@@ -59,7 +59,14 @@ MIX_WEIGHTS = {"batcher": 3, "hungry": 1}
 MIX_BUDGETS_MS = {"batcher": 150.0, "hungry": 250.0}
 MAX_CONCURRENCY = 16  # the closed case's --max-concurrency
 STREAM_RESPONSES = 4  # stream_held's responses a request (fixtures/models/stream_held)
-QUICK_WINDOW_REQUESTS = 40  # --quick: a grid window's requests at least (benchmarks/_pa_rate.py's 100 otherwise)
+# --quick: a grid window's requests at least (benchmarks/_pa_rate.py's 100 otherwise). No fewer:
+# perf_analyzer's throughput reads about 8 requests short a window with its 16 threads (117 sent in
+# 3 windows of 4 s at 10 req/s read 8.12/s), so 40-request windows read 0.83 of the rate and a mix
+# model's share never completed the 90% a level needs.
+QUICK_WINDOW_REQUESTS = 100
+# A stream's level holds at least 3 windows of this many streams: its TTFT p99 needs them (2 s levels
+# read 29 ms at a rate whose 7.5 s runs read 50.3, and 47.6 ms at one M/D/3 puts at 273).
+STREAM_WINDOW_REQUESTS = 300
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ def figure(case: Case, server: Any, start: float, seconds: float, factor: float,
         m = levels.mix_measure(server, MIX_WEIGHTS, MIX_BUDGETS_MS, seconds, requests)
         return levels.sustainable_rps(m, start, levels.SHARE_BUDGET, factor)
     if case.load == "stream":
-        m = levels.stream_measure(server, case.target, seconds, STREAM_RESPONSES, requests)
+        m = levels.stream_measure(server, case.target, seconds, STREAM_RESPONSES, max(requests, STREAM_WINDOW_REQUESTS))
         return levels.sustainable_rps(m, start, case.budget_ms, factor)
     m = levels.rate_measure(server, case.target, seconds, requests)
     return levels.sustainable_rps(m, start, case.budget_ms, factor)

@@ -9,7 +9,10 @@ the trial's load, in longer repeated runs, stepping down where it does not hold 
 recommended, and the trial table says why. A demoted trial whose ladder still reaches above the
 best claim held later (by a config the search read lower) is resumed, one step further down at a
 time while it could still beat that claim (resume_demoted): on a host whose readings swing, the
-config the search read best can still hold more than the next one, a few steps down. Where the
+config the search read best can still hold more than the next one, a few steps down. Where none
+held yet, demoted picks are taken up again before a candidate read under half their readings is
+confirmed: its claim could not stop them (they go no lower than that), and it is the answer only
+once they fail. Where the
 candidate read with the most room at an arrival rate failed it, the others read there start a step
 below it (_failed_above).
 """
@@ -147,6 +150,15 @@ def confirm_picks(t: TrialRunner, study: optuna.Study, cs: ConfirmSettings) -> N
         # Rivals within reach of the pick are confirmed too; past them, only while none held.
         if best_held > -math.inf and (i >= cs.max_candidates or searched < (1 - cs.rivals_within) * top):
             break
+        if demoted and searched < RESUME_DOWN_TO * min(_per_unit(d, _searched_tput(d)) for d, _ in demoted):
+            # None held, and this one read under the lowest point the demoted picks are taken down to:
+            # its claim, if any, could not stop them, so they are taken up again first (a stream's
+            # demoted pick read at 104 req/s waited while its 14 req/s original spent the rest of
+            # --max-time on 35 s runs, and nothing was claimed); one that holds ends the confirmations
+            best_held = resume_demoted(t, study, cs, demoted, best_held, beat=searched)
+            demoted = []
+            if searched <= best_held:
+                break
         st = _trial_state.read(ft)
         searched_load = t.trial_load.level(st.load.value if st.load is not None else 1.0)
         load, then = _start_load(t, ft.number, searched_load)
@@ -247,14 +259,18 @@ def resume_demoted(
     cs: ConfirmSettings,
     demoted: Sequence[tuple[optuna.trial.FrozenTrial, Confirmation]],
     best_held: float,
-) -> None:
+    *,
+    beat: float | None = None,
+) -> float:
     """Take up the demoted candidates whose ladder still reaches above the best claim held (per
-    hardware unit; -inf when none held): each, the highest first, from one step below the last
-    load it failed, down to where it could no longer beat the best claim (and to RESUME_DOWN_TO of
-    its search's load at the lowest), while --max-time allows. One that holds replaces its
-    demotion and raises the bar for the rest. A candidate demoted for an error (nothing measured)
-    is not taken up."""
+    hardware unit; -inf when none held) and `beat` (a candidate's search reading yet to be
+    confirmed, which they are taken up before): each, the highest first, from one step below the
+    last load it failed, down to where it could no longer beat the best claim or that reading (and
+    to RESUME_DOWN_TO of its search's load at the lowest), while --max-time allows. One that holds
+    replaces its demotion and raises the bar for the rest. A candidate demoted for an error
+    (nothing measured) is not taken up. Returns the best claim held then (per hardware unit)."""
     end = _tune_end(t)
+    bar = best_held if beat is None else max(best_held, beat)
     queue = []
     for ft, conf in demoted:
         lower = _lower_load(t, conf.load)
@@ -262,19 +278,23 @@ def resume_demoted(
         if lower is not None:
             queue.append((lower.value * per_unit, ft, conf, lower, per_unit))
     for _, ft, old, lower, per_unit in sorted(queue, key=lambda q: -q[0]):
-        if lower.value * per_unit <= best_held or (end is not None and time.monotonic() >= end):
+        if lower.value * per_unit <= bar or (end is not None and time.monotonic() >= end):
             continue
         st = _trial_state.read(ft)
         searched = old.searched_load or old.load
-        floor = max(best_held / per_unit, RESUME_DOWN_TO * searched.value)
+        floor = max(bar / per_unit, RESUME_DOWN_TO * searched.value)
         if not _beats(lower, floor):
             continue
+        by = "the claim held" if bar == best_held else "the next config's search reading"
         why = (
-            "where it could no longer beat the claim held"
-            if best_held / per_unit >= RESUME_DOWN_TO * searched.value
+            f"where it could no longer beat {by}"
+            if bar / per_unit >= RESUME_DOWN_TO * searched.value
             else f"under {RESUME_DOWN_TO:.0%} of its search's load"
         )
-        reason = "once a lower claim held" if best_held > -math.inf else "as no other config held"
+        if best_held > -math.inf:
+            reason = "once a lower claim held"
+        else:
+            reason = "as no other config held" if beat is None else "before a config read far lower is confirmed"
 
         conf = _confirm_candidate(
             t,
@@ -292,6 +312,8 @@ def resume_demoted(
         )
         if conf.held and conf.throughput_infer_per_s * per_unit > best_held:
             best_held = conf.throughput_infer_per_s * per_unit
+            bar = max(bar, best_held)
+    return best_held
 
 
 def _taken_up(prefix: str, searched: LoadLevel) -> Callable[[Confirmation], Confirmation]:

@@ -543,3 +543,30 @@ def test_of_rivals_that_held_the_same_rate_the_one_with_the_lower_latency_there_
     measured.clear()
     confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
     assert confirmations(study)[0].held and measured[0][0] == "A"
+
+
+def test_a_demoted_pick_is_taken_up_again_before_a_config_read_far_lower_is_confirmed(tmp_path: Path):
+    """stream_held: the search read 3 instances (A) at 115 req/s and your config (B) at 14; A holds
+    only up to 85. A fails its search's load and its steps and is demoted; B read under half of A's
+    reading, the lowest A is taken down to, so B's claim could not stop A: A is taken up again
+    first, holds a few steps down, and B is never confirmed (its 35 s runs at 14 req/s had spent
+    the rest of --max-time before A's turn came)."""
+    from perfkit.tuner._confirm import confirm_picks, confirmations
+
+    t, serving, measured, events = _runner_of(tmp_path, {"A": 85.0, "B": 14.0})
+    study = _study_of({"A": 115.0, "B": 14.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # a stand-in with the runner's fields
+    conf = confirmations(study)
+    a = conf[0]
+    assert a.held and 70.0 < a.load.value <= 85.0, (a, measured)
+    assert "taken up again before a config read far lower is confirmed" in a.note, a.note
+    assert 1 not in conf and set(serving) == {"A"}, (conf, serving)
+    # Where A holds nothing above B's reading, B is confirmed after it, and A is not taken up again
+    measured.clear()
+    t, serving, measured, _ = _runner_of(tmp_path / "b", {"A": 10.0, "B": 14.0})
+    study = _study_of({"A": 115.0, "B": 14.0})
+    confirm_picks(t, study, ConfirmSettings(repeats=3, min_windows=1, max_windows=1))  # type: ignore[arg-type]  # as above
+    conf = confirmations(study)
+    assert not conf[0].held and conf[1].held and conf[1].load.value == 14.0
+    assert min(r for name, r in measured if name == "A") > 14.0  # never taken below what B read
+    assert serving.index("B") > len(serving) - 3  # B confirmed last: A's second pass came first

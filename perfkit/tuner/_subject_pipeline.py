@@ -113,6 +113,7 @@ class PipelineSubject:
         self.step_names = [s.model for s in p.steps]
         self._also = also
         self._served: dict[str, str] = {}  # step -> the text last served (known to be served)
+        self._served_on: Server | None = None  # the server _served is of
 
     @property
     def kind(self) -> Literal["ensemble", "bls", "mix"]:
@@ -138,6 +139,10 @@ class PipelineSubject:
     # -- the server -----------------------------------------------------------------------------
     def serve(self, server: Server, text: str) -> None:
         texts = _pipeline.unbundle(text)
+        if server is not self._served_on:
+            # what one server serves says nothing of another's (a subject's grid re-measured on a fresh
+            # server skipped every step the tune had last served, and measured the originals)
+            self._served, self._served_on = {}, server
         for s in self.pipeline.searched_steps:
             want = texts.get(s.model, s.original_text)
             # what the server serves, not the file (a route may write none): re-served when unknown

@@ -28,13 +28,17 @@ MAX_LISTED_POINTS = 1024
 
 def space_configs(subject: Subject) -> frozenset[str] | None:
     """The hashes of every distinct config the subject's space holds (points Triton would reject
-    left out); None where the space has a range, more than MAX_LISTED_POINTS points, or a point
+    left out); None where the space has a range of more than one value, more than MAX_LISTED_POINTS points, or a point
     whose config cannot be built (then only the streak of repeats ends the search)."""
     dims = list(subject.space.dimensions)
-    if any(d.is_range for d in dims) or math.prod(len(d.choices) for d in dims) > MAX_LISTED_POINTS:
+    # a range of one value (a flag's single queue delay) is a choice; a wider one is not listed
+    if any(d.is_range and d.low != d.high for d in dims):
+        return None
+    choices = [(d.low,) if d.is_range else tuple(d.choices) for d in dims]
+    if math.prod(len(c) for c in choices) > MAX_LISTED_POINTS:
         return None
     shas: set[str] = set()
-    for values in itertools.product(*(d.choices for d in dims)):
+    for values in itertools.product(*choices):
         params: dict[str, Any] = {}
         for d, v in zip(dims, values, strict=True):
             if subject.applies(d, params):  # as TrialRunner.suggest draws: a moot dimension is left out

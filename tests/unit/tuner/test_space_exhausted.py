@@ -72,6 +72,9 @@ def test_rejected_points_are_not_waited_for():
 
 def test_a_range_or_a_large_space_is_not_listed():
     assert space_configs(_subject([Dimension("max_queue_delay_us", low=100, high=10_000)])) is None
+    # --queue-delays-us 2000 is a range of one value: a choice (the mix whose search was not stopped)
+    one = [*DIMS[:1], Dimension("max_queue_delay_us", low=2000, high=2000, when_dynamic_batching=True), DIMS[2]]
+    assert len(space_configs(_subject(one)) or ()) == 4
     big = [Dimension(f"k{i}", tuple(range(2))) for i in range(MAX_LISTED_POINTS.bit_length())]
     assert space_configs(_subject(big)) is None
     assert not exhausted(optuna.create_study(), None)

@@ -382,9 +382,11 @@ class TrialRunner:
     def should_stop(self, study: optuna.Study) -> str | None:
         if self.s.trials is not None and _study.trials_used(study) >= self.s.trials:
             return f"{self.s.trials} trials done"
+        grid = isinstance(self.sampler, optuna.samplers.GridSampler)
         if isinstance(self.sampler, optuna.samplers.GridSampler) and self.sampler.is_exhausted(study):
             return "every point of the grid measured"
-        if not self._space_listed and self.dup_streak > 0:  # a space can be exhausted only once a repeat is drawn
+        # a grid walks each of its points (a rejected one recorded with its reason): its own rule, above
+        if not self._space_listed and self.dup_streak > 0 and not grid:  # exhausted only once a repeat is drawn
             self._space_configs, self._space_listed = _exhausted.space_configs(self.subject), True
         if self._space_configs is not None and _exhausted.exhausted(study, self._space_configs):
             return f"every config of the space measured ({len(self._space_configs)})"

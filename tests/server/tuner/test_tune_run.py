@@ -116,7 +116,9 @@ def test_ctrl_c_mid_trial_restores_the_config_and_resume_continues(model_repo: P
     rec = _load_tune(out)
     assert rec.status == "interrupted"
     states = {t.number: t.state for t in rec.trials}
-    assert states[0] == "complete" and states[1] == "failed"
+    # trial 0 finished: within the budget, or pruned over it at its lowest load where a busy machine
+    # (CI's parallel server tests) slows the original; either way it is not measured again below
+    assert states[0] in ("complete", "pruned") and states[1] == "failed"
     assert next(t for t in rec.trials if t.number == 1).fail_reason == "interrupted"
 
     resumed = subprocess.run(_cli(model_repo, out, "--trials", "3", "--resume"), capture_output=True, text=True,

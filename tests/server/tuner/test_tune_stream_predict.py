@@ -76,5 +76,7 @@ def test_a_stream_sent_after_execute_returned_is_not_predicted_and_the_tune_meas
     assert "predicted 2 configs" not in proc.stdout
     rec = TuneRecord.load(out / "tune.json")
     assert rec.search == "predict" and rec.calibration is None
-    measured = [t for t in rec.trials if t.state == "complete"]
+    # measured: within the budget, or pruned over it at its lowest rate where a busy machine (CI's
+    # parallel server tests) slows the stream; either way measured, and not as a prediction's trial
+    measured = [t for t in rec.trials if t.state in ("complete", "pruned")]
     assert len(measured) == 1 and all("predicted_rps" not in t.metrics for t in measured)

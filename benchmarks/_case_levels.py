@@ -108,9 +108,9 @@ def stream_measure(
         if export.exists():
             for exp in json.loads(export.read_text()).get("experiments", []):
                 for req in exp.get("requests", []):
-                    answered += len(req.get("response_timestamps", []))
-                    times = list(req.get("response_timestamps", []))[:responses]
-                    if times:
+                    times = list(req.get("response_timestamps", []))
+                    answered += len(times)
+                    if times[:responses]:
                         ttft.append(times[0] - req["timestamp"])
         # perf_analyzer's throughput of a decoupled model counts responses; a stream is one request,
         # and the tune's rate is in streams: scaled by the export's requests per response

@@ -382,14 +382,15 @@ class TrialRunner:
     def should_stop(self, study: optuna.Study) -> str | None:
         if self.s.trials is not None and _study.trials_used(study) >= self.s.trials:
             return f"{self.s.trials} trials done"
-        grid = isinstance(self.sampler, optuna.samplers.GridSampler)
-        if isinstance(self.sampler, optuna.samplers.GridSampler) and self.sampler.is_exhausted(study):
-            return "every point of the grid measured"
-        # a grid walks each of its points (a rejected one recorded with its reason): its own rule, above
-        if not self._space_listed and self.dup_streak > 0 and not grid:  # exhausted only once a repeat is drawn
-            self._space_configs, self._space_listed = _exhausted.space_configs(self.subject), True
-        if self._space_configs is not None and _exhausted.exhausted(study, self._space_configs):
-            return f"every config of the space measured ({len(self._space_configs)})"
+        if isinstance(self.sampler, optuna.samplers.GridSampler):
+            # a grid walks each of its points (a rejected one recorded with its reason): its own rule
+            if self.sampler.is_exhausted(study):
+                return "every point of the grid measured"
+        else:
+            if not self._space_listed and self.dup_streak > 0:  # exhausted only once a repeat is drawn
+                self._space_configs, self._space_listed = _exhausted.space_configs(self.subject), True
+            if self._space_configs is not None and _exhausted.exhausted(study, self._space_configs):
+                return f"every config of the space measured ({len(self._space_configs)})"
         if self.dup_streak >= MAX_REPEATS:
             return f"{MAX_REPEATS} repeated or rejected configs in a row: the search space looks exhausted"
         deadline = self.search_deadline(study)

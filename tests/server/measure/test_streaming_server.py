@@ -63,9 +63,12 @@ def test_streamed_tokens_match_the_fixture_closed_and_open_loop(triton, tmp_path
         assert len(st.windows) == len(lv.windows)  # per-window figures for the gate's significance test
         # a request ends at its final (empty) response, after its last token
         assert lv.service.p50_us > st.ttft.p50_us + 4 * st.itl.min_us
-    # the known per-token delay, and its growth with streams in flight (continuous batching)
-    assert c1.streaming.itl.p50_us >= TOKEN_MS * 1e3 * 0.9
-    assert c4.streaming.itl.p50_us >= (TOKEN_MS + 2 * PER_STREAM_MS) * 1e3
+    # the known per-token delay, and its growth with streams in flight (continuous batching). The mean,
+    # not the median: a response sent or read late shortens the gap after it by as much as it lengthens
+    # the one before, so on a busy machine the gaps bunch (the median falls below the model's delay)
+    # while their mean, a request's last token less its first over the gaps, keeps it.
+    assert c1.streaming.itl.mean_us >= TOKEN_MS * 1e3 * 0.9
+    assert c4.streaming.itl.mean_us >= (TOKEN_MS + 2 * PER_STREAM_MS) * 1e3
     assert c4.streaming.output_tokens_per_s > c1.streaming.output_tokens_per_s
     assert c1.streaming.ttft_corrected is None
     assert rate.streaming.ttft_corrected is not None and rate.dropped_count == 0
@@ -113,7 +116,7 @@ def test_http_generate_stream_server_sent_events(triton, tmp_path):
         assert lv.error_count == 0 and st is not None and st.request_count > 0
         assert st.output_len_mean == 5 and st.itl.count == 4 * st.request_count  # one event per token
         assert st.ttft.min_us >= FIRST_TOKEN_MS * 1e3
-        assert st.itl.p50_us >= TOKEN_MS * 1e3 * 0.9
+        assert st.itl.mean_us >= TOKEN_MS * 1e3 * 0.9  # the mean: bunched gaps keep it (above)
     assert lv.streaming.ttft_corrected is not None
 
 

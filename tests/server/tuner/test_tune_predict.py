@@ -121,8 +121,10 @@ def test_a_model_the_simulator_cannot_capture_falls_back_to_the_measured_search(
     assert "OFF BY MORE THAN" in proc.stdout and "going on with the measured search" in proc.stdout, proc.stdout
     assert "their predictions held" not in proc.stdout
     # The measured search went on after the predicted trial (to --trials, or until the two configs
-    # of this space were all measured).
-    assert "stopping: 3 trials done" in proc.stdout or "repeated or rejected configs" in proc.stdout, proc.stdout
+    # of this space were all measured: the draw that repeats one ends the search).
+    assert "stopping: 3 trials done" in proc.stdout or "every config of the space measured (2)" in proc.stdout, (
+        proc.stdout
+    )
     rec = TuneRecord.load(out / "tune.json")
     assert rec.calibration is not None and len(rec.trials) >= 3
     assert (rec.search, rec.search_reason) == ("predict", "asked for with --search predict")
@@ -133,6 +135,9 @@ def _fitted_ms(cal: Calibration, n: int) -> float:
     return (cal.fixed_us + cal.per_item_us * n) / 1e3
 
 
+# quiet: the two precisions' curves are calibrated a few seconds apart and differ by 12% at the best
+# config; on a machine other tests load, the load moves between the two calibrations by more than that
+@pytest.mark.quiet
 def test_a_predicted_tune_across_two_precisions_picks_the_precision_its_known_service_model_says(
     model_repo: Path, tmp_path
 ):

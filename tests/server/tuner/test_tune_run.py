@@ -187,8 +187,10 @@ def test_server_dying_mid_search_fails_cleanly_and_keeps_the_config(model_repo: 
                 threading.Timer(1.0, lambda: os.kill(server.pid, signal.SIGKILL)).start()
             return profile(srv, spec, **kw)
 
+        # A budget no busy machine reads a trial over (pruned, not complete): this test holds the ending.
+        settings = dataclasses.replace(_settings(out, 3), budget=Budget(500))
         with pytest.raises(PerfkitError) as err:
-            tune(server, _settings(out, 3), space, model_repository=model_repo, measure=measure_then_kill,
+            tune(server, settings, space, model_repository=model_repo, measure=measure_then_kill,
                  echo=lambda s: None)  # fmt: skip
     assert err.value.exit_code == 4  # ServerError
     assert cfg_path.read_bytes() == original
@@ -202,7 +204,8 @@ def test_pareto_objective_and_apply_write_the_pick_with_a_backup(model_repo: Pat
     cfg_path = model_repo / "batcher" / "config.pbtxt"
     original = cfg_path.read_bytes()
     space = TuneSpace(max_batch_sizes=(8,), dynamic_batching=(False,), instance_counts=(1, 2), precisions=("int8",))
-    settings = TuneSettings(model="batcher", budget=Budget(20), trials=3, output_dir=tmp_path / "out",
+    # A budget no busy machine reads a trial over (pruned, off the front): the front and --apply are held here.
+    settings = TuneSettings(model="batcher", budget=Budget(500), trials=3, output_dir=tmp_path / "out",
                             max_concurrency=4, measurement_interval_ms=300, objective="pareto", apply=True,
                             load="concurrency", search="measure", confirm_repeats=2, confirm_time_s=1)  # fmt: skip
     with launch_local(LocalLaunch(model_repo, models=("batcher",))) as server:

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/system-deps.sh
+bash scripts/llm-deps.sh  # llama.cpp (built once per machine, cached) and the Gemma weights: tests/server/llm
 # Several workers (pytest-xdist): most tests wait on real servers and measurement windows rather
 # than compute. Each test file runs on one worker (the Ray and Docker users on one: tests/conftest.py),
 # in collection order so the long server files start first. Tests marked `quiet` assert a verdict on

@@ -147,7 +147,7 @@ def _suite(tmp_path: Path, tests: str) -> Path:
     (repo / ".ci").mkdir()
     shutil.copy(ROOT / "scripts" / "test.sh", repo / "scripts" / "test.sh")
     shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
-    for script in ("setup.sh", "system-deps.sh"):
+    for script in ("setup.sh", "system-deps.sh", "llm-deps.sh"):
         (repo / "scripts" / script).write_text("exit 0\n")
     bin_dir = repo / ".venv" / "bin"
     bin_dir.mkdir(parents=True)

